@@ -1,0 +1,5 @@
+"""`python -m spark` runs the CLI."""
+
+from spark.cli import main
+
+main()

@@ -1,0 +1,258 @@
+"""`spark run MODEL [PROMPT]`: answer one prompt, or chat in a REPL like `ollama run`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from spark.cli.app import app
+from spark.embedded import Spark, to_sampling
+from spark.errors import ModelNotFound, SparkError
+from spark.settings import load_settings
+from spark.types import ChatRequest, Done, Message, SlotInfo, TextDelta
+
+# Ollama's parameter names, then OpenAI's, mapped to SamplingParams fields.
+PARAMETERS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "temperature": ("temperature", float),
+    "top_p": ("top_p", float),
+    "top_k": ("top_k", int),
+    "min_p": ("min_p", float),
+    "seed": ("seed", int),
+    "num_predict": ("max_tokens", int),
+    "max_tokens": ("max_tokens", int),
+    "repeat_penalty": ("repeat_penalty", float),
+    "repetition_penalty": ("repeat_penalty", float),
+    "presence_penalty": ("presence_penalty", float),
+    "frequency_penalty": ("frequency_penalty", float),
+    "stop": ("stop", str),
+}
+
+HELP = """Available commands:
+  /set parameter NAME VALUE   set a sampling parameter (temperature, top_p, top_k, min_p, seed,
+                              num_predict, repeat_penalty, presence_penalty, frequency_penalty, stop)
+  /set system TEXT            set the system message
+  /set verbose | quiet        show or hide timing after each answer
+  /show info | parameters | system
+  /clear                      forget the conversation
+  /bye                        exit (or Ctrl+D)
+  /?                          this help
+
+Use \"\"\" to begin and end a multi-line message. Ctrl+C stops an answer."""
+
+
+class Repl:
+    """The interactive chat loop; input and output are injectable for tests."""
+
+    def __init__(self, spark: Spark, model: str, console: Console, read: Callable[[str], str] = input) -> None:
+        self.spark = spark
+        self.model = model
+        self.console = console
+        self.read = read
+        self.system: str | None = None
+        self.options: dict[str, Any] = {}
+        self.history: list[Message] = []
+        self.verbose = False
+
+    def loop(self) -> None:
+        self.console.print('[dim]Send a message (/? for help, """ for several lines, Ctrl+D to exit)[/dim]')
+        while True:
+            try:
+                line = self._read_message()
+            except EOFError:
+                self.console.print()
+                return
+            except KeyboardInterrupt:
+                self.console.print("\n[dim]Use Ctrl+D or /bye to exit.[/dim]")
+                continue
+            if line is None or not line.strip():
+                continue
+            if line.startswith("/"):
+                if self.command(line.strip()) == "bye":
+                    return
+                continue
+            self.ask(line)
+
+    def _read_message(self) -> str | None:
+        line = self.read(">>> ")
+        if not line.lstrip().startswith('"""'):
+            return line
+        text = line.lstrip()[3:]
+        lines = []
+        while not text.rstrip().endswith('"""'):
+            lines.append(text)
+            text = self.read("... ")
+        lines.append(text.rstrip()[:-3])
+        return "\n".join(lines).strip("\n")
+
+    def command(self, line: str) -> str | None:
+        words = line.split(maxsplit=3)
+        name = words[0].lower()
+        if name in ("/bye", "/exit", "/quit"):
+            return "bye"
+        if name in ("/?", "/help"):
+            self.console.print(HELP, highlight=False, markup=False)
+        elif name == "/clear":
+            self.history.clear()
+            self.console.print("Cleared the conversation.")
+        elif name == "/set" and len(words) >= 2:
+            self._set(words[1:])
+        elif name == "/show" and len(words) >= 2:
+            self._show(words[1])
+        else:
+            self.console.print(f"Unknown command '{line}'. Type /? for help.", markup=False)
+        return None
+
+    def _set(self, words: list[str]) -> None:
+        what = words[0].lower()
+        if what == "system" and len(words) >= 2:
+            self.system = " ".join(words[1:])
+            self.console.print("Set the system message.")
+        elif what == "parameter" and len(words) == 3:
+            key, value = words[1].lower(), words[2]
+            if key not in PARAMETERS:
+                self.console.print(f"Unknown parameter '{key}'. Known: {', '.join(PARAMETERS)}", markup=False)
+                return
+            field, kind = PARAMETERS[key]
+            try:
+                parsed = kind(value)
+            except ValueError:
+                self.console.print(f"'{value}' is not a valid value for {key}.", markup=False)
+                return
+            if field == "stop":
+                parsed = [*self.options.get("stop", []), parsed]
+            self.options[field] = parsed
+            self.console.print(f"Set parameter '{key}' to '{value}'.", markup=False)
+        elif what in ("verbose", "quiet"):
+            self.verbose = what == "verbose"
+            self.console.print(f"Set '{what}' mode.")
+        else:
+            self.console.print("Usage: /set parameter NAME VALUE | /set system TEXT | /set verbose | /set quiet")
+
+    def _show(self, what: str) -> None:
+        if what == "parameters":
+            shown = self.options or {"(defaults)": "the model's settings"}
+            for key, value in shown.items():
+                self.console.print(f"  {key:<20} {value}", markup=False)
+        elif what == "system":
+            self.console.print(self.system or "(no system message: the model's default is used)", markup=False)
+        elif what == "info":
+            entry = self.spark.library.get(self.model)
+            info = entry.info
+            for label, value in (
+                ("model", entry.id),
+                ("architecture", info.architecture),
+                ("parameters", info.parameter_count),
+                ("quantization", info.quantization),
+                ("context length", info.context_length),
+                ("file", entry.path),
+            ):
+                self.console.print(f"  {label:<16} {value}", markup=False)
+        else:
+            self.console.print("Usage: /show info | parameters | system")
+
+    def ask(self, text: str) -> bool:
+        """Send one user message and stream the answer; Ctrl+C stops it. False on failure."""
+        messages = ([Message(role="system", content=self.system)] if self.system else []) + [
+            *self.history,
+            Message(role="user", content=text),
+        ]
+        request = ChatRequest(model=self.model, messages=messages, sampling=to_sampling(self.options), stream=True)
+        answer: list[str] = []
+        try:
+            done = stream_answer(self.spark, request, self.console, answer.append)
+        except KeyboardInterrupt:
+            self.console.print("\n[dim](stopped)[/dim]")
+            return False
+        except SparkError as e:
+            self.console.print(f"[red]Error:[/red] {e.message}", highlight=False)
+            return False
+        self.history += [Message(role="user", content=text), Message(role="assistant", content="".join(answer))]
+        if self.verbose and done is not None:
+            u = done.usage
+            self.console.print(
+                f"[dim]prompt {u.prompt_tokens} tokens ({u.cached_tokens} cached), "
+                f"answer {u.completion_tokens} tokens, finish: {done.finish_reason}[/dim]"
+            )
+        return True
+
+
+def stream_answer(spark: Spark, request: ChatRequest, console: Console, sink: Callable[[str], None]) -> Done | None:
+    """Print the answer as it streams; a spinner covers the model load and prompt."""
+    events: Iterator[Any] = spark.events(request)
+    done: Done | None = None
+    try:
+        with console.status("[dim]thinking…[/dim]", spinner="dots"):
+            first = next((e for e in events if not isinstance(e, SlotInfo)), None)
+        for event in ([first] if first is not None else []):
+            done = _show_event(event, sink) or done
+        for event in events:
+            done = _show_event(event, sink) or done
+    finally:
+        events.close()  # type: ignore[attr-defined]
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return done
+
+
+def _show_event(event: Any, sink: Callable[[str], None]) -> Done | None:
+    if isinstance(event, TextDelta):
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+        sink(event.text)
+    elif isinstance(event, Done):
+        return event
+    return None
+
+
+@app.command()
+def run(
+    model: str = typer.Argument(..., help="Model id (see `spark ls`)."),
+    prompt: list[str] = typer.Argument(None, help="Prompt; without one (and no piped input) a chat opens."),
+    system: str = typer.Option(None, "--system", help="System message."),
+    temperature: float = typer.Option(None, "--temperature", help="Sampling temperature."),
+    seed: int = typer.Option(None, "--seed", help="Random seed (same seed, same answer)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Longest answer, in tokens."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show token counts after each answer."),
+) -> None:
+    """Run a model: answer PROMPT, or chat interactively."""
+    settings = load_settings()
+    console = Console(stderr=True)
+    text = " ".join(prompt or [])
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        text = f"{text}\n\n{piped}".strip() if text else piped.strip()
+    options = {k: v for k, v in (("temperature", temperature), ("seed", seed), ("max_tokens", max_tokens)) if v is not None}
+    with Spark(settings) as spark:
+        try:
+            spark.library.get(model)
+        except ModelNotFound:
+            raise SparkError(f"model '{model}' is not installed (see `spark ls`, or get it with `spark pull`)") from None
+        repl = Repl(spark, model, console)
+        repl.system, repl.options, repl.verbose = system, options, verbose
+        if text:
+            if not repl.ask(text):
+                raise typer.Exit(1)
+            return
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        _enable_history(settings.data_dir / "history")
+        repl.loop()
+
+
+def _enable_history(path: os.PathLike[str]) -> None:
+    """Arrow-key history across sessions, when readline is available."""
+    try:
+        import atexit
+        import readline
+    except ImportError:
+        return
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass
+    readline.set_history_length(1000)
+    atexit.register(readline.write_history_file, path)

@@ -1,0 +1,187 @@
+"""`spark.Spark`: the Python API for scripts, running models in-process (no server).
+
+The same machinery as the server is underneath: a `Scheduler` starts one
+runner process per model. Spark owns a private event loop in a background
+thread so that scripts can stay synchronous:
+
+    with spark.Spark() as s:
+        print(s.chat("smollm2-135m-instruct-q4_1", "What is the capital of France?").text)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import msgspec
+
+from spark.errors import Cancelled, InvalidRequest, SparkError, from_info
+from spark.library import Library
+from spark.runners.scheduler import Scheduler
+from spark.settings import Settings, load_settings
+from spark.types import (
+    ChatRequest,
+    ChatResult,
+    CompletionRequest,
+    Done,
+    EmbeddingRequest,
+    EmbeddingResult,
+    Embeddings,
+    Event,
+    Failed,
+    Message,
+    ReasoningDelta,
+    Request,
+    SamplingParams,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+)
+
+MessagesLike = str | Sequence[Message | Mapping[str, Any]]
+
+
+def to_messages(messages: MessagesLike) -> list[Message]:
+    """A prompt string or a list of Message / OpenAI-style dicts, as Messages."""
+    if isinstance(messages, str):
+        return [Message(role="user", content=messages)]
+    try:
+        return [m if isinstance(m, Message) else msgspec.convert(dict(m), Message) for m in messages]
+    except msgspec.ValidationError as e:
+        raise InvalidRequest(f"messages: {e}", param="messages") from None
+
+
+def to_sampling(options: Mapping[str, Any]) -> SamplingParams:
+    """Keyword sampling options (temperature=..., max_tokens=..., stop=...) as SamplingParams."""
+    unknown = set(options) - set(SamplingParams.__struct_fields__)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise InvalidRequest(f"unknown sampling option '{name}'", param=name)
+    stop = options.get("stop")
+    if isinstance(stop, str):
+        options = {**options, "stop": [stop]}
+    try:
+        return msgspec.convert(dict(options), SamplingParams)
+    except msgspec.ValidationError as e:
+        raise InvalidRequest(f"sampling options: {e}") from None
+
+
+class Spark:
+    """Runs models embedded in this process tree. Use as a context manager, or call close()."""
+
+    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        self.settings = settings if settings is not None else load_settings(**overrides)
+        self.library = Library(self.settings)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="spark-loop", daemon=True)
+        self._thread.start()
+        self.scheduler: Scheduler = self._call(self._make_scheduler())
+        self._closed = False
+
+    async def _make_scheduler(self) -> Scheduler:
+        return Scheduler(self.settings, self.library)
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # --- generation -----------------------------------------------------------
+    def events(self, request: Request) -> Iterator[Event]:
+        """Every event of one request, as it happens. Closing the iterator cancels the request."""
+        out: queue.Queue[Event | BaseException | None] = queue.Queue()
+
+        async def pump() -> None:
+            try:
+                async for event in self.scheduler.stream(request):
+                    out.put(event)
+            except BaseException as e:  # delivered to the caller's thread, re-raised there
+                out.put(e)
+            finally:
+                out.put(None)
+
+        task: Future[None] = asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        try:
+            while (item := out.get()) is not None:
+                if isinstance(item, asyncio.CancelledError):
+                    raise Cancelled("the request was cancelled (Spark is shutting down)")
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, Failed):
+                    raise from_info(item.error)
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()  # cancels the request in its runner
+
+    def stream(self, model: str, messages: MessagesLike, **sampling: Any) -> Iterator[str]:
+        """Chat, yielding the answer's text as it is generated."""
+        request = ChatRequest(model=model, messages=to_messages(messages), sampling=to_sampling(sampling), stream=True)
+        for event in self.events(request):
+            if isinstance(event, TextDelta):
+                yield event.text
+
+    def chat(self, model: str, messages: MessagesLike, **sampling: Any) -> ChatResult:
+        """One chat turn: `messages` is a prompt string or a list of messages."""
+        request = ChatRequest(model=model, messages=to_messages(messages), sampling=to_sampling(sampling))
+        return _collect(self.events(request))
+
+    def complete(self, model: str, prompt: str, **sampling: Any) -> ChatResult:
+        """Raw text completion, without the chat template (max_tokens defaults to 16)."""
+        sampling.setdefault("max_tokens", 16)
+        request = CompletionRequest(model=model, prompt=prompt, sampling=to_sampling(sampling))
+        return _collect(self.events(request))
+
+    def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:
+        """Normalized embedding vectors, one per input string."""
+        texts = [input] if isinstance(input, str) else list(input)
+        for event in self.events(EmbeddingRequest(model=model, input=texts, dimensions=dimensions)):
+            if isinstance(event, Embeddings):
+                return EmbeddingResult(vectors=event.vectors, usage=event.usage)
+        raise SparkError("the runner ended the request without embeddings")
+
+    # --- lifecycle --------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every runner process and the background loop."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._call(self.scheduler.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> Spark:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _collect(events: Iterator[Event]) -> ChatResult:
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    for event in events:
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            call = calls.setdefault(event.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = event.id or call["id"]
+            call["name"] = event.name or call["name"]
+            call["arguments"] += event.arguments
+        elif isinstance(event, Done):
+            return ChatResult(
+                text="".join(text),
+                finish_reason=event.finish_reason,
+                usage=event.usage,
+                reasoning="".join(reasoning),
+                tool_calls=[ToolCall(**c) for _, c in sorted(calls.items())],
+            )
+    raise SparkError("the runner ended the request without finishing it")
+

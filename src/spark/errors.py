@@ -1,0 +1,156 @@
+"""Typed domain errors.
+
+Every error Spark raises on purpose is a `SparkError`. Each class carries the
+HTTP status it maps to and a stable `code`; the API translators (`spark.api`)
+turn the code into OpenAI's or Anthropic's error type. Errors cross the runner
+socket as `ErrorInfo` and are rebuilt on the other side with `from_info`, so
+nobody ever has to classify an error by its message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+
+class ErrorInfo(msgspec.Struct, frozen=True):
+    """Serializable form of a `SparkError` (runner socket, admin API, log)."""
+
+    code: str
+    message: str
+    param: str | None = None
+    data: dict[str, Any] = {}
+
+
+class SparkError(Exception):
+    """Base class: a message meant for the user, an HTTP status and a code."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def data(self) -> dict[str, Any]:
+        """Structured details beyond the message (rebuilt by `from_info`)."""
+        return {}
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(code=self.code, message=self.message, param=self.param, data=self.data())
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidRequest(SparkError):
+    """Bad input from a client or a user; `param` names the offending field."""
+
+    status = 400
+    code = "invalid_request"
+
+
+class SettingsError(SparkError):
+    """A bad value in config.toml or a SPARK_* variable; `param` is the key."""
+
+    status = 500
+    code = "settings_error"
+
+
+class ModelNotFound(SparkError):
+    status = 404
+    code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model '{model}' does not exist on this server (see GET /v1/models).", param="model"
+        )
+        self.model = model
+
+    def data(self) -> dict[str, Any]:
+        return {"model": self.model}
+
+
+class ModelFileError(SparkError):
+    """A file that is not a usable GGUF model (truncated, wrong magic, unreadable)."""
+
+    status = 400
+    code = "model_file_error"
+
+
+class DownloadError(SparkError):
+    """A pull that failed: repository or file missing, checksum mismatch, disk full."""
+
+    status = 502
+    code = "download_error"
+
+
+class ContextLengthExceeded(SparkError):
+    status = 400
+    code = "context_length_exceeded"
+
+    def __init__(self, n_prompt: int, n_ctx: int) -> None:
+        super().__init__(
+            f"This request needs {n_prompt} prompt tokens, but the model's context holds "
+            f"{n_ctx} tokens per request. Shorten the messages or raise the context length.",
+            param="messages",
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+
+    def data(self) -> dict[str, Any]:
+        return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx}
+
+
+class PlacementRefused(SparkError):
+    """The model fits on no device; the message is the arithmetic."""
+
+    status = 507
+    code = "placement_refused"
+
+
+class Overloaded(SparkError):
+    status = 503
+    code = "overloaded"
+
+
+class RunnerFailed(SparkError):
+    """A runner process crashed, hung or could not load its model."""
+
+    status = 502
+    code = "runner_failed"
+
+
+class Cancelled(SparkError):
+    status = 499
+    code = "cancelled"
+
+
+_BY_CODE: dict[str, type[SparkError]] = {
+    cls.code: cls
+    for cls in (
+        SparkError,
+        InvalidRequest,
+        SettingsError,
+        ModelNotFound,
+        ModelFileError,
+        DownloadError,
+        ContextLengthExceeded,
+        PlacementRefused,
+        Overloaded,
+        RunnerFailed,
+        Cancelled,
+    )
+}
+
+
+def from_info(info: ErrorInfo) -> SparkError:
+    """Rebuild the typed error that `SparkError.info()` serialized."""
+    if info.code == ModelNotFound.code:
+        return ModelNotFound(info.data.get("model", ""))
+    if info.code == ContextLengthExceeded.code:
+        return ContextLengthExceeded(int(info.data["n_prompt"]), int(info.data["n_ctx"]))
+    cls = _BY_CODE.get(info.code, SparkError)
+    return cls(info.message, param=info.param)

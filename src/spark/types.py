@@ -1,0 +1,234 @@
+"""Canonical request, response and event types shared by every layer.
+
+The OpenAI and Anthropic routes, the CLI and the Python API all build these;
+the runner process receives them over its socket (msgpack) and streams
+`Event`s back. Wire formats of the public APIs live in `spark.api`, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from spark.errors import ErrorInfo
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
+
+
+class TextPart(msgspec.Struct, tag="text", frozen=True):
+    text: str
+
+
+class ImagePart(msgspec.Struct, tag="image", frozen=True):
+    """An image already decoded from a data URL or base64 block."""
+
+    data: bytes
+    media_type: str = "image/png"
+
+
+ContentPart = TextPart | ImagePart
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI carries it
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    def text(self) -> str:
+        """The message's text, with image parts left out."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Sampling options; None means "use the model's default"."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: list[str] | None = None
+    logit_bias: dict[int, float] | None = None
+
+    def merged_over(self, defaults: SamplingParams) -> SamplingParams:
+        """These parameters, with every unset one taken from `defaults`."""
+        return SamplingParams(
+            **{
+                f: (getattr(self, f) if getattr(self, f) is not None else getattr(defaults, f))
+                for f in self.__struct_fields__
+            }
+        )
+
+
+DEFAULT_SAMPLING = SamplingParams(
+    temperature=0.8,
+    top_p=0.95,
+    top_k=40,
+    min_p=0.05,
+    presence_penalty=0.0,
+    frequency_penalty=0.0,
+    repeat_penalty=1.0,
+    max_tokens=None,  # up to the context's end
+    stop=[],
+)
+
+
+class Tool(msgspec.Struct, frozen=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
+    """One chat turn to generate, from any front end."""
+
+    model: str
+    messages: list[Message]
+    sampling: SamplingParams = SamplingParams()
+    stream: bool = False
+    tools: list[Tool] | None = None
+    keep_alive: float | None = None  # seconds; negative keeps the model loaded
+
+
+class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defaults=True):
+    """Raw text completion (no chat template)."""
+
+    model: str
+    prompt: str
+    sampling: SamplingParams = SamplingParams(max_tokens=16)
+    stream: bool = False
+    keep_alive: float | None = None
+
+
+class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
+    model: str
+    input: list[str]
+    dimensions: int | None = None
+    keep_alive: float | None = None
+
+
+GenerationRequest = ChatRequest | CompletionRequest
+Request = ChatRequest | CompletionRequest | EmbeddingRequest
+
+
+class Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+# --- events streamed back for one request -----------------------------------
+
+
+class TextDelta(msgspec.Struct, tag="text", frozen=True):
+    """A piece of output text, safe to show (whole UTF-8, no pending stop string)."""
+
+    text: str
+
+
+class ReasoningDelta(msgspec.Struct, tag="reasoning", frozen=True):
+    text: str
+
+
+class ToolCallDelta(msgspec.Struct, tag="tool_call", frozen=True, omit_defaults=True):
+    """Start of a tool call (id and name set) or a fragment of its arguments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class SlotInfo(msgspec.Struct, tag="slot", frozen=True):
+    """The request got a slot; `cached_tokens` of its prompt were reused."""
+
+    slot: int
+    prompt_tokens: int
+    cached_tokens: int
+
+
+class PromptDone(msgspec.Struct, tag="prompt_done", frozen=True):
+    """Prompt evaluation finished (for timelines)."""
+
+    evaluated_tokens: int
+    seconds: float
+
+
+class Done(msgspec.Struct, tag="done", frozen=True):
+    finish_reason: FinishReason
+    usage: Usage
+
+
+class Embeddings(msgspec.Struct, tag="embeddings", frozen=True):
+    vectors: list[list[float]]
+    usage: Usage
+
+
+class Failed(msgspec.Struct, tag="failed", frozen=True):
+    """The request failed; always the last event of its stream."""
+
+    error: ErrorInfo
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | SlotInfo | PromptDone | Done | Embeddings | Failed
+
+
+# --- results of the Python API ----------------------------------------------
+
+
+class ChatResult(msgspec.Struct, frozen=True):
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = []
+
+
+class EmbeddingResult(msgspec.Struct, frozen=True):
+    vectors: list[list[float]]
+    usage: Usage
+
+
+# --- what a runner process is started with ----------------------------------
+
+
+class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Everything a runner needs to load one model (decided by the placement)."""
+
+    model_id: str
+    path: str
+    n_ctx: int = 4096  # tokens per slot
+    n_parallel: int = 1
+    n_threads: int = 0  # 0: the engine picks (physical cores)
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    tensor_split: list[float] | None = None
+    kv_type: Literal["f16", "q8_0", "q4_0"] = "f16"
+    embedding: bool = False
+    mmproj_path: str | None = None
+    system_prompt: str | None = None
+    sampling: SamplingParams = SamplingParams()  # the model's defaults
+    n_batch: int = 512

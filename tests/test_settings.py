@@ -1,0 +1,87 @@
+"""Settings: defaults < config.toml < SPARK_* variables, with clear errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark.errors import SettingsError
+from spark.settings import load_settings, parse_duration, parse_size
+
+
+def test_defaults_and_paths_under_spark_home(spark_home: Path) -> None:
+    s = load_settings()
+    assert s.host == "127.0.0.1" and s.port == 8080
+    assert s.config_dir == spark_home
+    assert s.data_dir == spark_home / "data"
+    assert s.models_dir == spark_home / "data" / "models"
+    assert s.keep_alive_seconds == 300
+
+
+def test_config_file_then_environment_take_precedence(spark_home: Path, monkeypatch) -> None:
+    (spark_home / "config.toml").write_text('port = 9000\nkeep_alive = "10m"\nparallel = 2\n')
+    s = load_settings()
+    assert (s.port, s.keep_alive_seconds, s.parallel) == (9000, 600, 2)
+    monkeypatch.setenv("SPARK_PORT", "9100")
+    s = load_settings()
+    assert s.port == 9100 and s.parallel == 2
+
+
+def test_malformed_config_names_the_file(spark_home: Path) -> None:
+    (spark_home / "config.toml").write_text("port = = 3\n")
+    with pytest.raises(SettingsError, match="config.toml is not valid TOML"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ('prot = 1\n', "prot", "unknown setting 'prot'"),
+        ('port = "eighty"\n', "port", "port must be a whole number"),
+        ("port = 70000\n", "port", "port must be between 1 and 65535"),
+        ('kv_type = "q2"\n', "kv_type", "kv_type must be one of f16, q8_0, q4_0"),
+        ('keep_alive = "soon"\n', "keep_alive", "keep_alive: 'soon' is not a duration"),
+        ('max_ram = "lots"\n', "max_ram", "max_ram: 'lots' is not a size"),
+        ("host = 3\n", "host", "host must be text"),
+    ],
+)
+def test_bad_config_value_names_the_key(spark_home: Path, text: str, key: str, message: str) -> None:
+    (spark_home / "config.toml").write_text(text)
+    with pytest.raises(SettingsError, match=message) as info:
+        load_settings()
+    assert info.value.param == key
+    assert "config.toml" in info.value.message
+
+
+def test_bad_environment_value_names_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv("SPARK_PARALLEL", "many")
+    with pytest.raises(SettingsError, match="SPARK_PARALLEL: parallel must be a whole number"):
+        load_settings()
+    monkeypatch.setenv("SPARK_PARALLEL", "0")
+    with pytest.raises(SettingsError, match="SPARK_PARALLEL: parallel must be at least 1"):
+        load_settings()
+
+
+def test_cli_reports_a_bad_setting_as_one_line(monkeypatch) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SPARK_PORT", "x")
+    out = subprocess.run([sys.executable, "-m", "spark", "ls"], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "SPARK_PORT: port must be a whole number" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("1.5", 1.5), ("30s", 30), ("5m", 300), ("1h30m", 5400), ("-1", -1), ("250ms", 0.25)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text, "k") == seconds
+
+
+@pytest.mark.parametrize(("text", "size"), [("", 0), ("1024", 1024), ("512MiB", 512 * 2**20), ("8GB", 8 * 10**9), ("2g", 2 * 10**9)])
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text, "k") == size
