@@ -181,6 +181,7 @@ def _collect(events: Iterator[Event]) -> ChatResult:
                 finish_reason=event.finish_reason,
                 usage=event.usage,
                 reasoning="".join(reasoning),
+                stop_sequence=event.stop_sequence,
                 tool_calls=[ToolCall(**c) for _, c in sorted(calls.items())],
             )
     raise SparkError("the runner ended the request without finishing it")

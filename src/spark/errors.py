@@ -52,6 +52,13 @@ class InvalidRequest(SparkError):
     code = "invalid_request"
 
 
+class Unauthorized(SparkError):
+    """A missing, unknown or revoked API key (or console password)."""
+
+    status = 401
+    code = "unauthorized"
+
+
 class SettingsError(SparkError):
     """A bad value in config.toml or a SPARK_* variable; `param` is the key."""
 
@@ -133,6 +140,7 @@ _BY_CODE: dict[str, type[SparkError]] = {
     for cls in (
         SparkError,
         InvalidRequest,
+        Unauthorized,
         SettingsError,
         ModelNotFound,
         ModelFileError,

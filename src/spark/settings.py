@@ -165,6 +165,7 @@ def parse_size(value: str | int, key: str) -> int:
 
 
 _KV_TYPES = ("f16", "q8_0", "q4_0")
+_NUMBER_AS_TEXT = ("keep_alive", "hang_timeout", "load_timeout", "max_ram", "gpu_reserve")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -188,8 +189,8 @@ def _convert(name: str, base: type, raw: Any, source: str) -> Any:
             return int(raw)
         except ValueError:
             raise SettingsError(f"{source}: {name} must be a whole number, not {raw!r}", param=name) from None
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return str(raw)  # durations and sizes may be written as numbers in TOML
+    if name in _NUMBER_AS_TEXT and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return str(raw)  # durations and sizes may be written as plain numbers in TOML
     if not isinstance(raw, str):
         raise SettingsError(f"{source}: {name} must be text, not {raw!r}", param=name)
     return raw

@@ -98,6 +98,34 @@ class Tool(msgspec.Struct, frozen=True):
     parameters: dict[str, Any] = {}
 
 
+class ToolChoice(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Whether the model may ("auto"), must ("required") or must not ("none") call tools.
+
+    With mode "required" and a `name`, the model must call that one function.
+    """
+
+    mode: Literal["auto", "none", "required"] = "auto"
+    name: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Constrains the output: free text, any JSON object, or JSON matching `schema`."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+
+
+ReasoningEffort = Literal["minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class Reasoning(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Whether, and how much, a model that can think should think before answering."""
+
+    enabled: bool = True
+    effort: ReasoningEffort | None = None
+    budget_tokens: int | None = None
+
+
 class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     """One chat turn to generate, from any front end."""
 
@@ -107,6 +135,9 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     stream: bool = False
     tools: list[Tool] | None = None
     keep_alive: float | None = None  # seconds; negative keeps the model loaded
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    reasoning: Reasoning | None = None
 
 
 class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defaults=True):
@@ -180,6 +211,7 @@ class PromptDone(msgspec.Struct, tag="prompt_done", frozen=True):
 class Done(msgspec.Struct, tag="done", frozen=True):
     finish_reason: FinishReason
     usage: Usage
+    stop_sequence: str | None = None  # which stop string ended the output (finish_reason "stop")
 
 
 class Embeddings(msgspec.Struct, tag="embeddings", frozen=True):
@@ -205,6 +237,7 @@ class ChatResult(msgspec.Struct, frozen=True):
     usage: Usage
     reasoning: str = ""
     tool_calls: list[ToolCall] = []
+    stop_sequence: str | None = None  # as in `Done`
 
 
 class EmbeddingResult(msgspec.Struct, frozen=True):

@@ -9,6 +9,7 @@ import sys
 
 from spark.cli.app import app
 from spark.cli import models as _models  # noqa: F401  (registers commands)
+from spark.cli import run as _run  # noqa: F401
 from spark.errors import SparkError
 
 

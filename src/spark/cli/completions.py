@@ -8,23 +8,24 @@ checked-in files no longer match the app.
 
 from __future__ import annotations
 
-import click
+from typing import Any
+
 import typer
 
 HEADER = "# {shell} completion for spark. Generated from the CLI by scripts/generate.py; do not edit.\n"
 
 
 class _Command:
-    def __init__(self, path: str, cmd: click.Command) -> None:
+    def __init__(self, path: str, cmd: Any) -> None:
         self.path = path  # "pull" or "keys create"
         self.help = (cmd.get_short_help_str(limit=80) or "").replace("'", "")
         self.options: list[tuple[list[str], str, bool]] = []  # (flags, help, takes a value)
         self.takes_model = False
         for p in cmd.params:
-            if isinstance(p, click.Option):
+            if p.param_type_name == "option":
                 flags = [f for f in p.opts + p.secondary_opts]
                 self.options.append((flags, (p.help or "").replace("'", "").split("\n")[0], not p.is_flag))
-            elif isinstance(p, click.Argument) and p.name == "model":
+            elif p.param_type_name == "argument" and p.name == "model":
                 self.takes_model = True
         self.options.append((["--help"], "Show help and exit", False))
 
@@ -36,8 +37,7 @@ class _Command:
 def _commands(app: typer.Typer) -> tuple[list[_Command], list[tuple[str, str]]]:
     """Leaf commands with their paths, and the top-level words with help texts."""
     root = typer.main.get_command(app)
-    assert isinstance(root, click.Group)
-    ctx = click.Context(root)
+    ctx = root.context_class(root)
     leaves: list[_Command] = []
     top: list[tuple[str, str]] = []
     for name in sorted(root.list_commands(ctx)):
@@ -45,8 +45,8 @@ def _commands(app: typer.Typer) -> tuple[list[_Command], list[tuple[str, str]]]:
         if cmd is None or cmd.hidden:
             continue
         top.append((name, (cmd.get_short_help_str(limit=80) or "").replace("'", "")))
-        if isinstance(cmd, click.Group):
-            sub_ctx = click.Context(cmd)
+        if hasattr(cmd, "list_commands"):  # a command group such as `spark keys`
+            sub_ctx = cmd.context_class(cmd)
             for sub in sorted(cmd.list_commands(sub_ctx)):
                 sc = cmd.get_command(sub_ctx, sub)
                 if sc is not None and not sc.hidden:

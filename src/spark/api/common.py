@@ -1,0 +1,218 @@
+"""What the OpenAI and Anthropic translators share.
+
+Body decoding with typed errors, inline images, tool checks, keep-alive,
+ids and SSE framing. Pure functions: no I/O here (a remote image is only
+fetched through a hook the server may pass).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+from spark.errors import InvalidRequest, SettingsError
+from spark.settings import parse_duration
+from spark.types import ContentPart, ImagePart, TextPart, Tool, ToolChoice
+
+T = TypeVar("T")
+
+MAX_STOP_SEQUENCES = 16
+"""More than OpenAI's 4: a local server has no reason to be stricter, but every stop
+string is matched against each generated token, so the list stays bounded."""
+
+NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+StopList = Annotated[list[NonEmptyStr], msgspec.Meta(max_length=MAX_STOP_SEQUENCES)]
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+ImageFetcher = Callable[[str, str], ImagePart]
+"""Resolves a remote image: called with (url, param), returns the image or raises a
+SparkError. Only the server decides to fetch; without a fetcher such images are refused."""
+
+
+class ModelEntry(msgspec.Struct, frozen=True):
+    """One model as GET /v1/models lists it."""
+
+    id: str
+    created: int  # unix seconds: when it was installed
+    loaded: bool = False
+    info: dict[str, Any] = {}  # Spark's details (size, quantization, context length, ...)
+
+
+# --- decoding -----------------------------------------------------------------
+
+_MISSING_FIELD = "Object missing required field `"
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """Decode a request body, raising `InvalidRequest` that names the offending param."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as e:
+        raise invalid_from_validation(e) from None
+    except msgspec.DecodeError as e:
+        raise InvalidRequest(f"body is not valid JSON: {e}") from None
+
+
+def invalid_from_validation(error: msgspec.ValidationError) -> InvalidRequest:
+    """Translate msgspec's location (`$.messages[0].content`) into a param name.
+
+    The one place that reads msgspec's text; it only converts the path msgspec
+    reports into the request's own field names.
+    """
+    what, _, where = str(error).partition(" - at `")
+    where = where.removesuffix("`")
+    # A bad mapping key reads "key` in `$.logit_bias": name the mapping.
+    where = where.removeprefix("key` in `")
+    path = where.removeprefix("$").removeprefix(".").replace("[...]", "")
+    if what.startswith(_MISSING_FIELD):
+        field = what.removeprefix(_MISSING_FIELD).removesuffix("`")
+        param = f"{path}.{field}" if path else field
+        return InvalidRequest(f"Missing required parameter: '{param}'.", param=param)
+    if not path:
+        return InvalidRequest(f"Invalid request body: {what}.")
+    return InvalidRequest(f"Invalid '{path}': {what}.", param=path)
+
+
+# --- content ------------------------------------------------------------------
+
+
+def joined(texts: Iterable[str]) -> str:
+    """Several text parts or blocks as one string, a newline between them.
+
+    Chat templates render a message's content as one string; gluing parts
+    together without a separator would run sentences into each other.
+    """
+    return "\n".join(texts)
+
+
+def collapsed(parts: list[ContentPart]) -> str | list[ContentPart]:
+    """Content as a plain string when it is all text; with images, the parts as they are."""
+    if all(isinstance(p, TextPart) for p in parts):
+        return joined(p.text for p in parts)  # type: ignore[union-attr]
+    return parts
+
+
+
+
+def decode_base64(data: str, param: str) -> bytes:
+    """Bytes of base64 `data` (whitespace tolerated); empty or malformed data is refused."""
+    try:
+        raw = base64.b64decode("".join(data.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"'{param}' is not valid base64 data.", param=param) from None
+    if not raw:
+        raise InvalidRequest(f"'{param}' holds no data.", param=param)
+    return raw
+
+
+def image_from_base64(data: str, media_type: str, param: str) -> ImagePart:
+    return ImagePart(data=decode_base64(data, param), media_type=media_type)
+
+
+def image_from_url(url: str, param: str, fetch_image: ImageFetcher | None) -> ImagePart:
+    """An image from a `data:image/...;base64,` URL, or a remote one through `fetch_image`."""
+    if url.startswith("data:"):
+        header, comma, payload = url.partition(",")
+        media_type, *attrs = header.removeprefix("data:").split(";")
+        if not comma or not attrs or attrs[-1] != "base64":
+            raise InvalidRequest(
+                f"'{param}' must be a base64 data URL (data:image/png;base64,...).", param=param
+            )
+        if not media_type.startswith("image/"):
+            raise InvalidRequest(
+                f"'{param}' has media type '{media_type or '(none)'}'; expected an image/* type.",
+                param=param,
+            )
+        return image_from_base64(payload, media_type, param)
+    if url.startswith(("http://", "https://")):
+        if fetch_image is None:
+            raise InvalidRequest(
+                f"'{param}': this server does not fetch remote images; send the image inline "
+                "as base64 data.",
+                param=param,
+            )
+        return fetch_image(url, param)
+    raise InvalidRequest(f"'{param}' must be a data URL or an http(s) URL.", param=param)
+
+
+# --- shared checks ------------------------------------------------------------
+
+
+def keep_alive_seconds(value: float | str | None) -> float | None:
+    """The `keep_alive` extension as seconds ("5m", 300, -1 for forever)."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value, "keep_alive")
+    except SettingsError as e:
+        raise InvalidRequest(e.message, param="keep_alive") from None
+
+
+def check_max_tokens(value: int | None, param: str, limit: int | None) -> None:
+    """Refuse a token budget above the server's limit."""
+    if value is not None and limit is not None and value > limit:
+        raise InvalidRequest(
+            f"'{param}' is {value}, but this server allows at most {limit}.", param=param
+        )
+
+
+def check_tools(tools: list[Tool], name_param: str) -> None:
+    """Refuse duplicate tool names; `name_param` is a format string taking the index."""
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if tool.name in seen:
+            raise InvalidRequest(
+                f"Tool name '{tool.name}' is used twice.", param=name_param.format(i)
+            )
+        seen.add(tool.name)
+
+
+def check_tool_choice(choice: ToolChoice | None, tools: list[Tool] | None) -> None:
+    """A forced tool call needs tools, and a named one must be among them."""
+    if choice is None or choice.mode != "required":
+        return
+    if not tools:
+        raise InvalidRequest("'tool_choice' requires a call, but no tools were given.",
+                             param="tool_choice")
+    if choice.name is not None and choice.name not in {t.name for t in tools}:
+        raise InvalidRequest(f"'tool_choice' names '{choice.name}', which is not among the tools.",
+                             param="tool_choice")
+
+
+def json_arguments(text: str, param: str) -> str:
+    """Tool call arguments as JSON object text; empty means no arguments."""
+    if not text.strip():
+        return "{}"
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise InvalidRequest(f"'{param}' is not valid JSON.", param=param) from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"'{param}' must be a JSON object.", param=param)
+    return text
+
+
+# --- ids and framing ----------------------------------------------------------
+
+
+def new_request_id() -> str:
+    """A fresh request id (24 hex digits); responses prefix it (chatcmpl-, msg_, ...)."""
+    return secrets.token_hex(12)
+
+
+def new_tool_call_id(prefix: str) -> str:
+    """An id for a tool call the model made without one."""
+    return prefix + secrets.token_hex(12)
+
+
+def sse(payload: bytes, event: str | None = None) -> bytes:
+    """One server-sent event frame."""
+    if event is None:
+        return b"data: " + payload + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"

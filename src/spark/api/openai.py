@@ -1,0 +1,822 @@
+"""OpenAI-compatible wire format: request bodies -> spark.types, events -> JSON / SSE.
+
+Routes served with these functions:
+
+- `GET /v1/models`, `GET /v1/models/{id}`: `model_list_body`, `model_body`
+- `POST /v1/chat/completions`: `parse_chat`, then `chat_completion_body` or `ChatStream`
+- `POST /v1/completions`: `parse_completion`, then `completion_body` or `CompletionStream`
+- `POST /v1/embeddings`: `parse_embeddings`, then `embeddings_body`
+- any error: `error_body`
+
+Everything raises `spark.errors.InvalidRequest` with `param` set for bad input.
+docs/compatibility.md lists which parameters are read, ignored and refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Annotated, Any, ClassVar, Literal
+
+import msgspec
+
+from spark.api.common import (
+    ImageFetcher,
+    ModelEntry,
+    NonEmptyStr,
+    PositiveInt,
+    Probability,
+    StopList,
+    check_max_tokens,
+    check_tool_choice,
+    check_tools,
+    collapsed,
+    decode_body,
+    image_from_url,
+    joined,
+    json_arguments,
+    keep_alive_seconds,
+    new_tool_call_id,
+    sse,
+)
+from spark.errors import InvalidRequest, SparkError, from_info
+from spark.types import (
+    ChatRequest,
+    ChatResult,
+    CompletionRequest,
+    ContentPart,
+    Done,
+    EmbeddingRequest,
+    EmbeddingResult,
+    Event,
+    Failed,
+    FinishReason,
+    Message,
+    Reasoning,
+    ReasoningDelta,
+    ResponseFormat,
+    Role,
+    SamplingParams,
+    TextDelta,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    Usage,
+)
+
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit per request
+
+# --- request wire types -------------------------------------------------------
+
+
+class _Part(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class TextContent(_Part, tag="text"):
+    text: str
+
+
+class ImageURL(msgspec.Struct, frozen=True):
+    url: str
+    detail: str | None = None  # no meaning for local vision projectors
+
+
+class ImageContent(_Part, tag="image_url"):
+    image_url: ImageURL | str  # some clients send the URL bare
+
+
+class AudioContent(_Part, tag="input_audio"):
+    pass
+
+
+class FileContent(_Part, tag="file"):
+    pass
+
+
+class RefusalContent(_Part, tag="refusal"):
+    refusal: str
+
+
+UserPart = TextContent | ImageContent | AudioContent | FileContent
+
+
+class _Msg(msgspec.Struct, tag_field="role", kw_only=True):
+    name: str | None = None
+
+
+class SystemMessage(_Msg, tag="system"):
+    content: str | list[TextContent]
+
+
+class DeveloperMessage(_Msg, tag="developer"):
+    content: str | list[TextContent]
+
+
+class UserMessage(_Msg, tag="user"):
+    content: str | list[UserPart]
+
+
+class FunctionCall(msgspec.Struct, frozen=True):
+    name: NonEmptyStr
+    arguments: str = ""
+
+
+class WireToolCall(msgspec.Struct, tag_field="type", tag="function", frozen=True):
+    id: str
+    function: FunctionCall
+
+
+class AssistantMessage(_Msg, tag="assistant"):
+    content: str | list[TextContent | RefusalContent] | None = None
+    tool_calls: list[WireToolCall] | None = None
+    reasoning_content: str | None = None  # extension (DeepSeek, llama-server): earlier thinking
+
+
+class ToolMessage(_Msg, tag="tool"):
+    content: str | list[TextContent]
+    tool_call_id: str
+
+
+WireMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+class FunctionDef(msgspec.Struct, frozen=True):
+    name: NonEmptyStr
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class FunctionTool(msgspec.Struct, tag_field="type", tag="function", frozen=True):
+    function: FunctionDef
+
+
+class NamedFunction(msgspec.Struct, frozen=True):
+    name: NonEmptyStr
+
+
+class NamedToolChoice(msgspec.Struct, tag_field="type", tag="function", frozen=True):
+    function: NamedFunction
+
+
+class _Format(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class TextFormat(_Format, tag="text"):
+    pass
+
+
+class JSONObjectFormat(_Format, tag="json_object"):
+    pass
+
+
+class JSONSchemaSpec(msgspec.Struct, frozen=True):
+    name: str = ""
+    schema: dict[str, Any] | None = None
+
+
+class JSONSchemaFormat(_Format, tag="json_schema"):
+    json_schema: JSONSchemaSpec
+
+
+class StreamOptions(msgspec.Struct, frozen=True):
+    include_usage: bool | None = None
+
+
+Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class _SamplingBody(msgspec.Struct, frozen=True, kw_only=True):
+    """Fields that chat and text completions share."""
+
+    model: NonEmptyStr
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    top_p: Probability | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_p: Probability | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repeat_penalty: PositiveFloat | None = None
+    repetition_penalty: PositiveFloat | None = None  # alias used by vLLM and TGI clients
+    seed: int | None = None
+    stop: NonEmptyStr | StopList | None = None
+    logit_bias: dict[int, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None = None
+    n: int | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    keep_alive: float | str | None = None
+
+
+class ChatBody(_SamplingBody, frozen=True, kw_only=True):
+    messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1)]
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    response_format: TextFormat | JSONObjectFormat | JSONSchemaFormat | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    logprobs: bool | None = None
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+
+
+TokenArrays = list[str | int | list[int]]
+
+
+class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
+    prompt: str | TokenArrays
+    max_tokens: PositiveInt | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+    logprobs: int | None = None
+
+
+class EmbeddingBody(msgspec.Struct, frozen=True, kw_only=True):
+    model: NonEmptyStr
+    input: str | Annotated[TokenArrays, msgspec.Meta(max_length=MAX_EMBEDDING_INPUTS)]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: PositiveInt | None = None
+    keep_alive: float | str | None = None
+
+
+_chat_decoder = msgspec.json.Decoder(ChatBody)
+_completion_decoder = msgspec.json.Decoder(CompletionBody)
+_embedding_decoder = msgspec.json.Decoder(EmbeddingBody)
+
+
+# --- decoded calls --------------------------------------------------------------
+
+
+class ChatCall(msgspec.Struct, frozen=True):
+    """A decoded chat completion request and the wire options the route needs."""
+
+    request: ChatRequest
+    include_usage: bool = False  # stream_options.include_usage
+
+
+class CompletionCall(msgspec.Struct, frozen=True):
+    request: CompletionRequest
+    include_usage: bool = False
+
+
+class EmbeddingCall(msgspec.Struct, frozen=True):
+    request: EmbeddingRequest
+    encoding_format: Literal["float", "base64"] = "float"
+
+
+_ONE_CHOICE = "'n' must be 1: this server generates one choice per request."
+
+
+def parse_chat(
+    body: bytes, *, max_tokens_limit: int | None = None, fetch_image: ImageFetcher | None = None
+) -> ChatCall:
+    """Decode a `POST /v1/chat/completions` body.
+
+    `max_tokens_limit` is the most tokens the server lets one request ask for.
+    Remote (http) image URLs are refused unless `fetch_image` is given.
+    """
+    wire = decode_body(_chat_decoder, body)
+    _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
+    _refuse(bool(wire.logprobs), "logprobs", "'logprobs' is not supported by this server.")
+    _refuse(wire.audio is not None, "audio", "Audio output is not supported by this server.")
+    _refuse("audio" in (wire.modalities or ()), "modalities", "Audio output is not supported by this server.")
+    _refuse(wire.functions is not None, "functions", "'functions' is deprecated; use 'tools'.")
+    _refuse(wire.function_call is not None, "function_call",
+            "'function_call' is deprecated; use 'tool_choice'.")
+
+    # max_completion_tokens replaced max_tokens in OpenAI's API; it wins when both are sent.
+    max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
+    max_param = "max_completion_tokens" if wire.max_completion_tokens is not None else "max_tokens"
+    check_max_tokens(max_tokens, max_param, max_tokens_limit)
+
+    tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
+    check_tools(tools, "tools[{}].function.name")
+    tool_choice = _tool_choice(wire.tool_choice)
+    check_tool_choice(tool_choice, tools)
+
+    request = ChatRequest(
+        model=wire.model,
+        messages=[_message(m, f"messages[{i}]", fetch_image) for i, m in enumerate(wire.messages)],
+        sampling=_sampling(wire, max_tokens),
+        stream=bool(wire.stream),
+        tools=tools or None,
+        keep_alive=keep_alive_seconds(wire.keep_alive),
+        tool_choice=tool_choice,
+        response_format=_response_format(wire.response_format),
+        reasoning=_reasoning(wire.reasoning_effort),
+    )
+    return ChatCall(request, _include_usage(wire))
+
+
+def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> CompletionCall:
+    """Decode a `POST /v1/completions` body (one text prompt; max_tokens defaults to 16)."""
+    wire = decode_body(_completion_decoder, body)
+    _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
+    _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
+    _refuse(bool(wire.echo), "echo", "'echo' is not supported by this server.")
+    _refuse(bool(wire.suffix), "suffix", "'suffix' (fill-in-the-middle) is not supported by this server.")
+    _refuse(wire.logprobs is not None, "logprobs", "'logprobs' is not supported by this server.")
+    max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
+    check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
+    request = CompletionRequest(
+        model=wire.model,
+        prompt=_single_prompt(wire.prompt),
+        sampling=_sampling(wire, max_tokens),
+        stream=bool(wire.stream),
+        keep_alive=keep_alive_seconds(wire.keep_alive),
+    )
+    return CompletionCall(request, _include_usage(wire))
+
+
+def parse_embeddings(body: bytes) -> EmbeddingCall:
+    """Decode a `POST /v1/embeddings` body: a string or a non-empty list of strings."""
+    wire = decode_body(_embedding_decoder, body)
+    texts = [wire.input] if isinstance(wire.input, str) else wire.input
+    _refuse(not texts, "input", "'input' must not be an empty list.")
+    for i, text in enumerate(texts):
+        _refuse(not isinstance(text, str), "input",
+                "'input' must be text: token arrays are not supported by this server.")
+        _refuse(text == "", "input" if isinstance(wire.input, str) else f"input[{i}]",
+                "'input' must not contain empty strings.")
+    request = EmbeddingRequest(
+        model=wire.model,
+        input=texts,  # type: ignore[arg-type]  # checked above: all str
+        dimensions=wire.dimensions,
+        keep_alive=keep_alive_seconds(wire.keep_alive),
+    )
+    return EmbeddingCall(request, wire.encoding_format)
+
+
+def _refuse(condition: bool, param: str, message: str) -> None:
+    if condition:
+        raise InvalidRequest(message, param=param)
+
+
+def _include_usage(wire: _SamplingBody) -> bool:
+    return bool(wire.stream_options and wire.stream_options.include_usage)
+
+
+def _sampling(wire: _SamplingBody, max_tokens: int | None) -> SamplingParams:
+    if (wire.repeat_penalty is not None and wire.repetition_penalty is not None
+            and wire.repeat_penalty != wire.repetition_penalty):
+        raise InvalidRequest("'repeat_penalty' and 'repetition_penalty' disagree; send one of them.",
+                             param="repeat_penalty")
+    stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
+    return SamplingParams(
+        temperature=wire.temperature,
+        top_p=wire.top_p,
+        top_k=wire.top_k,
+        min_p=wire.min_p,
+        presence_penalty=wire.presence_penalty,
+        frequency_penalty=wire.frequency_penalty,
+        repeat_penalty=wire.repeat_penalty if wire.repeat_penalty is not None else wire.repetition_penalty,
+        seed=wire.seed,
+        max_tokens=max_tokens,
+        stop=stop or None,
+        logit_bias=wire.logit_bias or None,
+    )
+
+
+def _message(wire: WireMessage, param: str, fetch_image: ImageFetcher | None) -> Message:
+    if isinstance(wire, UserMessage):
+        return Message("user", _user_content(wire.content, f"{param}.content", fetch_image), name=wire.name)
+    if isinstance(wire, AssistantMessage):
+        calls = [
+            ToolCall(c.id, c.function.name,
+                     json_arguments(c.function.arguments, f"{param}.tool_calls[{j}].function.arguments"))
+            for j, c in enumerate(wire.tool_calls or ())
+        ]
+        return Message("assistant", _text(wire.content), name=wire.name, tool_calls=calls or None,
+                       reasoning_content=wire.reasoning_content)
+    if isinstance(wire, ToolMessage):
+        return Message("tool", _text(wire.content), tool_call_id=wire.tool_call_id)
+    role: Role = "developer" if isinstance(wire, DeveloperMessage) else "system"
+    return Message(role, _text(wire.content), name=wire.name)
+
+
+def _text(content: str | list[TextContent] | list[TextContent | RefusalContent] | None) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    return joined(p.text if isinstance(p, TextContent) else p.refusal for p in content)
+
+
+def _user_content(content: str | list[UserPart], param: str,
+                  fetch_image: ImageFetcher | None) -> str | list[ContentPart]:
+    if isinstance(content, str):
+        return content
+    parts: list[ContentPart] = []
+    for i, part in enumerate(content):
+        where = f"{param}[{i}]"
+        if isinstance(part, TextContent):
+            parts.append(TextPart(part.text))
+        elif isinstance(part, ImageContent):
+            if isinstance(part.image_url, str):
+                parts.append(image_from_url(part.image_url, f"{where}.image_url", fetch_image))
+            else:
+                parts.append(image_from_url(part.image_url.url, f"{where}.image_url.url", fetch_image))
+        elif isinstance(part, AudioContent):
+            raise InvalidRequest("Audio input ('input_audio' parts) is not supported by this server.",
+                                 param=where)
+        else:
+            raise InvalidRequest("File parts are not supported by this server; send the file's text "
+                                 "as a text part.", param=where)
+    return collapsed(parts)
+
+
+def _tool_choice(wire: str | NamedToolChoice | None) -> ToolChoice | None:
+    if wire is None:
+        return None
+    if isinstance(wire, NamedToolChoice):
+        return ToolChoice("required", wire.function.name)
+    return ToolChoice(wire)  # type: ignore[arg-type]  # the Literal checked by msgspec
+
+
+def _response_format(wire: _Format | None) -> ResponseFormat | None:
+    if isinstance(wire, JSONSchemaFormat) and wire.json_schema.schema is not None:
+        return ResponseFormat("json_schema", wire.json_schema.schema)
+    if isinstance(wire, (JSONObjectFormat, JSONSchemaFormat)):
+        return ResponseFormat("json_object")
+    return None  # text: no constraint
+
+
+def _reasoning(effort: str | None) -> Reasoning | None:
+    if effort is None:
+        return None
+    if effort == "none":
+        return Reasoning(enabled=False)
+    return Reasoning(effort=effort)  # type: ignore[arg-type]  # the Literal checked by msgspec
+
+
+def _single_prompt(prompt: str | TokenArrays) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    if any(not isinstance(p, str) for p in prompt):
+        raise InvalidRequest("'prompt' must be text: token arrays are not supported by this server.",
+                             param="prompt")
+    raise InvalidRequest("'prompt' must be one string: batches of prompts are not supported; "
+                         "send one request per prompt.", param="prompt")
+
+
+# --- responses ------------------------------------------------------------------
+
+
+class _PromptDetails(msgspec.Struct, frozen=True):
+    cached_tokens: int
+
+
+class _Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: _PromptDetails
+
+
+class _EmbeddingUsage(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    total_tokens: int
+
+
+def _usage(usage: Usage) -> _Usage:
+    return _Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens,
+                  _PromptDetails(usage.cached_tokens))
+
+
+class _OutFunction(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _OutToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A whole tool call (response body) or one streamed piece of it (`index` set)."""
+
+    function: _OutFunction
+    id: str | None = None
+    type: Literal["function"] | None = None
+    index: int | None = None
+
+
+class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: Literal["assistant"]  # required fields are always written, even with omit_defaults
+    content: str | None  # null with tool calls
+    tool_calls: list[_OutToolCall] | None = None
+    reasoning_content: str | None = None
+
+
+class _ChatChoice(msgspec.Struct, frozen=True):
+    message: _OutMessage
+    finish_reason: str
+    index: int = 0
+    logprobs: None = None
+
+
+class _ChatCompletion(msgspec.Struct, frozen=True):
+    id: str
+    created: int
+    model: str
+    choices: list[_ChatChoice]
+    usage: _Usage
+    object: Literal["chat.completion"] = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+class _TextChoice(msgspec.Struct, frozen=True):
+    text: str
+    finish_reason: str
+    index: int = 0
+    logprobs: None = None
+
+
+class _TextCompletion(msgspec.Struct, frozen=True):
+    id: str
+    created: int
+    model: str
+    choices: list[_TextChoice]
+    usage: _Usage
+    object: Literal["text_completion"] = "text_completion"
+    system_fingerprint: str | None = None
+
+
+class _UsageChunk(msgspec.Struct, frozen=True):
+    """The last chunk with `include_usage`: no choices, the request's usage."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: tuple[()]
+    usage: _Usage
+    system_fingerprint: str | None = None
+
+
+class _Embedding(msgspec.Struct, frozen=True):
+    embedding: list[float] | str
+    index: int
+    object: Literal["embedding"] = "embedding"
+
+
+class _EmbeddingList(msgspec.Struct, frozen=True):
+    data: list[_Embedding]
+    model: str
+    usage: _EmbeddingUsage
+    object: Literal["list"] = "list"
+
+
+class _Model(msgspec.Struct, frozen=True):
+    id: str
+    created: int
+    loaded: bool
+    spark: dict[str, Any]
+    object: Literal["model"] = "model"
+    owned_by: Literal["spark"] = "spark"
+
+
+class _ModelList(msgspec.Struct, frozen=True):
+    data: list[_Model]
+    object: Literal["list"] = "list"
+
+
+class _ErrorObject(msgspec.Struct, frozen=True):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class _ErrorEnvelope(msgspec.Struct, frozen=True):
+    error: _ErrorObject
+
+
+_encode = msgspec.json.encode
+
+_FINISH: dict[FinishReason, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    # OpenAI has no words for these; an ended stream reads as a normal stop.
+    "cancelled": "stop",
+    "error": "stop",
+}
+
+
+def chat_completion_id(request_id: str) -> str:
+    return "chatcmpl-" + request_id
+
+
+def completion_id(request_id: str) -> str:
+    return "cmpl-" + request_id
+
+
+def chat_completion_body(request_id: str, model: str, created: int, result: ChatResult, *,
+                         system_fingerprint: str | None = None) -> bytes:
+    """The `chat.completion` JSON body for a finished, non-streamed request."""
+    calls = [_OutToolCall(_OutFunction(c.name, c.arguments), id=c.id, type="function")
+             for c in result.tool_calls]
+    message = _OutMessage(
+        role="assistant",
+        content=None if calls and not result.text else result.text,
+        tool_calls=calls or None,
+        reasoning_content=result.reasoning or None,
+    )
+    return _encode(_ChatCompletion(
+        id=chat_completion_id(request_id), created=created, model=model,
+        choices=[_ChatChoice(message, _FINISH[result.finish_reason])],
+        usage=_usage(result.usage), system_fingerprint=system_fingerprint,
+    ))
+
+
+def completion_body(request_id: str, model: str, created: int, result: ChatResult, *,
+                    system_fingerprint: str | None = None) -> bytes:
+    """The `text_completion` JSON body for a finished, non-streamed request."""
+    finish = "length" if result.finish_reason == "length" else "stop"
+    return _encode(_TextCompletion(
+        id=completion_id(request_id), created=created, model=model,
+        choices=[_TextChoice(result.text, finish)], usage=_usage(result.usage),
+        system_fingerprint=system_fingerprint,
+    ))
+
+
+def embeddings_body(model: str, result: EmbeddingResult,
+                    encoding_format: Literal["float", "base64"] = "float") -> bytes:
+    """The embeddings list body; base64 is little-endian float32, as OpenAI sends it."""
+    def vector(v: list[float]) -> list[float] | str:
+        if encoding_format == "float":
+            return v
+        return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+
+    return _encode(_EmbeddingList(
+        data=[_Embedding(vector(v), i) for i, v in enumerate(result.vectors)],
+        model=model,
+        usage=_EmbeddingUsage(result.usage.prompt_tokens, result.usage.prompt_tokens),
+    ))
+
+
+def _model(entry: ModelEntry) -> _Model:
+    return _Model(entry.id, entry.created, entry.loaded, entry.info)
+
+
+def model_body(entry: ModelEntry) -> bytes:
+    """`GET /v1/models/{id}`: one model object, with Spark's `loaded` and `spark` extensions."""
+    return _encode(_model(entry))
+
+
+def model_list_body(entries: list[ModelEntry]) -> bytes:
+    """`GET /v1/models`."""
+    return _encode(_ModelList([_model(e) for e in entries]))
+
+
+def _error_object(error: SparkError) -> _ErrorObject:
+    kind = "invalid_request_error" if error.status < 500 else "server_error"
+    code = "invalid_api_key" if error.code == "unauthorized" else error.code
+    return _ErrorObject(error.message, kind, error.param, code)
+
+
+def error_body(error: SparkError) -> tuple[int, bytes]:
+    """HTTP status and OpenAI's `{"error": {message, type, param, code}}` body."""
+    return error.status, _encode(_ErrorEnvelope(_error_object(error)))
+
+
+# --- streaming ------------------------------------------------------------------
+
+_DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class _ContentDelta(msgspec.Struct, frozen=True):
+    content: str
+
+
+class _ReasoningDelta(msgspec.Struct, frozen=True):
+    reasoning_content: str
+
+
+class _ToolCallsDelta(msgspec.Struct, frozen=True):
+    tool_calls: tuple[_OutToolCall]
+
+
+class _Stream:
+    """SSE chunks of one streamed choice; subclasses say how a choice is written."""
+
+    _object: ClassVar[str]
+    _choice_key: ClassVar[bytes]  # the choice's payload: b"delta" or b"text"
+    _empty: ClassVar[bytes]  # that payload when it carries nothing
+
+    def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool = False,
+                 system_fingerprint: str | None = None) -> None:
+        self.id = response_id
+        self.model = model
+        self.created = created
+        self.include_usage = include_usage
+        self.system_fingerprint = system_fingerprint
+        self.finished = False
+        fingerprint = b',"system_fingerprint":' + _encode(system_fingerprint) if system_fingerprint else b""
+        # Everything around the per-token payload is encoded once.
+        self._head = (b'data: {"id":' + _encode(response_id) + b',"object":"' + self._object.encode()
+                      + b'","created":' + str(created).encode() + b',"model":' + _encode(model)
+                      + fingerprint + b',"choices":[{"index":0,"' + self._choice_key + b'":')
+        self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def _chunk(self, payload: bytes) -> bytes:
+        return self._head + payload + self._tail
+
+    def _finish(self, done: Done, finish_reason: str) -> bytes:
+        self.finished = True
+        out = (self._head + self._empty + b',"logprobs":null,"finish_reason":'
+               + _encode(finish_reason) + b"}]}\n\n")
+        if self.include_usage:
+            out += sse(_encode(_UsageChunk(self.id, self._object, self.created, self.model, (),
+                                           _usage(done.usage),
+                                           system_fingerprint=self.system_fingerprint)))
+        return out + _DONE_FRAME
+
+    def fail(self, error: SparkError) -> bytes:
+        """The error frame (OpenAI's shape) and `[DONE]`; the stream is over."""
+        if self.finished:
+            return b""
+        self.finished = True
+        return sse(_encode(_ErrorEnvelope(_error_object(error)))) + _DONE_FRAME
+
+
+class ChatStream(_Stream):
+    """Turns one request's events into `chat.completion.chunk` SSE frames.
+
+    Call `feed` with every event; write what it returns (possibly b"").
+    The first frame carries `delta.role`; `Done` brings the finish chunk, the
+    usage chunk (when `include_usage`) and `data: [DONE]`; `Failed` (or
+    `fail()` for an error raised outside the runner) an error frame and `[DONE]`.
+    """
+
+    _object = "chat.completion.chunk"
+    _choice_key = b"delta"
+    _empty = b"{}"
+    _ROLE = b'{"role":"assistant","content":""}'
+
+    def __init__(self, request_id: str, model: str, created: int, *, include_usage: bool = False,
+                 system_fingerprint: str | None = None) -> None:
+        super().__init__(chat_completion_id(request_id), model, created,
+                         include_usage=include_usage, system_fingerprint=system_fingerprint)
+        self._started = False
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        return self._chunk(self._ROLE)
+
+    def feed(self, event: Event) -> bytes:
+        """The SSE bytes for one event (empty for events with nothing to send)."""
+        if self.finished:
+            return b""
+        if isinstance(event, TextDelta):
+            if not event.text:
+                return b""
+            return self._start() + self._chunk(_encode(_ContentDelta(event.text)))
+        if isinstance(event, ReasoningDelta):
+            if not event.text:
+                return b""
+            return self._start() + self._chunk(_encode(_ReasoningDelta(event.text)))
+        if isinstance(event, ToolCallDelta):
+            if event.name is not None:  # the start of a call
+                piece = _OutToolCall(_OutFunction(event.name, event.arguments),
+                                     id=event.id or new_tool_call_id("call_"), type="function",
+                                     index=event.index)
+            else:
+                piece = _OutToolCall(_OutFunction(arguments=event.arguments), index=event.index)
+            return self._start() + self._chunk(_encode(_ToolCallsDelta((piece,))))
+        if isinstance(event, Done):
+            return self._start() + self._finish(event, _FINISH[event.finish_reason])
+        if isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return b""  # SlotInfo, PromptDone: nothing to tell the client
+
+
+class CompletionStream(_Stream):
+    """Turns one raw completion's events into `text_completion` SSE frames (see ChatStream)."""
+
+    _object = "text_completion"
+    _choice_key = b"text"
+    _empty = b'""'
+
+    def __init__(self, request_id: str, model: str, created: int, *, include_usage: bool = False,
+                 system_fingerprint: str | None = None) -> None:
+        super().__init__(completion_id(request_id), model, created,
+                         include_usage=include_usage, system_fingerprint=system_fingerprint)
+
+    def feed(self, event: Event) -> bytes:
+        """The SSE bytes for one event (empty for events with nothing to send)."""
+        if self.finished:
+            return b""
+        if isinstance(event, TextDelta):
+            return self._chunk(_encode(event.text)) if event.text else b""
+        if isinstance(event, Done):
+            return self._finish(event, "length" if event.finish_reason == "length" else "stop")
+        if isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return b""  # raw completions have no reasoning or tool calls to parse

@@ -1,0 +1,486 @@
+"""Anthropic Messages API <-> spark.types, checked with the anthropic SDK's models and client."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from anthropic.types import Message as SDKMessage
+from anthropic.types import MessageTokensCount, ModelInfo
+
+from spark.api import anthropic as api
+from spark.api.common import ModelEntry
+from spark.errors import (
+    Cancelled,
+    ContextLengthExceeded,
+    DownloadError,
+    InvalidRequest,
+    ModelFileError,
+    ModelNotFound,
+    Overloaded,
+    PlacementRefused,
+    RunnerFailed,
+    SettingsError,
+    SparkError,
+    Unauthorized,
+)
+from spark.types import (
+    ChatResult,
+    Done,
+    Failed,
+    ImagePart,
+    Message,
+    PromptDone,
+    Reasoning,
+    ReasoningDelta,
+    ResponseFormat,
+    SamplingParams,
+    SlotInfo,
+    TextDelta,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    Usage,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
+PNG_B64 = base64.b64encode(PNG).decode()
+USAGE = Usage(prompt_tokens=12, completion_tokens=5, cached_tokens=8)
+SSE = {"content-type": "text/event-stream"}
+USER = [{"role": "user", "content": "hi"}]
+
+
+def body(**fields: Any) -> bytes:
+    fields.setdefault("messages", USER)
+    return json.dumps({"model": "m", **fields}).encode()
+
+
+def parse(**fields: Any):
+    fields.setdefault("max_tokens", 100)
+    return api.parse_messages(body(**fields))
+
+
+def error(**fields: Any) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        parse(**fields)
+    return info.value
+
+
+# --- requests ---------------------------------------------------------------------------
+
+
+def test_sdk_request_with_every_parameter(anthropic_client) -> None:
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.content)
+        return httpx.Response(400, json={"type": "error", "error": {"type": "x", "message": "stop"}})
+
+    with pytest.raises(anthropic.BadRequestError):
+        anthropic_client(handler).messages.create(
+            model="smollm2", max_tokens=512,
+            system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
+            messages=[
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Weather here?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                 "data": PNG_B64}}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "Use the tool.", "signature": "sig"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "weather",
+                     "input": {"city": "Oslo"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"},
+                    {"type": "text", "text": "Thanks!"}]},
+            ],
+            stop_sequences=["\n\nHuman:"], metadata={"user_id": "u1"},
+            tools=[{"name": "weather", "description": "Weather now",
+                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            tool_choice={"type": "tool", "name": "weather"},
+            thinking={"type": "enabled", "budget_tokens": 256},
+            # this SDK release has no keyword for the sampling parameters older ones sent
+            extra_body={"keep_alive": "2m", "temperature": 0.3, "top_p": 0.9, "top_k": 40},
+        )
+    request = api.parse_messages(seen[0])
+    assert request.model == "smollm2" and request.stream is False
+    assert request.messages == [
+        Message("system", "Be brief.\nBe kind."),
+        Message("user", [TextPart("Weather here?"), ImagePart(PNG, "image/png")]),
+        Message("assistant", "Checking.", reasoning_content="Use the tool.",
+                tool_calls=[ToolCall("toolu_1", "weather", '{"city":"Oslo"}')]),
+        Message("tool", "Sunny", tool_call_id="toolu_1"),
+        Message("user", "Thanks!"),
+    ]
+    assert request.sampling == SamplingParams(temperature=0.3, top_p=0.9, top_k=40, max_tokens=512,
+                                              stop=["\n\nHuman:"])
+    assert request.tools == [Tool("weather", "Weather now",
+                                  {"type": "object", "properties": {"city": {"type": "string"}}})]
+    assert request.tool_choice == ToolChoice("required", "weather")
+    assert request.reasoning == Reasoning(budget_tokens=256)
+    assert request.keep_alive == 120
+
+
+def test_minimal_request() -> None:
+    request = parse()
+    assert request.messages == [Message("user", "hi")]
+    assert request.sampling == SamplingParams(max_tokens=100)
+    assert request.tools is None and request.reasoning is None and request.tool_choice is None
+
+
+def test_tool_results_keep_their_order_and_errors() -> None:
+    content = [
+        {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "1"},
+                                                                {"type": "text", "text": "2"}]},
+        {"type": "tool_result", "tool_use_id": "b", "content": "no such city", "is_error": True},
+        {"type": "tool_result", "tool_use_id": "c",
+         "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                  "data": PNG_B64}}]},
+        {"type": "tool_result", "tool_use_id": "d"},
+    ]
+    assert parse(messages=[{"role": "user", "content": content}]).messages == [
+        Message("tool", "1\n2", tool_call_id="a"),
+        Message("tool", "Error:\nno such city", tool_call_id="b"),
+        Message("tool", [ImagePart(PNG, "image/png")], tool_call_id="c"),
+        Message("tool", "", tool_call_id="d"),
+    ]
+
+
+def test_prefill_and_redacted_thinking() -> None:
+    messages = [*USER, {"role": "assistant", "content": [
+        {"type": "redacted_thinking", "data": "xxx"}, {"type": "text", "text": "The answer is ("}]}]
+    assert parse(messages=messages).messages[-1] == Message("assistant", "The answer is (")
+
+
+@pytest.mark.parametrize(
+    ("thinking", "effort", "expected"),
+    [
+        ({"type": "disabled"}, None, Reasoning(enabled=False)),
+        ({"type": "adaptive"}, None, Reasoning()),
+        ({"type": "adaptive"}, "high", Reasoning(effort="high")),
+        (None, "low", Reasoning(effort="low")),
+        ({"type": "enabled", "budget_tokens": 50}, "max", Reasoning(effort="max", budget_tokens=50)),
+    ],
+)
+def test_thinking_and_effort(thinking: dict | None, effort: str | None, expected: Reasoning) -> None:
+    fields: dict[str, Any] = {"output_config": {"effort": effort}}
+    if thinking:
+        fields["thinking"] = thinking
+    assert parse(**fields).reasoning == expected
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [({"type": "auto"}, ToolChoice("auto")), ({"type": "any"}, ToolChoice("required")),
+     ({"type": "none"}, ToolChoice("none"))],
+)
+def test_tool_choices(choice: dict, expected: ToolChoice) -> None:
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    assert parse(tools=tools, tool_choice=choice).tool_choice == expected
+
+
+def test_structured_output() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert parse(output_config={"format": {"type": "json_schema", "schema": schema}}
+                 ).response_format == ResponseFormat("json_schema", schema)
+
+
+def test_remote_image_needs_a_fetcher() -> None:
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    messages = [{"role": "user", "content": [image]}]
+    assert error(messages=messages).param == "messages[0].content[0].source.url"
+    got = api.parse_messages(body(messages=messages, max_tokens=5),
+                             fetch_image=lambda url, param: ImagePart(PNG))
+    assert got.messages[0].content == [ImagePart(PNG)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"max_tokens": None}, "max_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages[0].content[0].type"),
+        ({"messages": [{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "data": "x"}}]}]}, "messages[0].content[0]"),
+        ({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/tiff", "data": PNG_B64}}]}]},
+         "messages[0].content[0].source.media_type"),
+        ({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "@@"}}]}]},
+         "messages[0].content[0].source.data"),
+        ({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "file:///etc/passwd"}}]}]},
+         "messages[0].content[0].source.url"),
+        ({"messages": [{"role": "assistant", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}]}]},
+         "messages[0].content[0].type"),
+        ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f"}]}]},
+         "messages[0].content[0].type"),
+        ({"system": 5}, "system"),
+        ({"temperature": 1.5}, "temperature"),
+        ({"top_p": -0.5}, "top_p"),
+        ({"top_k": -2}, "top_k"),
+        ({"stop_sequences": [""]}, "stop_sequences[0]"),
+        ({"stop_sequences": "END"}, "stop_sequences"),
+        ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, "tools[1].name"),
+        ({"tool_choice": {"type": "any"}}, "tool_choice"),
+        ({"tool_choice": {"type": "tool"}}, "tool_choice.name"),
+        ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
+        ({"keep_alive": "forever-ish"}, "keep_alive"),
+    ],
+)
+def test_bad_requests_name_the_param(fields: dict, param: str) -> None:
+    got = error(**fields)
+    assert got.param == param and got.status == 400
+
+
+def test_max_tokens_required_and_limited() -> None:
+    assert error(max_tokens=None).message == "Missing required parameter: 'max_tokens'."
+    with pytest.raises(InvalidRequest) as info:
+        api.parse_messages(body(max_tokens=5000), max_tokens_limit=4096)
+    assert info.value.param == "max_tokens"
+
+
+def test_count_tokens_does_not_need_max_tokens(anthropic_client) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        request_ = api.parse_count_tokens(request.content)
+        return httpx.Response(200, content=api.count_tokens_body(10 * len(request_.messages)))
+
+    counted = anthropic_client(handler).messages.count_tokens(
+        model="m", system="s", messages=[{"role": "user", "content": "hello"}])
+    assert counted.input_tokens == 20
+    assert MessageTokensCount.model_validate_json(api.count_tokens_body(7)).input_tokens == 7
+
+
+# --- responses --------------------------------------------------------------------------
+
+
+def test_message_body() -> None:
+    raw = api.message_body("r1", "smollm2", ChatResult("Hello!", "stop", USAGE))
+    message = SDKMessage.model_validate_json(raw)
+    assert message.id == "msg_r1" and message.type == "message" and message.role == "assistant"
+    assert message.model == "smollm2"
+    assert [(b.type, b.text) for b in message.content] == [("text", "Hello!")]
+    assert message.stop_reason == "end_turn" and message.stop_sequence is None
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (4, 5)
+    assert message.usage.cache_read_input_tokens == 8
+    assert message.usage.cache_creation_input_tokens == 0
+
+
+def test_message_body_with_thinking_and_tools() -> None:
+    result = ChatResult("", "tool_calls", USAGE, reasoning="Use weather.",
+                        tool_calls=[ToolCall("toolu_a", "weather", '{"city": "Oslo"}'),
+                                    ToolCall("toolu_b", "broken", "{not json")])
+    message = SDKMessage.model_validate_json(api.message_body("r", "m", result))
+    assert [b.type for b in message.content] == ["thinking", "tool_use", "tool_use"]
+    assert message.content[0].thinking == "Use weather."
+    assert message.content[1].input == {"city": "Oslo"} and message.content[1].id == "toolu_a"
+    assert message.content[2].input == {}
+    assert message.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop_sequence", "reason", "sequence"),
+    [("stop", None, "end_turn", None), ("stop", "END", "stop_sequence", "END"),
+     ("length", None, "max_tokens", None), ("cancelled", None, "end_turn", None)],
+)
+def test_stop_reasons(finish: str, stop_sequence: str | None, reason: str, sequence: str | None) -> None:
+    result = ChatResult("x", finish, USAGE, stop_sequence=stop_sequence)  # type: ignore[arg-type]
+    message = SDKMessage.model_validate_json(api.message_body("r", "m", result))
+    assert (message.stop_reason, message.stop_sequence) == (reason, sequence)
+
+
+def test_model_bodies() -> None:
+    entries = [ModelEntry("smollm2", 1700000000, loaded=True), ModelEntry("bert", 1700000100)]
+    page = json.loads(api.model_list_body(entries))
+    assert (page["first_id"], page["last_id"], page["has_more"]) == ("smollm2", "bert", False)
+    info = ModelInfo.model_validate(page["data"][0])
+    assert info.id == "smollm2" and info.created_at.timestamp() == 1700000000
+    assert ModelInfo.model_validate_json(api.model_body(entries[1])).id == "bert"
+    assert json.loads(api.model_list_body([]))["data"] == []
+
+
+# --- streams ----------------------------------------------------------------------------
+
+
+def events_of(stream: bytes) -> list[tuple[str, dict]]:
+    """(event name, data) of each SSE frame; the name must match the data's type."""
+    out = []
+    for frame in stream.split(b"\n\n")[:-1]:
+        name_line, data_line = frame.split(b"\n")
+        name = name_line.removeprefix(b"event: ").decode()
+        data = json.loads(data_line.removeprefix(b"data: "))
+        assert data["type"] == name
+        out.append((name, data))
+    return out
+
+
+def feed_all(stream: api.MessageStream, events: list) -> bytes:
+    return b"".join(stream.feed(e) for e in events)
+
+
+FULL = [
+    SlotInfo(slot=0, prompt_tokens=12, cached_tokens=8),
+    PromptDone(evaluated_tokens=4, seconds=0.01),
+    ReasoningDelta("Hm."),
+    TextDelta("Let me "),
+    TextDelta("check."),
+    ToolCallDelta(0, id="toolu_w", name="weather", arguments='{"city":'),
+    ToolCallDelta(0, arguments=' "Oslo"}'),
+    ToolCallDelta(1, name="time"),
+    Done("tool_calls", USAGE),
+]
+
+
+def test_stream_event_order() -> None:
+    got = events_of(feed_all(api.MessageStream("r", "m"), FULL))
+    assert [(n, d.get("index"), d.get("delta", {}).get("type")) for n, d in got] == [
+        ("message_start", None, None),
+        ("content_block_start", 0, None),
+        ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_stop", 0, None),
+        ("content_block_start", 1, None),
+        ("content_block_delta", 1, "text_delta"),
+        ("content_block_delta", 1, "text_delta"),
+        ("content_block_stop", 1, None),
+        ("content_block_start", 2, None),
+        ("content_block_delta", 2, "input_json_delta"),
+        ("content_block_delta", 2, "input_json_delta"),
+        ("content_block_stop", 2, None),
+        ("content_block_start", 3, None),
+        ("content_block_stop", 3, None),
+        ("message_delta", None, None),
+        ("message_stop", None, None),
+    ]
+    start = got[0][1]["message"]
+    assert start["id"] == "msg_r" and start["content"] == [] and start["stop_reason"] is None
+    assert start["usage"]["input_tokens"] == 4 and start["usage"]["cache_read_input_tokens"] == 8
+    assert got[8][1]["content_block"] == {"type": "tool_use", "id": "toolu_w", "name": "weather",
+                                          "input": {}}
+    assert got[12][1]["content_block"]["id"].startswith("toolu_")
+    assert got[14][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert got[14][1]["usage"]["output_tokens"] == 5
+
+
+def test_the_sdk_accumulates_the_stream(anthropic_client) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        parsed = api.parse_messages(request.content)
+        stream = api.MessageStream("r", parsed.model)
+        return httpx.Response(200, headers=SSE, content=stream.ping() + feed_all(stream, FULL))
+
+    client = anthropic_client(handler)
+    with client.messages.stream(model="m", max_tokens=50, messages=USER) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "Let me check."
+    assert [b.type for b in final.content] == ["thinking", "text", "tool_use", "tool_use"]
+    assert final.content[0].thinking == "Hm."
+    assert final.content[2].input == {"city": "Oslo"} and final.content[3].input == {}
+    assert final.stop_reason == "tool_use"
+    assert final.usage.output_tokens == 5 and final.usage.input_tokens == 4
+    assert final.usage.cache_read_input_tokens == 8
+
+
+def test_early_start_and_ping_then_stop_sequence() -> None:
+    stream = api.MessageStream("r", "m")
+    out = stream.ping() + stream.ping() + stream.start()
+    out += feed_all(stream, [SlotInfo(0, 12, 8), TextDelta("a"),
+                             Done("stop", USAGE, stop_sequence="###")])
+    got = events_of(out)
+    assert [n for n, _ in got] == ["message_start", "ping", "ping", "content_block_start",
+                                   "content_block_delta", "content_block_stop", "message_delta",
+                                   "message_stop"]
+    assert got[0][1]["message"]["usage"]["input_tokens"] == 0  # not known yet
+    assert got[-2][1]["usage"]["input_tokens"] == 4  # message_delta brings it
+    assert got[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "###"}
+    assert stream.finished and stream.ping() == b"" and stream.feed(TextDelta("x")) == b""
+
+
+def test_empty_output_stream() -> None:
+    got = events_of(feed_all(api.MessageStream("r", "m"), [Done("length", USAGE)]))
+    assert [n for n, _ in got] == ["message_start", "message_delta", "message_stop"]
+    assert got[1][1]["delta"]["stop_reason"] == "max_tokens"
+
+
+def test_error_after_partial_output(anthropic_client) -> None:
+    stream = api.MessageStream("r", "m")
+    raw = feed_all(stream, [SlotInfo(0, 3, 0), TextDelta("Par"),
+                            Failed(RunnerFailed("the runner crashed").info()), TextDelta("late")])
+    got = events_of(raw)
+    assert [n for n, _ in got] == ["message_start", "content_block_start", "content_block_delta",
+                                   "error"]
+    assert got[-1][1] == {"type": "error", "error": {"type": "api_error",
+                                                     "message": "the runner crashed"}}
+    client = anthropic_client(lambda request: httpx.Response(200, headers=SSE, content=raw))
+    with pytest.raises(anthropic.APIStatusError, match="the runner crashed"):
+        with client.messages.stream(model="m", max_tokens=5, messages=USER) as s:
+            s.get_final_message()
+
+
+def test_fail_for_errors_outside_the_runner() -> None:
+    stream = api.MessageStream("r", "m")
+    got = events_of(stream.start() + stream.fail(Overloaded("queue full")))
+    assert got[-1][1]["error"] == {"type": "overloaded_error", "message": "queue full"}
+    assert stream.fail(Overloaded("again")) == b""
+
+
+# --- errors -----------------------------------------------------------------------------
+
+ERRORS: list[tuple[SparkError, int, str]] = [
+    (InvalidRequest("bad", param="temperature"), 400, "invalid_request_error"),
+    (Unauthorized("no key"), 401, "authentication_error"),
+    (ModelNotFound("nope"), 404, "not_found_error"),
+    (ContextLengthExceeded(5000, 4096), 400, "invalid_request_error"),
+    (ModelFileError("truncated"), 400, "invalid_request_error"),
+    (Cancelled("cancelled"), 499, "invalid_request_error"),
+    (Overloaded("busy"), 529, "overloaded_error"),
+    (RunnerFailed("crashed"), 502, "api_error"),
+    (DownloadError("gone"), 502, "api_error"),
+    (PlacementRefused("needs 5 GiB"), 507, "api_error"),
+    (SettingsError("bad port", param="port"), 500, "api_error"),
+    (SparkError("boom"), 500, "api_error"),
+]
+
+
+@pytest.mark.parametrize(("error_", "status", "kind"), ERRORS)
+def test_error_bodies(error_: SparkError, status: int, kind: str) -> None:
+    got_status, raw = api.error_body(error_)
+    assert got_status == status
+    assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": error_.message}}
+
+
+def test_sdk_sees_typed_errors(anthropic_client) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        try:
+            parsed = api.parse_messages(request.content)
+        except InvalidRequest as e:
+            status, raw = api.error_body(e)
+            return httpx.Response(status, content=raw)
+        failure = {"nope": ModelNotFound("nope"), "busy": Overloaded("busy"),
+                   "key": Unauthorized("Invalid API key.")}[parsed.model]
+        status, raw = api.error_body(failure)
+        return httpx.Response(status, content=raw)
+
+    client = anthropic_client(handler)
+    with pytest.raises(anthropic.NotFoundError,
+                       match=r"The model 'nope' does not exist on this server \(see GET /v1/models\)\."):
+        client.messages.create(model="nope", max_tokens=5, messages=USER)
+    with pytest.raises(anthropic.AuthenticationError):
+        client.messages.create(model="key", max_tokens=5, messages=USER)
+    with pytest.raises(anthropic.InternalServerError) as overloaded:
+        client.messages.create(model="busy", max_tokens=5, messages=USER)
+    assert overloaded.value.status_code == 529
+    with pytest.raises(anthropic.BadRequestError, match="temperature"):
+        client.messages.create(model="m", max_tokens=5, messages=USER,
+                               extra_body={"temperature": 1.5})

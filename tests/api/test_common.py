@@ -1,0 +1,150 @@
+"""Shared translation helpers: msgspec errors -> params, images, keep-alive, framing."""
+
+from __future__ import annotations
+
+import base64
+
+import msgspec
+import pytest
+
+from spark.api import common
+from spark.errors import InvalidRequest
+from spark.types import ImagePart, Tool, ToolChoice
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+class Inner(msgspec.Struct):
+    content: str
+
+
+class Body(msgspec.Struct):
+    model: str
+    messages: list[Inner] = []
+    bias: dict[int, float] = {}
+    temperature: common.Probability | None = None
+
+
+DECODER = msgspec.json.Decoder(Body)
+
+
+def invalid(body: bytes) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        common.decode_body(DECODER, body)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b'{"model": 1}', "model"),
+        (b'{"model": "m", "messages": [{"content": 5}]}', "messages[0].content"),
+        (b'{"model": "m", "messages": [{}]}', "messages[0].content"),
+        (b'{"messages": []}', "model"),
+        (b'{"model": "m", "bias": {"x": 1}}', "bias"),
+        (b'{"model": "m", "bias": {"1": "x"}}', "bias"),
+        (b'{"model": "m", "temperature": 1.5}', "temperature"),
+    ],
+)
+def test_validation_errors_name_the_param(body: bytes, param: str) -> None:
+    error = invalid(body)
+    assert error.param == param
+    assert param in error.message
+    assert error.status == 400
+
+
+def test_missing_field_reads_like_openai() -> None:
+    assert invalid(b'{"model": "m", "messages": [{}]}').message == (
+        "Missing required parameter: 'messages[0].content'."
+    )
+
+
+def test_bad_json_and_wrong_top_level_type() -> None:
+    error = invalid(b'{"model": ')
+    assert error.message.startswith("body is not valid JSON: ")
+    assert error.param is None
+    error = invalid(b"[1, 2]")
+    assert error.param is None and "object" in error.message
+
+
+def test_data_url_image() -> None:
+    url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    assert common.image_from_url(url, "p", None) == ImagePart(PNG, "image/png")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:image/png,rawbytes",  # not base64
+        "data:text/plain;base64,aGVsbG8=",  # not an image
+        "data:image/png;base64,!!!notbase64",
+        "data:image/png;base64,",
+        "ftp://example.com/cat.png",
+        "cat.png",
+    ],
+)
+def test_bad_image_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        common.image_from_url(url, "messages[0].content[1].image_url.url", None)
+    assert info.value.param == "messages[0].content[1].image_url.url"
+
+
+def test_remote_images_need_a_fetcher() -> None:
+    with pytest.raises(InvalidRequest, match="does not fetch remote images") as info:
+        common.image_from_url("https://example.com/cat.png", "img", None)
+    assert info.value.param == "img"
+    seen = []
+
+    def fetch(url: str, param: str) -> ImagePart:
+        seen.append((url, param))
+        return ImagePart(PNG)
+
+    assert common.image_from_url("https://example.com/cat.png", "img", fetch) == ImagePart(PNG)
+    assert seen == [("https://example.com/cat.png", "img")]
+
+
+def test_keep_alive() -> None:
+    assert common.keep_alive_seconds(None) is None
+    assert common.keep_alive_seconds("5m") == 300
+    assert common.keep_alive_seconds(-1) == -1
+    with pytest.raises(InvalidRequest) as info:
+        common.keep_alive_seconds("soon")
+    assert info.value.param == "keep_alive"
+
+
+def test_max_tokens_limit() -> None:
+    common.check_max_tokens(100, "max_tokens", 100)
+    common.check_max_tokens(10**6, "max_tokens", None)
+    with pytest.raises(InvalidRequest, match="at most 100") as info:
+        common.check_max_tokens(101, "max_completion_tokens", 100)
+    assert info.value.param == "max_completion_tokens"
+
+
+def test_tool_checks() -> None:
+    tools = [Tool("a"), Tool("b")]
+    common.check_tools(tools, "tools[{}].name")
+    with pytest.raises(InvalidRequest) as info:
+        common.check_tools([*tools, Tool("a")], "tools[{}].name")
+    assert info.value.param == "tools[2].name"
+    common.check_tool_choice(ToolChoice("auto"), None)
+    common.check_tool_choice(ToolChoice("required", "b"), tools)
+    for choice, given in ((ToolChoice("required"), None), (ToolChoice("required", "zz"), tools)):
+        with pytest.raises(InvalidRequest) as info:
+            common.check_tool_choice(choice, given)
+        assert info.value.param == "tool_choice"
+
+
+def test_json_arguments() -> None:
+    assert common.json_arguments("", "p") == "{}"
+    assert common.json_arguments('{"a": 1}', "p") == '{"a": 1}'
+    for bad in ("{", "[1]"):
+        with pytest.raises(InvalidRequest) as info:
+            common.json_arguments(bad, "p")
+        assert info.value.param == "p"
+
+
+def test_ids_and_frames() -> None:
+    assert common.new_request_id() != common.new_request_id()
+    assert common.new_tool_call_id("call_").startswith("call_")
+    assert common.sse(b"{}") == b"data: {}\n\n"
+    assert common.sse(b"{}", "ping") == b"event: ping\ndata: {}\n\n"

@@ -1,0 +1,353 @@
+"""OpenAI request bodies -> spark.types, and the 400s with their params."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from spark.api import openai as api
+from spark.errors import InvalidRequest
+from spark.types import (
+    ImagePart,
+    Message,
+    Reasoning,
+    ResponseFormat,
+    SamplingParams,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
+PNG_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
+USER = [{"role": "user", "content": "hi"}]
+
+
+def body(**fields: Any) -> bytes:
+    return json.dumps({"model": "m", **fields}).encode()
+
+
+def chat(**fields: Any) -> api.ChatCall:
+    fields.setdefault("messages", USER)
+    return api.parse_chat(body(**fields))
+
+
+def chat_error(**fields: Any) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        chat(**fields)
+    assert info.value.status == 400
+    return info.value
+
+
+# --- chat: what the SDK sends -----------------------------------------------------
+
+
+def test_sdk_request_with_every_parameter(openai_client) -> None:
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.content)
+        return httpx.Response(400, json={"error": {"message": "stop here", "type": "x"}})
+
+    client = openai_client(handler)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="smollm2",
+            messages=[
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Look:"},
+                                             {"type": "image_url", "image_url": {"url": PNG_URL}}]},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+            ],
+            temperature=0.5, top_p=0.9, presence_penalty=0.1, frequency_penalty=-0.1, seed=7,
+            stop=["\n\n", "END"], max_completion_tokens=64, logit_bias={"50256": -100}, n=1,
+            stream=True, stream_options={"include_usage": True},
+            tools=[{"type": "function", "function": {
+                "name": "weather", "description": "Weather now",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+            tool_choice={"type": "function", "function": {"name": "weather"}},
+            response_format={"type": "json_object"}, reasoning_effort="low",
+            parallel_tool_calls=False, user="u1", store=False,
+            extra_body={"top_k": 20, "min_p": 0.1, "repetition_penalty": 1.1, "keep_alive": "5m"},
+        )
+    call = api.parse_chat(seen[0])
+    request = call.request
+    assert call.include_usage is True
+    assert request.model == "smollm2" and request.stream is True
+    assert request.messages == [
+        Message("developer", "Be brief."),
+        Message("user", [TextPart("Look:"), ImagePart(PNG, "image/png")]),
+        Message("assistant", None, tool_calls=[ToolCall("call_1", "weather", '{"city": "Oslo"}')]),
+        Message("tool", "Sunny", tool_call_id="call_1"),
+    ]
+    assert request.sampling == SamplingParams(
+        temperature=0.5, top_p=0.9, top_k=20, min_p=0.1, presence_penalty=0.1,
+        frequency_penalty=-0.1, repeat_penalty=1.1, seed=7, max_tokens=64,
+        stop=["\n\n", "END"], logit_bias={50256: -100.0},
+    )
+    assert request.tools == [Tool("weather", "Weather now",
+                                  {"type": "object", "properties": {"city": {"type": "string"}}})]
+    assert request.tool_choice == ToolChoice("required", "weather")
+    assert request.response_format == ResponseFormat("json_object")
+    assert request.reasoning == Reasoning(effort="low")
+    assert request.keep_alive == 300
+
+
+def test_minimal_request_leaves_everything_to_the_model() -> None:
+    call = chat()
+    assert call.request.messages == [Message("user", "hi")]
+    assert call.request.sampling == SamplingParams()
+    assert call.request.stream is False and call.include_usage is False
+    assert call.request.tools is None and call.request.keep_alive is None
+
+
+def test_roles_names_and_text_parts() -> None:
+    messages = [
+        {"role": "system", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]},
+        {"role": "user", "name": "ann", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "yes"},
+                                          {"type": "refusal", "refusal": "no"}],
+         "reasoning_content": "thinking"},
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "42"}]},
+    ]
+    assert chat(messages=messages).request.messages == [
+        Message("system", "A\nB"),
+        Message("user", "hi", name="ann"),
+        Message("assistant", "yes\nno", reasoning_content="thinking"),
+        Message("tool", "42", tool_call_id="c"),
+    ]
+
+
+def test_image_url_given_bare() -> None:
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": PNG_URL}]}]
+    assert chat(messages=messages).request.messages[0].content == [ImagePart(PNG, "image/png")]
+
+
+def test_remote_image_refused_unless_fetched() -> None:
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": "what is it"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]
+    assert chat_error(messages=messages).param == "messages[0].content[1].image_url.url"
+    call = api.parse_chat(body(messages=messages), fetch_image=lambda url, param: ImagePart(PNG))
+    assert call.request.messages[0].content == [TextPart("what is it"), ImagePart(PNG)]
+
+
+@pytest.mark.parametrize(
+    ("part", "words"),
+    [
+        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "Audio input"),
+        ({"type": "file", "file": {"file_id": "f"}}, "File parts"),
+    ],
+)
+def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
+    messages = [{"role": "user", "content": [{"type": "text", "text": "x"}, part]}]
+    error = chat_error(messages=messages)
+    assert error.param == "messages[0].content[1]"
+    assert words in error.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "function", "content": "x", "name": "f"}]}, "messages[0].role"),
+        ({"messages": [{"content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+        ({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": PNG_URL}]}]},
+         "messages[0].content[0].type"),
+        ({"messages": [*USER, {"role": "tool", "content": "x"}]}, "messages[1].tool_call_id"),
+        ({"messages": [{"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
+         "messages[0].tool_calls[0].function.arguments"),
+        ({"model": ""}, "model"),
+        ({"n": 2}, "n"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"min_p": -1}, "min_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"presence_penalty": 3}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"repeat_penalty": 0}, "repeat_penalty"),
+        ({"repeat_penalty": 1.1, "repetition_penalty": 1.2}, "repeat_penalty"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens"),
+        ({"stop": ""}, "stop"),
+        ({"stop": ["a", ""]}, "stop[1]"),
+        ({"stop": [str(i) for i in range(17)]}, "stop"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias"),
+        ({"logit_bias": {"1": 200}}, "logit_bias"),
+        ({"seed": "x"}, "seed"),
+        ({"stream": "yes"}, "stream"),
+        ({"logprobs": True}, "logprobs"),
+        ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"function_call": "auto"}, "function_call"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
+        ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "function", "function": {"name": "a"}},
+                    {"type": "function", "function": {"name": "a"}}]}, "tools[1].function.name"),
+        ({"tool_choice": "sometimes"}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "a"}}],
+          "tool_choice": {"type": "function", "function": {"name": "b"}}}, "tool_choice"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+        ({"keep_alive": "a while"}, "keep_alive"),
+    ],
+)
+def test_bad_chat_requests_name_the_param(fields: dict, param: str) -> None:
+    assert chat_error(**fields).param == param
+
+
+def test_n_message() -> None:
+    assert chat_error(n=3).message == "'n' must be 1: this server generates one choice per request."
+
+
+def test_invalid_json_body() -> None:
+    with pytest.raises(InvalidRequest, match="^body is not valid JSON: "):
+        api.parse_chat(b'{"model": "m", "messages": [')
+
+
+def test_max_tokens_limit_and_precedence() -> None:
+    assert chat(max_tokens=10, max_completion_tokens=20).request.sampling.max_tokens == 20
+    assert api.parse_chat(body(messages=USER, max_tokens=100), max_tokens_limit=100).request
+    for field in ("max_tokens", "max_completion_tokens"):
+        with pytest.raises(InvalidRequest) as info:
+            api.parse_chat(body(messages=USER, **{field: 101}), max_tokens_limit=100)
+        assert info.value.param == field
+
+
+def test_stop_and_penalty_aliases() -> None:
+    assert chat(stop="###").request.sampling.stop == ["###"]
+    assert chat(stop=[]).request.sampling.stop is None
+    assert chat(stop=[str(i) for i in range(16)]).request.sampling.stop[-1] == "15"
+    assert chat(repetition_penalty=1.3).request.sampling.repeat_penalty == 1.3
+    assert chat(repeat_penalty=1.3, repetition_penalty=1.3).request.sampling.repeat_penalty == 1.3
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [("auto", ToolChoice("auto")), ("none", ToolChoice("none")), ("required", ToolChoice("required"))],
+)
+def test_tool_choice_modes(choice: str, expected: ToolChoice) -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert chat(tools=tools, tool_choice=choice).request.tool_choice == expected
+
+
+def test_response_formats_and_reasoning() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    assert chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+                ).request.response_format == ResponseFormat("json_schema", schema)
+    assert chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}
+                ).request.response_format == ResponseFormat("json_object")
+    assert chat(response_format={"type": "text"}).request.response_format is None
+    assert chat(reasoning_effort="none").request.reasoning == Reasoning(enabled=False)
+    assert chat(reasoning_effort="high").request.reasoning == Reasoning(effort="high")
+
+
+def test_keep_alive_forms() -> None:
+    assert chat(keep_alive=30).request.keep_alive == 30
+    assert chat(keep_alive=-1).request.keep_alive == -1
+    assert chat(keep_alive="1h").request.keep_alive == 3600
+
+
+def test_unknown_fields_are_ignored() -> None:
+    assert chat(metadata={"a": "b"}, prediction={"type": "content", "content": "x"},
+                web_search_options={}).request.model == "m"
+
+
+def test_empty_assistant_tool_arguments_mean_none() -> None:
+    messages = [{"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}]
+    assert chat(messages=messages).request.messages[0].tool_calls == [ToolCall("c", "f", "{}")]
+
+
+# --- completions -----------------------------------------------------------------------
+
+
+def completion(**fields: Any) -> api.CompletionCall:
+    return api.parse_completion(body(**fields))
+
+
+def test_completion_prompt_forms_and_defaults() -> None:
+    call = completion(prompt="Once upon")
+    assert call.request.prompt == "Once upon"
+    assert call.request.sampling == SamplingParams(max_tokens=16)
+    assert completion(prompt=["one"]).request.prompt == "one"
+    full = completion(prompt="x", max_tokens=5, temperature=0, stop="\n", stream=True,
+                      stream_options={"include_usage": True}, echo=False, best_of=1, suffix="")
+    assert full.request.sampling == SamplingParams(temperature=0, max_tokens=5, stop=["\n"])
+    assert full.request.stream and full.include_usage
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "words"),
+    [
+        ({"prompt": [1, 2, 3]}, "prompt", "token arrays"),
+        ({"prompt": [[1, 2], [3]]}, "prompt", "token arrays"),
+        ({"prompt": ["a", "b"]}, "prompt", "batches"),
+        ({"prompt": []}, "prompt", "batches"),
+        ({"prompt": "x", "n": 2}, "n", "1"),
+        ({"prompt": "x", "best_of": 3}, "best_of", "1"),
+        ({"prompt": "x", "echo": True}, "echo", "echo"),
+        ({"prompt": "x", "suffix": "end"}, "suffix", "fill-in-the-middle"),
+        ({"prompt": "x", "logprobs": 2}, "logprobs", "logprobs"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens", "max_tokens"),
+        ({}, "prompt", "prompt"),
+    ],
+)
+def test_bad_completion_requests(fields: dict, param: str, words: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        completion(**fields)
+    assert info.value.param == param
+    assert words in info.value.message
+
+
+def test_completion_max_tokens_limit() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        api.parse_completion(body(prompt="x"), max_tokens_limit=8)  # the default 16 is too many
+    assert info.value.param == "max_tokens"
+
+
+# --- embeddings --------------------------------------------------------------------------
+
+
+def test_embedding_inputs() -> None:
+    call = api.parse_embeddings(body(input="hello"))
+    assert call.request.input == ["hello"] and call.encoding_format == "float"
+    call = api.parse_embeddings(body(input=["a", "b"], encoding_format="base64", dimensions=32,
+                                     keep_alive="10s"))
+    assert call.request.input == ["a", "b"] and call.request.dimensions == 32
+    assert call.encoding_format == "base64" and call.request.keep_alive == 10
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"input": []}, "input"),
+        ({"input": ""}, "input"),
+        ({"input": ["a", ""]}, "input[1]"),
+        ({"input": [1, 2, 3]}, "input"),
+        ({"input": [[1, 2]]}, "input"),
+        ({"input": ["x"] * 2049}, "input"),
+        ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+        ({"input": "x", "dimensions": 0}, "dimensions"),
+        ({}, "input"),
+    ],
+)
+def test_bad_embedding_requests(fields: dict, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        api.parse_embeddings(body(**fields))
+    assert info.value.param == param

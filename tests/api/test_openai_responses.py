@@ -1,0 +1,338 @@
+"""spark.types results and events -> OpenAI bodies and SSE, checked with the openai SDK's models."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+
+import httpx
+import openai
+import pytest
+from openai.types import Completion, CreateEmbeddingResponse, Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from spark.api import openai as api
+from spark.api.common import ModelEntry
+from spark.errors import (
+    Cancelled,
+    ContextLengthExceeded,
+    DownloadError,
+    ErrorInfo,
+    InvalidRequest,
+    ModelFileError,
+    ModelNotFound,
+    Overloaded,
+    PlacementRefused,
+    RunnerFailed,
+    SettingsError,
+    SparkError,
+    Unauthorized,
+)
+from spark.types import (
+    ChatResult,
+    Done,
+    EmbeddingResult,
+    Failed,
+    PromptDone,
+    ReasoningDelta,
+    SlotInfo,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+USAGE = Usage(prompt_tokens=12, completion_tokens=5, cached_tokens=8)
+SSE = {"content-type": "text/event-stream"}
+
+
+def frames(stream: bytes) -> list[bytes]:
+    """The data payloads of an SSE byte stream, in order."""
+    assert stream.endswith(b"\n\n")
+    out = []
+    for frame in stream.split(b"\n\n")[:-1]:
+        assert frame.startswith(b"data: "), frame
+        out.append(frame.removeprefix(b"data: "))
+    return out
+
+
+# --- non-streamed bodies -------------------------------------------------------------
+
+
+def test_chat_completion_body() -> None:
+    raw = api.chat_completion_body("r1", "smollm2", 1700000000, ChatResult("Hello!", "stop", USAGE),
+                                   system_fingerprint="spark-0.1")
+    parsed = ChatCompletion.model_validate_json(raw)
+    assert parsed.id == "chatcmpl-r1" and parsed.object == "chat.completion"
+    assert parsed.model == "smollm2" and parsed.created == 1700000000
+    assert parsed.system_fingerprint == "spark-0.1"
+    choice = parsed.choices[0]
+    assert choice.message.content == "Hello!" and choice.message.role == "assistant"
+    assert choice.finish_reason == "stop" and choice.index == 0
+    assert parsed.usage.prompt_tokens == 12 and parsed.usage.completion_tokens == 5
+    assert parsed.usage.total_tokens == 17
+    assert parsed.usage.prompt_tokens_details.cached_tokens == 8
+
+
+def test_chat_completion_body_with_tool_calls_and_reasoning() -> None:
+    result = ChatResult("", "tool_calls", USAGE, reasoning="Need weather.",
+                        tool_calls=[ToolCall("call_a", "weather", '{"city":"Oslo"}')])
+    raw = api.chat_completion_body("r1", "m", 1, result)
+    message = ChatCompletion.model_validate_json(raw).choices[0].message
+    assert message.content is None
+    assert message.tool_calls[0].id == "call_a"
+    assert message.tool_calls[0].function.name == "weather"
+    assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+    assert json.loads(raw)["choices"][0]["message"]["reasoning_content"] == "Need weather."
+    assert json.loads(raw)["choices"][0]["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize(("finish", "wire"), [("stop", "stop"), ("length", "length"),
+                                              ("cancelled", "stop"), ("error", "stop")])
+def test_finish_reasons(finish: str, wire: str) -> None:
+    raw = api.chat_completion_body("r", "m", 1, ChatResult("x", finish, USAGE))  # type: ignore[arg-type]
+    assert ChatCompletion.model_validate_json(raw).choices[0].finish_reason == wire
+
+
+def test_completion_body() -> None:
+    raw = api.completion_body("r2", "m", 5, ChatResult(" there", "length", USAGE))
+    parsed = Completion.model_validate_json(raw)
+    assert parsed.id == "cmpl-r2" and parsed.object == "text_completion"
+    assert parsed.choices[0].text == " there" and parsed.choices[0].finish_reason == "length"
+    assert parsed.usage.total_tokens == 17
+
+
+def test_embeddings_float_and_base64_round_trip() -> None:
+    vectors = [[0.25, -1.5, 3.0], [1e-3, 2.0, -0.0]]
+    result = EmbeddingResult(vectors, Usage(prompt_tokens=6))
+    parsed = CreateEmbeddingResponse.model_validate_json(api.embeddings_body("bert", result))
+    assert [d.embedding for d in parsed.data] == vectors
+    assert [d.index for d in parsed.data] == [0, 1]
+    assert parsed.usage.prompt_tokens == 6 and parsed.usage.total_tokens == 6
+
+    raw = json.loads(api.embeddings_body("bert", result, "base64"))
+    for item, vector in zip(raw["data"], vectors, strict=True):
+        decoded = base64.b64decode(item["embedding"])
+        assert list(struct.unpack(f"<{len(vector)}f", decoded)) == pytest.approx(vector)
+
+
+def test_models_bodies() -> None:
+    entries = [ModelEntry("smollm2", 1700000000, loaded=True, info={"size": 98_000_000}),
+               ModelEntry("bert", 1700000001)]
+    listed = json.loads(api.model_list_body(entries))
+    assert listed["object"] == "list"
+    models = [Model.model_validate(m) for m in listed["data"]]
+    assert [(m.id, m.owned_by, m.object) for m in models] == [
+        ("smollm2", "spark", "model"), ("bert", "spark", "model")]
+    assert listed["data"][0]["loaded"] is True and listed["data"][0]["spark"] == {"size": 98_000_000}
+    assert listed["data"][1]["loaded"] is False
+    assert Model.model_validate_json(api.model_body(entries[1])).created == 1700000001
+
+
+# --- streams ----------------------------------------------------------------------------
+
+EVENTS = [
+    SlotInfo(slot=0, prompt_tokens=12, cached_tokens=8),
+    PromptDone(evaluated_tokens=4, seconds=0.01),
+    ReasoningDelta("Think."),
+    TextDelta("Hel"),
+    TextDelta(""),
+    TextDelta("lo \"you\""),
+    Done("stop", USAGE),
+]
+
+
+def run(stream: api.ChatStream | api.CompletionStream, events: list) -> bytes:
+    return b"".join(stream.feed(e) for e in events)
+
+
+def test_chat_stream_order_and_content() -> None:
+    out = frames(run(api.ChatStream("r3", "m", 9), EVENTS))
+    assert out[-1] == b"[DONE]"
+    chunks = [ChatCompletionChunk.model_validate_json(f) for f in out[:-1]]
+    assert all(c.id == "chatcmpl-r3" and c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    deltas = [c.choices[0].delta for c in chunks]
+    assert "".join(d.content or "" for d in deltas) == 'Hello "you"'
+    assert json.loads(out[1])["choices"][0]["delta"] == {"reasoning_content": "Think."}
+    assert [c.choices[0].finish_reason for c in chunks] == [None, None, None, None, "stop"]
+    assert all(c.usage is None for c in chunks)  # no usage chunk without include_usage
+
+
+def test_chat_stream_usage_chunk_only_when_asked() -> None:
+    out = frames(run(api.ChatStream("r", "m", 1, include_usage=True), EVENTS))
+    assert out[-1] == b"[DONE]"
+    usage_chunk = ChatCompletionChunk.model_validate_json(out[-2])
+    assert usage_chunk.choices == []
+    assert usage_chunk.usage.prompt_tokens == 12 and usage_chunk.usage.completion_tokens == 5
+    assert usage_chunk.usage.prompt_tokens_details.cached_tokens == 8
+    assert ChatCompletionChunk.model_validate_json(out[-3]).choices[0].finish_reason == "stop"
+
+
+def test_chat_stream_tool_calls() -> None:
+    events = [
+        ToolCallDelta(0, id="call_x", name="weather", arguments='{"ci'),
+        ToolCallDelta(0, arguments='ty": "Oslo"}'),
+        ToolCallDelta(1, name="time"),  # no id from the engine: one is made
+        Done("tool_calls", USAGE),
+    ]
+    chunks = [ChatCompletionChunk.model_validate_json(f)
+              for f in frames(run(api.ChatStream("r", "m", 1), events))[:-1]]
+    calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert calls[0].id == "call_x" and calls[0].function.name == "weather" and calls[0].type == "function"
+    assert calls[1].id is None and calls[1].function.name is None
+    assert calls[0].function.arguments + calls[1].function.arguments == '{"city": "Oslo"}'
+    assert calls[2].index == 1 and calls[2].function.name == "time" and calls[2].id.startswith("call_")
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_chat_stream_empty_output_still_has_role_and_finish() -> None:
+    out = frames(run(api.ChatStream("r", "m", 1), [Done("length", USAGE)]))
+    assert [ChatCompletionChunk.model_validate_json(f).choices[0].finish_reason for f in out[:-1]] == [
+        None, "length"]
+    assert out[-1] == b"[DONE]"
+
+
+def test_chat_stream_error_after_partial_output() -> None:
+    stream = api.ChatStream("r", "m", 1, include_usage=True)
+    failure = Failed(RunnerFailed("the runner for 'm' crashed (exit code -9)").info())
+    out = frames(run(stream, [TextDelta("Par"), TextDelta("tial"), failure, TextDelta("late")]))
+    assert out[-1] == b"[DONE]"
+    assert json.loads(out[-2]) == {"error": {
+        "message": "the runner for 'm' crashed (exit code -9)", "type": "server_error",
+        "param": None, "code": "runner_failed"}}
+    assert b"late" not in b"".join(out) and stream.finished
+    assert stream.feed(Done("stop", USAGE)) == b""
+
+
+def test_stream_fail_for_errors_outside_the_runner() -> None:
+    stream = api.ChatStream("r", "m", 1)
+    out = frames(stream.fail(ContextLengthExceeded(5000, 4096)))
+    assert json.loads(out[0])["error"]["code"] == "context_length_exceeded"
+    assert out[1] == b"[DONE]" and stream.fail(Overloaded("busy")) == b""
+
+
+def test_completion_stream(openai_client) -> None:
+    events = [SlotInfo(0, 3, 0), TextDelta("a"), ReasoningDelta("ignored"), TextDelta("b"),
+              Done("length", USAGE)]
+    raw = run(api.CompletionStream("r", "m", 1, include_usage=True), events)
+    out = frames(raw)
+    assert out[-1] == b"[DONE]"
+    # OpenAI streams finish_reason null until the end, which the SDK's strict model rejects;
+    # the SDK reads stream chunks leniently, so the stream is checked through the SDK itself.
+    assert [json.loads(f)["choices"][0]["finish_reason"] for f in out[:-2]] == [None, None, "length"]
+    client = openai_client(lambda request: httpx.Response(200, headers=SSE, content=raw))
+    chunks = list(client.completions.create(model="m", prompt="x", stream=True,
+                                            stream_options={"include_usage": True}))
+    assert all(c.id == "cmpl-r" and c.object == "text_completion" for c in chunks)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "ab"
+    assert chunks[-2].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
+
+
+def test_the_sdk_reads_a_stream_and_raises_on_its_error(openai_client) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        call = api.parse_chat(request.content)
+        stream = api.ChatStream("r", call.request.model, 1, include_usage=call.include_usage)
+        events = [TextDelta("Hi"), ToolCallDelta(0, "c", "f", "{}"), Done("tool_calls", USAGE)]
+        return httpx.Response(200, headers=SSE, content=run(stream, events))
+
+    client = openai_client(handler)
+    chunks = list(client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+        stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi"
+    assert chunks[-1].usage.total_tokens == 17
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        stream = api.ChatStream("r", "m", 1)
+        events = [TextDelta("Hi"), Failed(Overloaded("queue full").info())]
+        return httpx.Response(200, headers=SSE, content=run(stream, events))
+
+    with pytest.raises(openai.APIError, match="queue full"):
+        list(openai_client(failing).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+
+
+def test_the_sdk_reads_bodies(openai_client) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, content=api.model_list_body([ModelEntry("m", 1)]))
+        if request.url.path == "/v1/embeddings":
+            call = api.parse_embeddings(request.content)
+            result = EmbeddingResult([[0.5, -0.25]] * len(call.request.input), Usage(4))
+            return httpx.Response(200, content=api.embeddings_body("m", result, call.encoding_format))
+        call = api.parse_chat(request.content)
+        return httpx.Response(200, content=api.chat_completion_body(
+            "r", call.request.model, 1, ChatResult(call.request.messages[-1].text(), "stop", USAGE)))
+
+    client = openai_client(handler)
+    assert [m.id for m in client.models.list()] == ["m"]
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "echo"}])
+    assert reply.choices[0].message.content == "echo"
+    for fmt in ("float", "base64"):
+        embedded = client.embeddings.create(model="m", input=["a", "b"], encoding_format=fmt)
+        vector = embedded.data[1].embedding
+        if fmt == "base64":
+            vector = list(struct.unpack("<2f", base64.b64decode(vector)))
+        assert vector == [0.5, -0.25]
+
+
+# --- errors -----------------------------------------------------------------------------
+
+ERRORS: list[tuple[SparkError, int, str, str]] = [
+    (InvalidRequest("bad", param="temperature"), 400, "invalid_request_error", "invalid_request"),
+    (Unauthorized("no key"), 401, "invalid_request_error", "invalid_api_key"),
+    (ModelNotFound("nope"), 404, "invalid_request_error", "model_not_found"),
+    (ContextLengthExceeded(5000, 4096), 400, "invalid_request_error", "context_length_exceeded"),
+    (ModelFileError("truncated"), 400, "invalid_request_error", "model_file_error"),
+    (Cancelled("cancelled"), 499, "invalid_request_error", "cancelled"),
+    (Overloaded("busy"), 503, "server_error", "overloaded"),
+    (RunnerFailed("crashed"), 502, "server_error", "runner_failed"),
+    (DownloadError("gone"), 502, "server_error", "download_error"),
+    (PlacementRefused("needs 5 GiB"), 507, "server_error", "placement_refused"),
+    (SettingsError("bad port", param="port"), 500, "server_error", "settings_error"),
+    (SparkError("boom"), 500, "server_error", "internal_error"),
+]
+
+
+@pytest.mark.parametrize(("error", "status", "kind", "code"), ERRORS)
+def test_error_bodies(error: SparkError, status: int, kind: str, code: str) -> None:
+    got_status, raw = api.error_body(error)
+    assert got_status == status
+    assert json.loads(raw) == {"error": {"message": error.message, "type": kind,
+                                         "param": error.param, "code": code}}
+
+
+def test_unknown_model_message_and_sdk_exceptions(openai_client) -> None:
+    status, raw = api.error_body(ModelNotFound("nope"))
+    assert json.loads(raw)["error"]["message"] == (
+        "The model 'nope' does not exist on this server (see GET /v1/models).")
+    assert json.loads(raw)["error"]["param"] == "model"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        try:
+            api.parse_chat(request.content)
+        except InvalidRequest as e:
+            code, body = api.error_body(e)
+            return httpx.Response(code, content=body)
+        code, body = api.error_body(ModelNotFound("nope") if b"nope" in request.content
+                                    else Unauthorized("Invalid API key."))
+        return httpx.Response(code, content=body)
+
+    client = openai_client(handler)
+    with pytest.raises(openai.NotFoundError) as not_found:
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert not_found.value.code == "model_not_found"
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], n=2)
+    assert bad.value.param == "n"
+
+
+def test_error_info_round_trip_keeps_the_mapping() -> None:
+    info = ErrorInfo(code="model_not_found", message="", data={"model": "nope"})
+    frame = frames(api.ChatStream("r", "m", 1).feed(Failed(info)))[0]
+    assert json.loads(frame)["error"]["message"].startswith("The model 'nope' does not exist")

@@ -1,0 +1,113 @@
+"""`spark run`: one-shot answers and the interactive REPL, driven through a real terminal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from spark.library import Library
+from spark.settings import load_settings
+
+
+def spark_cmd(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spark", *args], input=input, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def tiny_model(tiny_llama: Path) -> str:
+    return Library(load_settings()).add_local(tiny_llama).id
+
+
+def test_one_shot_answer_from_the_real_model(smollm2: Path) -> None:
+    out = spark_cmd("run", "smollm2-135m-instruct-q4_1", "What is the capital of France?", "--temperature", "0")
+    assert out.returncode == 0, out.stderr
+    assert "Paris" in out.stdout
+
+
+def test_prompt_from_stdin(tiny_model: str) -> None:
+    out = spark_cmd("run", tiny_model, "--max-tokens", "5", "--seed", "1", input="hello there\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), "an answer was printed"
+    again = spark_cmd("run", tiny_model, "--max-tokens", "5", "--seed", "1", input="hello there\n")
+    assert again.stdout == out.stdout, "same seed, same answer"
+
+
+def test_unknown_model_is_one_clear_line() -> None:
+    out = spark_cmd("run", "no-such-model", "hi")
+    assert out.returncode == 1
+    assert "model 'no-such-model' is not installed" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def _repl(model: str) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable, ["-m", "spark", "run", model], env=dict(os.environ, TERM="dumb"),
+        encoding="utf-8", timeout=60, dimensions=(40, 200),
+    )
+    child.expect_exact(">>> ")
+    return child
+
+
+def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
+    child = _repl(tiny_model)
+    child.sendline("/?")
+    child.expect_exact("/set parameter")
+    child.expect_exact(">>> ")
+    child.sendline("/set parameter num_predict 6")
+    child.expect_exact("Set parameter 'num_predict' to '6'.")
+    child.sendline("/set parameter bogus 1")
+    child.expect_exact("Unknown parameter 'bogus'")
+    child.sendline("/set system You are terse.")
+    child.expect_exact("Set the system message.")
+    child.sendline("/set verbose")
+    child.expect_exact(">>> ")
+    child.sendline("Hello")
+    child.expect(r"answer 6 tokens, finish: length")
+    child.expect_exact(">>> ")
+    # A second turn carries the first one: its prompt is longer, and the history was reused.
+    child.sendline("And again")
+    child.expect(r"prompt (\d+) tokens \((\d+) cached\)")
+    assert int(child.match.group(2)) > 0
+    child.expect_exact(">>> ")
+    child.sendline('"""First line')
+    child.expect_exact("... ")
+    child.sendline('second line"""')
+    child.expect(r"answer 6 tokens")
+    child.expect_exact(">>> ")
+    child.sendline("/show parameters")
+    child.expect(r"max_tokens\s+6")
+    child.sendline("/show system")
+    child.expect_exact("You are terse.")
+    child.sendline("/show info")
+    child.expect_exact("llama")
+    child.sendline("/clear")
+    child.expect_exact("Cleared the conversation.")
+    child.sendline("/nonsense")
+    child.expect_exact("Unknown command")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_repl_ctrl_c_stops_the_answer_and_bye_exits(smollm2: Path) -> None:
+    child = _repl("smollm2-135m-instruct-q4_1")
+    child.sendline("Write a very long story about a dragon, with many chapters.")
+    child.expect(r"\w+ \w+ \w+")  # the answer is streaming
+    child.sendintr()
+    child.expect_exact("(stopped)")
+    child.expect_exact(">>> ")
+    child.sendline("/set parameter num_predict 3")
+    child.sendline("Say hi")
+    child.expect_exact(">>> ")
+    child.sendline("/bye")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0

@@ -1,0 +1,61 @@
+"""The Python API: `spark.Spark()` runs models in runner processes, without a server."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import spark
+from spark.errors import InvalidRequest, ModelNotFound
+
+
+@pytest.fixture
+def sp():
+    with spark.Spark() as s:
+        yield s
+
+
+def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert: Path) -> None:
+    chat_model = sp.library.add_local(tiny_llama).id
+    embed_model = sp.library.add_local(tiny_bert).id
+
+    result = sp.chat(chat_model, [{"role": "user", "content": "hi"}], max_tokens=5, seed=3)
+    assert result.finish_reason == "length"
+    assert result.usage.completion_tokens == 5 and result.usage.prompt_tokens > 0
+    assert result.text
+
+    pieces = list(sp.stream(chat_model, "hi", max_tokens=5, seed=3))
+    assert "".join(pieces) == result.text, "same seed, same answer, streamed or not"
+
+    completion = sp.complete(chat_model, "Once upon a time")
+    assert completion.usage.completion_tokens == 16, "completions default to 16 tokens"
+
+    emb = sp.embed(embed_model, ["hello world", "the cat"], dimensions=8)
+    assert len(emb.vectors) == 2 and all(len(v) == 8 for v in emb.vectors)
+    assert all(math.isclose(math.fsum(x * x for x in v), 1.0, rel_tol=1e-4) for v in emb.vectors)
+
+
+def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
+    model = sp.library.add_local(tiny_llama).id
+    with pytest.raises(ModelNotFound):
+        sp.chat("nope", "hi")
+    with pytest.raises(InvalidRequest, match="temprature"):
+        sp.chat(model, "hi", temprature=1)
+    with pytest.raises(InvalidRequest, match="messages"):
+        sp.chat(model, [{"role": "wizard", "content": "hi"}])
+
+
+def test_closing_a_stream_early_cancels_it(sp: spark.Spark, tiny_llama: Path) -> None:
+    model = sp.library.add_local(tiny_llama).id
+    stream = sp.stream(model, "hi", max_tokens=400)
+    next(stream)
+    stream.close()
+    # the slot is free again: a short request goes through at once
+    assert sp.chat(model, "again", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_real_model_answers(sp: spark.Spark, smollm2: Path) -> None:
+    result = sp.chat("smollm2-135m-instruct-q4_1", "What is the capital of France?", temperature=0, max_tokens=30)
+    assert "Paris" in result.text
