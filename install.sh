@@ -79,9 +79,25 @@ fi
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
 $PIP install --quiet --upgrade pip
 
-# llama-cpp-python compiles for several minutes the first time; say so.
-if ! "$VENV/bin/python" -c 'import llama_cpp' >/dev/null 2>&1; then
-    say "building llama-cpp-python (llama.cpp): this takes several minutes the first time"
+# --- llama.cpp (llama-cpp-python, compiled here) -------------------------------------
+# llama.cpp's AMX kernels in this version crash with SIGILL (a tile configuration bug),
+# so on CPUs that advertise AMX the build leaves them out; AVX-512 kernels are used instead.
+LLAMA_CPP_VERSION=0.3.36
+if grep -q amx_tile /proc/cpuinfo 2>/dev/null; then
+    NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    export CFLAGS="${CFLAGS:-} $NO_AMX" CXXFLAGS="${CXXFLAGS:-} $NO_AMX"
+    say "CPU has AMX: building llama.cpp without its AMX kernels"
+fi
+STAMP="$VENV/.spark-llama-build"
+WANT="llama-cpp-python==$LLAMA_CPP_VERSION CMAKE_ARGS=${CMAKE_ARGS:-} CFLAGS=${CFLAGS:-}"
+if "$VENV/bin/python" -c 'import llama_cpp' >/dev/null 2>&1 && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ]; then
+    say "llama-cpp-python $LLAMA_CPP_VERSION already built with these options"
+else
+    say "building llama-cpp-python $LLAMA_CPP_VERSION (llama.cpp): several minutes the first time"
+    # --no-cache-dir: pip's wheel cache does not know CMAKE_ARGS, so a cached CPU
+    # build would silently replace a GPU one (and the other way round).
+    $PIP install --quiet --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION"
+    printf '%s' "$WANT" > "$STAMP"
 fi
 if [ "$DEV" -eq 1 ]; then
     $PIP install --quiet -e "$SRC[test]"

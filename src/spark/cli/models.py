@@ -1,0 +1,253 @@
+"""Model library commands: `spark pull`, `search`, `ls`, `show`, `rm`."""
+
+from __future__ import annotations
+
+import difflib
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Self
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from spark.cli.app import app
+from spark.errors import ModelNotFound
+from spark.library import DownloadProgress, Hub, Library, ModelEntry, PullPlan
+from spark.library import pull as pull_model
+from spark.library.disk import format_bytes
+from spark.settings import load_settings
+
+
+def get_installed(lib: Library, model: str) -> ModelEntry:
+    """`lib.get(model)`, with the error saying how to find or get a model from the command line."""
+    try:
+        return lib.get(model)
+    except ModelNotFound as e:
+        ids = [m.id for m in lib.list()]
+        wanted = model.strip().lower()
+        close = [i for i in ids if i.startswith(wanted)] or difflib.get_close_matches(wanted, ids, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        # same error type, worded for the command line rather than the HTTP API
+        e.message = f"model '{model}' is not installed; {hint}see `spark ls`, or get it with `spark pull`"
+        raise
+
+
+def format_count(n: int | None) -> str:
+    """135M, 1.2B, 7B: parameter counts the way model names write them."""
+    if n is None:
+        return "-"
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f}{unit}" if value >= 100 or value == int(value) else f"{value:.1f}{unit}"
+    return str(n)
+
+
+def _short_source(source: str) -> str:
+    """`hf:org/repo/file.gguf` -> `hf:org/repo` (the id already tells the file)."""
+    if source.startswith("hf:"):
+        return "/".join(source.split("/")[:2])
+    return source
+
+
+class _PullProgress:
+    """Renders download progress events as one rich progress bar per file."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.tasks:
+            self.progress.stop()
+
+    def update(self, event: DownloadProgress) -> None:
+        task = self.tasks.get(event.filename)
+        if task is None:
+            if not self.tasks:
+                self.progress.start()  # only once there is something to show
+            task = self.tasks[event.filename] = self.progress.add_task(event.filename, total=event.total)
+        self.progress.update(task, completed=event.completed, total=event.total)
+
+
+@app.command()
+def pull(
+    spec: Annotated[str, typer.Argument(
+        help="org/repo, org/repo:QUANT, org/repo/file.gguf, a huggingface.co URL, or a local .gguf path.",
+        show_default=False,
+    )],
+    quant: Annotated[str | None, typer.Option(
+        "--quant", "-q", help="Quantization to pull from a repository, e.g. Q4_K_M or Q8_0.",
+    )] = None,
+    copy: Annotated[bool, typer.Option(
+        "--copy", help="For a local file: copy it into Spark's models folder instead of using it in place.",
+    )] = False,
+) -> None:
+    """Download a GGUF model from Hugging Face (or add a local file) to the library."""
+    console = Console()
+
+    def show_plan(plan: PullPlan) -> None:
+        console.print(plan.describe(), highlight=False)
+
+    with Library(load_settings()) as lib, _PullProgress(console) as progress:
+        result = pull_model(lib, spec, quant=quant, copy=copy, progress=progress.update, on_plan=show_plan)
+    entry = result.entry
+    if result.already_installed:
+        console.print(f"[bold]{entry.id}[/bold] is already installed ({format_bytes(entry.size_bytes)}).",
+                      highlight=False)
+        return
+    extra = ", with vision projector" if entry.mmproj_path else ""
+    console.print(
+        f"[green]Added[/green] [bold]{entry.id}[/bold] ({format_bytes(entry.size_bytes)}, "
+        f"{entry.info.quantization}{extra}). Try: spark run {entry.id}",
+        highlight=False,
+    )
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="Words to look for in repository names.", show_default=False)],
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Most results to show.")] = 20,
+) -> None:
+    """Search Hugging Face for GGUF models, most downloaded first."""
+    console = Console()
+    found = Hub(load_settings()).search(query, limit=limit)
+    if not found:
+        console.print(f"No GGUF models found for '{query}'.", highlight=False)
+        return
+    table = Table("repository", "downloads", "likes", "params", "arch", "updated", box=None)
+    table.columns[0].overflow = "fold"
+    for m in found:
+        table.add_row(
+            m.id, f"{m.downloads:,}", f"{m.likes:,}", format_count(m.parameters), m.architecture or "-",
+            m.last_modified.date().isoformat() if m.last_modified else "-",
+        )
+    console.print(table)
+    console.print(f"[dim]Pull one with: spark pull {found[0].id}[/dim]", highlight=False)
+
+
+def _list(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print model ids only, one a line.")] = False,
+) -> None:
+    """List installed models."""
+    console = Console()
+    with Library(load_settings()) as lib:
+        entries = lib.list()
+    if quiet:
+        for e in entries:
+            print(e.id)
+        return
+    if not entries:
+        console.print("No models installed. Get one with: spark pull org/repo")
+        return
+    table = Table("id", "size", "quant", "params", "context", "source", box=None)
+    table.columns[0].no_wrap = True
+    table.columns[5].overflow = "fold"
+    for e in entries:
+        kind = " (embedding)" if e.info.is_embedding else " (vision)" if e.info.has_vision else ""
+        table.add_row(
+            e.id + kind, format_bytes(e.size_bytes), e.info.quantization, format_count(e.info.parameter_count),
+            f"{e.info.context_length:,}" if e.info.context_length else "-", _short_source(e.source),
+        )
+    console.print(table)
+
+
+app.command("ls")(_list)
+app.command("list", hidden=True)(_list)
+
+
+@app.command()
+def show(
+    model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
+    template: Annotated[bool, typer.Option("--template", help="Print the whole chat template.")] = False,
+) -> None:
+    """Show a model's metadata, files, projector and settings."""
+    console = Console()
+    with Library(load_settings()) as lib:
+        e = get_installed(lib, model)
+    if template:
+        console.print(e.info.chat_template or "(this model has no chat template)", markup=False, highlight=False)
+        return
+    i = e.info
+    rows: list[tuple[str, str]] = [
+        ("id", e.id),
+        ("name", i.name or "-"),
+        ("architecture", i.architecture),
+        ("parameters", f"{format_count(i.parameter_count)} ({i.parameter_count:,})"),
+        ("quantization", i.quantization),
+        ("size", format_bytes(e.size_bytes)),
+        ("training context", f"{i.context_length:,}" if i.context_length else "-"),
+        ("layers", str(i.n_layers)),
+        ("embedding length", str(i.n_embd)),
+        ("attention heads", f"{i.n_heads} (KV heads {i.n_kv_heads}, head dim K {i.head_dim_k} / V {i.head_dim_v})"),
+    ]
+    if i.sliding_window:
+        rows.append(("sliding window", f"{i.sliding_window:,}"))
+    first_line = (i.chat_template or "").strip().splitlines()[0][:60] if i.chat_template else ""
+    rows += [
+        ("vocabulary", f"{i.vocab_size:,}"),
+        ("kind", "embedding" if i.is_embedding else "chat / completion"),
+        ("chat template", f"yes ({len(i.chat_template or '')} chars: {first_line}...)" if i.chat_template else "no"),
+        ("tool calling", "yes" if i.supports_tools else "no"),
+        ("vision projector", e.mmproj_path or "none"),
+        ("files", "\n".join(e.shards)),
+        ("source", e.source),
+        ("owned by spark", "yes (deleted by spark rm)" if e.owned else "no (spark rm keeps the file)"),
+        ("added", datetime.fromtimestamp(e.added_at).isoformat(sep=" ", timespec="seconds")),
+    ]
+    s = e.settings
+    rows += [
+        ("system prompt", s.system_prompt if s.system_prompt is not None else "(default)"),
+        ("context length", str(s.context_length) if s.context_length else "(server setting)"),
+        ("parallel", str(s.parallel) if s.parallel else "(server setting)"),
+    ]
+    sampling = msgspec.to_builtins(s.sampling)
+    rows.append(("sampling", ", ".join(f"{k}={v}" for k, v in sampling.items()) or "(defaults)"))
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table, markup=False, highlight=False)
+
+
+@app.command()
+def rm(
+    model: Annotated[list[str], typer.Argument(help="Model ids to remove.", show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove models from the library (deleting the files Spark downloaded or copied)."""
+    console = Console()
+    with Library(load_settings()) as lib:
+        entries = [get_installed(lib, m) for m in model]  # every id checked before anything is removed
+        for e in entries:
+            if e.owned:
+                what = f"delete {e.id} ({format_bytes(e.size_bytes)} in {Path(e.path).parent})"
+            else:
+                what = f"remove {e.id} from the library (its file {e.path} is kept)"
+            if not yes and not typer.confirm(f"{what[0].upper()}{what[1:]}?", default=False):
+                console.print(f"Kept {e.id}.", highlight=False)
+                continue
+            lib.remove(e.id)
+            console.print(f"Removed {e.id}.", highlight=False)

@@ -1,0 +1,71 @@
+"""Embeddings: pooled, L2-normalized vectors for a batch of tokenized inputs."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+
+import numpy as np
+from llama_cpp import llama_cpp as lc
+
+from spark.engine.native import Batch
+from spark.errors import RunnerFailed
+
+
+def normalize(vector: np.ndarray, dimensions: int | None = None) -> list[float]:
+    """`vector` cut to `dimensions` (when given) and scaled to unit length."""
+    v = vector[:dimensions] if dimensions else vector
+    norm = float(np.linalg.norm(v))
+    return (v / norm if norm > 0 else v).tolist()
+
+
+def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:
+    """Group input indices into decode calls of at most `max_tokens` tokens and `max_seqs` inputs.
+
+    Every input fits one call on its own (the caller checks lengths first).
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i, n in enumerate(lengths):
+        if current and (used + n > max_tokens or len(current) == max_seqs):
+            groups.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def embed(
+    ctx: ctypes.c_void_p,
+    memory: ctypes.c_void_p | None,
+    batch: Batch,
+    inputs: list[list[int]],
+    n_embd: int,
+    max_seqs: int,
+    dimensions: int | None,
+    on_decode: Callable[[], None],
+) -> list[list[float]]:
+    """Pooled vectors for `inputs`, several inputs per `llama_decode` (one sequence each).
+
+    `on_decode` is called after each decode (progress for hang detection).
+    """
+    vectors: list[list[float]] = [[] for _ in inputs]
+    for group in pack([len(t) for t in inputs], batch.capacity, max_seqs):
+        if memory:  # decoder-based embedding models keep a KV cache: start from nothing
+            lc.llama_memory_clear(memory, True)
+        batch.clear()
+        for seq, i in enumerate(group):
+            batch.add_run(inputs[i], 0, seq, "all")
+        status = batch.decode(ctx)
+        on_decode()
+        if status != 0:
+            raise RunnerFailed(f"llama.cpp failed to compute embeddings (status {status})")
+        for seq, i in enumerate(group):
+            ptr = lc.llama_get_embeddings_seq(ctx, seq)
+            if not ptr:
+                raise RunnerFailed("llama.cpp returned no pooled embedding for this model")
+            vectors[i] = normalize(np.ctypeslib.as_array(ptr, shape=(n_embd,)), dimensions)
+    return vectors

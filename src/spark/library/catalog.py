@@ -1,0 +1,317 @@
+"""The library of installed models: what is installed, where its files are, its settings.
+
+Metadata is read from the GGUF once, when a model is added, and kept in the
+database with the model. Model ids come from users and clients, so they are
+validated before use and never joined into a path unchecked: Spark's own files
+for a model live in `models_dir/<id>/`, and only files inside `models_dir` are
+ever deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Self
+
+import msgspec
+
+from spark.errors import InvalidRequest, ModelFileError, ModelNotFound
+from spark.library.bundled import BUNDLED_ID, BUNDLED_SOURCE, bundled_model_path
+from spark.library.disk import ensure_free_space
+from spark.library.entry import ModelEntry, ModelSettings, check_model_settings
+from spark.library.metadata import GGUFInfo, read_gguf_info
+from spark.library.naming import (
+    MODEL_ID_RE,
+    check_model_id,
+    model_id_from_filename,
+    shard_paths,
+)
+from spark.settings import Settings
+from spark.store import Database, ModelRecord, ModelTable, get_meta, set_meta
+
+# meta key set when the user removes the bundled model, so it is not re-added
+_BUNDLED_REMOVED = "library.bundled_removed"
+
+
+class Library:
+    """Installed models, backed by the SQLite store in `settings.db_path`."""
+
+    def __init__(self, settings: Settings, *, db: Database | None = None) -> None:
+        self.settings = settings
+        self.models_dir = settings.models_dir
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self._own_db = db is None
+        self.db = db if db is not None else Database(settings.db_path)
+        self.table = ModelTable(self.db)
+        self._register_bundled()
+
+    def close(self) -> None:
+        """Close the database if this library opened it."""
+        if self._own_db:
+            self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- reading ------------------------------------------------------------
+    def list(self) -> list[ModelEntry]:
+        """Every installed model, by id."""
+        return [_entry(r) for r in self.table.all()]
+
+    def get(self, model_id: str) -> ModelEntry:
+        """The model `model_id` (case-insensitive); `ModelNotFound` when not installed."""
+        return _entry(self._record(model_id))
+
+    def exists(self, model_id: str) -> bool:
+        key = _lookup_key(model_id)
+        return key is not None and self.table.get(key) is not None
+
+    # --- adding -------------------------------------------------------------
+    def add_local(
+        self,
+        path: str | Path,
+        *,
+        copy: bool = False,
+        model_id: str | None = None,
+        mmproj: str | Path | None = None,
+    ) -> ModelEntry:
+        """Add the GGUF model at `path` (first shard of a split model).
+
+        The file is checked first. Without `copy` the library points at the file
+        where it is and never deletes it; with `copy` it is copied into the models
+        folder and owned by Spark. `mmproj` attaches a vision projector.
+        """
+        source_path = _existing_file(path)
+        shards = shard_paths(source_path)
+        info = read_gguf_info(source_path)
+        if info.is_projector:
+            raise ModelFileError(
+                f"{source_path} is a vision projector (mmproj), not a model; attach it to a model instead",
+                param="path",
+            )
+        new_id = check_model_id(model_id.strip().lower(), "model_id") if model_id else model_id_from_filename(
+            source_path.name
+        )
+        self._check_free_id(new_id)
+        projector = _check_projector(mmproj) if mmproj is not None else None
+        if not copy:
+            return self.register(
+                new_id, shards, info, source=f"local:{source_path}", owned=False, mmproj=projector
+            )
+
+        folder = self.owned_dir(new_id)
+        needed = sum(p.stat().st_size for p in shards) + (projector.stat().st_size if projector else 0)
+        ensure_free_space(self.models_dir, needed, f"copying {source_path.name}", ModelFileError)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            copies = [_copy_into(p, folder) for p in shards]
+            projector_copy = _copy_into(projector, folder) if projector else None
+            return self.register(
+                new_id, copies, info, source=f"local:{source_path}", owned=True,
+                mmproj=projector_copy, mmproj_owned=projector_copy is not None,
+            )
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    def register(
+        self,
+        model_id: str,
+        shards: Sequence[Path],
+        info: GGUFInfo,
+        *,
+        source: str,
+        owned: bool,
+        mmproj: Path | None = None,
+        mmproj_owned: bool = False,
+    ) -> ModelEntry:
+        """Record checked model files under `model_id` (used by `add_local` and pulls)."""
+        check_model_id(model_id, "model_id")
+        size = sum(p.stat().st_size for p in shards) + (mmproj.stat().st_size if mmproj else 0)
+        record = ModelRecord(
+            id=model_id,
+            path=str(shards[0]),
+            shards=[str(p) for p in shards],
+            mmproj_path=str(mmproj) if mmproj else None,
+            mmproj_owned=mmproj_owned,
+            size_bytes=size,
+            info=msgspec.to_builtins(msgspec.structs.replace(info, has_vision=mmproj is not None)),
+            settings=msgspec.to_builtins(ModelSettings()),
+            source=source,
+            owned=owned,
+            added_at=time.time(),
+        )
+        if not self.table.insert(record):
+            self._check_free_id(model_id)  # names the model that took the id meanwhile
+            raise InvalidRequest(f"the model id '{model_id}' is taken", param="model_id")
+        return _entry(record)
+
+    # --- changing -----------------------------------------------------------
+    def update_settings(self, model_id: str, settings: ModelSettings) -> ModelEntry:
+        """Replace the model's own settings (`InvalidRequest` naming a bad field)."""
+        check_model_settings(settings)
+        with self.db.transaction():
+            record = self._record(model_id)
+            updated = msgspec.structs.replace(record, settings=msgspec.to_builtins(settings))
+            self.table.update(updated)
+        return _entry(updated)
+
+    def attach_projector(self, model_id: str, path: str | Path, *, copy: bool = False) -> ModelEntry:
+        """Attach the vision projector (mmproj GGUF) at `path` to the model, replacing any other.
+
+        With `copy` the file is copied into the model's folder and owned by Spark.
+        """
+        projector = _check_projector(path)
+        record = self._record(model_id)
+        owned = copy or _is_inside(projector, self.owned_dir(record.id))
+        if copy:
+            ensure_free_space(self.models_dir, projector.stat().st_size, f"copying {projector.name}", ModelFileError)
+            self.owned_dir(record.id).mkdir(parents=True, exist_ok=True)
+            projector = _copy_into(projector, self.owned_dir(record.id))
+        old = Path(record.mmproj_path) if record.mmproj_path and record.mmproj_owned else None
+        info = msgspec.structs.replace(_entry(record).info, has_vision=True)
+        size = sum(_size(Path(p)) for p in record.shards) + projector.stat().st_size
+        updated = msgspec.structs.replace(
+            record, mmproj_path=str(projector), mmproj_owned=owned, size_bytes=size,
+            info=msgspec.to_builtins(info),
+        )
+        self.table.update(updated)
+        if old is not None and old != projector:
+            self._delete_owned_file(old)
+        return _entry(updated)
+
+    def remove(self, model_id: str) -> None:
+        """Forget the model and delete the files Spark owns; a user's own files are kept."""
+        record = self._record(model_id)
+        self.table.delete(record.id)
+        if record.source == BUNDLED_SOURCE:
+            set_meta(self.db, _BUNDLED_REMOVED, "1")
+        if record.owned:
+            for shard in record.shards:
+                self._delete_owned_file(Path(shard))
+        if record.mmproj_path and record.mmproj_owned:
+            self._delete_owned_file(Path(record.mmproj_path))
+        folder = self.owned_dir(record.id)
+        if folder.is_dir() and (record.owned or not any(folder.iterdir())):
+            shutil.rmtree(folder, ignore_errors=True)  # also drops partial downloads
+
+    # --- paths --------------------------------------------------------------
+    def owned_dir(self, model_id: str) -> Path:
+        """The folder for Spark's own files of `model_id` (the id is checked first)."""
+        folder = self.models_dir / check_model_id(model_id)
+        if not _is_inside(folder, self.models_dir):
+            raise InvalidRequest(f"'{model_id}' is not a valid model id", param="model")
+        return folder
+
+    # --- internals ----------------------------------------------------------
+    def _record(self, model_id: str) -> ModelRecord:
+        key = _lookup_key(model_id)
+        record = self.table.get(key) if key is not None else None
+        if record is None:
+            raise ModelNotFound(str(model_id))
+        return record
+
+    def _check_free_id(self, model_id: str) -> None:
+        existing = self.table.get(model_id)
+        if existing is not None:
+            raise InvalidRequest(
+                f"a model named '{model_id}' is already installed (from {existing.source}); "
+                "remove it first or choose another id",
+                param="model_id",
+            )
+
+    def _delete_owned_file(self, path: Path) -> None:
+        if _is_inside(path, self.models_dir):
+            path.unlink(missing_ok=True)
+
+    def _register_bundled(self) -> None:
+        """Add the bundled SmolLM2 on first use, and follow it when its package moves."""
+        path = bundled_model_path()
+        if path is None:
+            return
+        record = self.table.get(BUNDLED_ID)
+        if record is not None:
+            if record.source == BUNDLED_SOURCE and record.path != str(path):
+                self.table.update(msgspec.structs.replace(record, path=str(path), shards=[str(path)]))
+            return
+        if get_meta(self.db, _BUNDLED_REMOVED) == "1":
+            return
+        try:
+            info = read_gguf_info(path)
+        except ModelFileError:
+            return  # a damaged package install should not break the library
+        self.table.insert(
+            ModelRecord(
+                id=BUNDLED_ID, path=str(path), shards=[str(path)], mmproj_path=None, mmproj_owned=False,
+                size_bytes=info.file_size, info=msgspec.to_builtins(info),
+                settings=msgspec.to_builtins(ModelSettings()), source=BUNDLED_SOURCE, owned=False,
+                added_at=time.time(),
+            )
+        )
+
+
+def _lookup_key(model_id: object) -> str | None:
+    """A user-typed id as stored (lowercase), or None when no model can have it."""
+    if not isinstance(model_id, str):
+        return None
+    key = model_id.strip().lower()
+    return key if MODEL_ID_RE.fullmatch(key) and ".." not in key else None
+
+
+def _entry(record: ModelRecord) -> ModelEntry:
+    return ModelEntry(
+        id=record.id,
+        path=record.path,
+        shards=record.shards,
+        mmproj_path=record.mmproj_path,
+        mmproj_owned=record.mmproj_owned,
+        size_bytes=record.size_bytes,
+        info=msgspec.convert(record.info, GGUFInfo),
+        settings=msgspec.convert(record.settings, ModelSettings, strict=False),  # JSON keys are text
+        source=record.source,
+        owned=record.owned,
+        added_at=record.added_at,
+    )
+
+
+def _existing_file(path: str | Path) -> Path:
+    p = Path(path).expanduser().absolute()
+    if not p.exists():
+        raise ModelFileError(f"{path}: no such file", param="path")
+    if not p.is_file():
+        raise ModelFileError(f"{path} is not a file", param="path")
+    return p
+
+
+def _check_projector(path: str | Path) -> Path:
+    p = _existing_file(path)
+    if not read_gguf_info(p).is_projector:
+        raise ModelFileError(f"{p} is not a vision projector (mmproj) file", param="mmproj")
+    return p
+
+
+def _copy_into(path: Path, folder: Path) -> Path:
+    """Copy `path` into `folder` through a temporary name, so no half file is ever seen."""
+    dest = folder / path.name
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.copyfile(path, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _is_inside(path: Path, folder: Path) -> bool:
+    resolved, root = path.resolve(), folder.resolve()
+    return resolved != root and resolved.is_relative_to(root)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

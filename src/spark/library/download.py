@@ -1,0 +1,155 @@
+"""Downloading one file over HTTP into `<name>.part`: resumable, retried, checksummed.
+
+A partial file is kept after an interruption and continued with a Range request
+the next time. A file is only handed back once its size and SHA-256 match what
+the Hub announced; a checksum mismatch deletes the partial file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from spark.errors import DownloadError
+from spark.library.disk import format_bytes
+
+CHUNK = 1 << 20
+RETRIES = 3  # extra attempts after a dropped connection, within one pull
+RETRY_DELAY_S = 0.5  # times the attempt number
+TIMEOUT = httpx.Timeout(60.0, connect=15.0)
+
+
+class DownloadProgress(msgspec.Struct, frozen=True):
+    """Bytes of `filename` on disk so far, out of `total` (None when unknown)."""
+
+    filename: str
+    completed: int
+    total: int | None
+
+
+ProgressFn = Callable[[DownloadProgress], None]
+
+
+def part_path(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".part")
+
+
+def download_file(
+    client: httpx.Client,
+    url: str,
+    dest: Path,
+    *,
+    size: int | None,
+    sha256: str | None,
+    progress: ProgressFn | None = None,
+    retries: int | None = None,
+) -> Path:
+    """Download `url` to `dest.part` and return that path once complete and verified.
+
+    Resumes an existing `.part`; retries a dropped connection `retries` times
+    (default `RETRIES`). Raises `DownloadError` when the server refuses,
+    the connection keeps dropping (the partial file is kept for the next try),
+    or the checksum does not match (the partial file is deleted).
+    """
+    part = part_path(dest)
+    name = dest.name
+    report = progress or (lambda _: None)
+    last_error = ""
+    for attempt in range((RETRIES if retries is None else retries) + 1):
+        if attempt:
+            time.sleep(RETRY_DELAY_S * attempt)
+        have = part.stat().st_size if part.exists() else 0
+        if size is not None and have > size:
+            part.unlink()  # longer than the real file: not ours to continue
+            have = 0
+        if size is None or have < size:
+            try:
+                _fetch(client, url, part, have, size, name, report)
+            except httpx.TransportError as e:
+                last_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                continue
+            if not part.exists():
+                last_error = "the server refused to resume the partial file"
+                continue
+        have = part.stat().st_size
+        if size is not None and have != size:
+            last_error = f"the server sent {have} of {size} bytes"
+            continue
+        report(DownloadProgress(name, have, size))
+        if sha256 is not None:
+            actual = _sha256(part)
+            if actual != sha256.lower():
+                part.unlink(missing_ok=True)
+                raise DownloadError(
+                    f"checksum mismatch for {name}: the Hub lists sha256 {sha256}, the download has "
+                    f"{actual}; the partial file was deleted, run the pull again"
+                )
+        return part
+    have = part.stat().st_size if part.exists() else 0
+    of = f" of {format_bytes(size)}" if size is not None else ""
+    raise DownloadError(
+        f"download of {name} was interrupted ({last_error}) after {format_bytes(have)}{of}; "
+        "run the same pull again to resume"
+    )
+
+
+def _fetch(
+    client: httpx.Client,
+    url: str,
+    part: Path,
+    have: int,
+    size: int | None,
+    name: str,
+    report: ProgressFn,
+) -> None:
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with client.stream("GET", url, headers=headers) as r:
+        if r.status_code == 416 and have:
+            part.unlink()  # our partial file does not fit the server's file: start over
+            return
+        if r.status_code in (401, 403):
+            raise DownloadError(
+                f"access to {name} was denied ({r.status_code}); for gated or private repositories "
+                "set hf_token (SPARK_HF_TOKEN)"
+            )
+        if r.status_code == 404:
+            raise DownloadError(f"{name} was not found on the Hub ({url})")
+        if r.status_code >= 400:
+            raise DownloadError(f"the Hub answered {r.status_code} for {name}")
+        resumed = r.status_code == 206 and _range_start(r) == have
+        offset = have if resumed else 0  # a 200 is the whole file from its first byte
+        total = size if size is not None else _total(r, offset)
+        with part.open("ab" if resumed else "wb") as f:
+            done = offset
+            report(DownloadProgress(name, done, total))
+            for chunk in r.iter_bytes():  # as it arrives: a dropped connection loses nothing
+                f.write(chunk)
+                done += len(chunk)
+                report(DownloadProgress(name, done, total))
+
+
+def _range_start(r: httpx.Response) -> int | None:
+    # "bytes 100-999/1000"
+    value = r.headers.get("Content-Range", "")
+    try:
+        return int(value.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def _total(r: httpx.Response, offset: int) -> int | None:
+    length = r.headers.get("Content-Length")
+    return offset + int(length) if length and length.isdigit() else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()

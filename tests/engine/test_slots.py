@@ -1,0 +1,32 @@
+"""Which slot a prompt gets."""
+
+from __future__ import annotations
+
+from spark.engine.slots import Slot, common_prefix, pick_slot
+
+
+def test_common_prefix() -> None:
+    assert common_prefix([], [1, 2]) == 0
+    assert common_prefix([1, 2, 3], [1, 2, 3]) == 3
+    assert common_prefix([1, 2, 3], [1, 2]) == 2
+    assert common_prefix([1, 9, 3], [1, 2, 3]) == 1
+    assert common_prefix([5], [1]) == 0
+
+
+def test_longest_shared_prefix_wins() -> None:
+    a = Slot(0, [1, 2, 3], last_used=1.0)
+    b = Slot(1, [1, 2, 3, 4, 5], last_used=2.0)
+    assert pick_slot([a, b], [1, 2, 3, 4, 5, 6]) == (b, 5)
+
+
+def test_short_shared_start_does_not_evict_another_conversation() -> None:
+    busy = Slot(0, [7, 7] + list(range(100)), last_used=5.0)  # a long conversation
+    empty = Slot(1, [], last_used=0.0)
+    slot, n = pick_slot([busy, empty], [7, 7, 42])  # shares only a system-prompt-like start
+    assert slot is empty and n == 0
+
+
+def test_least_recently_used_slot_otherwise() -> None:
+    old = Slot(0, [1, 2], last_used=1.0)
+    new = Slot(1, [3, 4], last_used=2.0)
+    assert pick_slot([new, old], [9]) == (old, 0)

