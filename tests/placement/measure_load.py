@@ -1,0 +1,91 @@
+"""Load a GGUF model the way the engine does and print the memory it took, as JSON.
+
+Run in a fresh process:
+`python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) [--log]`.
+The baseline RSS is taken after importing llama_cpp and msgspec (what a runner
+has before it loads anything), so `growth` is what the model, its context and
+one full micro-batch decode added. `--log` sends llama.cpp's log (with its
+buffer sizes) to stderr.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+
+import llama_cpp.llama_cpp as lc
+import msgspec  # noqa: F401  (a runner imports it; it belongs in the baseline)
+import psutil
+
+KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
+SHOW_LOG = "--log" in sys.argv
+
+
+@lc.llama_log_callback
+def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if SHOW_LOG:
+        sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+def main(path: str, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str, embedding: bool) -> dict[str, int]:
+    lc.llama_log_set(_log, ctypes.c_void_p(0))
+    lc.llama_backend_init()
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+
+    mparams = lc.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    # No repacked weight copies (AMX / CPU_REPACK): on VMs that advertise AMX
+    # without enabling it they die with SIGILL, and the copy would show the
+    # weights twice in RSS (once as reclaimable page cache).
+    mparams.use_extra_bufts = False
+    model = lc.llama_model_load_from_file(path.encode(), mparams)
+    if not model:
+        raise SystemExit(f"could not load {path}")
+    loaded = proc.memory_info().rss
+
+    # the context spark.engine creates: one KV stream per slot, per-slot n_ctx capped at training
+    train = lc.llama_model_n_ctx_train(model)
+    per_slot = min(n_ctx or train, train)
+    cparams = lc.llama_context_default_params()
+    cparams.n_ctx = per_slot * n_parallel
+    cparams.n_seq_max = n_parallel
+    cparams.n_batch = max(n_batch, per_slot) if embedding else n_batch
+    cparams.n_ubatch = cparams.n_batch if embedding else min(n_batch, 512)
+    cparams.n_threads = cparams.n_threads_batch = 1
+    cparams.type_k = cparams.type_v = KV_TYPES[kv_type]
+    cparams.embeddings = embedding
+    if embedding:
+        cparams.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN
+    cparams.kv_unified = False
+    ctx = lc.llama_init_from_model(model, cparams)
+    if not ctx:
+        raise SystemExit("could not create the context")
+    created = proc.memory_info().rss
+
+    # a full micro-batch touches as much of the compute buffer as a long prompt does
+    n = min(cparams.n_ubatch, per_slot)
+    vocab = lc.llama_model_get_vocab(model)
+    text = b"The quick brown fox jumps over the lazy dog. " * 8
+    piece = (lc.llama_token * 256)()
+    got = lc.llama_tokenize(vocab, text, len(text), piece, 256, False, False)
+    tokens = (lc.llama_token * n)(*[piece[i % got] for i in range(n)])
+    if lc.llama_decode(ctx, lc.llama_batch_get_one(tokens, n)) < 0:
+        raise SystemExit("decode failed")
+    after = proc.memory_info().rss
+    return {
+        "growth": after - before,
+        "model": loaded - before,
+        "context": created - loaded,
+        "decode": after - created,
+        "tokens": n,
+    }
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--log"]
+    if len(args) != 6:
+        raise SystemExit(__doc__)
+    p, ctx_, par, batch, kv, emb = args
+    print(json.dumps(main(p, int(ctx_), int(par), int(batch), kv, emb == "1")))
