@@ -3,22 +3,36 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "ls pull rm run search show" -- "$cur")); return
+    COMPREPLY=($(compgen -W "keys ls ps pull rm run search serve show stop" -- "$cur")); return
   fi
   path="$cmd"
+  case "$cmd" in
+    keys)
+      if [[ $COMP_CWORD -eq 2 ]]; then
+        COMPREPLY=($(compgen -W "create ls rm" -- "$cur")); return
+      fi
+      path="$cmd ${COMP_WORDS[2]}";;
+  esac
   case "$path" in
+    "keys create") opts="--zero-retention --help";;
+    "keys ls") opts="--help";;
+    "keys rm") opts="--help";;
+    "keys") opts="--help";;
     "ls") opts="--quiet -q --help";;
+    "ps") opts="--help";;
     "pull") opts="--quant -q --copy --help";;
     "rm") opts="--yes -y --help";;
     "run") opts="--system --temperature --seed --max-tokens --verbose --help";;
     "search") opts="--limit -n --help";;
+    "serve") opts="--host --port --help";;
     "show") opts="--template --help";;
+    "stop") opts="--help";;
   esac
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "$opts" -- "$cur")); return
   fi
   case "$path" in
-    "rm"|"run"|"show") COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;
+    "rm"|"run"|"show"|"stop") COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;
   esac
 }
 complete -o default -F _spark spark

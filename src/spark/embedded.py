@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from spark.errors import Cancelled, InvalidRequest, SparkError, from_info
+from spark.collect import collect_chat, embedding_result, unfinished
+from spark.errors import Cancelled, InvalidRequest, from_info
 from spark.library import Library
 from spark.runners.scheduler import Scheduler
 from spark.settings import Settings, load_settings
@@ -27,19 +28,14 @@ from spark.types import (
     ChatRequest,
     ChatResult,
     CompletionRequest,
-    Done,
     EmbeddingRequest,
     EmbeddingResult,
-    Embeddings,
     Event,
     Failed,
     Message,
-    ReasoningDelta,
     Request,
     SamplingParams,
     TextDelta,
-    ToolCall,
-    ToolCallDelta,
 )
 
 MessagesLike = str | Sequence[Message | Mapping[str, Any]]
@@ -126,21 +122,21 @@ class Spark:
     def chat(self, model: str, messages: MessagesLike, **sampling: Any) -> ChatResult:
         """One chat turn: `messages` is a prompt string or a list of messages."""
         request = ChatRequest(model=model, messages=to_messages(messages), sampling=to_sampling(sampling))
-        return _collect(self.events(request))
+        return collect_chat(self.events(request))
 
     def complete(self, model: str, prompt: str, **sampling: Any) -> ChatResult:
         """Raw text completion, without the chat template (max_tokens defaults to 16)."""
         sampling.setdefault("max_tokens", 16)
         request = CompletionRequest(model=model, prompt=prompt, sampling=to_sampling(sampling))
-        return _collect(self.events(request))
+        return collect_chat(self.events(request))
 
     def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:
         """Normalized embedding vectors, one per input string."""
         texts = [input] if isinstance(input, str) else list(input)
         for event in self.events(EmbeddingRequest(model=model, input=texts, dimensions=dimensions)):
-            if isinstance(event, Embeddings):
-                return EmbeddingResult(vectors=event.vectors, usage=event.usage)
-        raise SparkError("the runner ended the request without embeddings")
+            if (result := embedding_result(event)) is not None:
+                return result
+        raise unfinished()
 
     # --- lifecycle --------------------------------------------------------------
     def close(self) -> None:
@@ -159,30 +155,4 @@ class Spark:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _collect(events: Iterator[Event]) -> ChatResult:
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
-    for event in events:
-        if isinstance(event, TextDelta):
-            text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            reasoning.append(event.text)
-        elif isinstance(event, ToolCallDelta):
-            call = calls.setdefault(event.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] = event.id or call["id"]
-            call["name"] = event.name or call["name"]
-            call["arguments"] += event.arguments
-        elif isinstance(event, Done):
-            return ChatResult(
-                text="".join(text),
-                finish_reason=event.finish_reason,
-                usage=event.usage,
-                reasoning="".join(reasoning),
-                stop_sequence=event.stop_sequence,
-                tool_calls=[ToolCall(**c) for _, c in sorted(calls.items())],
-            )
-    raise SparkError("the runner ended the request without finishing it")
 

@@ -135,6 +135,32 @@ class Cancelled(SparkError):
     code = "cancelled"
 
 
+class RouteNotFound(SparkError):
+    """An HTTP path the server does not serve."""
+
+    status = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(SparkError):
+    status = 405
+    code = "method_not_allowed"
+
+
+class RequestTooLarge(SparkError):
+    """A request body over the server's `max_body_size`."""
+
+    status = 413
+    code = "request_too_large"
+
+
+class RequestTimeout(SparkError):
+    """A request still running when the server's `request_timeout` ran out."""
+
+    status = 504
+    code = "timeout"
+
+
 _BY_CODE: dict[str, type[SparkError]] = {
     cls.code: cls
     for cls in (
@@ -150,6 +176,10 @@ _BY_CODE: dict[str, type[SparkError]] = {
         Overloaded,
         RunnerFailed,
         Cancelled,
+        RouteNotFound,
+        MethodNotAllowed,
+        RequestTooLarge,
+        RequestTimeout,
     )
 }
 

@@ -38,6 +38,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "choose to; use 0.0.0.0 to serve the network (API keys are required either way)."
     )] = "127.0.0.1"
     port: Annotated[int, _doc("Port of the HTTP server (APIs and web console).")] = 8080
+    max_body_size: Annotated[str, _doc(
+        "Largest request body the API accepts (e.g. 32MiB); a larger one is refused with 413. "
+        "0: no limit."
+    )] = "32MiB"
+    max_tokens_limit: Annotated[int, _doc(
+        "Most tokens one API request may ask to generate (max_tokens); more is refused with 400. "
+        "0: no limit beyond the context length."
+    )] = 0
+    request_timeout: Annotated[str, _doc(
+        "Longest one API request may run (e.g. 10m); a generation still running then ends with "
+        "a timeout error. 0: no limit."
+    )] = "10m"
+    cors_origins: Annotated[str, _doc(
+        "Web origins allowed to call the API from a browser, comma-separated "
+        "(e.g. https://app.example.com; * for any). Empty: CORS off."
+    )] = ""
     context_length: Annotated[int, _doc(
         "Context tokens per request slot, unless a model's own settings say otherwise. "
         "0 uses the model's training context."
@@ -55,6 +71,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_queue: Annotated[int, _doc(
         "Requests that may wait for one model; past it new ones are refused as overloaded."
     )] = 64
+    load_wait: Annotated[str, _doc(
+        "Longest a request waits for busy models to finish when its model only fits once they "
+        "are unloaded; then it is refused with the memory arithmetic. 0: refuse at once."
+    )] = "5m"
     max_ram: Annotated[str, _doc(
         "Most RAM models may use (e.g. 8GiB). Empty or 0: the memory available."
     )] = ""
@@ -112,6 +132,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return parse_duration(self.load_timeout, "load_timeout")
 
     @property
+    def load_wait_seconds(self) -> float:
+        return parse_duration(self.load_wait, "load_wait")
+
+    @property
+    def max_body_bytes(self) -> int | None:
+        """The request body limit in bytes; None when there is none."""
+        return parse_size(self.max_body_size, "max_body_size") or None
+
+    @property
+    def request_timeout_seconds(self) -> float | None:
+        """The request time limit; None when there is none."""
+        return parse_duration(self.request_timeout, "request_timeout") or None
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
     def max_ram_bytes(self) -> int | None:
         return parse_size(self.max_ram, "max_ram") or None
 
@@ -165,7 +203,8 @@ def parse_size(value: str | int, key: str) -> int:
 
 
 _KV_TYPES = ("f16", "q8_0", "q4_0")
-_NUMBER_AS_TEXT = ("keep_alive", "hang_timeout", "load_timeout", "max_ram", "gpu_reserve")
+_NUMBER_AS_TEXT = ("keep_alive", "hang_timeout", "load_timeout", "load_wait", "max_ram", "gpu_reserve", "max_body_size",
+                   "request_timeout")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -204,7 +243,7 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
         fail("port", f"must be between 1 and 65535, not {s.port}")
     if s.parallel < 1:
         fail("parallel", f"must be at least 1, not {s.parallel}")
-    for key in ("context_length", "threads", "max_loaded_models"):
+    for key in ("context_length", "threads", "max_loaded_models", "max_tokens_limit"):
         if getattr(s, key) < 0:
             fail(key, f"must not be negative, not {getattr(s, key)}")
     if s.max_queue < 1:
@@ -214,12 +253,16 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
     if s.log_level not in _LOG_LEVELS:
         fail("log_level", f"must be one of {', '.join(_LOG_LEVELS)}, not {s.log_level!r}")
     for key, parse in (("keep_alive", parse_duration), ("hang_timeout", parse_duration),
-                       ("load_timeout", parse_duration), ("max_ram", parse_size),
-                       ("gpu_reserve", parse_size)):
+                       ("load_timeout", parse_duration), ("load_wait", parse_duration), ("max_ram", parse_size),
+                       ("gpu_reserve", parse_size), ("max_body_size", parse_size),
+                       ("request_timeout", parse_duration)):
         try:
             parse(getattr(s, key), key)
         except SettingsError as e:
             raise SettingsError(f"{source_of.get(key, 'default')}: {e.message}", param=key) from None
+    for key in ("request_timeout", "load_wait"):
+        if parse_duration(getattr(s, key), key) < 0:
+            fail(key, f"must not be negative, not {getattr(s, key)!r}")
 
 
 def config_path(env: typing.Mapping[str, str] | None = None) -> Path:

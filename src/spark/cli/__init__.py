@@ -10,6 +10,9 @@ import sys
 from spark.cli.app import app
 from spark.cli import models as _models  # noqa: F401  (registers commands)
 from spark.cli import run as _run  # noqa: F401
+from spark.cli import keys as _keys  # noqa: F401
+from spark.cli import serve as _serve  # noqa: F401
+from spark.cli import ps as _ps  # noqa: F401
 from spark.errors import SparkError
 
 

@@ -26,6 +26,11 @@ def _root(
     ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
-    """Spark: run GGUF language models locally and serve them over OpenAI- and Anthropic-compatible APIs."""
+    """Spark: run GGUF language models locally and serve them over OpenAI- and Anthropic-compatible APIs.
+
+    Without a command, starts the server like `spark serve`.
+    """
     if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())
+        from spark.cli.serve import start_server  # spark.cli.serve registers on this module's app
+
+        start_server()

@@ -23,13 +23,23 @@ import psutil
 from llama_cpp import llama_cpp as lc
 
 from spark.engine import embeddings
+from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.native import Batch, Model, create_context
-from spark.engine.output import parser_for
+from spark.engine.output import (
+    PLAIN,
+    OutputPlan,
+    parser_for,
+    plan_output,
+    tools_enabled,
+)
+from spark.engine.reasoning import ThinkBudget, think_syntax
 from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, resolve, uses_penalties
 from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.template import ChatTemplate
 from spark.engine.text import TextStream
+from spark.engine.toolcalls import describe_tools, tool_syntax
+from spark.engine.vision import Projector, PromptMedia
 from spark.errors import (
     ContextLengthExceeded,
     InvalidRequest,
@@ -46,6 +56,7 @@ from spark.types import (
     Failed,
     FinishReason,
     GenerationRequest,
+    ImagePart,
     LoadOptions,
     PromptDone,
     Request,
@@ -68,6 +79,8 @@ class _GenerationJob:
     emit: Emit
     prompt: list[int]
     params: SamplingParams
+    plan: OutputPlan
+    media: PromptMedia | None  # the prompt's images, if it has any
 
 
 @dataclass(slots=True, eq=False)
@@ -117,9 +130,16 @@ class Engine:
             main_gpu=options.main_gpu,
             tensor_split=options.tensor_split,
         )
+        self._projector: Projector | None = None
         try:
             self._setup(model, options)
+            if options.mmproj_path:
+                self._projector = Projector(
+                    options.mmproj_path, model, n_threads=self._n_threads, use_gpu=options.n_gpu_layers > 0
+                )
         except BaseException:
+            if hasattr(self, "_ctx"):
+                lc.llama_free(self._ctx)
             model.close()
             raise
         self._model = model
@@ -181,6 +201,20 @@ class Engine:
             eos_token=model.token_text(model.eos),
         )
         self._bos_text = model.token_text(model.bos)
+        source = None if self._template.is_fallback else self._template.source
+        self._think = think_syntax(source)
+        self._tools = tool_syntax(source)
+        # Markers the output parsers look for that are control tokens here: llama.cpp
+        # renders those as nothing, so they are rendered from their text instead.
+        markers = [*self._tools.markers, *(self._think.markers if self._think else ())]
+        self._marker_pieces: dict[int, bytes] = {}
+        for marker in markers:
+            ids = model.tokenize(marker, add_special=False, parse_special=True)
+            if len(ids) == 1 and not model.piece(ids[0]):
+                self._marker_pieces[ids[0]] = marker.encode()
+        self._think_close = (
+            model.tokenize(self._think.close, add_special=False, parse_special=True) if self._think else []
+        )
 
     # --- public API ---------------------------------------------------------
 
@@ -219,7 +253,10 @@ class Engine:
         """Exact number of prompt tokens of `request` (through the chat template for chats)."""
         with self._model_lock:
             self._check_open()
-            return len(self._prompt_tokens(request))
+            tokens, media, _ = self._prompt(request)
+            if media is not None:
+                media.close()
+            return len(tokens)
 
     def submit(self, request_id: str, request: Request, emit: Emit) -> None:
         """Queue a request; events go to `emit` from the engine thread.
@@ -272,41 +309,81 @@ class Engine:
 
     # --- preparation (caller's thread) --------------------------------------
 
-    def _prompt_tokens(self, request: ChatRequest | CompletionRequest) -> list[int]:
+    def _prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
+        """The prompt's tokens, its images (if any) and its text."""
         if self._embedding:
             raise InvalidRequest(
                 f"{self._options.model_id} is an embedding model; it cannot generate text",
                 param="model",
             )
+        images: list[ImagePart] = []
         if isinstance(request, ChatRequest):
-            if not request.messages:
-                raise InvalidRequest("messages must not be empty", param="messages")
-            text = self._template.render(
-                request.messages, tools=request.tools, system_prompt=self._options.system_prompt
-            )
+            text = self._render(request, images)
             param = "messages"
         else:
             text = request.prompt
             param = "prompt"
         model = self._model
-        tokens = model.tokenize(text, add_special=False, parse_special=True)
         # Templates often write the BOS text themselves: never add a second one.
-        if model.add_bos and model.bos >= 0 and not (self._bos_text and text.startswith(self._bos_text)):
+        add_bos = model.add_bos and model.bos >= 0 and not (self._bos_text and text.startswith(self._bos_text))
+        if images:
+            assert self._projector is not None
+            media = self._projector.tokenize(text, images, add_special=add_bos)
+            if media.tokens[-1] < 0:
+                media.close()
+                raise InvalidRequest("the chat template put no text after the last image", param="messages")
+            return media.tokens, media, text
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        if add_bos:
             tokens.insert(0, model.bos)
         if not tokens:
             if model.bos < 0:
                 raise InvalidRequest("the prompt is empty", param=param)
             tokens = [model.bos]
-        return tokens
+        return tokens, None, text
+
+    def _render(self, request: ChatRequest, images: list[ImagePart]) -> str:
+        """The chat's prompt text; its image parts are appended to `images` in order."""
+        if not request.messages:
+            raise InvalidRequest("messages must not be empty", param="messages")
+        for m in request.messages:
+            if isinstance(m.content, list):
+                images += [p for p in m.content if isinstance(p, ImagePart)]
+        if images and self._projector is None:
+            raise InvalidRequest(
+                f"model {self._options.model_id} cannot read images (no vision projector attached)",
+                param="messages",
+            )
+        messages, tools = request.messages, request.tools if tools_enabled(request) else None
+        if tools and not self._tools.renders_tools:
+            messages, tools = describe_tools(messages, tools), None
+        variables: dict[str, object] = {}
+        if request.reasoning is not None:
+            variables["enable_thinking"] = request.reasoning.enabled
+            if request.reasoning.effort is not None:
+                variables["reasoning_effort"] = request.reasoning.effort
+        return self._template.render(
+            messages,
+            tools=tools,
+            system_prompt=self._options.system_prompt,
+            image_marker=self._projector.marker if self._projector else "",
+            variables=variables,
+        )
 
     def _prepare(self, request_id: str, request: Request, emit: Emit) -> _Job:
         if isinstance(request, EmbeddingRequest):
             return _EmbeddingJob(request_id, request, emit, self._embedding_inputs(request))
-        tokens = self._prompt_tokens(request)
-        if len(tokens) > self._n_ctx:
-            raise ContextLengthExceeded(len(tokens), self._n_ctx)
-        params = resolve(request.sampling, self._options.sampling, self._model.n_vocab)
-        return _GenerationJob(request_id, request, emit, tokens, params)
+        tokens, media, text = self._prompt(request)
+        try:
+            if len(tokens) > self._n_ctx:
+                raise ContextLengthExceeded(len(tokens), self._n_ctx)
+            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab)
+            plan = plan_output(request, text, self._think, self._tools) if isinstance(request, ChatRequest) else PLAIN
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
+        return _GenerationJob(request_id, request, emit, tokens, params, plan, media)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not self._embedding:
@@ -350,6 +427,8 @@ class Engine:
             try:
                 for job in cancelled_jobs:
                     usage = Usage(prompt_tokens=len(job.prompt) if isinstance(job, _GenerationJob) else 0)
+                    if isinstance(job, _GenerationJob) and job.media is not None:
+                        job.media.close()
                     _safe_emit(job.emit, Done("cancelled", usage), job.request_id)
                 for slot in self._slots:
                     if slot.work is not None and slot.work.request_id in cancels:
@@ -371,12 +450,16 @@ class Engine:
             queued = list(self._queue)
             self._queue.clear()
         for job in queued:
+            if isinstance(job, _GenerationJob) and job.media is not None:
+                job.media.close()
             _safe_emit(job.emit, Failed(gone), job.request_id)
         for slot in self._slots:
             if slot.work is not None:
                 gen = self._release(slot)
                 _safe_emit(gen.emit, Failed(gone), gen.request_id)
         with self._model_lock:
+            if self._projector is not None:
+                self._projector.close()
             lc.llama_free(self._ctx)
             self._model.close()
 
@@ -401,6 +484,8 @@ class Engine:
         slot, n_keep = pick_slot(free, prompt)
         # Re-evaluate at least the last prompt token: its logits start the generation.
         n_keep = min(n_keep, len(prompt) - 1)
+        if job.media is not None:  # cached image positions may hold another image
+            n_keep = min(n_keep, job.media.first_image)
         mem = self._memory
         # Recurrent models cannot cut a sequence, and sliding-window caches may
         # have dropped its start: then the prompt is evaluated from scratch.
@@ -408,10 +493,13 @@ class Engine:
             lc.llama_memory_seq_rm(mem, slot.id, -1, -1)
             n_keep = 0
         del slot.cached[n_keep:]
-        params = job.params
+        params, plan = job.params, job.plan
         try:
-            sampler = SamplerChain(params, self._model.n_vocab)
+            grammar = create_sampler(self._model, plan.grammar) if plan.grammar is not None else None
+            sampler = SamplerChain(params, self._model.n_vocab, grammar)
         except Exception as e:
+            if job.media is not None:
+                job.media.close()
             _safe_emit(job.emit, Failed(_as_spark_error(e).info()), job.request_id)
             return
         if uses_penalties(params):
@@ -425,9 +513,15 @@ class Engine:
             sampler=sampler,
             max_tokens=params.max_tokens,
             stream=TextStream(params.stop),
-            parser=parser_for(job.request),
+            parser=parser_for(plan),
             started=time.perf_counter(),
             n_evaluated=n_keep,
+            media=job.media,
+            budget=(
+                ThinkBudget(plan.reasoning_budget, self._think_close)
+                if plan.reasoning_budget is not None and self._think_close
+                else None
+            ),
         )
         self._n_active += 1
         try:
@@ -453,8 +547,12 @@ class Engine:
                 break
             if gen is None or gen.prompt_done:
                 continue
+            if gen.media is not None and not self._evaluate_images(slot, gen):
+                continue
             start = gen.n_evaluated
             take = min(budget, len(gen.prompt) - start)
+            if gen.media is not None:  # text runs stop at the next image
+                take = min(take, gen.media.next_image(start) - start)
             last = start + take == len(gen.prompt)
             row = batch.add_run(gen.prompt[start : start + take], start, slot.id, "last" if last else "none")
             gen.row = row if last else -1
@@ -491,19 +589,44 @@ class Engine:
                 continue
             row, gen.row = gen.row, -1
             try:
-                self._on_token(slot, gen, gen.sampler.sample(self._ctx, row))
+                if gen.forced:  # tokens the engine writes for the model (closing a thinking block)
+                    token = gen.forced.pop(0)
+                    gen.sampler.force(token)
+                else:
+                    token = gen.sampler.sample(self._ctx, row)
+                self._on_token(slot, gen, token)
             except Exception as e:
                 self._fail(slot, e)
+
+    def _evaluate_images(self, slot: Slot, gen: Generation) -> bool:
+        """Evaluate the images the slot's prompt has reached, if any; False when the slot failed."""
+        assert gen.media is not None and self._projector is not None
+        while (image := gen.media.image_at(gen.n_evaluated)) is not None:
+            try:
+                self._projector.evaluate(self._ctx, image, seq=slot.id, n_batch=self._batch.capacity)
+            except Exception as e:
+                # The cache may hold part of the image: forget the sequence entirely.
+                lc.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                slot.cached.clear()
+                self._fail(slot, e)
+                return False
+            self._progress += 1
+            slot.cached.extend(gen.prompt[image.start : image.start + image.n_tokens])
+            gen.n_evaluated += image.n_tokens
+        return True
 
     def _on_token(self, slot: Slot, gen: Generation, token: int) -> None:
         gen.n_generated += 1
         if self._model.is_eog(token):
             self._finish(slot, "stop")
             return
-        text = gen.stream.push(self._model.piece(token))
+        piece = self._marker_pieces.get(token) or self._model.piece(token)
+        text = gen.stream.push(piece)
         if text:
             for event in gen.parser.feed(text):
                 gen.emit(event)
+        if gen.budget is not None:
+            gen.forced += gen.budget.after(piece, in_reasoning=gen.parser.in_reasoning)
         if gen.stream.stopped:
             self._finish(slot, "stop")
         elif (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens) or (
@@ -537,6 +660,8 @@ class Engine:
                 tail = gen.stream.flush()
                 for event in (gen.parser.feed(tail) if tail else []) + gen.parser.finish():
                     gen.emit(event)
+                if reason == "stop" and gen.parser.made_tool_calls:
+                    reason = "tool_calls"
         except Exception as e:
             if not isinstance(e, SparkError):
                 log.exception("finishing request %s failed", gen.request_id)
@@ -557,6 +682,8 @@ class Engine:
         slot.work = None
         slot.last_used = time.monotonic()
         gen.sampler.close()
+        if gen.media is not None:
+            gen.media.close()
         self._n_active -= 1
         self._progress += 1
         return gen

@@ -1,15 +1,23 @@
-"""Output parsers: turn a generation's safe text into events.
+"""The shape of a request's output, and the parsers that turn its text into events.
 
-This is where template-family parsers (tool calls, reasoning blocks) plug in:
-each one consumes text incrementally and returns the events to stream. For
-now every model gets `PlainText`, which passes text through unchanged.
+`plan_output` decides, for one chat request on one model, whether the
+output may hold thinking and tool calls and which grammar (if any)
+constrains it: JSON mode or a JSON schema, a forced tool call, or a lazy
+grammar that only takes over once a call starts. `parser_for` builds the
+matching incremental parser: thinking becomes `ReasoningDelta`, calls become
+`ToolCallDelta`, the rest `TextDelta`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from spark.types import Event, GenerationRequest, TextDelta
+from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish
+from spark.engine.reasoning import Part, ThinkSplitter, ThinkSyntax, think_prefix
+from spark.engine.toolcalls import ToolCallParser, ToolSyntax, call_rule, lazy_grammar
+from spark.types import ChatRequest, Event, ReasoningDelta, TextDelta
 
 
 class OutputParser(Protocol):
@@ -23,9 +31,22 @@ class OutputParser(Protocol):
         """Events for anything still buffered when generation ends."""
         ...
 
+    @property
+    def in_reasoning(self) -> bool:
+        """Whether the text so far ends inside a thinking block."""
+        ...
+
+    @property
+    def made_tool_calls(self) -> bool:
+        """Whether a tool call was emitted."""
+        ...
+
 
 class PlainText:
     """Every piece of text becomes one `TextDelta`."""
+
+    in_reasoning = False
+    made_tool_calls = False
 
     def feed(self, text: str) -> list[Event]:
         return [TextDelta(text)] if text else []
@@ -34,6 +55,113 @@ class PlainText:
         return []
 
 
-def parser_for(request: GenerationRequest) -> OutputParser:
+@dataclass(frozen=True, slots=True)
+class OutputPlan:
+    """What one request's output may hold and how it is constrained."""
+
+    think: ThinkSyntax | None = None
+    think_opened: bool = False  # the prompt ends inside a thinking block
+    tools: ToolSyntax | None = None  # None: calls are neither asked for nor parsed
+    tool_names: frozenset[str] = frozenset()
+    grammar: Grammar | None = None
+    reasoning_budget: int | None = None  # thinking tokens before the block is closed for the model
+
+
+PLAIN = OutputPlan()
+
+
+def tools_enabled(request: ChatRequest) -> bool:
+    """Whether the request's tools are offered to the model (not when tool_choice is "none")."""
+    return bool(request.tools) and (request.tool_choice is None or request.tool_choice.mode != "none")
+
+
+def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, tools: ToolSyntax) -> OutputPlan:
+    """The plan for `request`, whose rendered prompt is `prompt`.
+
+    Raises `InvalidRequest` for a response format or tool schema the grammar
+    cannot enforce, before anything reaches llama.cpp.
+    """
+    opened = think is not None and think.opened_by(prompt)
+    offered = tools_enabled(request) and request.tools is not None
+    choice = request.tool_choice
+    forced = offered and choice is not None and choice.mode == "required"
+    fmt = request.response_format
+    json_out = fmt is not None and fmt.type in ("json_object", "json_schema")
+
+    grammar: Grammar | None = None
+    if forced or json_out:
+        rules = Rules()
+        prefix = think_prefix(rules, think, opened=opened) if think is not None else ""
+        alts = []
+        if offered and request.tools is not None:
+            alts.append(call_rule(rules, tools, request.tools, choice.name if forced and choice else None))
+        if json_out and not forced:
+            assert fmt is not None
+            schema = fmt.schema if fmt.type == "json_schema" else None
+            alts.append(
+                SchemaConverter(rules, schema, "response_format").rule(schema, "json")
+                if schema is not None
+                else rules.primitive("object")
+            )
+        body = alts[0] if len(alts) == 1 else f"( {' | '.join(alts)} )"
+        param = "tool_choice" if forced else "response_format"
+        grammar = finish(rules, f"{prefix} {body}".strip(), param)
+    elif offered and request.tools is not None:
+        grammar = lazy_grammar(tools, request.tools)
+
+    reasoning = request.reasoning
+    budget = None
+    if think is not None and reasoning is not None and reasoning.enabled:
+        budget = reasoning.budget_tokens
+    return OutputPlan(
+        think=think,
+        think_opened=opened,
+        tools=tools if offered else None,
+        tool_names=frozenset(t.name for t in request.tools or ()) if offered else frozenset(),
+        grammar=grammar,
+        reasoning_budget=budget,
+    )
+
+
+class StructuredOutput:
+    """Thinking first (if the model thinks), then content that may hold tool calls."""
+
+    def __init__(self, plan: OutputPlan) -> None:
+        self._think = ThinkSplitter(plan.think, opened=plan.think_opened) if plan.think else None
+        self._tools = ToolCallParser(plan.tools, plan.tool_names) if plan.tools else None
+
+    @property
+    def in_reasoning(self) -> bool:
+        return self._think is not None and self._think.in_reasoning
+
+    @property
+    def made_tool_calls(self) -> bool:
+        return self._tools is not None and self._tools.made_calls
+
+    def feed(self, text: str) -> list[Event]:
+        parts: Sequence[Part] = self._think.feed(text) if self._think else [("content", text)]
+        return self._events(parts)
+
+    def finish(self) -> list[Event]:
+        events = self._events(self._think.finish()) if self._think else []
+        if self._tools is not None:
+            events += self._tools.finish()
+        return events
+
+    def _events(self, parts: Sequence[Part]) -> list[Event]:
+        out: list[Event] = []
+        for kind, text in parts:
+            if kind == "reasoning":
+                out.append(ReasoningDelta(text))
+            elif self._tools is not None:
+                out += self._tools.feed(text)
+            else:
+                out.append(TextDelta(text))
+        return out
+
+
+def parser_for(plan: OutputPlan) -> OutputParser:
     """The parser for one request's output."""
-    return PlainText()
+    if plan.think is None and plan.tools is None:
+        return PlainText()
+    return StructuredOutput(plan)

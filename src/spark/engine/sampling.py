@@ -71,22 +71,28 @@ def uses_penalties(p: SamplingParams) -> bool:
 class SamplerChain:
     """A llama.cpp sampler chain built from resolved `SamplingParams`; free it with `close()`."""
 
-    def __init__(self, p: SamplingParams, n_vocab: int) -> None:
+    def __init__(self, p: SamplingParams, n_vocab: int, grammar: ctypes.c_void_p | None = None) -> None:
+        """`grammar` (a grammar sampler, owned by the chain from here on) runs first:
+        the other samplers only see the tokens it allows."""
         params = lc.llama_sampler_chain_default_params()
         params.no_perf = True
         self._chain = lc.llama_sampler_chain_init(params)
         if not self._chain:
+            if grammar:
+                lc.llama_sampler_free(grammar)
             raise MemoryError("llama.cpp could not allocate a sampler chain")
-        samplers = []
+        samplers = [grammar] if grammar else []
+        self._penalties = None
         if p.logit_bias:
             arr = (lc.llama_logit_bias * len(p.logit_bias))(
                 *(lc.llama_logit_bias(token=t, bias=b) for t, b in p.logit_bias.items())
             )
             samplers.append(lc.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
         if uses_penalties(p):
-            samplers.append(lc.llama_sampler_init_penalties(
+            self._penalties = lc.llama_sampler_init_penalties(
                 n_vocab, PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
-            ))
+            )
+            samplers.append(self._penalties)
         temperature = p.temperature or 0.0
         if temperature <= 0:
             samplers.append(lc.llama_sampler_init_greedy())
@@ -108,7 +114,12 @@ class SamplerChain:
         return lc.llama_sampler_sample(self._chain, ctx, index)
 
     def accept(self, token: int) -> None:
-        """Let the chain see a token it did not sample (the prompt's tail, for penalties)."""
+        """Let the penalties see a token of the prompt's tail (a grammar must not)."""
+        if self._penalties:
+            lc.llama_sampler_accept(self._penalties, token)
+
+    def force(self, token: int) -> None:
+        """Accept an output token the engine chose instead of sampling (grammar included)."""
         lc.llama_sampler_accept(self._chain, token)
 
     def close(self) -> None:

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spark.engine.output import OutputParser
+from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
 from spark.engine.text import TextStream
+from spark.engine.vision import PromptMedia
 from spark.types import Event, Usage
 
 
@@ -30,6 +32,9 @@ class Generation:
     n_generated: int = 0
     token: int = -1  # sampled, to be fed in the next batch
     row: int = -1  # its output row in the batch being decoded, -1 for none
+    media: PromptMedia | None = None  # the prompt's images (IMAGE_TOKEN in `prompt`)
+    budget: ThinkBudget | None = None  # closes a thinking block that runs too long
+    forced: list[int] = field(default_factory=list)  # next output tokens, written instead of sampled
 
     @property
     def prompt_done(self) -> bool:
@@ -45,7 +50,8 @@ class Generation:
 
 @dataclass(slots=True, eq=False)
 class Slot:
-    """One sequence of the context. `cached` is exactly the tokens in its KV cache, in order."""
+    """One sequence of the context. `cached` is exactly the tokens in its KV cache, in order
+    (`IMAGE_TOKEN` for image positions, which never match a text prompt)."""
 
     id: int
     cached: list[int] = field(default_factory=list)

@@ -20,7 +20,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from spark.errors import InvalidRequest
-from spark.types import Message, Tool
+from spark.types import Message, TextPart, Tool
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +98,22 @@ class ChatTemplate:
         tools: list[Tool] | None = None,
         system_prompt: str | None = None,
         add_generation_prompt: bool = True,
+        image_marker: str = "",
+        variables: dict[str, Any] | None = None,
     ) -> str:
         """The prompt text for `messages`.
 
         The developer role is rendered as system. When no message is a system
         (or developer) message, `system_prompt` (if given) is prepended as one.
-        Raises `InvalidRequest` when the template fails, with its message.
+        Image parts become `image_marker` in the text. `variables` are extra
+        template variables (e.g. `enable_thinking`). Raises `InvalidRequest`
+        when the template fails, with its message.
         """
-        rendered = [_message_dict(m) for m in messages]
+        rendered = [_message_dict(m, image_marker) for m in messages]
         if system_prompt and not any(m.role in ("system", "developer") for m in messages):
             rendered.insert(0, {"role": "system", "content": system_prompt})
         context: dict[str, Any] = {
+            **(variables or {}),
             "messages": rendered,
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token,
@@ -134,11 +139,16 @@ class ChatTemplate:
             ) from None
 
 
-def _message_dict(message: Message) -> dict[str, Any]:
+def _message_dict(message: Message, image_marker: str) -> dict[str, Any]:
     """A message as the dict Hugging Face templates expect (unset fields left out)."""
+    content = message.content
+    if isinstance(content, list):
+        text = "".join(p.text if isinstance(p, TextPart) else image_marker for p in content)
+    else:
+        text = content or ""
     out: dict[str, Any] = {
         "role": "system" if message.role == "developer" else message.role,
-        "content": message.text(),
+        "content": text,
     }
     if message.name is not None:
         out["name"] = message.name

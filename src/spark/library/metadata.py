@@ -49,7 +49,9 @@ class GGUFInfo(msgspec.Struct, frozen=True, kw_only=True):
     kv_heads_by_layer: list[int] = []  # one entry per layer (models may vary it by layer)
     head_dim_k: int = 0
     head_dim_v: int = 0
-    sliding_window: int | None = None
+    n_ff: int = 0  # feed-forward width a token passes through (MoE: expert width x experts used); 0: unknown
+    sliding_window: int | None = None  # None when the file names no window (0 when it says 0)
+    sliding_window_pattern: int | list[bool] | None = None  # as the file gives it: a period or per-layer flags
     vocab_size: int = 0
     chat_template: str | None = None
     supports_tools: bool = False
@@ -267,6 +269,29 @@ def _uint(fields: dict[str, Any], key: str) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
+def _ff_width(fields: dict[str, Any], arch: str) -> int:
+    """Feed-forward width one token goes through: for mixture-of-experts, the experts it is
+    routed to plus any shared experts (Mixtral-style files give the expert width as
+    `feed_forward_length`)."""
+    dense = _uint(fields, f"{arch}.feed_forward_length")
+    used = _uint(fields, f"{arch}.expert_used_count")
+    if not used:
+        return dense
+    expert = _uint(fields, f"{arch}.expert_feed_forward_length") or dense
+    shared = _uint(fields, f"{arch}.expert_shared_feed_forward_length") or (
+        _uint(fields, f"{arch}.expert_shared_count") * expert
+    )
+    return expert * used + shared
+
+
+def _swa_pattern(value: Any) -> int | list[bool] | None:
+    if isinstance(value, list):
+        return [bool(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
 def read_gguf_info(path: str | Path) -> GGUFInfo:
     """Metadata of the GGUF model at `path` (the first shard of a split model reads them all).
 
@@ -322,7 +347,7 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
     vocab = _uint(fields, f"{arch}.vocab_size") or (
         tokens.length if isinstance(tokens, _Skipped) else len(tokens) if isinstance(tokens, list) else 0
     )
-    sliding = _uint(fields, f"{arch}.attention.sliding_window")
+    sliding_key = f"{arch}.attention.sliding_window"
     name = fields.get("general.name")
 
     return GGUFInfo(
@@ -339,7 +364,9 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
         kv_heads_by_layer=kv_by_layer,
         head_dim_k=_uint(fields, f"{arch}.attention.key_length") or head_dim,
         head_dim_v=_uint(fields, f"{arch}.attention.value_length") or head_dim,
-        sliding_window=sliding or None,
+        n_ff=_ff_width(fields, arch),
+        sliding_window=_uint(fields, sliding_key) if sliding_key in fields else None,
+        sliding_window_pattern=_swa_pattern(fields.get(f"{arch}.attention.sliding_window_pattern")),
         vocab_size=vocab,
         chat_template=template,
         supports_tools=bool(

@@ -159,22 +159,24 @@ def model_shape(
     """The estimate's input from a model's GGUF metadata.
 
     `n_ff` is the feed-forward width a token goes through (`feed_forward_length`;
-    for mixture-of-experts, expert width x experts used); without it 4 x n_embd,
-    the usual transformer ratio, is assumed. `swa_pattern` is the file's
-    `<arch>.attention.sliding_window_pattern` value, when it has one.
+    for mixture-of-experts, expert width x experts used), `info.n_ff` unless
+    given; when neither says, 4 x n_embd, the usual transformer ratio, is
+    assumed. `swa_pattern` is the file's `<arch>.attention.sliding_window_pattern`
+    value, `info.sliding_window_pattern` unless given.
     """
     if info.is_projector:
         raise InvalidRequest(f"{info.name or info.architecture} is a vision projector, not a model", param="model")
     n_layers = info.n_layers
     kv_heads = list(info.kv_heads_by_layer) or [info.n_kv_heads] * n_layers
-    window, swa = swa_layers(info.architecture, n_layers, info.sliding_window or 0, swa_pattern)
+    pattern = swa_pattern if swa_pattern is not None else info.sliding_window_pattern
+    window, swa = swa_layers(info.architecture, n_layers, info.sliding_window or 0, pattern)
     # an untied head is a vocab x n_embd matrix; a tied one leaves only its norm (and bias)
     tied = not info.is_embedding and info.output_bytes <= 8 * info.n_embd
     return ModelShape(
         architecture=info.architecture,
         n_layers=n_layers,
         n_embd=info.n_embd,
-        n_ff=n_ff if n_ff else 4 * info.n_embd,
+        n_ff=n_ff or info.n_ff or 4 * info.n_embd,
         n_vocab=info.vocab_size,
         context_length=info.context_length,
         kv_heads=kv_heads,

@@ -1,22 +1,44 @@
-"""Which runner serves a request: one runner process per model, loaded on first use.
+"""Which runner serves a request, and what stays loaded: placement by memory, queues, keep-alive.
 
-This version loads a model when a request first needs it (concurrent first
-requests share one load) and keeps it until `unload` or `close`. Placement by
-memory, eviction of idle models, bounded queues and keep-alive belong in
-`_runner_for` / `_load`, which are the only places that decide what is loaded.
+One runner process per model, loaded on first use; concurrent first requests
+share one load. Before a load, the model's memory is estimated from its GGUF
+header and placed by the planner against the devices and the models already
+loaded (counted at their measured memory once their runners report it). Idle
+models the plan evicts are unloaded first. A model that cannot fit even with
+every idle model unloaded is refused at once with `PlacementRefused` and the
+arithmetic; one that would fit once busy models finish waits for them, up to
+`load_wait`. Loads happen one at a time, so two of them never count the same
+free memory.
+
+Each model admits `n_parallel + max_queue` requests; past that a request is
+refused at once with `Overloaded`. Requests beyond the slots wait in the
+runner's own FIFO queue (or, before the model is loaded, for its load).
+
+A model with no work unloads after its keep-alive: the latest request's
+`keep_alive` (seconds; 0 unloads right after it, negative keeps the model
+loaded), else `settings.keep_alive`. Changed model settings (context, slots,
+...) load a new runner; the old one finishes the requests it has and then stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+import math
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, asynccontextmanager, suppress
+from time import monotonic
 
 import msgspec
 
-from spark.errors import ModelNotFound, Overloaded, RunnerFailed
+from spark.errors import InvalidRequest, ModelNotFound, Overloaded, PlacementRefused, RunnerFailed, SparkError
 from spark.library import Library, ModelEntry
+from spark.library.disk import format_bytes
+from spark.library.metadata import read_gguf_info
+from spark.placement import Device, LoadedModel, MemoryEstimate, Plan, detect_devices, estimate_load, model_shape
+from spark.placement import plan_placement
+from spark.placement.baseline import idle_runner_bytes
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
 from spark.types import Event, LoadOptions, Request
@@ -24,10 +46,19 @@ from spark.types import Event, LoadOptions, Request
 log = logging.getLogger("spark.runners")
 
 FALLBACK_CONTEXT = 4096  # when neither the settings nor the model file give a context length
+IDLE_CHECK_SECONDS = 1.0  # how often keep-alive expiries and runner memory are checked
+DEVICE_CACHE_SECONDS = 2.0  # a device inventory is reused this long (free memory moves on)
+PLACEMENT_RECHECK_SECONDS = 5.0  # a load waiting for memory also looks again this often
+_PLACEMENT_FIELDS = ("n_gpu_layers", "main_gpu", "tensor_split")  # set by the plan, not by settings
 
 
 class RunnerState(msgspec.Struct, frozen=True):
-    """A snapshot of one runner, for the admin API, the console and the CLI."""
+    """A snapshot of one runner, for the admin API, the console and the CLI.
+
+    Memory figures are the model's own (weights, KV cache, buffers), without
+    the runner process itself, so the estimate and the measurement compare
+    like for like.
+    """
 
     model: str
     status: RunnerStatus
@@ -39,6 +70,17 @@ class RunnerState(msgspec.Struct, frozen=True):
     restarts: int
     n_ctx: int  # tokens per slot
     n_parallel: int
+    devices: list[str] = []  # where its layers run, GPUs first
+    placement: str = ""  # the plan, e.g. "cpu, 21 MiB of 3.1 GiB free"
+    estimate_bytes: int = 0  # host memory estimated before the load
+    measured_bytes: int | None = None  # the same, measured (peak RSS less an idle runner's); None until known
+    device_bytes: dict[str, int] = {}  # what placement counts on each device now (measured where known)
+    slots_busy: int = 0
+    queued: int = 0  # requests waiting beyond its slots
+    idle_seconds: float | None = None  # None while it has work
+    keep_alive: float = 0.0  # seconds it stays loaded once idle; negative: forever
+    unloads_in: float | None = None  # None while it has work or when kept loaded forever
+    reason: str = ""  # why it was loaded, or why it is stopping
 
 
 def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
@@ -61,122 +103,423 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
     )
 
 
+def settings_changes(old: LoadOptions, new: LoadOptions) -> str:
+    """What differs between two sets of load options, placement aside, e.g. `n_ctx 512 -> 1024`."""
+    changes = []
+    for name in LoadOptions.__struct_fields__:
+        if name in _PLACEMENT_FIELDS:
+            continue
+        before, after = getattr(old, name), getattr(new, name)
+        if before != after:
+            plain = all(isinstance(v, (int, float, str, bool)) or v is None for v in (before, after))
+            changes.append(f"{name} {before} -> {after}" if plain and name != "system_prompt" else f"{name} changed")
+    return ", ".join(changes)
+
+
+class _Runner:
+    """One runner process and what the scheduler knows about it."""
+
+    def __init__(self, process: RunnerProcess, requested: LoadOptions, estimate: MemoryEstimate, plan: Plan,
+                 reason: str, keep_alive: float) -> None:
+        self.process = process
+        self.requested = requested  # the options before placement, to notice changed settings
+        self.estimate = estimate
+        self.plan = plan
+        self.reason = reason
+        self.keep_alive = keep_alive
+        self.active = 0  # requests using it (streaming, queued in it, or counting tokens)
+        self.retiring = False  # replaced after a settings change; stops once idle
+        self.peak_rss = 0
+        self.reported = False  # the estimate's error has been logged
+
+    @property
+    def model_id(self) -> str:
+        return self.process.model_id
+
+    @property
+    def label(self) -> str:
+        """A name unique among the runners (a retiring one shares its model's id)."""
+        return f"{self.model_id} (old settings)" if self.retiring else self.model_id
+
+    @property
+    def estimate_host_bytes(self) -> int:
+        """The model's estimated host memory, the runner process excluded."""
+        return self.plan.device_bytes.get("cpu", 0) - self.estimate.runtime_bytes
+
+    def measured_bytes(self, baseline: int | None) -> int | None:
+        """The model's host memory as measured: peak RSS less an idle runner's; None until known."""
+        self.peak_rss = max(self.peak_rss, self.process.rss_bytes)
+        if baseline is None or not self.peak_rss:
+            return None
+        return max(0, self.peak_rss - baseline)
+
+    def device_bytes(self, baseline: int | None) -> dict[str, int]:
+        """What placement counts on each device: the plan, with the host part measured once known."""
+        counted = dict(self.plan.device_bytes)
+        measured = self.measured_bytes(baseline)
+        if measured is not None:
+            counted["cpu"] = measured + self.estimate.runtime_bytes
+        return counted
+
+
 class Scheduler:
-    """Routes requests to runner processes, loading each model once, on first use."""
+    """Routes requests to runner processes: places and loads models, queues, unloads idle ones."""
 
     def __init__(self, settings: Settings, library: Library) -> None:
         self._settings = settings
         self._library = library
-        self._runners: dict[str, RunnerProcess] = {}
-        self._loading: dict[str, asyncio.Task[RunnerProcess]] = {}
+        self._runners: dict[str, _Runner] = {}  # the current runner of each model
+        self._retiring: list[_Runner] = []  # replaced runners finishing their requests
+        self._loading: dict[str, asyncio.Task[_Runner]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+        self._pending: Counter[str] = Counter()  # admitted requests per model, waiting or running
+        self._place_lock = asyncio.Lock()
+        self._changed = asyncio.Event()  # a request ended or a runner stopped: memory may be free
+        self._wake = asyncio.Event()  # something to unload may be due now
+        self._watcher: asyncio.Task[None] | None = None  # unloads idle models
+        self._measuring: asyncio.Task[None] | None = None  # measures an idle runner's memory, once
+        self._devices: tuple[float, list[Device]] | None = None
+        self._baseline: int | None = None
         self._closed = False
 
+    # --- public API ---------------------------------------------------------
     async def stream(self, request: Request) -> AsyncGenerator[Event, None]:
         """The events of `request`, ending with `Done`, `Embeddings` or `Failed`.
 
-        Raises `ModelNotFound` for an unknown model, and the load error
-        (`RunnerFailed`, `ModelFileError`) when the model cannot be loaded.
+        Raises `ModelNotFound` for an unknown model, `Overloaded` when its queue
+        is full, `PlacementRefused` when it does not fit in memory, and the load
+        error (`RunnerFailed`, `ModelFileError`) when the model cannot be loaded.
         Closing the generator early cancels the request in its runner.
         """
-        runner = await self._runner_for(request.model)
-        async with aclosing(runner.stream(request)) as events:
+        async with self._use(request) as runner, aclosing(runner.process.stream(request)) as events:
             async for event in events:
                 yield event
 
     async def count_tokens(self, request: Request) -> int:
         """Prompt tokens of `request` on its model (loading the model if needed)."""
-        runner = await self._runner_for(request.model)
-        return await runner.count_tokens(request)
+        async with self._use(request) as runner:
+            return await runner.process.count_tokens(request)
 
     async def unload(self, model_id: str) -> bool:
-        """Stop the runner of `model_id` (after its load, if one is under way); False if none."""
+        """Stop the runner(s) of `model_id` now (after its load, if one is under way); False if none.
+
+        Requests still running on it end with `RunnerFailed`.
+        """
         key = model_id if model_id in self._runners or model_id in self._loading else self._canonical(model_id)
         if key is None:
             return False
         task = self._loading.get(key)
         if task is not None:
             await asyncio.wait({task})
-        runner = self._runners.pop(key, None)
-        if runner is None:
-            return False
-        await runner.stop()
-        log.info("unloaded %s", key)
-        return True
+        targets = [r for r in (self._runners.get(key), *self._retiring) if r is not None and r.model_id == key]
+        for runner in targets:
+            self._stop(runner, "unloaded on request")
+        if targets:
+            await self._settle_stops()
+        return bool(targets)
 
     def loaded(self) -> list[RunnerState]:
-        """Every runner, loading or loaded."""
-        return [
-            RunnerState(
-                model=model_id,
-                status=runner.status,
-                pid=runner.pid,
-                rss_bytes=runner.rss_bytes,
-                busy=runner.busy,
-                in_flight=runner.in_flight,
-                last_used=runner.last_used,
-                restarts=runner.restarts,
-                n_ctx=runner.options.n_ctx,
-                n_parallel=runner.options.n_parallel,
-            )
-            for model_id, runner in self._runners.items()
-        ]
+        """Every runner, loading, loaded or finishing its requests after a settings change."""
+        now = monotonic()
+        return [self._state(r, now) for r in (*self._runners.values(), *self._retiring)]
 
     async def close(self) -> None:
         """Stop every runner (and abandon loads under way); new requests are refused."""
         self._closed = True
+        background = [t for t in (self._watcher, self._measuring) if t is not None]
+        for task in background:
+            task.cancel()
         loads = list(self._loading.values())
         for task in loads:
             task.cancel()
-        if loads:
-            await asyncio.wait(loads)
-        runners = list(self._runners.values())
-        self._runners.clear()
-        await asyncio.gather(*(runner.stop() for runner in runners))
+        if loads or background:
+            await asyncio.wait([*loads, *background])
+        for runner in [*self._runners.values(), *self._retiring]:
+            self._stop(runner, "server shutting down")
+        await self._settle_stops()
 
-    # --- placement ---------------------------------------------------------
-    async def _runner_for(self, model: str) -> RunnerProcess:
+    # --- admission ------------------------------------------------------------
+    @asynccontextmanager
+    async def _use(self, request: Request) -> AsyncIterator[_Runner]:
+        """The runner for `request`, held busy (never unloaded) until the block ends."""
         if self._closed:
             raise Overloaded("The server is shutting down and takes no new requests.")
-        entry = self._library.get(model)
-        runner = self._runners.get(entry.id)
-        if runner is not None and runner.status not in ("failed", "stopped"):
-            return runner
-        task = self._loading.get(entry.id)
-        if task is None:
-            task = asyncio.create_task(self._load(entry), name=f"load {entry.id}")
-            self._loading[entry.id] = task
-            task.add_done_callback(lambda t: self._load_finished(entry.id, t))
+        keep_alive = self._keep_alive(request)
+        entry = self._library.get(request.model)
+        options = load_options(entry, self._settings)
+        model = entry.id
+        waiting = self._pending[model] - options.n_parallel
+        if waiting >= self._settings.max_queue:
+            raise Overloaded(
+                f"The model {model} has {waiting} requests waiting (SPARK_MAX_QUEUE={self._settings.max_queue}); "
+                "try again shortly."
+            )
+        if self._watcher is None:  # started here: the scheduler may be made before the loop runs
+            self._watcher = asyncio.create_task(self._watch_idle(), name="unload idle models")
+        self._pending[model] += 1
+        runner: _Runner | None = None
         try:
-            # shielded: one waiter giving up must not abort the load the others wait for
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if task.cancelled() and not (current is not None and current.cancelling()):
-                raise RunnerFailed(
-                    f"Loading the model {entry.id} was abandoned: the server is shutting down."
-                ) from None
-            raise
+            runner = await self._runner_for(entry, options)
+            runner.active += 1  # no await since the load finished: nothing can have unloaded it
+            runner.keep_alive = keep_alive  # the latest request's keep-alive wins
+            yield runner
+        finally:
+            self._pending[model] -= 1
+            if not self._pending[model]:
+                del self._pending[model]
+            if runner is not None:
+                runner.active -= 1
+                if not runner.active:
+                    self._report_estimate(runner)
+            self._changed.set()
+            self._wake.set()
 
-    async def _load(self, entry: ModelEntry) -> RunnerProcess:
-        runner = RunnerProcess(load_options(entry, self._settings), self._settings)
-        self._runners[entry.id] = runner
-        try:
-            await runner.start()
-        except BaseException:
-            if self._runners.get(entry.id) is runner:
-                del self._runners[entry.id]
-            raise
-        log.info("loaded %s in runner pid %s", entry.id, runner.pid)
+    def _keep_alive(self, request: Request) -> float:
+        if request.keep_alive is None:
+            return self._settings.keep_alive_seconds
+        if math.isnan(request.keep_alive):
+            raise InvalidRequest("keep_alive must be a number of seconds (negative: keep loaded)", param="keep_alive")
+        return request.keep_alive
+
+    async def _runner_for(self, entry: ModelEntry, options: LoadOptions) -> _Runner:
+        model = entry.id
+        while True:
+            current = self._runners.get(model)
+            reason = "first request"
+            if current is not None and current.process.status in ("ready", "restarting"):
+                if current.requested == options:
+                    return current
+                reason = f"settings changed: {settings_changes(current.requested, options)}"
+                self._retire(current, reason)
+            elif current is not None and current.process.status in ("failed", "stopped"):
+                del self._runners[model]
+                reason = f"the previous runner {current.process.status}"
+            task = self._loading.get(model)
+            if task is None or task.done():  # a finished load is forgotten a moment later
+                task = asyncio.create_task(self._load(entry, options, reason), name=f"load {model}")
+                self._loading[model] = task
+                task.add_done_callback(lambda t: self._load_finished(model, t))
+            try:
+                # shielded: one waiter giving up must not abort the load the others wait for
+                runner = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                current_task = asyncio.current_task()
+                if task.cancelled() and not (current_task is not None and current_task.cancelling()):
+                    raise RunnerFailed(
+                        f"Loading the model {model} was abandoned: the server is shutting down."
+                    ) from None
+                raise
+            if runner.requested == options and self._runners.get(model) is runner:
+                return runner
+            # loaded for other settings (they changed meanwhile) or already gone: look again
+
+    # --- loading and placement ------------------------------------------------
+    async def _load(self, entry: ModelEntry, options: LoadOptions, reason: str) -> _Runner:
+        async with self._place_lock:
+            await self._settle_stops()  # memory of runners being stopped is not free yet
+            # read afresh: a library entry stored by an older version lacks newer fields
+            info = await asyncio.to_thread(read_gguf_info, entry.path)
+            estimate = estimate_load(model_shape(info), options)
+            plan, runners = await self._place(entry.id, estimate)
+            for eviction in plan.evictions:
+                self._stop(runners[eviction.model_id], f"evicted to make room for {entry.id}: {eviction.reason}")
+            await self._settle_stops()
+            process = RunnerProcess(plan.load_options(options), self._settings)
+            runner = _Runner(process, options, estimate, plan, reason, self._settings.keep_alive_seconds)
+            self._runners[entry.id] = runner
+            try:
+                await process.start()
+            except BaseException:
+                if self._runners.get(entry.id) is runner:
+                    del self._runners[entry.id]
+                raise
+            finally:
+                self._devices = None  # free memory has changed
+            if self._measuring is None:
+                self._measuring = asyncio.create_task(self._measure_baseline(), name="measure an idle runner")
+        log.info("loaded %s in runner pid %s (%s): %s; %s", entry.id, process.pid, reason, plan.explain(),
+                 estimate.describe())
         return runner
 
-    def _load_finished(self, model_id: str, task: asyncio.Task[RunnerProcess]) -> None:
+    async def _place(self, model_id: str, estimate: MemoryEstimate) -> tuple[Plan, dict[str, _Runner]]:
+        """A plan for the model, waiting up to `load_wait` for busy models when only they are in the way."""
+        limit = self._settings.max_loaded_models
+        deadline: float | None = None
+        while True:
+            devices = self._device_inventory()
+            runners = {r.label: r for r in (*self._runners.values(), *self._retiring)
+                       if r.process.status not in ("failed", "stopped")}  # those hold no memory
+            loaded = [self._as_loaded(r) for r in runners.values()]
+            try:
+                return plan_placement(estimate, devices, loaded, max_loaded_models=limit), runners
+            except PlacementRefused as refused:
+                if not any(m.busy for m in loaded):
+                    raise self._refusal(refused.message) from None
+                try:  # would it fit once the busy models are done? then wait for them
+                    idle = [msgspec.structs.replace(m, busy=False) for m in loaded]
+                    plan_placement(estimate, devices, idle, max_loaded_models=limit)
+                except PlacementRefused:
+                    raise self._refusal(refused.message) from None
+                wait = self._settings.load_wait_seconds
+                now = monotonic()
+                if deadline is None:
+                    deadline = now + wait
+                    if wait > 0:
+                        log.info("%s waits up to %g s for busy models to finish: %s", model_id, wait, refused.message)
+                if now >= deadline:
+                    raise self._refusal(
+                        f"{refused.message}; waited {wait:g} s for busy models to finish (SPARK_LOAD_WAIT)"
+                    ) from None
+                self._changed.clear()
+                await _wait_for_event(self._changed, min(deadline - now, PLACEMENT_RECHECK_SECONDS))
+                self._devices = None
+
+    def _refusal(self, arithmetic: str) -> PlacementRefused:
+        """The planner's arithmetic, naming the user's own RAM limit when one is set."""
+        if self._settings.max_ram_bytes is not None:
+            arithmetic += f"; cpu memory is limited by max_ram {self._settings.max_ram} (SPARK_MAX_RAM)"
+        return PlacementRefused(arithmetic)
+
+    def _as_loaded(self, runner: _Runner) -> LoadedModel:
+        busy = (
+            runner.active > 0
+            or (not runner.retiring and self._pending[runner.model_id] > 0)
+            or runner.process.status not in ("ready", "failed", "stopped")
+        )
+        return LoadedModel(model_id=runner.label, device_bytes=runner.device_bytes(self._baseline), busy=busy,
+                           last_used=runner.process.last_used)
+
+    def _device_inventory(self) -> list[Device]:
+        now = monotonic()
+        if self._devices is None or now - self._devices[0] > DEVICE_CACHE_SECONDS:
+            self._devices = (now, detect_devices(self._settings))
+        return self._devices[1]
+
+    def _load_finished(self, model_id: str, task: asyncio.Task[_Runner]) -> None:
         if self._loading.get(model_id) is task:
             del self._loading[model_id]
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("loading %s failed: %s", model_id, task.exception())
+        if not task.cancelled() and (error := task.exception()) is not None:
+            if isinstance(error, PlacementRefused):  # the caller's answer; not a fault of the server
+                log.info("not loading %s: %s", model_id, error)
+            else:
+                log.warning("loading %s failed: %s", model_id, error)
+
+    # --- unloading ------------------------------------------------------------
+    def _retire(self, runner: _Runner, why: str) -> None:
+        """Replace `runner`: it takes no new requests and stops once its requests are done."""
+        del self._runners[runner.model_id]
+        runner.retiring = True
+        runner.reason = f"stopping after its requests: {why}"
+        log.info("reloading %s: %s", runner.model_id, why)
+        if runner.active:
+            self._retiring.append(runner)
+        else:
+            self._stop(runner, why)
+
+    def _stop(self, runner: _Runner, why: str) -> None:
+        """Take `runner` out of service now and stop its process in the background."""
+        if self._runners.get(runner.model_id) is runner:
+            del self._runners[runner.model_id]
+        if runner in self._retiring:
+            self._retiring.remove(runner)
+        log.info("unloading %s (pid %s): %s", runner.model_id, runner.process.pid, why)
+        task = asyncio.create_task(runner.process.stop(), name=f"stop {runner.model_id}")
+        self._stopping.add(task)
+        task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        self._stopping.discard(task)
+        self._devices = None
+        self._changed.set()
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("stopping a runner failed: %s", error)
+
+    async def _settle_stops(self) -> None:
+        if self._stopping:
+            await asyncio.wait(set(self._stopping))
+
+    async def _watch_idle(self) -> None:
+        """Unload models whose keep-alive ran out, and retired runners once their requests are done."""
+        while True:
+            self._wake.clear()
+            now = monotonic()
+            for runner in [*self._runners.values(), *self._retiring]:
+                runner.measured_bytes(self._baseline)  # keep the peak between heartbeats
+                if runner.retiring and not runner.active:
+                    self._stop(runner, runner.reason)
+                elif (left := self._unloads_in(runner, now)) is not None and left <= 0:
+                    self._stop(runner, f"idle for {now - runner.process.last_used:.0f} s "
+                                       f"(keep_alive {runner.keep_alive:g} s)")
+            await _wait_for_event(self._wake, IDLE_CHECK_SECONDS)
+
+    async def _measure_baseline(self) -> None:
+        try:
+            self._baseline = await idle_runner_bytes()
+        except SparkError as e:
+            log.warning("loaded models are counted at their estimates: %s", e.message)
+
+    # --- reporting ------------------------------------------------------------
+    def _unloads_in(self, runner: _Runner, now: float) -> float | None:
+        """Seconds until `runner` unloads for being idle; None while it has work or is kept forever."""
+        busy = runner.active or (not runner.retiring and self._pending[runner.model_id])
+        if busy or runner.process.status != "ready" or runner.keep_alive < 0 or math.isinf(runner.keep_alive):
+            return None
+        return runner.keep_alive - (now - runner.process.last_used)
+
+    def _report_estimate(self, runner: _Runner) -> None:
+        """Log how far the estimate was from the measured memory, once per runner."""
+        measured = runner.measured_bytes(self._baseline)
+        if runner.reported or measured is None:
+            return
+        runner.reported = True
+        estimate = runner.estimate_host_bytes
+        error = (estimate - measured) / measured if measured else 0.0
+        log.info("%s uses %s measured against %s estimated (%+.0f%%)", runner.model_id, format_bytes(measured),
+                 format_bytes(estimate), 100 * error)
+
+    def _state(self, runner: _Runner, now: float) -> RunnerState:
+        process = runner.process
+        slots = process.options.n_parallel
+        # a retiring runner gets no new requests; the current one has every admitted one
+        requests = runner.active if runner.retiring else self._pending[runner.model_id]
+        unloads_in = self._unloads_in(runner, now)
+        return RunnerState(
+            model=runner.model_id,
+            status=process.status,
+            pid=process.pid,
+            rss_bytes=process.rss_bytes,
+            busy=process.busy,
+            in_flight=process.in_flight,
+            last_used=process.last_used,
+            restarts=process.restarts,
+            n_ctx=process.options.n_ctx,
+            n_parallel=slots,
+            devices=list(runner.plan.devices),
+            placement=runner.plan.explain(),
+            estimate_bytes=runner.estimate_host_bytes,
+            measured_bytes=runner.measured_bytes(self._baseline),
+            device_bytes=runner.device_bytes(self._baseline),
+            slots_busy=min(runner.active, slots),
+            queued=max(0, requests - slots),
+            idle_seconds=None if runner.active else max(0.0, now - process.last_used),
+            keep_alive=runner.keep_alive,
+            unloads_in=None if unloads_in is None else max(0.0, unloads_in),
+            reason=runner.reason,
+        )
 
     def _canonical(self, model_id: str) -> str | None:
         try:
             return self._library.get(model_id).id
         except ModelNotFound:
             return None
+
+
+async def _wait_for_event(event: asyncio.Event, seconds: float) -> None:
+    """Wait until `event` is set or `seconds` pass.
+
+    `asyncio.timeout` rather than `wait_for`: in Python 3.11 a cancellation that
+    lands as `wait_for` times out is turned into a TimeoutError and lost.
+    """
+    with suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()

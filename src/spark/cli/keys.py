@@ -1,0 +1,65 @@
+"""`spark keys create/ls/rm`: the API keys every /v1 request must carry."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spark.cli.app import app
+from spark.settings import load_settings
+from spark.store.db import Database
+from spark.store.keys import KeyTable
+
+keys_app = typer.Typer(help="Manage API keys (clients send one as `Authorization: Bearer KEY` or `x-api-key: KEY`).",
+                       no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+def _table() -> KeyTable:
+    return KeyTable(Database(load_settings().db_path))
+
+
+def _when(timestamp: float | None) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else "never"
+
+
+@keys_app.command()
+def create(
+    name: str = typer.Argument(..., help="A name to tell the key apart (letters, digits, . _ -)."),
+    zero_retention: bool = typer.Option(
+        False, "--zero-retention", help="Log this key's requests without their prompts or output."
+    ),
+) -> None:
+    """Create a key and print it. It is shown only this once: Spark keeps only a hash of it."""
+    record, secret = _table().create(name, zero_retention=zero_retention)
+    err = Console(stderr=True)
+    note = " (zero retention)" if record.zero_retention else ""
+    err.print(f"Created the key '{record.name}'{note}. Copy it now: it cannot be shown again.", highlight=False)
+    typer.echo(secret)  # alone on stdout, so scripts can capture it
+
+
+@keys_app.command("ls")
+def list_keys() -> None:
+    """List the keys (names and prefixes; the keys themselves are not stored)."""
+    keys = _table().list()
+    console = Console()
+    if not keys:
+        console.print("No API keys yet. Create one with `spark keys create NAME`.", highlight=False)
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "KEY", "CREATED", "LAST USED", "ZERO RETENTION"):
+        table.add_column(column)
+    for key in keys:
+        table.add_row(key.name, key.prefix + "…", _when(key.created_at), _when(key.last_used_at),
+                      "yes" if key.zero_retention else "no")
+    console.print(table, highlight=False)
+
+
+@keys_app.command("rm")
+def remove(name: str = typer.Argument(..., help="The key's name (see `spark keys ls`).")) -> None:
+    """Remove a key: requests using it are refused from then on."""
+    _table().remove(name)
+    typer.echo(f"Removed the key '{name}'.")

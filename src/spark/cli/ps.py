@@ -1,0 +1,149 @@
+"""`spark ps` and `spark stop MODEL`: the running server's loaded models, as `ollama ps` / `ollama stop`.
+
+Both talk to the server this machine runs (found through `run_dir/server.json`)
+over its runner admin routes, with the local admin token it writes at start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spark.cli.app import app
+from spark.cli.models import get_installed
+from spark.errors import SparkError
+from spark.library import Library
+from spark.library.disk import format_bytes
+from spark.runners.scheduler import RunnerState
+from spark.server.discovery import ServerInfo, read_server_info
+from spark.settings import Settings, load_settings
+
+NO_SERVER = "No Spark server is running (start one with `spark serve`)."
+
+
+class AdminClient:
+    """The runner admin routes of the server running on this machine."""
+
+    def __init__(self, settings: Settings, server: ServerInfo) -> None:
+        from spark.server.routes.runners import admin_token_path, read_admin_token  # the web stack, only now
+
+        token = read_admin_token(settings)
+        if token is None:
+            raise SparkError(f"A Spark server is running (pid {server.pid}), but its admin token "
+                             f"{admin_token_path(settings)} cannot be read; run this as the user that started it.")
+        self.server = server
+        self._http = httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {token}"}, timeout=60)
+
+    def runners(self) -> list[RunnerState]:
+        """Every runner of the server."""
+        return msgspec.json.decode(self._call("GET", "/api/ps"), type=list[RunnerState])
+
+    def stop(self, model: str) -> bool:
+        """Unload `model` now; False when it was not loaded."""
+        return bool(msgspec.json.decode(self._call("POST", f"/api/ps/{model}/stop"))["stopped"])
+
+    def _call(self, method: str, path: str) -> bytes:
+        try:
+            response = self._http.request(method, path)
+        except httpx.HTTPError as e:
+            raise SparkError(f"The Spark server at {self.server.url} (pid {self.server.pid}) did not answer: {e}") from None
+        if response.status_code != 200:
+            raise SparkError(_error_message(response))
+        return response.content
+
+
+def connect(settings: Settings) -> AdminClient | None:
+    """A client for the server running on this machine, or None when none is running."""
+    server = read_server_info(settings)
+    return AdminClient(settings, server) if server is not None else None
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body: Any = response.json()
+        return str(body["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"The server answered {response.status_code}: {response.text[:200]}"
+
+
+def duration(seconds: float) -> str:
+    """`45s`, `4m 10s`, `2h 5m`: a short duration for tables."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
+    return f"{s // 3600}h {(s % 3600) // 60}m"
+
+
+def _memory(state: RunnerState) -> str:
+    if state.measured_bytes is None:
+        return "-"
+    error = (state.estimate_bytes - state.measured_bytes) / state.measured_bytes if state.measured_bytes else 0.0
+    return f"{format_bytes(state.measured_bytes)} ({error:+.0%} est.)"
+
+
+def _until(state: RunnerState) -> str:
+    if state.reason.startswith("stopping"):
+        return "after its requests"
+    if state.status != "ready":
+        return "-"
+    if state.unloads_in is not None:
+        return f"in {duration(state.unloads_in)}"
+    return "forever" if state.keep_alive < 0 else "when idle"
+
+
+def runners_table(states: list[RunnerState]) -> Table:
+    """`spark ps`'s table: one row per runner."""
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "STATUS", "DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE", "UNLOADS"):
+        table.add_column(column)
+    for s in states:
+        table.add_row(
+            s.model,
+            s.status,
+            "+".join(s.devices) or "-",
+            _memory(s),
+            format_bytes(s.estimate_bytes),
+            f"{s.slots_busy}/{s.n_parallel}",
+            str(s.queued),
+            "busy" if s.idle_seconds is None else duration(s.idle_seconds),
+            _until(s),
+        )
+    return table
+
+
+@app.command()
+def ps() -> None:
+    """Show the models the running server has loaded: device, memory, slots, queue, when they unload."""
+    console = Console()
+    client = connect(load_settings())
+    if client is None:
+        console.print(NO_SERVER, highlight=False)
+        return
+    states = client.runners()
+    if not states:
+        console.print("No models are loaded.")
+        return
+    console.print(runners_table(states), highlight=False)
+
+
+@app.command()
+def stop(model: str = typer.Argument(..., help="Model id (see `spark ps`).")) -> None:
+    """Unload MODEL from the running server now (requests still running on it end with an error)."""
+    settings = load_settings()
+    client = connect(settings)
+    if client is None:
+        raise SparkError(f"{NO_SERVER[:-1]}, so no model is loaded.")
+    with Library(settings) as lib:
+        model_id = get_installed(lib, model).id
+    console = Console()
+    if client.stop(model_id):
+        console.print(f"Stopped {model_id}.", highlight=False)
+    else:
+        console.print(f"{model_id} was not loaded.", highlight=False)

@@ -1,0 +1,79 @@
+"""Folding one request's events into its result (`ChatResult`, `EmbeddingResult`).
+
+One implementation for every front end: the Python API feeds it from a
+synchronous iterator, the server from the runner's asynchronous stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from spark.errors import SparkError, from_info
+from spark.types import (
+    ChatResult,
+    Done,
+    EmbeddingResult,
+    Embeddings,
+    Event,
+    Failed,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+)
+
+
+class ChatCollector:
+    """Accumulates text, reasoning and tool calls until `Done` completes the result."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+
+    def add(self, event: Event) -> ChatResult | None:
+        """Take one event; returns the result at `Done`, raises the request's error at `Failed`."""
+        if isinstance(event, TextDelta):
+            self._text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            call = self._calls.setdefault(event.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = event.id or call["id"]
+            call["name"] = event.name or call["name"]
+            call["arguments"] += event.arguments
+        elif isinstance(event, Done):
+            return ChatResult(
+                text="".join(self._text),
+                finish_reason=event.finish_reason,
+                usage=event.usage,
+                reasoning="".join(self._reasoning),
+                stop_sequence=event.stop_sequence,
+                tool_calls=[ToolCall(**c) for _, c in sorted(self._calls.items())],
+            )
+        elif isinstance(event, Failed):
+            raise from_info(event.error)
+        return None
+
+
+def unfinished() -> SparkError:
+    """The error for a stream that ended without its final event."""
+    return SparkError("the runner ended the request without finishing it")
+
+
+def collect_chat(events: Iterable[Event]) -> ChatResult:
+    """The result of a chat or completion request from all of its events."""
+    collector = ChatCollector()
+    for event in events:
+        if (result := collector.add(event)) is not None:
+            return result
+    raise unfinished()
+
+
+def embedding_result(event: Event) -> EmbeddingResult | None:
+    """The result carried by an `Embeddings` event; raises the error of a `Failed` one."""
+    if isinstance(event, Embeddings):
+        return EmbeddingResult(vectors=event.vectors, usage=event.usage)
+    if isinstance(event, Failed):
+        raise from_info(event.error)
+    return None

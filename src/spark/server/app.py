@@ -1,0 +1,69 @@
+"""The Litestar application: routes, API keys, request ids, limits, error shapes, lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from litestar import Litestar, Router
+from litestar.config.cors import CORSConfig
+from litestar.datastructures import State
+
+from spark.server.auth import require_key
+from spark.server.errors import EXCEPTION_HANDLERS
+from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
+from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
+from spark.server.routes.runners import runner_routes
+from spark.server.state import ServerState
+from spark.settings import Settings
+
+log = logging.getLogger("spark.server")
+
+KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys ls`'s "last used" may be
+
+
+def create_app(settings: Settings) -> Litestar:
+    """The server for `settings`; its runners stop when the app shuts down."""
+    state = ServerState(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        flusher = asyncio.create_task(_flush_key_uses(state), name="flush key uses")
+        try:
+            yield
+        finally:
+            flusher.cancel()
+            with suppress(asyncio.CancelledError):
+                await flusher
+            await state.close()
+
+    api = Router("/v1", route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES], guards=[require_key])
+    origins = settings.cors_origin_list
+    cors = CORSConfig(
+        allow_origins=origins,
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["*"],
+        expose_headers=[REQUEST_ID_HEADER, "request-id"],
+    ) if origins else None
+    return Litestar(
+        route_handlers=[health, api, runner_routes(settings)],
+        state=State({"spark": state}),
+        lifespan=[lifespan],
+        exception_handlers=EXCEPTION_HANDLERS,
+        before_send=[add_request_id_headers],
+        request_max_body_size=settings.max_body_bytes,
+        cors_config=cors,
+        openapi_config=None,
+        logging_config=None,  # the server's entry point configures logging
+    )
+
+
+async def _flush_key_uses(state: ServerState) -> None:
+    while True:
+        await asyncio.sleep(KEY_USE_FLUSH_SECONDS)
+        try:
+            await asyncio.to_thread(state.keys.flush_uses)
+        except Exception:
+            log.exception("could not record API key uses")

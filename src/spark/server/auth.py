@@ -1,0 +1,54 @@
+"""API keys on every /v1 route: `Authorization: Bearer KEY` (OpenAI) or `x-api-key: KEY` (Anthropic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.datastructures import Headers
+from litestar.handlers import BaseRouteHandler
+
+from spark.errors import Unauthorized
+from spark.server.state import state_of
+from spark.store.keys import ApiKey, KeyTable
+
+_STATE_KEY = "spark.api_key"
+_HOW = ("send it as `Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` "
+        "(Anthropic clients)")
+
+
+def presented_key(headers: Headers) -> str | None:
+    """The key a request carries in either header, or None."""
+    key = headers.get("x-api-key", "").strip()
+    if key:
+        return key
+    scheme, _, value = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: refuse a request without a valid key (`Unauthorized`); attach the key's record."""
+    keys = state_of(connection).keys
+    secret = presented_key(connection.headers)
+    record = keys.verify(secret) if secret is not None else None
+    if record is None:
+        raise Unauthorized(_refusal(keys, secret is None))
+    connection.scope["state"][_STATE_KEY] = record
+    keys.note_use(record.name)
+
+
+def api_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey:
+    """The key a request was let in with (set by `require_key`)."""
+    return connection.scope["state"][_STATE_KEY]  # type: ignore[no-any-return]
+
+
+def _refusal(keys: KeyTable, missing: bool) -> str:
+    if keys.count() == 0:
+        # secure by default: even a fresh install wants a key, so say how to make one
+        return ("This server requires an API key and none has been created yet: run "
+                f"`spark keys create NAME` on the server, then {_HOW}.")
+    if missing:
+        return f"Missing API key: {_HOW}. `spark keys create NAME` creates one on the server."
+    return "Invalid API key: it is unknown or was removed (`spark keys ls` on the server lists the keys)."

@@ -1,0 +1,92 @@
+"""Every error a request can meet, answered in its API's shape: the one place that maps them.
+
+`SparkError`s carry their own status; Litestar's own errors (unknown route,
+wrong method, body too large, ...) become the matching `SparkError`; anything
+else is a bug, logged with its traceback and answered as a generic 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException
+from litestar.status_codes import (
+    HTTP_404_NOT_FOUND,
+    HTTP_405_METHOD_NOT_ALLOWED,
+    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+)
+from litestar.types import ExceptionHandlersMap, Scope
+
+from spark.api import anthropic, openai
+from spark.errors import (
+    InvalidRequest,
+    MethodNotAllowed,
+    RequestTooLarge,
+    RouteNotFound,
+    SparkError,
+)
+from spark.library.disk import format_bytes
+from spark.server.family import api_family
+from spark.server.request_ids import request_ids
+from spark.server.state import state_of
+
+log = logging.getLogger("spark.server")
+
+AnyRequest = Request[Any, Any, Any]
+
+
+def error_response(scope: Scope, error: SparkError, headers: dict[str, str] | None = None) -> Response[bytes]:
+    """`error` as the request's API writes errors (OpenAI's or Anthropic's body and status)."""
+    encode = anthropic.error_body if api_family(scope) == "anthropic" else openai.error_body
+    status, body = encode(error)
+    return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def internal_error(scope: Scope) -> SparkError:
+    """The error a client sees for a bug: no details, but the id to find it in the log."""
+    return SparkError(
+        f"The server failed to handle this request (request id {request_ids(scope).header}); "
+        "its log has the details."
+    )
+
+
+def log_unexpected(scope: Scope, exc: BaseException) -> None:
+    log.error("unexpected error in %s %s (request id %s)", scope.get("method"), scope["path"],
+              request_ids(scope).header, exc_info=exc)
+
+
+def _spark_error(request: AnyRequest, exc: SparkError) -> Response[bytes]:
+    return error_response(request.scope, exc)
+
+
+def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
+    method, path = request.method, request.scope["path"]
+    error: SparkError
+    if exc.status_code == HTTP_404_NOT_FOUND:
+        error = RouteNotFound(f"There is no route {method} {path} on this server (the APIs are under /v1).")
+    elif exc.status_code == HTTP_405_METHOD_NOT_ALLOWED:
+        error = MethodNotAllowed(f"{path} does not accept {method} requests.")
+    elif exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+        limit = format_bytes(state_of(request).settings.max_body_bytes or 0)
+        error = RequestTooLarge(f"The request body is larger than this server accepts ({limit}, "
+                                "the max_body_size setting).")
+    elif exc.status_code < 500:
+        error = InvalidRequest(exc.detail)
+    else:
+        log_unexpected(request.scope, exc)
+        error = internal_error(request.scope)
+    return error_response(request.scope, error, headers=exc.headers)
+
+
+def _unexpected(request: AnyRequest, exc: Exception) -> Response[bytes]:
+    log_unexpected(request.scope, exc)
+    return error_response(request.scope, internal_error(request.scope))
+
+
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    SparkError: _spark_error,
+    HTTPException: _http_error,
+    Exception: _unexpected,
+}

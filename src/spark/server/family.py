@@ -1,0 +1,26 @@
+"""Which API a request speaks (OpenAI or Anthropic), for error shapes and headers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from litestar.types import Scope
+
+Family = Literal["openai", "anthropic"]
+
+_ANTHROPIC_PATHS = ("/v1/messages",)
+_OPENAI_PATHS = ("/v1/chat/", "/v1/completions", "/v1/embeddings")
+
+
+def api_family(scope: Scope) -> Family:
+    """Anthropic for the Messages routes, OpenAI for the completion routes; on shared routes
+    (models, unknown paths) the `anthropic-version` header that Anthropic clients send decides."""
+    path: str = scope["path"]
+    if path.startswith(_ANTHROPIC_PATHS):
+        return "anthropic"
+    if path.startswith(_OPENAI_PATHS):
+        return "openai"
+    for name, _ in scope.get("headers", ()):
+        if name == b"anthropic-version":
+            return "anthropic"
+    return "openai"

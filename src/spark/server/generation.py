@@ -1,0 +1,229 @@
+"""Running one request through the scheduler for a route: whole answers and SSE streams.
+
+A `Generation` reads the scheduler's events in its own task, so that the
+route can wait for the next event with a time limit (the request timeout,
+Anthropic's pings) without ever cancelling the read itself. Closing it
+cancels that task, which closes the scheduler's stream and so cancels the
+request in its runner: a client that goes away frees its slot at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Protocol
+
+from litestar.background_tasks import BackgroundTask
+from litestar.response import Stream
+from litestar.types import Receive, Scope
+
+from spark.collect import ChatCollector, embedding_result, unfinished
+from spark.errors import Cancelled, RequestTimeout, SparkError, from_info
+from spark.server.errors import internal_error, log_unexpected
+from spark.server.state import ServerState
+from spark.types import (
+    ChatResult,
+    EmbeddingResult,
+    Event,
+    Failed,
+    GenerationRequest,
+    Request,
+)
+
+PING_SECONDS = 5.0  # Anthropic streams: a ping after this long without an event
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def timed_out(timeout: float) -> RequestTimeout:
+    return RequestTimeout(
+        f"The request did not finish within the server's request_timeout ({timeout:g} s) and was stopped."
+    )
+
+
+class _End:
+    """Queued after the scheduler's stream ends."""
+
+
+_END = _End()
+
+
+class Generation:
+    """One request's events, read ahead by a task; waits end at the request's deadline.
+
+    With `receive` (the ASGI channel of a request whose body was read), a client
+    that disconnects cancels the request. Streams leave that to the server, which
+    listens on the same channel while it sends the stream.
+    """
+
+    def __init__(self, state: ServerState, request: Request, *, receive: Receive | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        self._timeout = state.timeout
+        self._deadline = None if state.timeout is None else loop.time() + state.timeout
+        self._queue: asyncio.Queue[Event | Exception | _End] = asyncio.Queue()
+        self._task = asyncio.create_task(self._pump(state.scheduler.stream(request)))
+        self._watch = asyncio.create_task(self._watch_client(receive)) if receive is not None else None
+
+    async def _watch_client(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._queue.put_nowait(Cancelled("The client disconnected before the answer was complete."))
+        self._task.cancel()
+
+    async def _pump(self, events: AsyncIterator[Event]) -> None:
+        try:
+            async for event in events:
+                self._queue.put_nowait(event)
+        except Exception as e:  # handed to the reader, who raises it in the route
+            self._queue.put_nowait(e)
+        finally:
+            self._queue.put_nowait(_END)
+
+    async def next(self) -> Event:
+        """The next event; raises the request's error, or `RequestTimeout` at the deadline."""
+        event = await self.next_within(None)
+        assert event is not None  # only a wait can run out
+        return event
+
+    async def next_within(self, wait: float | None) -> Event | None:
+        """Like `next`, but None when `wait` seconds pass first."""
+        when = self._wake_time(wait)
+        if self._queue.empty():
+            try:
+                async with asyncio.timeout_at(when):
+                    item = await self._queue.get()
+            except TimeoutError:
+                self._check_deadline()
+                return None
+        else:
+            item = self._queue.get_nowait()
+        if isinstance(item, _End):
+            raise unfinished()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def _wake_time(self, wait: float | None) -> float | None:
+        """When to stop waiting: after `wait`, or at the deadline if that comes first."""
+        self._check_deadline()
+        wake = None if wait is None else asyncio.get_running_loop().time() + wait
+        if self._deadline is not None:
+            wake = self._deadline if wake is None else min(wake, self._deadline)
+        return wake
+
+    def _check_deadline(self) -> None:
+        """Past the deadline, cancel the request and raise `RequestTimeout`."""
+        if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
+            self.close()
+            raise timed_out(self._timeout or 0)
+
+    def close(self) -> None:
+        """Cancel the request (nothing happens once it has ended)."""
+        self._task.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
+
+    async def __aenter__(self) -> Generation:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.close()
+
+
+async def run_chat(state: ServerState, request: GenerationRequest, receive: Receive) -> ChatResult:
+    """The whole answer to a chat or completion request (`receive`: the client's ASGI channel)."""
+    async with Generation(state, request, receive=receive) as generation:
+        collector = ChatCollector()
+        while (result := collector.add(await generation.next())) is None:
+            pass
+        return result
+
+
+async def run_embeddings(state: ServerState, request: Request, receive: Receive) -> EmbeddingResult:
+    async with Generation(state, request, receive=receive) as generation:
+        while (result := embedding_result(await generation.next())) is None:
+            pass
+        return result
+
+
+async def count_tokens(state: ServerState, request: Request) -> int:
+    """Prompt tokens of `request` on its model (loading it if needed), within the request timeout."""
+    try:
+        async with asyncio.timeout(state.timeout):
+            return await state.scheduler.count_tokens(request)
+    except TimeoutError:
+        raise timed_out(state.timeout or 0) from None
+
+
+class StreamEncoder(Protocol):
+    """An API's SSE writer for one response (`ChatStream`, `CompletionStream`, `MessageStream`)."""
+
+    finished: bool
+
+    def feed(self, event: Event) -> bytes: ...
+
+    def fail(self, error: SparkError) -> bytes: ...
+
+
+async def stream_response(
+    state: ServerState,
+    scope: Scope,
+    request: GenerationRequest,
+    encoder: StreamEncoder,
+    *,
+    ping: Callable[[], bytes] | None = None,
+) -> Stream:
+    """An SSE response for `request`.
+
+    Until the first event arrives, errors (unknown model, prompt too long, load
+    failure) are raised and answered with their HTTP status. With `ping`, the
+    response starts after PING_SECONDS without an event and then pings at that
+    pace (e.g. during a model load); later errors end the stream with the API's
+    error frame.
+    """
+    wait = PING_SECONDS if ping is not None else None
+    generation = Generation(state, request)
+    try:
+        first = await generation.next_within(wait)
+        if isinstance(first, Failed):
+            raise from_info(first.error)
+    except BaseException:
+        generation.close()
+        raise
+
+    async def close() -> None:
+        # The server may stop iterating the body without closing it (client gone while sending).
+        generation.close()
+
+    return Stream(
+        _frames(generation, encoder, first, wait, ping, scope),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+        background=BackgroundTask(close),
+    )
+
+
+async def _frames(
+    generation: Generation,
+    encoder: StreamEncoder,
+    event: Event | None,
+    wait: float | None,
+    ping: Callable[[], bytes] | None,
+    scope: Scope,
+) -> AsyncGenerator[bytes, None]:
+    try:
+        while True:
+            if event is not None:
+                if frame := encoder.feed(event):
+                    yield frame
+                if encoder.finished:
+                    return
+            elif ping is not None:
+                yield ping()
+            event = await generation.next_within(wait)
+    except SparkError as e:
+        yield encoder.fail(e)
+    except Exception as e:
+        log_unexpected(scope, e)
+        yield encoder.fail(internal_error(scope))
+    finally:
+        generation.close()

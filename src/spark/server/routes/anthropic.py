@@ -1,0 +1,45 @@
+"""Anthropic's Messages API: `POST /v1/messages` and `/v1/messages/count_tokens`.
+
+Bodies are decoded from raw bytes by `spark.api.anthropic`; errors are answered
+by the server's exception handlers (spark.server.errors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, post
+
+from spark.api.anthropic import (
+    MessageStream,
+    count_tokens_body,
+    message_body,
+    parse_count_tokens,
+    parse_messages,
+)
+from spark.server.generation import count_tokens, run_chat, stream_response
+from spark.server.request_ids import request_ids
+from spark.server.responses import json_response
+from spark.server.state import state_of
+
+
+@post("/messages", status_code=200)
+async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
+    state = state_of(request)
+    chat = parse_messages(await request.body(), max_tokens_limit=state.max_tokens_limit)
+    request_id = request_ids(request.scope).id
+    if chat.stream:
+        encoder = MessageStream(request_id, chat.model)
+        return await stream_response(state, request.scope, chat, encoder, ping=encoder.ping)
+    result = await run_chat(state, chat, request.receive)
+    return json_response(message_body(request_id, chat.model, result))
+
+
+@post("/messages/count_tokens", status_code=200)
+async def messages_count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
+    state = state_of(request)
+    chat = parse_count_tokens(await request.body())
+    return json_response(count_tokens_body(await count_tokens(state, chat)))
+
+
+ANTHROPIC_ROUTES = [messages, messages_count_tokens]

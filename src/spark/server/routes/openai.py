@@ -1,0 +1,62 @@
+"""OpenAI's API: `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
+
+Bodies are decoded from raw bytes by `spark.api.openai`; errors are answered
+by the server's exception handlers (spark.server.errors).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from litestar import Request, Response, post
+
+from spark.api.openai import (
+    ChatStream,
+    CompletionStream,
+    chat_completion_body,
+    completion_body,
+    embeddings_body,
+    parse_chat,
+    parse_completion,
+    parse_embeddings,
+)
+from spark.server.generation import run_chat, run_embeddings, stream_response
+from spark.server.request_ids import request_ids
+from spark.server.responses import json_response
+from spark.server.state import state_of
+
+
+@post("/chat/completions", status_code=200)
+async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+    state = state_of(request)
+    call = parse_chat(await request.body(), max_tokens_limit=state.max_tokens_limit)
+    chat, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
+    if chat.stream:
+        encoder = ChatStream(request_id, chat.model, created, include_usage=call.include_usage)
+        return await stream_response(state, request.scope, chat, encoder)
+    result = await run_chat(state, chat, request.receive)
+    return json_response(chat_completion_body(request_id, chat.model, created, result))
+
+
+@post("/completions", status_code=200)
+async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
+    state = state_of(request)
+    call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
+    completion, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
+    if completion.stream:
+        encoder = CompletionStream(request_id, completion.model, created, include_usage=call.include_usage)
+        return await stream_response(state, request.scope, completion, encoder)
+    result = await run_chat(state, completion, request.receive)
+    return json_response(completion_body(request_id, completion.model, created, result))
+
+
+@post("/embeddings", status_code=200)
+async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
+    state = state_of(request)
+    call = parse_embeddings(await request.body())
+    result = await run_embeddings(state, call.request, request.receive)
+    return json_response(embeddings_body(call.request.model, result, call.encoding_format))
+
+
+OPENAI_ROUTES = [chat_completions, completions, embeddings]

@@ -1,0 +1,121 @@
+"""Running the server with uvicorn: `spark serve` (and bare `spark`).
+
+The listening socket is bound before anything else starts, so a port in use
+is one clear error, and the address written for other commands is the real one.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from litestar import Litestar
+from uvicorn.config import LOGGING_CONFIG
+
+from spark.errors import SparkError
+from spark.server.app import create_app
+from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
+from spark.server.state import ServerState
+from spark.settings import Settings
+
+GRACEFUL_SHUTDOWN_SECONDS = 5  # open streams get this long to finish before they are cut
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: any free one); `SparkError` saying why it cannot be."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as e:
+        raise SparkError(f"cannot listen on '{host}': {e.strerror} (check SPARK_HOST)") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise SparkError(
+                f"port {port} on {host} is already in use (another Spark server?); "
+                "choose another with `spark serve --port N` or SPARK_PORT"
+            ) from None
+        raise SparkError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging setup, with Spark's own loggers printed the same way."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["spark"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
+
+
+def make_server(settings: Settings, app: Litestar) -> uvicorn.Server:
+    """A uvicorn server for `app` (run it with `server.run(sockets=[bind(...)])`)."""
+    config = uvicorn.Config(
+        app,
+        log_level=settings.log_level,
+        log_config=log_config(settings.log_level),
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        server_header=False,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(settings: Settings) -> None:
+    """Serve the APIs on settings.host:settings.port until SIGINT or SIGTERM, then stop every runner."""
+    sock = bind(settings.host, settings.port)
+    try:
+        host, port = sock.getsockname()[:2]
+        app = create_app(settings)
+        server = make_server(settings, app)
+        info = write_server_info(settings, host, port)
+        try:
+            _print_banner(info, app.state.spark)
+            with _signals_end_quietly():
+                server.run(sockets=[sock])
+        finally:
+            remove_server_info(settings)
+    finally:
+        sock.close()
+
+
+def _print_banner(info: ServerInfo, state: ServerState) -> None:
+    lines = [f"Spark {info.version} listening on {info.url} (OpenAI and Anthropic APIs under /v1)"]
+    n_keys = state.keys.count()
+    if n_keys == 0:
+        lines.append("No API keys yet: create one with `spark keys create NAME`; every /v1 request needs one.")
+    else:
+        lines.append(f"{n_keys} API key{'s' if n_keys != 1 else ''}; create another with `spark keys create NAME`.")
+    if info.host in ("127.0.0.1", "::1", "localhost"):
+        lines.append("Only this machine can connect; set SPARK_HOST=0.0.0.0 to serve the network.")
+    print("\n".join(lines), flush=True)
+
+
+@contextmanager
+def _signals_end_quietly() -> Iterator[None]:
+    """Let SIGINT/SIGTERM end the server with exit status 0.
+
+    uvicorn handles them while it runs, then restores the previous handlers and
+    raises the signal again; with these no-op handlers in place that second
+    delivery does nothing, instead of a KeyboardInterrupt or a death by SIGTERM
+    after a clean shutdown.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

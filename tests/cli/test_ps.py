@@ -1,0 +1,141 @@
+"""`spark ps` and `spark stop` against a real `spark serve` process, and with no server running."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import msgspec
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from spark.cli import app
+from spark.errors import ModelNotFound
+from spark.library import Library
+from spark.runners.scheduler import RunnerState
+from spark.server.discovery import ServerInfo, read_server_info, server_file
+from spark.server.routes.runners import admin_token_path, read_admin_token
+from spark.settings import load_settings
+from spark.store.db import Database
+from spark.store.keys import KeyTable
+
+WIDE = {"COLUMNS": "200"}  # rich tables are not wrapped or cut
+
+
+def spark_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spark", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **WIDE})
+
+
+def invoke(*args: str) -> str:
+    """Run a command in this process; returns its output (it must succeed)."""
+    result = CliRunner().invoke(app, list(args), env=WIDE)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.output
+
+
+def test_without_a_server() -> None:
+    ps = spark_cmd("ps")
+    assert ps.returncode == 0 and ps.stdout.strip() == "No Spark server is running (start one with `spark serve`)."
+    stop = spark_cmd("stop", "some-model")
+    assert stop.returncode == 1
+    assert stop.stderr.strip() == ("Error: No Spark server is running (start one with `spark serve`), "
+                                   "so no model is loaded.")
+
+    # the file of a server that died without removing it is recognised
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    settings = load_settings()
+    server_file(settings).parent.mkdir(parents=True, exist_ok=True)
+    server_file(settings).write_bytes(msgspec.json.encode(ServerInfo(
+        pid=dead.pid, host="127.0.0.1", port=9, url="http://127.0.0.1:9", started_at=0, version="0")))
+    assert invoke("ps").startswith("No Spark server is running")
+
+
+@dataclass
+class Served:
+    url: str
+    key: str
+    model: str
+    pid: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served(tiny_llama: Path) -> Iterator[Served]:
+    """`spark serve` on a free port, in this test's SPARK_HOME, with the tiny model and a key."""
+    settings = load_settings()
+    with Library(settings) as library:
+        model = library.add_local(tiny_llama).id
+    key = KeyTable(Database(settings.db_path)).create("ps-test")[1]
+    proc = subprocess.Popen([sys.executable, "-m", "spark", "serve", "--port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while (info := read_server_info(settings)) is None or info.pid != proc.pid:
+            assert proc.poll() is None, f"the server exited: {proc.communicate()[0]}"
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        yield Served(info.url, key, model, proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def test_ps_and_stop_with_a_running_server(served: Served) -> None:
+    settings = load_settings()
+    assert invoke("ps").strip() == "No models are loaded."
+
+    chat = {"model": served.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    with httpx.Client(base_url=served.url, timeout=60) as http:
+        answer = http.post("/v1/chat/completions", json=chat, headers={"authorization": f"Bearer {served.key}"})
+        assert answer.status_code == 200, answer.text
+
+        header, row = invoke("ps").splitlines()
+        assert header.split() == ["NAME", "STATUS", "DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE",
+                                  "UNLOADS"]
+        assert row.split()[:3] == [served.model, "ready", "cpu"]
+        assert " MiB " in row and " 0/4 " in row
+        assert re.search(r" in (5m|4m \d+s)$", row.rstrip()), "unloads after the 5 minute keep-alive"
+
+        # the admin routes: the local token, and nothing else, lets a client in
+        assert http.get("/api/ps").status_code == 401
+        assert http.get("/api/ps", headers={"authorization": f"Bearer {served.key}"}).status_code == 401
+        token = read_admin_token(settings)
+        assert token is not None
+        assert stat.S_IMODE(admin_token_path(settings).stat().st_mode) == 0o600
+        listed = http.get("/api/ps", headers={"authorization": f"Bearer {token}"})
+        assert listed.status_code == 200
+        [state] = msgspec.json.decode(listed.content, type=list[RunnerState])
+        assert state.model == served.model and state.n_parallel == 4 and state.keep_alive == 300
+        assert state.pid is not None and state.pid in {p.pid for p in psutil.Process(served.pid).children()}
+
+    stop = spark_cmd("stop", served.model.upper())
+    assert stop.returncode == 0 and stop.stdout.strip() == f"Stopped {served.model}.", stop.stderr
+    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == psutil.STATUS_ZOMBIE
+    assert invoke("ps").strip() == "No models are loaded."
+    assert invoke("stop", served.model).strip() == f"{served.model} was not loaded."
+
+    result = CliRunner().invoke(app, ["stop", "no-such-model"])
+    assert isinstance(result.exception, ModelNotFound)
+    assert "model 'no-such-model' is not installed" in result.exception.message

@@ -1,0 +1,48 @@
+"""A real Spark server on a free port of 127.0.0.1, with the tiny models and an API key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tiny_gguf
+from server.helpers import (
+    MAX_BODY,
+    MAX_TOKENS_LIMIT,
+    SLOW_CONTEXT,
+    LiveServer,
+    Models,
+    add_models,
+    live_server,
+    server_settings,
+)
+
+
+@pytest.fixture(scope="session")
+def slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random LLaMA wide enough, with a context long enough, that a generation runs for many
+    seconds: a test can act on a stream that is certainly still running."""
+    path = tmp_path_factory.mktemp("slow") / "slow-llama.gguf"
+    return tiny_gguf.write_tiny_llama(path, n_ctx=SLOW_CONTEXT, n_embd=256, n_layer=4, n_ff=512, name="slow-llama")
+
+
+@pytest.fixture(scope="package")
+def served(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_bert: Path, slow_llama: Path,
+           tiny_llama_tools: Path) -> Iterator[tuple[LiveServer, Models]]:
+    settings = server_settings(tmp_path_factory.mktemp("server-home"), SPARK_MAX_BODY_SIZE=str(MAX_BODY),
+                               SPARK_MAX_TOKENS_LIMIT=str(MAX_TOKENS_LIMIT))
+    models = add_models(settings, tiny_llama, tiny_bert, slow_llama, tiny_llama_tools)
+    with live_server(settings) as live:
+        yield live, models
+
+
+@pytest.fixture
+def live(served: tuple[LiveServer, Models]) -> LiveServer:
+    """The shared server (body limit 256 KiB, max_tokens limit 100000, CORS off)."""
+    return served[0]
+
+
+@pytest.fixture
+def models(served: tuple[LiveServer, Models]) -> Models:
+    return served[1]

@@ -1,0 +1,77 @@
+"""The Anthropic routes, driven by the official `anthropic` SDK against a real server."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+from server.helpers import LiveServer, Models
+
+from spark.server import generation
+
+MESSAGES = [{"role": "user", "content": "hello there"}]
+
+
+def test_message(live: LiveServer, models: Models) -> None:
+    raw = live.anthropic().messages.with_raw_response.create(
+        model=models.chat, max_tokens=7, messages=MESSAGES, system="Be brief.")  # type: ignore[arg-type]
+    message = raw.parse()
+    assert raw.headers["request-id"] == raw.headers["x-request-id"]
+    assert message.type == "message" and message.role == "assistant" and message.model == models.chat
+    assert message.id == "msg_" + raw.headers["x-request-id"].removeprefix("req_")
+    assert message.stop_reason == "max_tokens" and message.usage.output_tokens == 7
+    assert message.content[0].type == "text" and message.content[0].text
+
+
+def test_stream_event_order(live: LiveServer, models: Models) -> None:
+    client = live.anthropic()
+    events = list(client.messages.create(model=models.chat, max_tokens=6, messages=MESSAGES,  # type: ignore[arg-type]
+                                         stream=True))
+    kinds = [e.type for e in events if e.type != "ping"]
+    assert kinds[:2] == ["message_start", "content_block_start"]
+    assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(kinds[2:-3]) == {"content_block_delta"}
+    delta = events[-2]
+    assert delta.type == "message_delta" and delta.delta.stop_reason == "max_tokens"
+    assert delta.usage.output_tokens == 6
+
+    with client.messages.stream(model=models.chat, max_tokens=6, messages=MESSAGES) as stream:  # type: ignore[arg-type]
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.content[0].text == text  # type: ignore[union-attr]
+
+
+def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: Models) -> None:
+    client = live.anthropic()
+    body = {"model": models.chat, "system": "You count.", "messages": [
+        {"role": "user", "content": "one two three"},
+        {"role": "assistant", "content": "four"},
+        {"role": "user", "content": "five six"}]}
+    counted = client.messages.count_tokens(**body)  # type: ignore[arg-type]
+    message = client.messages.create(max_tokens=2, **body)  # type: ignore[arg-type]
+    used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == used > 10
+
+
+def test_models_in_anthropic_shape(live: LiveServer, models: Models) -> None:
+    client = live.anthropic()
+    ids = [m.id for m in client.models.list()]
+    assert models.chat in ids and models.embed in ids
+    one = client.models.retrieve(models.chat)
+    assert one.type == "model" and one.display_name == models.chat
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert e.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+def test_pings_while_the_model_loads(live: LiveServer, models: Models, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server runs in this process: a short ping interval makes the load of a model
+    # nobody used yet (a fraction of a second) long enough to be pinged through.
+    monkeypatch.setattr(generation, "PING_SECONDS", 0.01)
+    assert models.tools not in {r.model for r in live.runners()}
+    with live.http() as http, http.stream("POST", "/v1/messages", json={
+            "model": models.tools, "max_tokens": 3, "messages": MESSAGES, "stream": True}) as response:
+        assert response.status_code == 200
+        names = [line.removeprefix("event: ") for line in response.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[1] == "ping"
+    content = [n for n in names if n != "ping"]
+    assert content[1] == "content_block_start" and content[-1] == "message_stop"

@@ -1,0 +1,119 @@
+"""Every error comes back in its API's shape, with the right status and param; never a traceback."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+from server.helpers import (
+    MAX_BODY,
+    MAX_TOKENS_LIMIT,
+    LiveServer,
+    Models,
+    anthropic_error,
+    openai_error,
+)
+
+CHAT = [{"role": "user", "content": "hi"}]
+UNKNOWN = "The model 'no-such-model' does not exist on this server (see GET /v1/models)."
+
+def test_unknown_model(live: LiveServer) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        live.openai().chat.completions.create(model="no-such-model", messages=CHAT)  # type: ignore[arg-type]
+    assert e.value.status_code == 404
+    assert e.value.body == {"message": UNKNOWN, "type": "invalid_request_error", "param": "model",
+                            "code": "model_not_found"}
+    with pytest.raises(anthropic.NotFoundError) as a:
+        live.anthropic().messages.create(model="no-such-model", max_tokens=5, messages=CHAT)  # type: ignore[arg-type]
+    assert a.value.body == {"type": "error", "error": {"type": "not_found_error", "message": UNKNOWN}}
+    with live.http() as http:
+        streamed = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": CHAT,
+                                                           "stream": True})
+        assert openai_error(streamed, 404)["code"] == "model_not_found", "a stream fails before it starts"
+        embedded = http.post("/v1/embeddings", json={"model": "no-such-model", "input": "x"})
+        assert openai_error(embedded, 404)["message"] == UNKNOWN
+
+
+def test_invalid_bodies(live: LiveServer, models: Models) -> None:
+    with live.http() as http:
+        error = openai_error(http.post("/v1/chat/completions", content=b'{"model": '), 400)
+        assert error["type"] == "invalid_request_error" and "not valid JSON" in error["message"]
+        error = anthropic_error(http.post("/v1/messages", content=b"{\"model\": \"x\", "), 400)
+        assert error["type"] == "invalid_request_error" and "not valid JSON" in error["message"]
+
+        wrong_type = {"model": models.chat, "messages": [{"role": "user", "content": 42}]}
+        assert openai_error(http.post("/v1/chat/completions", json=wrong_type), 400)["param"] == \
+            "messages[0].content"
+        error = openai_error(http.post("/v1/chat/completions", json={"model": models.chat}), 400)
+        assert error["param"] == "messages" and error["message"] == "Missing required parameter: 'messages'."
+        error = openai_error(http.post("/v1/chat/completions", json={"model": models.chat, "messages": CHAT,
+                                                                     "n": 2}), 400)
+        assert error["param"] == "n"
+        error = anthropic_error(http.post("/v1/messages", json={"model": models.chat, "messages": CHAT}), 400)
+        assert "max_tokens" in error["message"]
+        error = anthropic_error(http.post("/v1/messages", json={"model": models.chat, "max_tokens": "x",
+                                                                "messages": CHAT}), 400)
+        assert "max_tokens" in error["message"]
+        error = openai_error(http.post("/v1/embeddings", json={"model": models.embed, "input": []}), 400)
+        assert error["param"] == "input"
+
+
+def test_max_tokens_over_the_limit(live: LiveServer, models: Models) -> None:
+    too_many = MAX_TOKENS_LIMIT + 1
+    with pytest.raises(openai.BadRequestError) as e:
+        live.openai().chat.completions.create(model=models.chat, messages=CHAT, max_tokens=too_many)  # type: ignore[arg-type]
+    assert e.value.body["param"] == "max_tokens"  # type: ignore[index]
+    assert str(MAX_TOKENS_LIMIT) in e.value.body["message"]  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError) as a:
+        live.anthropic().messages.create(model=models.chat, messages=CHAT, max_tokens=too_many)  # type: ignore[arg-type]
+    assert "max_tokens" in a.value.body["error"]["message"]  # type: ignore[index]
+
+
+def test_context_length_exceeded(live: LiveServer, models: Models) -> None:
+    long = [{"role": "user", "content": "word " * 2000}]  # the tiny model's context holds 512 tokens
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as e:
+            result = live.openai().chat.completions.create(model=models.chat, messages=long, stream=stream)  # type: ignore[call-overload]
+            list(result) if stream else None
+        assert e.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+        assert "512 tokens" in e.value.body["message"]  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError) as a:
+        live.anthropic().messages.create(model=models.chat, max_tokens=5, messages=long)  # type: ignore[arg-type]
+    assert "512 tokens" in a.value.body["error"]["message"]  # type: ignore[index]
+
+
+def test_body_too_large(live: LiveServer, models: Models) -> None:
+    big = {"model": models.chat, "messages": [{"role": "user", "content": "x" * MAX_BODY}]}
+    with live.http() as http:
+        error = openai_error(http.post("/v1/chat/completions", json=big), 413)
+        assert error["code"] == "request_too_large"
+        assert "(256.0 KiB, the max_body_size setting)" in error["message"]
+        error = anthropic_error(http.post("/v1/messages", json={**big, "max_tokens": 4}), 413)
+        assert error["type"] == "request_too_large"
+
+
+def test_routes_and_methods_that_do_not_exist(live: LiveServer) -> None:
+    with live.http() as http:
+        error = openai_error(http.get("/v1/nothing"), 404)
+        assert error["code"] == "not_found" and "/v1/nothing" in error["message"]
+        error = openai_error(http.get("/v1/chat/completions"), 405)
+        assert error["code"] == "method_not_allowed"
+        error = anthropic_error(http.delete("/v1/messages"), 405)
+        assert error["type"] == "invalid_request_error"
+
+
+def test_a_bug_is_a_generic_500_in_the_api_shape(live: LiveServer, monkeypatch: pytest.MonkeyPatch,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> None:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(live.state.library, "list", broken)
+    with live.http() as http:
+        response = http.get("/v1/models")
+        error = openai_error(response, 500)
+        assert error["type"] == "server_error" and "secret internals" not in response.text
+        assert response.headers["x-request-id"] in error["message"], "the id to find it in the log"
+        error = anthropic_error(http.get("/v1/models", headers={"anthropic-version": "2023-06-01"}), 500)
+        assert error["type"] == "api_error"
+    assert any("secret internals" in (r.exc_text or "") or r.exc_info for r in caplog.records
+               if r.name == "spark.server")

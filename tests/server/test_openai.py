@@ -1,0 +1,132 @@
+"""The OpenAI routes, driven by the official `openai` SDK against a real server."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from server.helpers import LiveServer, Models
+
+CHAT = [{"role": "user", "content": "hi"}]
+
+
+def test_models_list_and_get(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    listed = {m.id: m for m in client.models.list()}
+    assert {models.chat, models.embed, models.slow, "smollm2-135m-instruct-q4_1"} <= set(listed)
+    model = listed[models.chat]
+    assert model.object == "model" and model.owned_by == "spark"
+    extra = model.model_extra or {}
+    assert extra["spark"]["architecture"] == "llama" and extra["spark"]["context_length"] == 512
+    assert listed[models.embed].model_extra["spark"]["embedding"] is True  # type: ignore[index]
+
+    one = client.models.retrieve(models.chat.upper())  # ids are case-insensitive
+    assert one.id == models.chat
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert e.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
+def test_chat_completion(live: LiveServer, models: Models) -> None:
+    raw = live.openai().chat.completions.with_raw_response.create(
+        model=models.chat, messages=CHAT, max_tokens=6, seed=4)  # type: ignore[arg-type]
+    completion = raw.parse()
+    assert raw.headers["x-request-id"].startswith("req_")
+    assert completion.id == "chatcmpl-" + raw.headers["x-request-id"].removeprefix("req_")
+    assert completion.object == "chat.completion" and completion.model == models.chat
+    choice = completion.choices[0]
+    assert choice.finish_reason == "length" and choice.message.role == "assistant"
+    assert choice.message.content
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 6 and completion.usage.prompt_tokens > 0
+
+
+def test_chat_stream_with_usage(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    same = client.chat.completions.create(model=models.chat, messages=CHAT, max_tokens=8, seed=9,  # type: ignore[arg-type]
+                                          temperature=0)
+    chunks = list(client.chat.completions.create(
+        model=models.chat, messages=CHAT, max_tokens=8, seed=9, temperature=0, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == same.choices[0].message.content, "streamed and whole answers agree"
+    finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].choices[0].finish_reason == "length"
+    usage_chunk = chunks[-1]
+    assert usage_chunk.choices == [] and usage_chunk.usage is not None
+    assert usage_chunk.usage.completion_tokens == 8
+
+    with live.http() as http, http.stream("POST", "/v1/chat/completions", json={
+            "model": models.chat, "messages": CHAT, "max_tokens": 3, "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        frames = [line for line in response.iter_lines() if line]
+    assert frames[-1] == "data: [DONE]" and all(f.startswith("data: ") for f in frames)
+
+
+def test_completions(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    completion = client.completions.create(model=models.chat, prompt="Once upon a time", seed=1)
+    assert completion.object == "text_completion" and completion.id.startswith("cmpl-")
+    assert completion.usage is not None and completion.usage.completion_tokens == 16, "16 tokens by default"
+    assert completion.choices[0].finish_reason == "length"
+
+    chunks = list(client.completions.create(model=models.chat, prompt="Once upon a time", max_tokens=5,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
+    assert "".join(c.choices[0].text for c in chunks if c.choices)
+
+
+def test_embeddings_float_and_base64(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    texts = ["hello world", "the cat sat"]
+    floats = client.embeddings.create(model=models.embed, input=texts, encoding_format="float")
+    # Without encoding_format the SDK asks for base64 and decodes it itself.
+    decoded = client.embeddings.create(model=models.embed, input=texts)
+    assert [d.index for d in floats.data] == [0, 1]
+    assert len(floats.data[0].embedding) == 64
+    for a, b in zip(floats.data, decoded.data, strict=True):
+        assert a.embedding == pytest.approx(b.embedding, abs=1e-6)
+        assert math.isclose(math.fsum(x * x for x in a.embedding), 1.0, rel_tol=1e-4)
+    assert floats.usage.prompt_tokens > 0
+
+    with live.http() as http:
+        body = http.post("/v1/embeddings", json={"model": models.embed, "input": "hi",
+                                                 "encoding_format": "base64"}).json()
+    assert isinstance(body["data"][0]["embedding"], str)
+
+
+@pytest.mark.slow
+def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
+    client = live.openai()
+    completion = client.chat.completions.create(
+        model="smollm2-135m-instruct-q4_1", temperature=0, max_tokens=30,
+        # this small model answers off topic under its template's default system prompt
+        messages=[{"role": "system", "content": "You are a helpful assistant."},
+                  {"role": "user", "content": "What is the capital of France?"}])
+    assert "Paris" in (completion.choices[0].message.content or "")
+
+
+def test_request_ids(live: LiveServer, models: Models) -> None:
+    with live.http() as http:
+        first, second = http.get("/v1/models"), http.get("/v1/models")
+        assert first.headers["x-request-id"] != second.headers["x-request-id"]
+        assert "request-id" not in first.headers, "request-id is Anthropic's header"
+        mine = http.get("/v1/models", headers={"x-request-id": "trace-42.a"})
+        assert mine.headers["x-request-id"] == "trace-42.a"
+        odd = http.get("/v1/models", headers={"x-request-id": "no spaces <please>"})
+        assert odd.headers["x-request-id"].startswith("req_"), "an unsafe id is not echoed"
+        for response in (http.get("/health"), http.get("/v1/nothing-here"),
+                         http.post("/v1/chat/completions", content=b"{"),
+                         httpx.get(live.url + "/v1/models")):
+            assert response.headers["x-request-id"].startswith("req_"), response.text
+
+
+def test_health_needs_no_key(live: LiveServer) -> None:
+    with live.http(key=None) as http:
+        response = http.get("/health")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
