@@ -13,8 +13,11 @@ from engine.helpers import Collector
 from engine.test_reasoning import THINK_TEMPLATE
 
 from spark.engine import Engine
+from spark.engine.grammar import create_sampler, schema_grammar
+from spark.engine.native import Model
 from spark.engine.output import PlainText, StructuredOutput, parser_for, plan_output
 from spark.engine.reasoning import ThinkSyntax
+from spark.engine.sampling import SamplerChain, resolve
 from spark.engine.toolcalls import HERMES_OPEN, tool_syntax
 from spark.types import (
     ChatRequest,
@@ -151,3 +154,19 @@ def test_tiny_fixture_models_are_the_families_we_think(tiny_llama_tools: Path, t
         assert e._tools.family == "hermes" and e._think is None
     with Engine(LoadOptions(model_id="c", path=str(tiny_llama), n_threads=1, n_ctx=128)) as e:
         assert e._tools.family == "generic" and not e._tools.renders_tools
+
+
+def test_forced_tokens_are_checked_against_the_grammar(tiny_llama: Path) -> None:
+    # Accepting a token the grammar refuses aborts llama.cpp: the engine asks `allows` first.
+    model = Model(str(tiny_llama))
+    try:
+        params = resolve(SamplingParams(), SamplingParams(), model.n_vocab)
+        chain = SamplerChain(params, model.n_vocab, create_sampler(model, schema_grammar(None)))
+        x, brace, quote = (model.tokenize(c, add_special=False, parse_special=False)[0] for c in 'x{"')
+        assert not chain.allows(x) and chain.allows(brace)
+        chain.force(brace)
+        assert not chain.allows(brace) and chain.allows(quote)
+        chain.close()
+        assert SamplerChain(params, model.n_vocab).allows(x)  # no grammar: anything goes
+    finally:
+        model.close()

@@ -562,6 +562,14 @@ def test_marker_like_text_and_malformed_calls_stay_text(step: int) -> None:
         assert content_and_calls(parse(llama, answer, step)) == (answer, [])
 
 
+@pytest.mark.parametrize("step", [1, 3, 10_000])
+def test_bare_json_calls_one_after_another(step: int) -> None:
+    text = ' {"name": "add", "arguments": {"a": 1, "b": 2}}\n{"name": "get_weather", "arguments": {"city": "X", "days": 1}}\n'
+    assert content_and_calls(parse(tool_syntax(None), text, step)) == (
+        "", [("add", {"a": 1, "b": 2}), ("get_weather", {"city": "X", "days": 1})]
+    )
+
+
 def test_a_call_that_breaks_after_it_started_ends_and_the_rest_is_text() -> None:
     events = parse(tool_syntax(QWEN25), '<tool_call>{"name": "add", "arguments": {"a": 1, "b": ]}', 2)
     starts = [e for e in events if isinstance(e, ToolCallDelta) and e.id]

@@ -119,4 +119,6 @@ def test_image_formats_are_recognised_by_their_magic() -> None:
     assert image_format(PNG) == "PNG"
     assert image_format(b"\xff\xd8\xff\xe0rest") == "JPEG"
     assert image_format(b"GIF89a...") == "GIF"
-    assert image_format(b"RIFF....WEBP") is None
+    assert image_format(b"RIFF\x10\x00\x00\x00WEBPVP8 ") == "WebP"
+    assert image_format(b"RIFF....WAVEfmt ") is None
+    assert image_format(b"<svg>") is None

@@ -39,7 +39,7 @@ from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.template import ChatTemplate
 from spark.engine.text import TextStream
 from spark.engine.toolcalls import describe_tools, tool_syntax
-from spark.engine.vision import Projector, PromptMedia
+from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
 from spark.errors import (
     ContextLengthExceeded,
     InvalidRequest,
@@ -132,14 +132,14 @@ class Engine:
         )
         self._projector: Projector | None = None
         try:
-            self._setup(model, options)
             if options.mmproj_path:
                 self._projector = Projector(
                     options.mmproj_path, model, n_threads=self._n_threads, use_gpu=options.n_gpu_layers > 0
                 )
+            self._setup(model, options)
         except BaseException:
-            if hasattr(self, "_ctx"):
-                lc.llama_free(self._ctx)
+            if self._projector is not None:
+                self._projector.close()
             model.close()
             raise
         self._model = model
@@ -318,7 +318,7 @@ class Engine:
             )
         images: list[ImagePart] = []
         if isinstance(request, ChatRequest):
-            text = self._render(request, images)
+            text, images = self._render(request)
             param = "messages"
         else:
             text = request.prompt
@@ -329,7 +329,7 @@ class Engine:
         if images:
             assert self._projector is not None
             media = self._projector.tokenize(text, images, add_special=add_bos)
-            if media.tokens[-1] < 0:
+            if media.tokens[-1] == IMAGE_TOKEN:
                 media.close()
                 raise InvalidRequest("the chat template put no text after the last image", param="messages")
             return media.tokens, media, text
@@ -342,13 +342,12 @@ class Engine:
             tokens = [model.bos]
         return tokens, None, text
 
-    def _render(self, request: ChatRequest, images: list[ImagePart]) -> str:
-        """The chat's prompt text; its image parts are appended to `images` in order."""
+    def _render(self, request: ChatRequest) -> tuple[str, list[ImagePart]]:
+        """The chat's prompt text, and its image parts in order."""
         if not request.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
-        for m in request.messages:
-            if isinstance(m.content, list):
-                images += [p for p in m.content if isinstance(p, ImagePart)]
+        images = [p for m in request.messages if isinstance(m.content, list) for p in m.content
+                  if isinstance(p, ImagePart)]
         if images and self._projector is None:
             raise InvalidRequest(
                 f"model {self._options.model_id} cannot read images (no vision projector attached)",
@@ -362,13 +361,14 @@ class Engine:
             variables["enable_thinking"] = request.reasoning.enabled
             if request.reasoning.effort is not None:
                 variables["reasoning_effort"] = request.reasoning.effort
-        return self._template.render(
+        text = self._template.render(
             messages,
             tools=tools,
             system_prompt=self._options.system_prompt,
             image_marker=self._projector.marker if self._projector else "",
             variables=variables,
         )
+        return text, images
 
     def _prepare(self, request_id: str, request: Request, emit: Emit) -> _Job:
         if isinstance(request, EmbeddingRequest):
@@ -589,6 +589,8 @@ class Engine:
                 continue
             row, gen.row = gen.row, -1
             try:
+                if gen.forced and not gen.sampler.allows(gen.forced[0]):
+                    gen.forced.clear()  # the grammar has moved on (e.g. into a call): let it lead
                 if gen.forced:  # tokens the engine writes for the model (closing a thinking block)
                     token = gen.forced.pop(0)
                     gen.sampler.force(token)

@@ -24,12 +24,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from llama_cpp import llama_cpp as lc
+
+from spark.engine.native import Model
 from spark.errors import InvalidRequest
-
-if TYPE_CHECKING:
-    from spark.engine.native import Model
 
 MAX_REPEAT = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
 
@@ -461,8 +461,6 @@ def create_sampler(model: Model, grammar: Grammar) -> ctypes.c_void_p:
     the word ends the text so far (plus a little whitespace), so the text the
     grammar is started with is always the word itself.
     """
-    from llama_cpp import llama_cpp as lc
-
     try:
         check_gbnf(grammar.text, grammar.root)
     except GrammarError as e:

@@ -82,6 +82,7 @@ class SamplerChain:
                 lc.llama_sampler_free(grammar)
             raise MemoryError("llama.cpp could not allocate a sampler chain")
         samplers = [grammar] if grammar else []
+        self._grammar = grammar
         self._penalties = None
         if p.logit_bias:
             arr = (lc.llama_logit_bias * len(p.logit_bias))(
@@ -118,8 +119,17 @@ class SamplerChain:
         if self._penalties:
             lc.llama_sampler_accept(self._penalties, token)
 
+    def allows(self, token: int) -> bool:
+        """Whether the grammar (if any) lets `token` come next: accepting one it does not aborts."""
+        if not self._grammar:
+            return True
+        data = (lc.llama_token_data * 1)(lc.llama_token_data(id=token, logit=0.0, p=0.0))
+        candidates = lc.llama_token_data_array(data=data, size=1, selected=-1, sorted=False)
+        lc.llama_sampler_apply(self._grammar, ctypes.byref(candidates))
+        return math.isfinite(data[0].logit)
+
     def force(self, token: int) -> None:
-        """Accept an output token the engine chose instead of sampling (grammar included)."""
+        """Accept an output token the engine chose instead of sampling (check `allows` first)."""
         lc.llama_sampler_accept(self._chain, token)
 
     def close(self) -> None:

@@ -394,7 +394,7 @@ def python_call(text: str) -> tuple[str, str] | None:
     """(name, arguments JSON) of a Llama built-in tool call like `brave_search.call(query="x")`."""
     try:
         node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if not isinstance(node, ast.Call) or node.args:
         return None
@@ -407,7 +407,7 @@ def python_call(text: str) -> tuple[str, str] | None:
         return None
     try:
         args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return None
     return name, json.dumps(args, ensure_ascii=False)
 
@@ -715,10 +715,10 @@ def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
     """`{"name": "<tool>", "<args key>": <its arguments>}` for any of `tools`."""
     rules.primitive("ws")
     key = literal(json.dumps(syntax.args_key))
-    alts = [
-        f'{literal(json.dumps(t.name, ensure_ascii=False))} ws "," ws {key} ws ":" ws {_args_rule(rules, t, f"args-{i}")}'
-        for i, t in enumerate(tools)
-    ]
+    alts = []
+    for i, t in enumerate(tools):
+        name = literal(json.dumps(t.name, ensure_ascii=False))
+        alts.append(f'{name} ws "," ws {key} ws ":" ws {_args_rule(rules, t, f"args-{i}")}')
     fns = rules.add("call-fn", " | ".join(alts))
     return rules.add("call-object", f'"{{" ws "\\"name\\"" ws ":" ws {fns} ws "}}"')
 
@@ -727,7 +727,8 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
     """One or more calls in the family's syntax (the first starting with its marker, if any)."""
     lead = rules.add("lead", "[ \\t\\r\\n]{0,4}")
     if syntax.family == "hermes":
-        call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {_object_rule(rules, syntax, tools)} {lead} {literal(HERMES_CLOSE)}")
+        obj = _object_rule(rules, syntax, tools)
+        call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {obj} {lead} {literal(HERMES_CLOSE)}")
         return rules.add("calls", f"{call} ( {lead} {call} )*")
     if syntax.family == "mistral":
         if syntax.mistral_args:

@@ -27,7 +27,8 @@ log = logging.getLogger("spark.engine.mtmd")
 
 IMAGE_TOKEN = -1  # stands for one position of an image chunk in a prompt's token list
 
-# Formats libmtmd decodes itself (stb_image); anything else would make it try ffmpeg.
+# Formats libmtmd decodes itself (stb_image), and WebP, which it decodes with ffmpeg when
+# that is installed; anything else is refused before libmtmd tries ffmpeg on it.
 _MAGIC = {
     b"\x89PNG\r\n\x1a\n": "PNG",
     b"\xff\xd8\xff": "JPEG",
@@ -87,6 +88,8 @@ def image_format(data: bytes) -> str | None:
     for magic, name in _MAGIC.items():
         if data.startswith(magic):
             return name
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP"
     return None
 
 
@@ -160,9 +163,10 @@ class Projector:
                 mt.mtmd_input_chunks_free(chunks)
 
     def _bitmap(self, image: ImagePart, index: int) -> int:
-        if image_format(image.data) is None:
+        fmt = image_format(image.data)
+        if fmt is None:
             raise InvalidRequest(
-                f"image {index + 1} is not a PNG, JPEG, GIF or BMP image (declared as {image.media_type})",
+                f"image {index + 1} is not a PNG, JPEG, GIF, BMP or WebP image (declared as {image.media_type})",
                 param="messages",
             )
         buf = (ctypes.c_uint8 * len(image.data)).from_buffer_copy(image.data)
@@ -172,7 +176,8 @@ class Projector:
         if wrapper.video_ctx:
             mt.mtmd_helper_video_free(wrapper.video_ctx)
         if not wrapper.bitmap:
-            raise InvalidRequest(f"image {index + 1} could not be decoded", param="messages")
+            why = " (WebP needs ffmpeg on this server)" if fmt == "WebP" else ""
+            raise InvalidRequest(f"image {index + 1} ({fmt}) could not be decoded{why}", param="messages")
         return wrapper.bitmap
 
     def _flatten(self, chunks: int) -> PromptMedia:
