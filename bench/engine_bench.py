@@ -120,7 +120,7 @@ def bench_spark(model: str, threads: int, n_ctx: int) -> dict:
     with tempfile.TemporaryDirectory() as home:
         os.environ["SPARK_HOME"] = home
         with spark.Spark(threads=threads, parallel=8, context_length=n_ctx) as s:
-            model_id = s.library.add_local(model).id
+            model_id = s.library.add_local(model, model_id="bench-model").id
 
             def one(prompt: str, n: int) -> Run:
                 run = Run()

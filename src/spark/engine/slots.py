@@ -71,16 +71,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def pick_slot(free: list[Slot], prompt: Sequence[int]) -> tuple[Slot, int]:
     """The free slot for `prompt` and how many of its tokens that slot already holds.
 
-    The slot sharing the longest prefix wins, but only where the prompt keeps
-    at least half of that slot's cache: a short shared start (a common system
-    prompt) must not evict another conversation when an emptier slot is free.
-    Otherwise the least recently used slot is taken.
+    The slot sharing the longest prefix wins where that prefix is at least
+    half of the prompt (a regenerated answer, the next turn: llama-server's
+    rule) or at least half of the slot's cache. A short shared start (a common
+    system prompt) does not evict another conversation when an emptier slot is
+    free: then the least recently used slot is taken.
     """
     best: Slot | None = None
     best_len = 0
     for slot in free:
         n = common_prefix(slot.cached, prompt)
-        if n > best_len and 2 * n >= len(slot.cached):
+        if n > best_len and (2 * n >= len(prompt) or 2 * n >= len(slot.cached)):
             best, best_len = slot, n
     if best is None:
         best = min(free, key=lambda s: s.last_used)
