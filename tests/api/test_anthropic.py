@@ -457,7 +457,17 @@ ERRORS: list[tuple[SparkError, int, str]] = [
 def test_error_bodies(error_: SparkError, status: int, kind: str) -> None:
     got_status, raw = api.error_body(error_)
     assert got_status == status
-    assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": error_.message}}
+    message = json.loads(raw)["error"]["message"]
+    assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": message}}
+    assert message.endswith(error_.message)
+
+
+def test_error_message_names_the_parameter() -> None:
+    # Anthropic's error shape has no `param` field: the message carries it.
+    _, raw = api.error_body(InvalidRequest("must be between 0 and 1", param="temperature"))
+    assert json.loads(raw)["error"]["message"] == "temperature: must be between 0 and 1"
+    _, raw = api.error_body(ModelNotFound("nope"))
+    assert json.loads(raw)["error"]["message"] == ModelNotFound("nope").message, "not named twice"
 
 
 def test_sdk_sees_typed_errors(anthropic_client) -> None:

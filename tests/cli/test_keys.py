@@ -27,7 +27,7 @@ def test_create_ls_rm() -> None:
     assert "cannot be shown again" in created.stderr
     assert spark("keys", "create", "ci", "--zero-retention").exit_code == 0
 
-    listing = spark("keys", "ls")
+    listing = spark("keys", "list")
     assert listing.exit_code == 0, listing.output
     assert secret not in listing.output, "the key is printed once, at creation"
     rows = {line.split()[0]: line.rstrip() for line in listing.output.splitlines()[1:] if line.strip()}
@@ -39,10 +39,10 @@ def test_create_ls_rm() -> None:
     data = b"".join(p.read_bytes() for p in settings.data_dir.iterdir() if p.name.startswith("spark.db"))
     assert secret[:13].encode() in data and secret.encode() not in data, "only a hash is stored"
 
-    removed = spark("keys", "rm", "laptop")
-    assert removed.exit_code == 0 and "Removed the key 'laptop'" in removed.output
+    removed = spark("keys", "revoke", "laptop")
+    assert removed.exit_code == 0 and "Revoked the key 'laptop'" in removed.output
     assert KeyTable(Database(settings.db_path)).verify(secret) is None
-    assert "laptop" not in spark("keys", "ls").output
+    assert "laptop" not in spark("keys", "ls").output, "ls is an alias of list"
 
 
 def test_errors_name_the_problem() -> None:

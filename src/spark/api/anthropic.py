@@ -501,7 +501,11 @@ def _status(error: SparkError) -> int:
 def _error_detail(error: SparkError) -> _ErrorDetail:
     status = _status(error)
     fallback = "invalid_request_error" if status < 500 else "api_error"
-    return _ErrorDetail(_TYPE_BY_STATUS.get(status, fallback), error.message)
+    # Anthropic's error shape has no `param`: the message names the field instead.
+    message = error.message
+    if error.param and error.param not in message:
+        message = f"{error.param}: {message}"
+    return _ErrorDetail(_TYPE_BY_STATUS.get(status, fallback), message)
 
 
 def error_body(error: SparkError) -> tuple[int, bytes]:

@@ -41,7 +41,6 @@ def create(
     typer.echo(secret)  # alone on stdout, so scripts can capture it
 
 
-@keys_app.command("ls")
 def list_keys() -> None:
     """List the keys (names and prefixes; the keys themselves are not stored)."""
     keys = _table().list()
@@ -58,8 +57,13 @@ def list_keys() -> None:
     console.print(table, highlight=False)
 
 
-@keys_app.command("rm")
-def remove(name: str = typer.Argument(..., help="The key's name (see `spark keys ls`).")) -> None:
-    """Remove a key: requests using it are refused from then on."""
+def revoke(name: str = typer.Argument(..., help="The key's name (see `spark keys list`).")) -> None:
+    """Revoke a key: requests using it are refused from then on."""
     _table().remove(name)
-    typer.echo(f"Removed the key '{name}'.")
+    typer.echo(f"Revoked the key '{name}'.")
+
+
+keys_app.command("list")(list_keys)
+keys_app.command("ls", hidden=True)(list_keys)
+keys_app.command("revoke")(revoke)
+keys_app.command("rm", hidden=True)(revoke)

@@ -3,7 +3,7 @@
 A key is `sk-spark-` followed by 43 random URL-safe characters from `secrets`.
 Keys are that random, so a plain SHA-256 is a safe one-way store (no salt or
 slow hash is needed against guessing). The first characters are kept in clear
-as a `prefix` so people can tell their keys apart in `spark keys ls`.
+as a `prefix` so people can tell their keys apart in `spark keys list`.
 
 The server notes each use in memory (`note_use`) and writes the times in one
 go with `flush_uses`, so a request never waits on a database write.
@@ -91,7 +91,7 @@ class KeyTable:
             )
         except sqlite3.IntegrityError:
             raise InvalidRequest(
-                f"a key named '{name}' already exists; remove it first (`spark keys rm {name}`) "
+                f"a key named '{name}' already exists; revoke it first (`spark keys revoke {name}`) "
                 "or choose another name",
                 param="name",
             ) from None
@@ -108,7 +108,7 @@ class KeyTable:
     def remove(self, name: str) -> None:
         """Revoke the key `name`; requests using it are refused from now on."""
         if self.db.execute("DELETE FROM api_keys WHERE name = ?", (name,)).rowcount == 0:
-            raise InvalidRequest(f"there is no key named '{name}' (see `spark keys ls`)", param="name")
+            raise InvalidRequest(f"there is no key named '{name}' (see `spark keys list`)", param="name")
         self._uses.pop(name, None)
 
     def verify(self, secret: str) -> ApiKey | None:
