@@ -3,21 +3,22 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "keys ls ps pull rm run search serve show stop" -- "$cur")); return
+    COMPREPLY=($(compgen -W "keys log ls ps pull rm run search serve show stop" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
     keys)
       if [[ $COMP_CWORD -eq 2 ]]; then
-        COMPREPLY=($(compgen -W "create ls rm" -- "$cur")); return
+        COMPREPLY=($(compgen -W "create list revoke" -- "$cur")); return
       fi
       path="$cmd ${COMP_WORDS[2]}";;
   esac
   case "$path" in
     "keys create") opts="--zero-retention --help";;
-    "keys ls") opts="--help";;
-    "keys rm") opts="--help";;
+    "keys list") opts="--help";;
+    "keys revoke") opts="--help";;
     "keys") opts="--help";;
+    "log") opts="--model --key --status --since --limit -n --follow -f --help";;
     "ls") opts="--quiet -q --help";;
     "ps") opts="--help";;
     "pull") opts="--quant -q --copy --help";;

@@ -2,24 +2,34 @@
 
 complete -c spark -f
 function __spark_models; spark ls --quiet 2>/dev/null; end
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a ls -d 'List installed models.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a rm -d 'Remove models from the library (deleting the files Spark downloaded or copied).'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys ls ps pull rm run search serve show stop' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create ls rm' -a create
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create ls rm' -a ls
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create ls rm' -a rm
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a ls -d 'List installed models.'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a rm -d 'Remove models from the library (deleting the files Spark downloaded or copied).'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings.'
+complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a create
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a list
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a revoke
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l zero-retention -d 'Log this keys requests without their prompts or output.'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l help -d 'Show help and exit'
-complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from ls' -l help -d 'Show help and exit'
-complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from rm' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from list' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from revoke' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from log' -l model -r -d 'Only requests for this model.'
+complete -c spark -n '__fish_seen_subcommand_from log' -l key -r -d 'Only requests made with this key (name or prefix).'
+complete -c spark -n '__fish_seen_subcommand_from log' -l status -r -d 'ok, error, or an HTTP status code (e.g. 400).'
+complete -c spark -n '__fish_seen_subcommand_from log' -l since -r -d 'Only requests since then: 30m, 2h, 1d, or a date.'
+complete -c spark -n '__fish_seen_subcommand_from log' -l limit -r -d 'How many requests to list.'
+complete -c spark -n '__fish_seen_subcommand_from log' -s n -r -d 'How many requests to list.'
+complete -c spark -n '__fish_seen_subcommand_from log' -l follow -d 'Keep printing new requests as they finish.'
+complete -c spark -n '__fish_seen_subcommand_from log' -s f -d 'Keep printing new requests as they finish.'
+complete -c spark -n '__fish_seen_subcommand_from log' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from ls' -l quiet -d 'Print model ids only, one a line.'
 complete -c spark -n '__fish_seen_subcommand_from ls' -s q -d 'Print model ids only, one a line.'
 complete -c spark -n '__fish_seen_subcommand_from ls' -l help -d 'Show help and exit'

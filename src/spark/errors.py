@@ -142,6 +142,13 @@ class RouteNotFound(SparkError):
     code = "not_found"
 
 
+class RequestNotFound(SparkError):
+    """No logged request has the id asked for (admin API, `spark log ID`)."""
+
+    status = 404
+    code = "request_not_found"
+
+
 class MethodNotAllowed(SparkError):
     status = 405
     code = "method_not_allowed"
@@ -177,6 +184,7 @@ _BY_CODE: dict[str, type[SparkError]] = {
         RunnerFailed,
         Cancelled,
         RouteNotFound,
+        RequestNotFound,
         MethodNotAllowed,
         RequestTooLarge,
         RequestTimeout,

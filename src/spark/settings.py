@@ -91,6 +91,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "smollm2-135m-instruct-q4_1"
     )
     log_level: Annotated[str, _doc("Server log level: debug, info, warning or error.")] = "info"
+    log_retention_days: Annotated[int, _doc(
+        "Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log."
+    )] = 30
+    log_max_mb: Annotated[int, _doc(
+        "Most megabytes (MiB) the request log may take; past it the oldest requests are pruned. "
+        "0: no size limit."
+    )] = 512
+    admin_password: Annotated[str, _doc(
+        "Password of the admin API under /api/ and the web console (`Authorization: Bearer PASSWORD` "
+        "or HTTP Basic). Empty: only commands run on the server's machine (with its local admin token) "
+        "may use the admin API."
+    )] = ""
+    metrics_auth: Annotated[str, _doc(
+        "Who may read GET /metrics: key (any API key), admin (the admin password or local admin token) "
+        "or none (anyone who can connect)."
+    )] = "key"
 
     # --- derived paths ------------------------------------------------------
     @property
@@ -206,6 +222,7 @@ _KV_TYPES = ("f16", "q8_0", "q4_0")
 _NUMBER_AS_TEXT = ("keep_alive", "hang_timeout", "load_timeout", "load_wait", "max_ram", "gpu_reserve", "max_body_size",
                    "request_timeout")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+_METRICS_AUTH = ("key", "admin", "none")
 
 
 def _fields() -> dict[str, tuple[type, str, Any]]:
@@ -243,7 +260,8 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
         fail("port", f"must be between 1 and 65535, not {s.port}")
     if s.parallel < 1:
         fail("parallel", f"must be at least 1, not {s.parallel}")
-    for key in ("context_length", "threads", "max_loaded_models", "max_tokens_limit"):
+    for key in ("context_length", "threads", "max_loaded_models", "max_tokens_limit", "log_retention_days",
+                "log_max_mb"):
         if getattr(s, key) < 0:
             fail(key, f"must not be negative, not {getattr(s, key)}")
     if s.max_queue < 1:
@@ -252,6 +270,8 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
         fail("kv_type", f"must be one of {', '.join(_KV_TYPES)}, not {s.kv_type!r}")
     if s.log_level not in _LOG_LEVELS:
         fail("log_level", f"must be one of {', '.join(_LOG_LEVELS)}, not {s.log_level!r}")
+    if s.metrics_auth not in _METRICS_AUTH:
+        fail("metrics_auth", f"must be one of {', '.join(_METRICS_AUTH)}, not {s.metrics_auth!r}")
     for key, parse in (("keep_alive", parse_duration), ("hang_timeout", parse_duration),
                        ("load_timeout", parse_duration), ("load_wait", parse_duration), ("max_ram", parse_size),
                        ("gpu_reserve", parse_size), ("max_body_size", parse_size),

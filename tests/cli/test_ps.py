@@ -24,8 +24,8 @@ from spark.cli import app
 from spark.errors import ModelNotFound
 from spark.library import Library
 from spark.runners.scheduler import RunnerState
+from spark.server.admin_auth import admin_token_path, read_admin_token
 from spark.server.discovery import ServerInfo, read_server_info, server_file
-from spark.server.routes.runners import admin_token_path, read_admin_token
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
@@ -34,7 +34,7 @@ WIDE = {"COLUMNS": "200"}  # rich tables are not wrapped or cut
 
 
 def spark_cmd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spark", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "spark", *args], capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, **WIDE})
 
 
@@ -112,9 +112,8 @@ def test_ps_and_stop_with_a_running_server(served: Served) -> None:
         assert answer.status_code == 200, answer.text
 
         header, row = invoke("ps").splitlines()
-        assert header.split() == ["NAME", "STATUS", "DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE",
-                                  "UNLOADS"]
-        assert row.split()[:3] == [served.model, "ready", "cpu"]
+        assert header.split() == ["NAME", "DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE", "UNLOADS"]
+        assert row.split()[:2] == [served.model, "cpu"]
         assert " MiB " in row and " 0/4 " in row
         assert re.search(r" in (5m|4m \d+s)$", row.rstrip()), "unloads after the 5 minute keep-alive"
 
@@ -139,3 +138,36 @@ def test_ps_and_stop_with_a_running_server(served: Served) -> None:
     result = CliRunner().invoke(app, ["stop", "no-such-model"])
     assert isinstance(result.exception, ModelNotFound)
     assert "model 'no-such-model' is not installed" in result.exception.message
+
+
+def test_the_table_reads_like_ollama_ps() -> None:
+    from rich.console import Console
+
+    from spark.cli.ps import runners_table
+
+    def state(**over: object) -> RunnerState:
+        base: dict[str, object] = {
+            "model": "m", "status": "ready", "pid": 1, "rss_bytes": 0, "busy": 0, "in_flight": 0, "last_used": 0.0,
+            "restarts": 0, "n_ctx": 4096, "n_parallel": 4, "devices": ["cpu"], "estimate_bytes": 150 * 2**20,
+            "measured_bytes": 100 * 2**20, "idle_seconds": 75.0, "keep_alive": 300.0, "unloads_in": 225.0,
+        }
+        return RunnerState(**{**base, **over})  # type: ignore[arg-type]
+
+    rows = [
+        state(model="idle"),
+        state(model="busy", measured_bytes=None, slots_busy=4, queued=2, idle_seconds=None, unloads_in=None,
+              devices=["cuda:0", "cpu"]),
+        state(model="kept", keep_alive=-1, unloads_in=None),
+        state(model="old", reason="stopping after its requests: settings changed: n_ctx 4096 -> 8192",
+              unloads_in=None, idle_seconds=None, slots_busy=1),
+        state(model="new", status="loading", unloads_in=None),
+    ]
+    console = Console(width=200, record=True)
+    console.print(runners_table(rows))
+    lines = {line.split()[0]: line.split() for line in console.export_text().splitlines()[1:]}
+    assert lines["idle"] == ["idle", "cpu", "100.0", "MiB", "150.0", "MiB", "(+50%)", "0/4", "0", "1m", "15s",
+                             "in", "3m", "45s"]
+    assert lines["busy"][1:3] == ["cuda:0+cpu", "-"] and lines["busy"][5:9] == ["4/4", "2", "busy", "when"]
+    assert lines["kept"][-1] == "forever"
+    assert lines["old"][-3:] == ["after", "its", "requests"]
+    assert lines["new"][-1] == "loading"

@@ -114,7 +114,7 @@ def test_spark_run_shows_the_refusal_as_one_line(library: Library, tiny_llama: P
     estimate = estimate_for(library, model, load_settings(max_ram="1MiB"))
     env = dict(os.environ, SPARK_MAX_RAM="1MiB", COLUMNS="1000")  # wide, so the line is not wrapped
     out = subprocess.run([sys.executable, "-m", "spark", "run", model, "hello"], env=env,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1
     assert out.stdout.strip() == ""
     lines = [line for line in out.stderr.splitlines() if line.strip()]
@@ -194,8 +194,9 @@ def test_max_loaded_models_unloads_the_least_recently_used(
 
 
 def test_a_busy_model_is_never_unloaded_the_other_waits_for_it(
-    library: Library, slow_model: str, slow_llama: Path, tiny_llama: Path
+    library: Library, slow_model: str, slow_llama: Path, tiny_llama: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="spark.runners")
     tiny = library.add_local(tiny_llama).id
     base = load_settings()
     slow_bytes = estimate_for(library, slow_model, base).total_bytes
@@ -224,6 +225,12 @@ def test_a_busy_model_is_never_unloaded_the_other_waits_for_it(
             # the busy model was left alone and is still generating
             await first_text(long_stream)
             assert state_of(scheduler, slow_model).pid == slow_state.pid
+
+            # a load nobody waits for any more gives up (and lets other loads go ahead)
+            gone = asyncio.create_task(collect(scheduler.stream(short_chat(tiny))))
+            await wait_until(lambda: caplog.text.count(f"{tiny} waits up to 2 s") == 2, what="the wait")
+            gone.cancel()
+            await wait_until(lambda: "every request for it went away" in caplog.text, what="the load to give up")
 
             # a request that comes while the model is busy is served once it is done
             waiting = asyncio.create_task(collect(scheduler.stream(short_chat(tiny))))

@@ -13,6 +13,7 @@ from spark.cli import run as _run  # noqa: F401
 from spark.cli import keys as _keys  # noqa: F401
 from spark.cli import serve as _serve  # noqa: F401
 from spark.cli import ps as _ps  # noqa: F401
+from spark.cli import log as _log  # noqa: F401
 from spark.errors import SparkError
 
 

@@ -27,10 +27,13 @@ NO_SERVER = "No Spark server is running (start one with `spark serve`)."
 
 
 class AdminClient:
-    """The runner admin routes of the server running on this machine."""
+    """The admin API of the server running on this machine."""
 
     def __init__(self, settings: Settings, server: ServerInfo) -> None:
-        from spark.server.routes.runners import admin_token_path, read_admin_token  # the web stack, only now
+        from spark.server.admin_auth import (  # the web stack, only now
+            admin_token_path,
+            read_admin_token,
+        )
 
         token = read_admin_token(settings)
         if token is None:
@@ -47,9 +50,13 @@ class AdminClient:
         """Unload `model` now; False when it was not loaded."""
         return bool(msgspec.json.decode(self._call("POST", f"/api/ps/{model}/stop"))["stopped"])
 
-    def _call(self, method: str, path: str) -> bytes:
+    def get(self, path: str, params: dict[str, str | int | float] | None = None) -> bytes:
+        """The body of an admin route (`SparkError` with the server's message when it refuses)."""
+        return self._call("GET", path, params)
+
+    def _call(self, method: str, path: str, params: dict[str, str | int | float] | None = None) -> bytes:
         try:
-            response = self._http.request(method, path)
+            response = self._http.request(method, path, params=params)
         except httpx.HTTPError as e:
             raise SparkError(f"The Spark server at {self.server.url} (pid {self.server.pid}) did not answer: {e}") from None
         if response.status_code != 200:
@@ -81,18 +88,19 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h {(s % 3600) // 60}m"
 
 
-def _memory(state: RunnerState) -> str:
-    if state.measured_bytes is None:
-        return "-"
-    error = (state.estimate_bytes - state.measured_bytes) / state.measured_bytes if state.measured_bytes else 0.0
-    return f"{format_bytes(state.measured_bytes)} ({error:+.0%} est.)"
+def _estimate(state: RunnerState) -> str:
+    """The estimate, and how far off it was once the memory is measured."""
+    text = format_bytes(state.estimate_bytes)
+    if state.measured_bytes:
+        text += f" ({(state.estimate_bytes - state.measured_bytes) / state.measured_bytes:+.0%})"
+    return text
 
 
 def _until(state: RunnerState) -> str:
     if state.reason.startswith("stopping"):
         return "after its requests"
     if state.status != "ready":
-        return "-"
+        return state.status  # loading, restarting
     if state.unloads_in is not None:
         return f"in {duration(state.unloads_in)}"
     return "forever" if state.keep_alive < 0 else "when idle"
@@ -101,15 +109,15 @@ def _until(state: RunnerState) -> str:
 def runners_table(states: list[RunnerState]) -> Table:
     """`spark ps`'s table: one row per runner."""
     table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "STATUS", "DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE", "UNLOADS"):
-        table.add_column(column)
+    table.add_column("NAME")
+    for column in ("DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE", "UNLOADS"):
+        table.add_column(column, no_wrap=True)
     for s in states:
         table.add_row(
             s.model,
-            s.status,
             "+".join(s.devices) or "-",
-            _memory(s),
-            format_bytes(s.estimate_bytes),
+            "-" if s.measured_bytes is None else format_bytes(s.measured_bytes),
+            _estimate(s),
             f"{s.slots_busy}/{s.n_parallel}",
             str(s.queued),
             "busy" if s.idle_seconds is None else duration(s.idle_seconds),

@@ -32,14 +32,32 @@ from time import monotonic
 
 import msgspec
 
-from spark.errors import InvalidRequest, ModelNotFound, Overloaded, PlacementRefused, RunnerFailed, SparkError
+from spark.errors import (
+    Cancelled,
+    InvalidRequest,
+    ModelNotFound,
+    Overloaded,
+    PlacementRefused,
+    RunnerFailed,
+    SparkError,
+)
 from spark.library import Library, ModelEntry
 from spark.library.disk import format_bytes
 from spark.library.metadata import read_gguf_info
-from spark.placement import Device, LoadedModel, MemoryEstimate, Plan, detect_devices, estimate_load, model_shape
-from spark.placement import plan_placement
+from spark.placement import (
+    Device,
+    LoadedModel,
+    MemoryEstimate,
+    Plan,
+    detect_devices,
+    estimate_load,
+    model_shape,
+    plan_placement,
+)
 from spark.placement.baseline import idle_runner_bytes
+from spark.runners import trace as steps
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
+from spark.runners.trace import NO_TRACE, Trace
 from spark.settings import Settings
 from spark.types import Event, LoadOptions, Request
 
@@ -55,9 +73,9 @@ _PLACEMENT_FIELDS = ("n_gpu_layers", "main_gpu", "tensor_split")  # set by the p
 class RunnerState(msgspec.Struct, frozen=True):
     """A snapshot of one runner, for the admin API, the console and the CLI.
 
-    Memory figures are the model's own (weights, KV cache, buffers), without
-    the runner process itself, so the estimate and the measurement compare
-    like for like.
+    `estimate_bytes` and `measured_bytes` are the model's own host memory
+    (weights, KV cache, buffers) without the runner process itself, so the
+    estimate and the measurement compare like for like.
     """
 
     model: str
@@ -74,7 +92,7 @@ class RunnerState(msgspec.Struct, frozen=True):
     placement: str = ""  # the plan, e.g. "cpu, 21 MiB of 3.1 GiB free"
     estimate_bytes: int = 0  # host memory estimated before the load
     measured_bytes: int | None = None  # the same, measured (peak RSS less an idle runner's); None until known
-    device_bytes: dict[str, int] = {}  # what placement counts on each device now (measured where known)
+    device_bytes: dict[str, int] = {}  # what placement counts per device: measured where known, runner included
     slots_busy: int = 0
     queued: int = 0  # requests waiting beyond its slots
     idle_seconds: float | None = None  # None while it has work
@@ -139,7 +157,7 @@ class _Runner:
     @property
     def label(self) -> str:
         """A name unique among the runners (a retiring one shares its model's id)."""
-        return f"{self.model_id} (old settings)" if self.retiring else self.model_id
+        return f"{self.model_id} (old settings, pid {self.process.pid})" if self.retiring else self.model_id
 
     @property
     def estimate_host_bytes(self) -> int:
@@ -183,21 +201,22 @@ class Scheduler:
         self._closed = False
 
     # --- public API ---------------------------------------------------------
-    async def stream(self, request: Request) -> AsyncGenerator[Event, None]:
+    async def stream(self, request: Request, trace: Trace = NO_TRACE) -> AsyncGenerator[Event, None]:
         """The events of `request`, ending with `Done`, `Embeddings` or `Failed`.
 
         Raises `ModelNotFound` for an unknown model, `Overloaded` when its queue
         is full, `PlacementRefused` when it does not fit in memory, and the load
         error (`RunnerFailed`, `ModelFileError`) when the model cannot be loaded.
-        Closing the generator early cancels the request in its runner.
+        Closing the generator early cancels the request in its runner. `trace`
+        gets the steps of its timeline the scheduler sees (queue, placement, load).
         """
-        async with self._use(request) as runner, aclosing(runner.process.stream(request)) as events:
+        async with self._use(request, trace) as runner, aclosing(runner.process.stream(request)) as events:
             async for event in events:
                 yield event
 
-    async def count_tokens(self, request: Request) -> int:
+    async def count_tokens(self, request: Request, trace: Trace = NO_TRACE) -> int:
         """Prompt tokens of `request` on its model (loading the model if needed)."""
-        async with self._use(request) as runner:
+        async with self._use(request, trace) as runner:
             return await runner.process.count_tokens(request)
 
     async def unload(self, model_id: str) -> bool:
@@ -230,8 +249,8 @@ class Scheduler:
         for task in background:
             task.cancel()
         loads = list(self._loading.values())
-        for task in loads:
-            task.cancel()
+        for load in loads:
+            load.cancel()
         if loads or background:
             await asyncio.wait([*loads, *background])
         for runner in [*self._runners.values(), *self._retiring]:
@@ -240,7 +259,7 @@ class Scheduler:
 
     # --- admission ------------------------------------------------------------
     @asynccontextmanager
-    async def _use(self, request: Request) -> AsyncIterator[_Runner]:
+    async def _use(self, request: Request, trace: Trace) -> AsyncIterator[_Runner]:
         """The runner for `request`, held busy (never unloaded) until the block ends."""
         if self._closed:
             raise Overloaded("The server is shutting down and takes no new requests.")
@@ -256,10 +275,12 @@ class Scheduler:
             )
         if self._watcher is None:  # started here: the scheduler may be made before the loop runs
             self._watcher = asyncio.create_task(self._watch_idle(), name="unload idle models")
+        # requests ahead of this one that wait for a slot (0: a slot is free, once the model is loaded)
+        trace.step(steps.QUEUED, model=model, position=max(0, waiting + 1), slots=options.n_parallel)
         self._pending[model] += 1
         runner: _Runner | None = None
         try:
-            runner = await self._runner_for(entry, options)
+            runner = await self._runner_for(entry, options, trace)
             runner.active += 1  # no await since the load finished: nothing can have unloaded it
             runner.keep_alive = keep_alive  # the latest request's keep-alive wins
             yield runner
@@ -281,7 +302,7 @@ class Scheduler:
             raise InvalidRequest("keep_alive must be a number of seconds (negative: keep loaded)", param="keep_alive")
         return request.keep_alive
 
-    async def _runner_for(self, entry: ModelEntry, options: LoadOptions) -> _Runner:
+    async def _runner_for(self, entry: ModelEntry, options: LoadOptions, trace: Trace) -> _Runner:
         model = entry.id
         while True:
             current = self._runners.get(model)
@@ -295,10 +316,13 @@ class Scheduler:
                 del self._runners[model]
                 reason = f"the previous runner {current.process.status}"
             task = self._loading.get(model)
+            joined = task is not None and not task.done()
             if task is None or task.done():  # a finished load is forgotten a moment later
-                task = asyncio.create_task(self._load(entry, options, reason), name=f"load {model}")
+                task = asyncio.create_task(self._load(entry, options, reason, trace), name=f"load {model}")
                 self._loading[model] = task
                 task.add_done_callback(lambda t: self._load_finished(model, t))
+            else:
+                trace.step(steps.LOAD_STARTED, reason=reason, joined=True)  # the load another request started
             try:
                 # shielded: one waiter giving up must not abort the load the others wait for
                 runner = await asyncio.shield(task)
@@ -309,24 +333,30 @@ class Scheduler:
                         f"Loading the model {model} was abandoned: the server is shutting down."
                     ) from None
                 raise
+            if joined:
+                trace.step(steps.LOAD_FINISHED, pid=runner.process.pid, joined=True)
             if runner.requested == options and self._runners.get(model) is runner:
                 return runner
             # loaded for other settings (they changed meanwhile) or already gone: look again
 
     # --- loading and placement ------------------------------------------------
-    async def _load(self, entry: ModelEntry, options: LoadOptions, reason: str) -> _Runner:
+    async def _load(self, entry: ModelEntry, options: LoadOptions, reason: str, trace: Trace) -> _Runner:
         async with self._place_lock:
             await self._settle_stops()  # memory of runners being stopped is not free yet
             # read afresh: a library entry stored by an older version lacks newer fields
             info = await asyncio.to_thread(read_gguf_info, entry.path)
             estimate = estimate_load(model_shape(info), options)
-            plan, runners = await self._place(entry.id, estimate)
+            plan, runners = await self._place(entry.id, estimate, trace)
+            trace.step(steps.PLACEMENT, devices=list(plan.devices), plan=plan.explain(), estimate=estimate.describe(),
+                       evictions=[{"model": e.model_id, "reason": e.reason} for e in plan.evictions])
             for eviction in plan.evictions:
                 self._stop(runners[eviction.model_id], f"evicted to make room for {entry.id}: {eviction.reason}")
             await self._settle_stops()
             process = RunnerProcess(plan.load_options(options), self._settings)
             runner = _Runner(process, options, estimate, plan, reason, self._settings.keep_alive_seconds)
             self._runners[entry.id] = runner
+            trace.step(steps.LOAD_STARTED, reason=reason)
+            started = monotonic()
             try:
                 await process.start()
             except BaseException:
@@ -335,13 +365,14 @@ class Scheduler:
                 raise
             finally:
                 self._devices = None  # free memory has changed
+            trace.step(steps.LOAD_FINISHED, pid=process.pid, seconds=round(monotonic() - started, 3))
             if self._measuring is None:
                 self._measuring = asyncio.create_task(self._measure_baseline(), name="measure an idle runner")
         log.info("loaded %s in runner pid %s (%s): %s; %s", entry.id, process.pid, reason, plan.explain(),
                  estimate.describe())
         return runner
 
-    async def _place(self, model_id: str, estimate: MemoryEstimate) -> tuple[Plan, dict[str, _Runner]]:
+    async def _place(self, model_id: str, estimate: MemoryEstimate, trace: Trace) -> tuple[Plan, dict[str, _Runner]]:
         """A plan for the model, waiting up to `load_wait` for busy models when only they are in the way."""
         limit = self._settings.max_loaded_models
         deadline: float | None = None
@@ -366,6 +397,9 @@ class Scheduler:
                     deadline = now + wait
                     if wait > 0:
                         log.info("%s waits up to %g s for busy models to finish: %s", model_id, wait, refused.message)
+                        trace.step(steps.MEMORY_WAIT, reason=refused.message, up_to_seconds=wait)
+                if not self._pending[model_id]:
+                    raise Cancelled(f"Loading {model_id} was abandoned: every request for it went away.")
                 if now >= deadline:
                     raise self._refusal(
                         f"{refused.message}; waited {wait:g} s for busy models to finish (SPARK_LOAD_WAIT)"
@@ -399,7 +433,7 @@ class Scheduler:
         if self._loading.get(model_id) is task:
             del self._loading[model_id]
         if not task.cancelled() and (error := task.exception()) is not None:
-            if isinstance(error, PlacementRefused):  # the caller's answer; not a fault of the server
+            if isinstance(error, (PlacementRefused, Cancelled)):  # the caller's answer; not a fault of the server
                 log.info("not loading %s: %s", model_id, error)
             else:
                 log.warning("loading %s failed: %s", model_id, error)

@@ -11,17 +11,21 @@ from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
+from spark.server.admin_auth import AdminAuth, write_admin_token
 from spark.server.auth import require_key
 from spark.server.errors import EXCEPTION_HANDLERS
+from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
 from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
-from spark.server.routes.runners import runner_routes
+from spark.server.routes.admin import ADMIN_ROUTES
+from spark.server.routes.metrics import metrics_route
+from spark.server.routes.runners import RUNNER_ROUTES
 from spark.server.state import ServerState
 from spark.settings import Settings
 
 log = logging.getLogger("spark.server")
 
-KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys ls`'s "last used" may be
+KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys list`'s "last used" may be
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -39,7 +43,10 @@ def create_app(settings: Settings) -> Litestar:
                 await flusher
             await state.close()
 
-    api = Router("/v1", route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES], guards=[require_key])
+    api = Router("/v1", route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES], guards=[require_key],
+                 middleware=[log_requests])
+    admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
+    admin_api = Router("/api", route_handlers=[*RUNNER_ROUTES, *ADMIN_ROUTES], guards=[admin.guard])
     origins = settings.cors_origin_list
     cors = CORSConfig(
         allow_origins=origins,
@@ -48,7 +55,7 @@ def create_app(settings: Settings) -> Litestar:
         expose_headers=[REQUEST_ID_HEADER, "request-id"],
     ) if origins else None
     return Litestar(
-        route_handlers=[health, api, runner_routes(settings)],
+        route_handlers=[health, api, admin_api, metrics_route(settings, admin)],
         state=State({"spark": state}),
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -9,6 +9,7 @@ from litestar.datastructures import Headers
 from litestar.handlers import BaseRouteHandler
 
 from spark.errors import Unauthorized
+from spark.server.recorder import recorder_of
 from spark.server.state import state_of
 from spark.store.keys import ApiKey, KeyTable
 
@@ -37,6 +38,8 @@ def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHand
         raise Unauthorized(_refusal(keys, secret is None))
     connection.scope["state"][_STATE_KEY] = record
     keys.note_use(record.name)
+    if (recorder := recorder_of(connection.scope)) is not None:
+        recorder.authenticated(record)
 
 
 def api_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey:
@@ -51,4 +54,4 @@ def _refusal(keys: KeyTable, missing: bool) -> str:
                 f"`spark keys create NAME` on the server, then {_HOW}.")
     if missing:
         return f"Missing API key: {_HOW}. `spark keys create NAME` creates one on the server."
-    return "Invalid API key: it is unknown or was removed (`spark keys ls` on the server lists the keys)."
+    return "Invalid API key: it is unknown or was revoked (`spark keys list` on the server lists the keys)."

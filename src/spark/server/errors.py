@@ -8,6 +8,7 @@ else is a bug, logged with its traceback and answered as a generic 500.
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
 from litestar import MediaType, Request, Response
@@ -29,6 +30,7 @@ from spark.errors import (
 )
 from spark.library.disk import format_bytes
 from spark.server.family import api_family
+from spark.server.recorder import keeps_content, recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.state import state_of
 
@@ -39,6 +41,8 @@ AnyRequest = Request[Any, Any, Any]
 
 def error_response(scope: Scope, error: SparkError, headers: dict[str, str] | None = None) -> Response[bytes]:
     """`error` as the request's API writes errors (OpenAI's or Anthropic's body and status)."""
+    if (recorder := recorder_of(scope)) is not None:
+        recorder.failed(error)
     encode = anthropic.error_body if api_family(scope) == "anthropic" else openai.error_body
     status, body = encode(error)
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
@@ -53,8 +57,14 @@ def internal_error(scope: Scope) -> SparkError:
 
 
 def log_unexpected(scope: Scope, exc: BaseException) -> None:
-    log.error("unexpected error in %s %s (request id %s)", scope.get("method"), scope["path"],
-              request_ids(scope).header, exc_info=exc)
+    """Log a bug with its traceback; for a zero-retention request without the exception's message,
+    which may quote the request's content."""
+    where = (scope.get("method"), scope["path"], request_ids(scope).header)
+    if keeps_content(scope):
+        log.error("unexpected error in %s %s (request id %s)", *where, exc_info=exc)
+    else:
+        log.error("unexpected %s in %s %s (request id %s; its message is withheld: zero-retention key)\n%s",
+                  type(exc).__name__, *where, "".join(traceback.format_tb(exc.__traceback__)).rstrip())
 
 
 def _spark_error(request: AnyRequest, exc: SparkError) -> Response[bytes]:

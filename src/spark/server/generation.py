@@ -19,7 +19,9 @@ from litestar.types import Receive, Scope
 
 from spark.collect import ChatCollector, embedding_result, unfinished
 from spark.errors import Cancelled, RequestTimeout, SparkError, from_info
+from spark.runners.trace import NO_TRACE, Trace
 from spark.server.errors import internal_error, log_unexpected
+from spark.server.recorder import RequestRecorder
 from spark.server.state import ServerState
 from spark.types import (
     ChatResult,
@@ -40,6 +42,10 @@ def timed_out(timeout: float) -> RequestTimeout:
     )
 
 
+def _trace(recorder: RequestRecorder | None) -> Trace:
+    return recorder.trace if recorder is not None else NO_TRACE
+
+
 class _End:
     """Queued after the scheduler's stream ends."""
 
@@ -52,15 +58,20 @@ class Generation:
 
     With `receive` (the ASGI channel of a request whose body was read), a client
     that disconnects cancels the request. Streams leave that to the server, which
-    listens on the same channel while it sends the stream.
+    listens on the same channel while it sends the stream. A `recorder` sees the
+    request and every event, for the request log.
     """
 
-    def __init__(self, state: ServerState, request: Request, *, receive: Receive | None = None) -> None:
+    def __init__(self, state: ServerState, request: Request, *, receive: Receive | None = None,
+                 recorder: RequestRecorder | None = None) -> None:
         loop = asyncio.get_running_loop()
+        self._recorder = recorder
+        if recorder is not None:
+            recorder.decoded(request)
         self._timeout = state.timeout
         self._deadline = None if state.timeout is None else loop.time() + state.timeout
         self._queue: asyncio.Queue[Event | Exception | _End] = asyncio.Queue()
-        self._task = asyncio.create_task(self._pump(state.scheduler.stream(request)))
+        self._task = asyncio.create_task(self._pump(state.scheduler.stream(request, _trace(recorder))))
         self._watch = asyncio.create_task(self._watch_client(receive)) if receive is not None else None
 
     async def _watch_client(self, receive: Receive) -> None:
@@ -72,6 +83,8 @@ class Generation:
     async def _pump(self, events: AsyncIterator[Event]) -> None:
         try:
             async for event in events:
+                if self._recorder is not None:
+                    self._recorder.event(event)
                 self._queue.put_nowait(event)
         except Exception as e:  # handed to the reader, who raises it in the route
             self._queue.put_nowait(e)
@@ -129,29 +142,36 @@ class Generation:
         self.close()
 
 
-async def run_chat(state: ServerState, request: GenerationRequest, receive: Receive) -> ChatResult:
+async def run_chat(state: ServerState, request: GenerationRequest, receive: Receive,
+                   recorder: RequestRecorder | None = None) -> ChatResult:
     """The whole answer to a chat or completion request (`receive`: the client's ASGI channel)."""
-    async with Generation(state, request, receive=receive) as generation:
+    async with Generation(state, request, receive=receive, recorder=recorder) as generation:
         collector = ChatCollector()
         while (result := collector.add(await generation.next())) is None:
             pass
         return result
 
 
-async def run_embeddings(state: ServerState, request: Request, receive: Receive) -> EmbeddingResult:
-    async with Generation(state, request, receive=receive) as generation:
+async def run_embeddings(state: ServerState, request: Request, receive: Receive,
+                         recorder: RequestRecorder | None = None) -> EmbeddingResult:
+    async with Generation(state, request, receive=receive, recorder=recorder) as generation:
         while (result := embedding_result(await generation.next())) is None:
             pass
         return result
 
 
-async def count_tokens(state: ServerState, request: Request) -> int:
+async def count_tokens(state: ServerState, request: Request, recorder: RequestRecorder | None = None) -> int:
     """Prompt tokens of `request` on its model (loading it if needed), within the request timeout."""
+    if recorder is not None:
+        recorder.decoded(request)
     try:
         async with asyncio.timeout(state.timeout):
-            return await state.scheduler.count_tokens(request)
+            tokens = await state.scheduler.count_tokens(request, _trace(recorder))
     except TimeoutError:
         raise timed_out(state.timeout or 0) from None
+    if recorder is not None:
+        recorder.counted(tokens)
+    return tokens
 
 
 class StreamEncoder(Protocol):
@@ -171,6 +191,7 @@ async def stream_response(
     encoder: StreamEncoder,
     *,
     ping: Callable[[], bytes] | None = None,
+    recorder: RequestRecorder | None = None,
 ) -> Stream:
     """An SSE response for `request`.
 
@@ -181,7 +202,7 @@ async def stream_response(
     error frame.
     """
     wait = PING_SECONDS if ping is not None else None
-    generation = Generation(state, request)
+    generation = Generation(state, request, recorder=recorder)
     try:
         first = await generation.next_within(wait)
         if isinstance(first, Failed):
@@ -195,7 +216,7 @@ async def stream_response(
         generation.close()
 
     return Stream(
-        _frames(generation, encoder, first, wait, ping, scope),
+        _frames(generation, encoder, first, wait, ping, scope, recorder),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
         background=BackgroundTask(close),
@@ -209,6 +230,7 @@ async def _frames(
     wait: float | None,
     ping: Callable[[], bytes] | None,
     scope: Scope,
+    recorder: RequestRecorder | None,
 ) -> AsyncGenerator[bytes, None]:
     try:
         while True:
@@ -221,9 +243,14 @@ async def _frames(
                 yield ping()
             event = await generation.next_within(wait)
     except SparkError as e:
+        if recorder is not None:
+            recorder.failed(e)
         yield encoder.fail(e)
     except Exception as e:
         log_unexpected(scope, e)
-        yield encoder.fail(internal_error(scope))
+        error = internal_error(scope)
+        if recorder is not None:
+            recorder.failed(error)
+        yield encoder.fail(error)
     finally:
         generation.close()

@@ -1,4 +1,4 @@
-"""What every route shares: settings, the model library, the scheduler and the API keys."""
+"""What every route shares: settings, the model library, the scheduler, the API keys, the request log."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from litestar.connection import ASGIConnection
 
 from spark.library import Library
 from spark.runners.scheduler import Scheduler
+from spark.server.metrics import Metrics
 from spark.settings import Settings
 from spark.store.keys import KeyTable
+from spark.store.requests import RequestTable
+from spark.store.writer import LogWriter
 
 
 class ServerState:
@@ -22,12 +25,22 @@ class ServerState:
         self.scheduler = Scheduler(settings, self.library)
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
+        self.metrics = Metrics()
+        self.requests = RequestTable(self.library.db)
+        # retention 0 keeps no request log: nothing is written at all
+        self.request_log = LogWriter(
+            self.requests,
+            retention_seconds=settings.log_retention_days * 86400,
+            max_bytes=settings.log_max_mb * 1024 * 1024 or None,
+        ) if settings.log_retention_days else None
 
     async def close(self) -> None:
-        """Stop every runner, write pending key uses, close the database."""
+        """Stop every runner, write the pending request log and key uses, close the database."""
         try:
             await self.scheduler.close()
         finally:
+            if self.request_log is not None:
+                self.request_log.close()
             self.keys.flush_uses()
             self.library.close()
 

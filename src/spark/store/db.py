@@ -48,6 +48,46 @@ MIGRATIONS: list[tuple[str, ...]] = [
             zero_retention INTEGER NOT NULL DEFAULT 0
         )""",
     ),
+    (
+        # The request log (spark.store.requests): one row per API request, written in batches.
+        # `content` is NULL for zero-retention keys; `size_bytes` is what the row and its
+        # steps take, for pruning by size.
+        """CREATE TABLE requests (
+            id TEXT PRIMARY KEY,
+            request_id TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            route TEXT NOT NULL,
+            model TEXT,
+            key_name TEXT,
+            key_prefix TEXT,
+            node TEXT NOT NULL,
+            status INTEGER NOT NULL,
+            finish_reason TEXT,
+            error_type TEXT,
+            error_message TEXT,
+            stream INTEGER NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            cached_tokens INTEGER NOT NULL,
+            ttft_ms REAL,
+            duration_ms REAL NOT NULL,
+            tokens_per_second REAL,
+            zero_retention INTEGER NOT NULL,
+            content TEXT,
+            size_bytes INTEGER NOT NULL
+        )""",
+        "CREATE INDEX requests_started_at ON requests (started_at)",
+        "CREATE INDEX requests_request_id ON requests (request_id)",
+        # Each request's timeline: steps with their time since it was received.
+        """CREATE TABLE request_steps (
+            request TEXT NOT NULL REFERENCES requests (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            at_ms REAL NOT NULL,
+            details TEXT NOT NULL,
+            PRIMARY KEY (request, seq)
+        ) WITHOUT ROWID""",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

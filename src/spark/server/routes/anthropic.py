@@ -18,6 +18,7 @@ from spark.api.anthropic import (
     parse_messages,
 )
 from spark.server.generation import count_tokens, run_chat, stream_response
+from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
 from spark.server.state import state_of
@@ -30,8 +31,9 @@ async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     request_id = request_ids(request.scope).id
     if chat.stream:
         encoder = MessageStream(request_id, chat.model)
-        return await stream_response(state, request.scope, chat, encoder, ping=encoder.ping)
-    result = await run_chat(state, chat, request.receive)
+        return await stream_response(state, request.scope, chat, encoder, ping=encoder.ping,
+                                     recorder=recorder_of(request.scope))
+    result = await run_chat(state, chat, request.receive, recorder_of(request.scope))
     return json_response(message_body(request_id, chat.model, result))
 
 
@@ -39,7 +41,7 @@ async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
 async def messages_count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
     state = state_of(request)
     chat = parse_count_tokens(await request.body())
-    return json_response(count_tokens_body(await count_tokens(state, chat)))
+    return json_response(count_tokens_body(await count_tokens(state, chat, recorder_of(request.scope))))
 
 
 ANTHROPIC_ROUTES = [messages, messages_count_tokens]

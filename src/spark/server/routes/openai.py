@@ -22,6 +22,7 @@ from spark.api.openai import (
     parse_embeddings,
 )
 from spark.server.generation import run_chat, run_embeddings, stream_response
+from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
 from spark.server.state import state_of
@@ -34,8 +35,8 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     chat, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
     if chat.stream:
         encoder = ChatStream(request_id, chat.model, created, include_usage=call.include_usage)
-        return await stream_response(state, request.scope, chat, encoder)
-    result = await run_chat(state, chat, request.receive)
+        return await stream_response(state, request.scope, chat, encoder, recorder=recorder_of(request.scope))
+    result = await run_chat(state, chat, request.receive, recorder_of(request.scope))
     return json_response(chat_completion_body(request_id, chat.model, created, result))
 
 
@@ -46,8 +47,8 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     completion, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
     if completion.stream:
         encoder = CompletionStream(request_id, completion.model, created, include_usage=call.include_usage)
-        return await stream_response(state, request.scope, completion, encoder)
-    result = await run_chat(state, completion, request.receive)
+        return await stream_response(state, request.scope, completion, encoder, recorder=recorder_of(request.scope))
+    result = await run_chat(state, completion, request.receive, recorder_of(request.scope))
     return json_response(completion_body(request_id, completion.model, created, result))
 
 
@@ -55,7 +56,7 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
 async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
     state = state_of(request)
     call = parse_embeddings(await request.body())
-    result = await run_embeddings(state, call.request, request.receive)
+    result = await run_embeddings(state, call.request, request.receive, recorder_of(request.scope))
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 
 

@@ -1,0 +1,301 @@
+"""`spark log`: the request log. A list of recent requests, one request's timeline as a
+waterfall (`spark log ID`), or new requests as they come (`spark log -f`).
+
+It asks the server this machine runs through its admin API (with the local
+admin token), or reads the database itself when no server runs.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import msgspec
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from spark.cli.app import app
+from spark.cli.ps import AdminClient, connect
+from spark.runners import trace as steps
+from spark.runners.trace import Step
+from spark.settings import load_settings
+from spark.store.db import Database
+from spark.store.requests import (
+    MAX_LIMIT,
+    RequestFilter,
+    RequestPage,
+    RequestRecord,
+    RequestSummary,
+    RequestTable,
+    check_filter,
+    parse_since,
+)
+
+FOLLOW_POLL_SECONDS = 1.0
+BAR_WIDTH = 40
+_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embeddings",
+           "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}
+
+
+class LogSource(Protocol):
+    """Where the log is read from: the running server, or the database."""
+
+    def page(self, f: RequestFilter) -> RequestPage: ...
+
+    def get(self, request_id: str) -> RequestRecord: ...
+
+
+class LocalLog:
+    """The database on this machine, read directly (no server is running)."""
+
+    def __init__(self, table: RequestTable) -> None:
+        self._table = table
+
+    def page(self, f: RequestFilter) -> RequestPage:
+        return self._table.page(f)
+
+    def get(self, request_id: str) -> RequestRecord:
+        return self._table.get(request_id)
+
+
+class ServerLog:
+    """The running server's admin API."""
+
+    def __init__(self, client: AdminClient) -> None:
+        self._client = client
+
+    def page(self, f: RequestFilter) -> RequestPage:
+        params: dict[str, str | int | float] = {"limit": f.limit, "offset": f.offset}
+        for name, value in (("model", f.model), ("key", f.key), ("status", f.status), ("since", f.since),
+                            ("after", f.after_seq)):
+            if value is not None:
+                params[name] = value
+        return msgspec.json.decode(self._client.get("/api/requests", params), type=RequestPage)
+
+    def get(self, request_id: str) -> RequestRecord:
+        path = f"/api/requests/{quote(request_id, safe='')}"
+        return msgspec.json.decode(self._client.get(path), type=RequestRecord)
+
+
+def open_log() -> LogSource:
+    """The running server's log when one runs, else the database's."""
+    settings = load_settings()
+    client = connect(settings)
+    if client is not None:
+        return ServerLog(client)
+    return LocalLog(RequestTable(Database(settings.db_path)))
+
+
+# --- formatting ------------------------------------------------------------------
+
+
+def ms(value: float | None) -> str:
+    """`850 ms`, `12.3 ms`, `2.41 s`: a duration for tables."""
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+
+
+def _when(timestamp: float) -> str:
+    moment = datetime.fromtimestamp(timestamp)
+    same_day = moment.date() == datetime.now().date()
+    return moment.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
+
+
+def _status(r: RequestSummary) -> Text:
+    if r.error_type is not None:
+        return Text(f"{r.status} {r.error_type}", style="red")
+    if r.finish_reason == "cancelled" or r.status >= 400:
+        return Text(f"{r.status} {r.finish_reason or ''}".strip(), style="yellow")
+    return Text(str(r.status), style="green")
+
+
+def _tokens(r: RequestSummary) -> str:
+    cached = f" ({r.cached_tokens} cached)" if r.cached_tokens else ""
+    return f"{r.prompt_tokens}{cached} -> {r.completion_tokens}"
+
+
+def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
+    """One line per request."""
+    table = Table(box=None, pad_edge=False, show_header=header)
+    for column, width in (("TIME", 8), ("ID", 20), ("MODEL", 16), ("KEY", 8), ("ROUTE", 10), ("STATUS", 6),
+                          ("TOKENS", 12), ("TTFT", 8), ("DURATION", 8), ("TOK/S", 6)):
+        table.add_column(column, min_width=width, no_wrap=True)
+    for r in rows:
+        table.add_row(
+            _when(r.started_at), r.request_id, r.model or "-", r.key_name or "-", _ROUTES.get(r.route, r.route),
+            _status(r), _tokens(r), ms(r.ttft_ms), ms(r.duration_ms),
+            f"{r.tokens_per_second:.1f}" if r.tokens_per_second is not None else "-",
+        )
+    return table
+
+
+def describe_step(step: Step) -> tuple[str, str]:
+    """A step's label and what its details say, e.g. ("slot assigned", "slot 0, 12 of 40 prompt tokens reused")."""
+    d: dict[str, Any] = dict(step.details)
+    match step.name:
+        case steps.AUTHENTICATED:
+            return "authenticated", f"key {d.get('key', '?')}"
+        case steps.QUEUED:
+            position = d.get("position", 0)
+            where = "a slot is free" if not position else f"position {position} in the queue"
+            return "queued", f"{where} ({d.get('slots', '?')} slots on {d.get('model', '?')})"
+        case steps.MEMORY_WAIT:
+            return "waiting for memory", str(d.get("reason", ""))
+        case steps.PLACEMENT:
+            evicted = "; ".join(f"unloads {e['model']}: {e['reason']}" for e in d.get("evictions", []))
+            return "placement", "; ".join(x for x in (d.get("plan"), d.get("estimate"), evicted) if x)
+        case steps.LOAD_STARTED:
+            joined = " (already started by another request)" if d.get("joined") else ""
+            return "model load", f"{d.get('reason', '')}{joined}"
+        case steps.LOAD_FINISHED:
+            took = f"took {ms(d['seconds'] * 1000)}, " if "seconds" in d else ""
+            return "model loaded", f"{took}runner pid {d.get('pid', '?')}"
+        case steps.SLOT:
+            reused = (f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
+                      "prompt tokens reused from the cache")
+            return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
+        case steps.PROMPT:
+            rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""
+            return "prompt evaluated", f"{d.get('tokens', 0)} tokens in {ms(d.get('seconds', 0) * 1000)}{rate}"
+        case steps.FIRST_TOKEN:
+            return "first token", ""
+        case steps.FINISHED:
+            return "finished", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items())
+        case steps.CANCELLED:
+            return "cancelled", str(d.get("reason", ""))
+        case steps.FAILED:
+            return "failed", " ".join(str(d[k]) for k in ("error", "status") if k in d)
+    return step.name.replace("_", " "), ", ".join(f"{k} {v}" for k, v in d.items())
+
+
+def waterfall(record: RequestRecord) -> Table:
+    """The timeline: one row per step, a bar from the step to the next one, placed by time."""
+    total = max([record.duration_ms, *(s.at_ms for s in record.timeline)]) or 1.0
+    table = Table(box=None, pad_edge=False)
+    for column in ("STEP", "AT", "TOOK", "", "DETAILS"):
+        table.add_column(column, no_wrap=column != "DETAILS")
+    timeline = record.timeline
+    for i, step in enumerate(timeline):
+        end = timeline[i + 1].at_ms if i + 1 < len(timeline) else step.at_ms
+        start_col = min(BAR_WIDTH - 1, int(step.at_ms / total * BAR_WIDTH))
+        end_col = max(start_col + 1, round(end / total * BAR_WIDTH))
+        bar = Text(" " * start_col) + Text("█" * (end_col - start_col), style="cyan")
+        label, details = describe_step(step)
+        took = ms(end - step.at_ms) if i + 1 < len(timeline) else ""
+        table.add_row(label, ms(step.at_ms), took, bar, details)
+    return table
+
+
+def _slowest(record: RequestRecord) -> str | None:
+    gaps = [(b.at_ms - a.at_ms, describe_step(a)[0], describe_step(b)[0])
+            for a, b in zip(record.timeline, record.timeline[1:], strict=False)]
+    if not gaps or record.duration_ms <= 0:
+        return None
+    took, start, end = max(gaps)
+    return f"{start} -> {end}: {ms(took)} ({took / record.duration_ms:.0%} of the request)"
+
+
+def _content(record: RequestRecord) -> RenderableType:
+    if record.zero_retention:
+        return Text("Content not kept: the request used a zero-retention key.", style="dim")
+    content = record.content
+    if content is None:
+        return Text("No content was kept.", style="dim")
+    lines: list[RenderableType] = []
+    request = content.request or {}
+    for message in request.get("messages", []):
+        lines.append(Text.assemble((f"{message.get('role')}: ", "bold"), _message_text(message.get("content"))))
+    if "prompt" in request:
+        lines.append(Text.assemble(("prompt: ", "bold"), str(request["prompt"])))
+    for text in request.get("input", []):
+        lines.append(Text.assemble(("input: ", "bold"), str(text)))
+    if content.body is not None:
+        lines.append(Text.assemble(("body (not decoded): ", "bold"), content.body))
+    if content.reasoning:
+        lines.append(Text.assemble(("reasoning: ", "bold magenta"), content.reasoning))
+    if content.output:
+        lines.append(Text.assemble(("output: ", "bold green"), content.output))
+    for call in content.tool_calls:
+        lines.append(Text.assemble(("tool call: ", "bold green"), f"{call.name}({call.arguments})"))
+    return Group(*lines)
+
+
+def _message_text(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "[image]") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def request_view(record: RequestRecord) -> Group:
+    """`spark log ID`: what the request was, its waterfall, its totals, its content."""
+    head = Text.assemble(
+        (record.request_id, "bold"), f"  {_when(record.started_at)}  {record.route}  model {record.model or '-'}  "
+        f"key {record.key_name or '-'}  node {record.node}  ", _status(record),
+    )
+    parts: list[RenderableType] = [head]
+    if record.error_message:
+        parts.append(Text(f"error: {record.error_message}", style="red"))
+    parts += [Text(""), waterfall(record), Text("")]
+    totals = [f"total {ms(record.duration_ms)}", f"time to first token {ms(record.ttft_ms)}",
+              f"prompt {record.prompt_tokens} tokens ({record.cached_tokens} cached)",
+              f"output {record.completion_tokens} tokens"]
+    if record.tokens_per_second is not None:
+        totals[-1] += f" at {record.tokens_per_second:.1f} tokens/s"
+    parts.append(Text(" · ".join(totals)))
+    if (slowest := _slowest(record)) is not None:
+        parts.append(Text(f"longest step: {slowest}"))
+    parts += [Text(""), _content(record)]
+    return Group(*parts)
+
+
+# --- the command -------------------------------------------------------------------
+
+
+@app.command("log")
+def log_command(
+    request_id: str | None = typer.Argument(None, help="Show this request (its x-request-id) with its timeline."),
+    model: str | None = typer.Option(None, "--model", help="Only requests for this model."),
+    key: str | None = typer.Option(None, "--key", help="Only requests made with this key (name or prefix)."),
+    status: str | None = typer.Option(None, "--status", help="ok, error, or an HTTP status code (e.g. 400)."),
+    since: str | None = typer.Option(None, "--since", help="Only requests since then: 30m, 2h, 1d, or a date."),
+    limit: int = typer.Option(20, "--limit", "-n", help="How many requests to list."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new requests as they finish."),
+) -> None:
+    """List recent API requests, show one with its timeline, or follow new ones (-f)."""
+    console = Console()
+    source = open_log()
+    if request_id is not None:
+        console.print(request_view(source.get(request_id)), highlight=False)
+        return
+    query = check_filter(RequestFilter(model=model, key=key, status=status, limit=limit,
+                                       since=parse_since(since) if since is not None else None))
+    page = source.page(query)
+    rows = list(reversed(page.requests))  # oldest first, so the newest is next to the prompt
+    if rows:
+        console.print(requests_table(rows), highlight=False)
+    elif not follow:
+        console.print("No requests logged yet." if page.total == 0 and query == RequestFilter(limit=limit)
+                      else "No request matches.", highlight=False)
+    if follow:
+        _follow(console, source, query, page.last_seq, header=not rows)
+
+
+def _follow(console: Console, source: LogSource, query: RequestFilter, last_seq: int, *, header: bool) -> None:
+    query = msgspec.structs.replace(query, limit=MAX_LIMIT, offset=0)
+    try:
+        while True:
+            time.sleep(FOLLOW_POLL_SECONDS)
+            page = source.page(msgspec.structs.replace(query, after_seq=last_seq))
+            if page.requests:
+                console.print(requests_table(page.requests, header=header), highlight=False)
+                header = False
+                last_seq = max(r.seq for r in page.requests)
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,252 @@
+"""Recording every API request for the request log and the metrics.
+
+`log_requests` (ASGI middleware on the /v1 routes) gives each request a
+`RequestRecorder` that the guard, the routes and the generation feed as the
+request goes: who sent it, what it asked, the runner's events, its error.
+When the response is sent the recorder becomes one `RequestRecord`, which
+updates the metrics and is queued for the log writer; the request itself
+never waits on the database.
+
+For a zero-retention key nothing of the prompt or the output is kept, not
+even the text of an error (which may quote the input): only the error's code.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from spark.collect import ChatCollector
+from spark.errors import Cancelled, SparkError, from_info
+from spark.runners import trace as steps
+from spark.runners.trace import Trace
+from spark.server.request_ids import request_ids
+from spark.server.state import ServerState
+from spark.store.keys import ApiKey
+from spark.store.requests import LOCAL_NODE, RequestContent, RequestRecord
+from spark.types import (
+    ChatRequest,
+    Done,
+    EmbeddingRequest,
+    Embeddings,
+    Event,
+    Failed,
+    FinishReason,
+    ImagePart,
+    PromptDone,
+    ReasoningDelta,
+    Request,
+    SlotInfo,
+    TextDelta,
+    TextPart,
+    ToolCallDelta,
+    Usage,
+)
+
+MAX_BODY_KEPT = 64 * 1024  # of a body that could not be decoded, this much is logged
+WITHHELD = "details withheld: zero-retention key"
+_STATE_KEY = "spark.recorder"
+_OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
+
+
+class RequestRecorder:
+    """What the server learns about one API request while it runs."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.trace = Trace()
+        self.trace.step(steps.RECEIVED)
+        self.started_at = time.time()
+        self.ids = request_ids(scope)
+        self.route: str = scope["path"]
+        self.key: ApiKey | None = None
+        self.request: Request | None = None
+        self.error: SparkError | None = None
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._output: ChatCollector | None = None
+        self._result: RequestContent | None = None
+        self._usage: Usage | None = None
+        self._finish_reason: FinishReason | None = None
+        self._ended = False  # a Done, Embeddings or token count arrived
+        self._first_token_ms: float | None = None
+
+    @property
+    def keeps_content(self) -> bool:
+        """Whether the request's content may be kept: it came with a key that is not zero-retention."""
+        return self.key is not None and not self.key.zero_retention
+
+    # --- fed by the guard, the routes and the generation --------------------
+    def authenticated(self, key: ApiKey) -> None:
+        self.key = key
+        self.trace.step(steps.AUTHENTICATED, key=key.name)
+
+    def body_chunk(self, chunk: bytes) -> None:
+        """Keep the start of the raw body, in case it cannot be decoded (never for zero retention)."""
+        if not self.keeps_content or self._body_size >= MAX_BODY_KEPT:
+            return
+        self._body.append(chunk[: MAX_BODY_KEPT - self._body_size])
+        self._body_size += len(self._body[-1])
+
+    def decoded(self, request: Request) -> None:
+        """The request as the route decoded it."""
+        self.request = request
+        self._body.clear()
+        if self.keeps_content and not isinstance(request, EmbeddingRequest):
+            self._output = ChatCollector()
+
+    def event(self, event: Event) -> None:
+        """One event of the request's stream, as the route receives it."""
+        if isinstance(event, _OUTPUT):
+            if self._first_token_ms is None:
+                self._first_token_ms = self.trace.elapsed_ms()
+                self.trace.step(steps.FIRST_TOKEN)
+            if self._output is not None:
+                self._output.add(event)
+        elif isinstance(event, SlotInfo):
+            self.trace.step(steps.SLOT, **msgspec.structs.asdict(event))  # what the engine tells, e.g. cached_tokens
+        elif isinstance(event, PromptDone):
+            rate = event.evaluated_tokens / event.seconds if event.seconds > 0 else None
+            self.trace.step(steps.PROMPT, tokens=event.evaluated_tokens, seconds=round(event.seconds, 6),
+                            tokens_per_second=None if rate is None else round(rate, 1))
+        elif isinstance(event, Done):
+            self._ended, self._usage, self._finish_reason = True, event.usage, event.finish_reason
+            if self._output is not None:
+                result = self._output.add(event)
+                assert result is not None  # Done always completes a result
+                self._result = RequestContent(output=result.text, reasoning=result.reasoning,
+                                              tool_calls=result.tool_calls)
+            name = steps.CANCELLED if event.finish_reason == "cancelled" else steps.FINISHED
+            self.trace.step(name, finish_reason=event.finish_reason, completion_tokens=event.usage.completion_tokens)
+        elif isinstance(event, Embeddings):
+            self._ended, self._usage = True, event.usage
+            self.trace.step(steps.FINISHED, vectors=len(event.vectors))
+        elif isinstance(event, Failed):
+            self.failed(from_info(event.error))
+
+    def counted(self, tokens: int) -> None:
+        """The request only counted its prompt's tokens (Anthropic's count_tokens)."""
+        self._ended, self._usage = True, Usage(prompt_tokens=tokens)
+        self.trace.step(steps.FINISHED, prompt_tokens=tokens)
+
+    def failed(self, error: SparkError) -> None:
+        """The request ends with `error` (the first one noted is the one kept)."""
+        if self.error is not None:
+            return
+        self.error = error
+        if isinstance(error, Cancelled):
+            self.trace.step(steps.CANCELLED, reason=error.code)
+        else:
+            self.trace.step(steps.FAILED, error=error.code, status=error.status)
+
+    # --- the end ---------------------------------------------------------------
+    def finish(self, status: int) -> RequestRecord:
+        """The log record, once the response (status `status`) has been sent."""
+        duration_ms = self.trace.elapsed_ms()
+        if not any(self.trace.has(s) for s in (steps.FINISHED, steps.CANCELLED, steps.FAILED)):
+            if status >= 400:
+                self.trace.step(steps.FAILED, status=status)
+            elif self.request is not None and not self._ended:
+                self.trace.step(steps.CANCELLED, reason="the client went away")
+            else:
+                self.trace.step(steps.FINISHED)
+        usage = self._usage or Usage()
+        completion = usage.completion_tokens
+        rate = None
+        if self._first_token_ms is not None and completion > 1 and duration_ms > self._first_token_ms:
+            rate = round((completion - 1) / ((duration_ms - self._first_token_ms) / 1000.0), 2)
+        error = self.error
+        return RequestRecord(
+            id=self.ids.id,
+            request_id=self.ids.header,
+            started_at=self.started_at,
+            route=self.route,
+            status=status,
+            duration_ms=round(duration_ms, 3),
+            model=self.request.model if self.request is not None else None,
+            key_name=self.key.name if self.key is not None else None,
+            key_prefix=self.key.prefix if self.key is not None else None,
+            node=LOCAL_NODE,
+            finish_reason=self._finish_reason,
+            error_type=error.code if error is not None else None,
+            error_message=None if error is None else (error.message if self.keeps_content else WITHHELD),
+            stream=bool(getattr(self.request, "stream", False)),
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=completion,
+            cached_tokens=usage.cached_tokens,
+            ttft_ms=None if self._first_token_ms is None else round(self._first_token_ms, 3),
+            tokens_per_second=rate,
+            zero_retention=self.key is not None and self.key.zero_retention,
+            content=self._content() if self.keeps_content else None,
+            timeline=list(self.trace.steps),
+        )
+
+    def _content(self) -> RequestContent | None:
+        request = None if self.request is None else msgspec.to_builtins(_without_images(self.request))
+        body = b"".join(self._body).decode("utf-8", "replace") if self.request is None and self._body else None
+        if request is None and body is None and self._result is None:
+            return None
+        result = self._result or RequestContent()
+        return msgspec.structs.replace(result, request=request, body=body)
+
+
+def _without_images(request: Request) -> Request:
+    """`request` with image bytes left out (the log keeps that there was an image, not the image)."""
+    if not isinstance(request, ChatRequest):
+        return request
+    messages = [
+        m if isinstance(m.content, str) or m.content is None else msgspec.structs.replace(
+            m, content=[p if isinstance(p, TextPart) else ImagePart(b"", p.media_type) for p in m.content])
+        for m in request.messages
+    ]
+    return msgspec.structs.replace(request, messages=messages)
+
+
+def recorder_of(scope: Scope) -> RequestRecorder | None:
+    """The recorder of the request in `scope`; None for requests that are not logged."""
+    return scope.get("state", {}).get(_STATE_KEY)  # type: ignore[no-any-return]
+
+
+def log_requests(app: ASGIApp) -> ASGIApp:
+    """Middleware: record every POST (the API calls that reach a model) for the log and metrics."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await app(scope, receive, send)
+            return
+        recorder = RequestRecorder(scope)
+        scope.setdefault("state", {})[_STATE_KEY] = recorder
+        status = 500  # answered when the app ends without starting a response
+
+        async def receive_body() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                recorder.body_chunk(message.get("body", b""))
+            return message  # type: ignore[return-value]
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await app(scope, receive_body, send_status)  # type: ignore[arg-type]
+        finally:
+            _record(scope["app"].state.spark, recorder.finish(status))
+
+    return middleware
+
+
+def _record(state: ServerState, record: RequestRecord) -> None:
+    state.metrics.observe(record)
+    if state.request_log is not None:
+        state.request_log.submit(record)
+
+
+def keeps_content(scope: Scope) -> bool:
+    """Whether the server's own log may quote the content of the request in `scope`
+    (errors' messages, exceptions): not for zero-retention keys, nor before a key is known."""
+    recorder = recorder_of(scope)
+    return recorder is None or recorder.keeps_content

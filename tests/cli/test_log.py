@@ -1,0 +1,185 @@
+"""`spark log`: listing, filters, one request's waterfall, following, from the database or a running server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+from server.helpers import LiveServer, live_server
+from typer.testing import CliRunner
+
+from spark.cli import app
+from spark.cli.log import LocalLog, ServerLog, ms, open_log
+from spark.errors import SparkError
+from spark.library import Library
+from spark.runners.trace import Step
+from spark.server.discovery import remove_server_info, write_server_info
+from spark.settings import load_settings
+from spark.store.db import Database
+from spark.store.requests import (
+    RequestContent,
+    RequestFilter,
+    RequestRecord,
+    RequestTable,
+)
+
+WIDE = {"COLUMNS": "200"}
+
+
+def invoke(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(app, list(args), env=WIDE)
+    assert result.exit_code == code, (result.output, result.exception)
+    return result.output
+
+
+def record(n: int, **changes: object) -> RequestRecord:
+    values: dict[str, object] = {
+        "id": f"own{n}", "request_id": f"req_{n:04d}", "started_at": time.time() - 600 + n, "route": "/v1/messages",
+        "status": 200, "duration_ms": 250.0, "model": "tiny", "key_name": "laptop", "key_prefix": "sk-spark-AbCd",
+        "finish_reason": "stop", "prompt_tokens": 30, "completion_tokens": 12, "cached_tokens": 20, "ttft_ms": 40.0,
+        "tokens_per_second": 52.5,
+        "content": RequestContent(request={"messages": [{"role": "user", "content": "What is the capital?"}]},
+                                  output="Paris."),
+        "timeline": [Step("received", 0.0), Step("queued", 0.4, {"position": 2, "slots": 1, "model": "tiny"}),
+                     Step("slot", 30.0, {"slot": 0, "prompt_tokens": 30, "cached_tokens": 20}),
+                     Step("prompt", 38.5, {"tokens": 10, "seconds": 0.0085, "tokens_per_second": 1176.5}),
+                     Step("first_token", 40.0), Step("finished", 250.0, {"finish_reason": "stop"})],
+    }
+    values.update(changes)
+    return RequestRecord(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def table() -> RequestTable:
+    return RequestTable(Database(load_settings().db_path))
+
+
+def test_an_empty_log() -> None:
+    assert invoke("log").strip() == "No requests logged yet."
+    assert invoke("log", "--model", "x").strip() == "No request matches."
+
+
+def test_list_and_filters(table: RequestTable) -> None:
+    table.insert_many([
+        record(1), record(2, model="other", key_name="ci"), record(3, status=404, error_type="model_not_found"),
+        record(4, zero_retention=True, content=None, started_at=time.time() - 3 * 3600),
+    ])
+    out = invoke("log")
+    assert isinstance(open_log(), LocalLog)  # no server runs: the database itself
+    rows = [line for line in out.splitlines() if "req_" in line]
+    assert [re.search(r"req_\d+", r).group() for r in rows] == ["req_0004", "req_0001", "req_0002", "req_0003"]  # type: ignore[union-attr]
+    first = rows[1]
+    assert "tiny" in first and "laptop" in first and "messages" in first and "30 (20 cached) -> 12" in first
+    assert "40.0 ms" in first and "250 ms" in first and "52.5" in first
+    assert "404 model_not_found" in rows[3]
+
+    def listed(*args: str) -> list[str]:
+        return re.findall(r"req_\d+", invoke("log", *args))
+
+    assert listed("--model", "other") == ["req_0002"]
+    assert listed("--key", "ci") == ["req_0002"]
+    assert listed("--status", "error") == listed("--status", "404") == ["req_0003"]
+    assert listed("--since", "1h") == ["req_0001", "req_0002", "req_0003"]
+    assert listed("--limit", "2") == ["req_0002", "req_0003"]  # the newest two, newest last
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--status", "bad"], "status: 'bad' is not ok, error or an HTTP status code"),
+    (["--since", "someday"], "since: 'someday' is neither a duration"),
+    (["--limit", "0"], "limit must be between 1 and 1000"),
+    (["nope"], "No logged request has the id 'nope'"),
+])
+def test_bad_input_is_a_typed_error(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["log", *args], env=WIDE)
+    assert result.exit_code == 1 and isinstance(result.exception, SparkError)
+    assert message in result.exception.message
+
+
+def test_bad_input_is_one_line_from_the_command() -> None:
+    result = subprocess.run([sys.executable, "-m", "spark", "log", "--status", "bad"], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, **WIDE}, check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "Error: status: 'bad' is not ok, error or an HTTP status code\n"
+
+
+def test_one_request_as_a_waterfall(table: RequestTable) -> None:
+    table.insert_many([record(1), record(2, zero_retention=True, content=None)])
+    out = invoke("log", "req_0001")
+    assert "req_0001" in out and "/v1/messages" in out and "model tiny" in out and "key laptop" in out
+    lines = out.splitlines()
+    queued = next(line for line in lines if line.startswith("queued"))
+    # at 0.4 ms, 29.6 ms until the slot, and where it stood in the queue
+    assert "0.4 ms" in queued and "29.6 ms" in queued and "position 2 in the queue" in queued
+    assert "█" * 4 in queued  # the longest step draws the longest bar
+    slot = next(line for line in lines if line.startswith("slot assigned"))
+    assert "30.0 ms" in slot and "20 of 30 prompt tokens reused" in slot
+    assert any(line.startswith("prompt evaluated") and "10 tokens in 8.5 ms, 1176 tokens/s" in line for line in lines)
+    assert "total 250 ms · time to first token 40.0 ms · prompt 30 tokens (20 cached)" in out
+    assert "output 12 tokens at 52.5 tokens/s" in out
+    assert "longest step: first token -> finished: 210 ms (84% of the request)" in out
+    assert "user: What is the capital?" in out and "output: Paris." in out
+
+    private = invoke("log", "req_0002")
+    assert "Content not kept: the request used a zero-retention key." in private and "capital" not in private
+
+
+def test_follow_prints_new_requests(table: RequestTable) -> None:
+    table.insert_many([record(1)])
+    child = pexpect.spawn(sys.executable, ["-m", "spark", "log", "-f", "--model", "tiny"], encoding="utf-8",
+                          env={**os.environ, **WIDE}, timeout=30)
+    try:
+        child.expect("req_0001")
+        table.insert_many([record(2, model="other"), record(3)])
+        table.insert_many([record(0, request_id="req_late", started_at=time.time() - 3600)])  # finished last
+        child.expect("req_0003")
+        child.expect("req_late")
+        assert "req_0002" not in child.before  # the filter holds while following
+    finally:
+        child.terminate(force=True)
+
+
+@pytest.fixture
+def server(tiny_llama: Path) -> Iterator[tuple[LiveServer, str]]:
+    """A server of this test's SPARK_HOME, found by `spark log` through its server file."""
+    settings = load_settings()
+    with Library(settings) as library:
+        model = library.add_local(tiny_llama).id
+    with live_server(settings) as live:
+        write_server_info(settings, "127.0.0.1", int(live.url.rsplit(":", 1)[1]))
+        try:
+            yield live, model
+        finally:
+            remove_server_info(settings)
+
+
+def test_a_first_request_shows_its_model_load(server: tuple[LiveServer, str]) -> None:
+    live, model = server
+    response = live.http().post("/v1/chat/completions", json={
+        "model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "why so slow?"}]})
+    request_id = response.headers["x-request-id"]
+    source = open_log()
+    assert isinstance(source, ServerLog)  # through the running server's admin API
+    assert [r.request_id for r in source.page(RequestFilter(limit=1)).requests] == [request_id]
+    logged = source.get(request_id)
+
+    out = invoke("log", request_id)
+    rows = {line.split("  ")[0]: line for line in out.splitlines() if line and not line.startswith(" ")}
+    load = next(s for s in logged.timeline if s.name == "load_started")
+    loaded = next(s for s in logged.timeline if s.name == "load_finished")
+    assert ms(load.at_ms) in rows["model load"] and ms(loaded.at_ms - load.at_ms) in rows["model load"]
+    assert "first request" in rows["model load"]
+    assert f"took {ms(loaded.details['seconds'] * 1000)}" in rows["model loaded"]
+    for label in ("received", "authenticated", "queued", "placement", "slot assigned", "prompt evaluated",
+                  "first token", "finished"):
+        assert label in rows, label
+    assert "longest step: model load -> model loaded" in out  # the answer to "why was it slow?"
+    assert "user: why so slow?" in out
+    listed = invoke("log")
+    assert request_id in listed and "chat" in listed
