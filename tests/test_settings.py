@@ -85,3 +85,15 @@ def test_parse_duration(text: str, seconds: float) -> None:
 @pytest.mark.parametrize(("text", "size"), [("", 0), ("1024", 1024), ("512MiB", 512 * 2**20), ("8GB", 8 * 10**9), ("2g", 2 * 10**9)])
 def test_parse_size(text: str, size: int) -> None:
     assert parse_size(text, "k") == size
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("1", True), ("off", False), ("No", False)])
+def test_switches_read_the_usual_words(monkeypatch, text: str, value: bool) -> None:
+    monkeypatch.setenv("SPARK_ALLOW_REMOTE_IMAGES", text)
+    assert load_settings().allow_remote_images is value
+
+
+def test_bad_switch_names_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv("SPARK_ALLOW_REMOTE_IMAGES", "maybe")
+    with pytest.raises(SettingsError, match="SPARK_ALLOW_REMOTE_IMAGES: allow_remote_images must be true or false"):
+        load_settings()

@@ -50,6 +50,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         "Longest one API request may run (e.g. 10m); a generation still running then ends with "
         "a timeout error. 0: no limit."
     )] = "10m"
+    allow_remote_images: Annotated[bool, _doc(
+        "Fetch http(s) image URLs sent in requests. Off: nothing leaves the machine, and such "
+        "requests are refused with 400 (send images inline as base64)."
+    )] = False
+    max_image_size: Annotated[str, _doc(
+        "Largest image one request may carry or fetch (e.g. 20MiB); a larger one is refused with 400."
+    )] = "20MiB"
     cors_origins: Annotated[str, _doc(
         "Web origins allowed to call the API from a browser, comma-separated "
         "(e.g. https://app.example.com; * for any). Empty: CORS off."
@@ -162,6 +169,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return parse_duration(self.request_timeout, "request_timeout") or None
 
     @property
+    def max_image_bytes(self) -> int:
+        return parse_size(self.max_image_size, "max_image_size")
+
+    @property
     def cors_origin_list(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
@@ -219,8 +230,10 @@ def parse_size(value: str | int, key: str) -> int:
 
 
 _KV_TYPES = ("f16", "q8_0", "q4_0")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 _NUMBER_AS_TEXT = ("keep_alive", "hang_timeout", "load_timeout", "load_wait", "max_ram", "gpu_reserve", "max_body_size",
-                   "request_timeout")
+                   "request_timeout", "max_image_size")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _METRICS_AUTH = ("key", "admin", "none")
 
@@ -238,6 +251,13 @@ def _fields() -> dict[str, tuple[type, str, Any]]:
 
 
 def _convert(name: str, base: type, raw: Any, source: str) -> Any:
+    if base is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise SettingsError(f"{source}: {name} must be true or false, not {raw!r}", param=name)
     if base is int:
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
             raise SettingsError(f"{source}: {name} must be a whole number, not {raw!r}", param=name)
@@ -275,7 +295,7 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
     for key, parse in (("keep_alive", parse_duration), ("hang_timeout", parse_duration),
                        ("load_timeout", parse_duration), ("load_wait", parse_duration), ("max_ram", parse_size),
                        ("gpu_reserve", parse_size), ("max_body_size", parse_size),
-                       ("request_timeout", parse_duration)):
+                       ("request_timeout", parse_duration), ("max_image_size", parse_size)):
         try:
             parse(getattr(s, key), key)
         except SettingsError as e:
@@ -347,6 +367,8 @@ def settings_markdown() -> str:
         "|---|---|---|---|",
     ]
     for name, (_, description, default) in _fields().items():
+        if isinstance(default, bool):
+            default = "true" if default else "false"
         shown = f"`{default}`" if default != "" else "(empty)"
         lines.append(f"| `{ENV_PREFIX}{name.upper()}` | `{name}` | {shown} | {description} |")
     return "\n".join(lines) + "\n"

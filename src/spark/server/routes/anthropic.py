@@ -18,6 +18,7 @@ from spark.api.anthropic import (
     parse_messages,
 )
 from spark.server.generation import count_tokens, run_chat, stream_response
+from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
@@ -27,7 +28,8 @@ from spark.server.state import state_of
 @post("/messages", status_code=200)
 async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    chat = parse_messages(await request.body(), max_tokens_limit=state.max_tokens_limit)
+    chat = await parse_with_images(state.settings, parse_messages, await request.body(),
+                                   max_tokens_limit=state.max_tokens_limit)
     request_id = request_ids(request.scope).id
     if chat.stream:
         encoder = MessageStream(request_id, chat.model)
@@ -40,7 +42,7 @@ async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/messages/count_tokens", status_code=200)
 async def messages_count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
     state = state_of(request)
-    chat = parse_count_tokens(await request.body())
+    chat = await parse_with_images(state.settings, parse_count_tokens, await request.body())
     return json_response(count_tokens_body(await count_tokens(state, chat, recorder_of(request.scope))))
 
 

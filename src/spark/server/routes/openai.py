@@ -22,6 +22,7 @@ from spark.api.openai import (
     parse_embeddings,
 )
 from spark.server.generation import run_chat, run_embeddings, stream_response
+from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
@@ -31,7 +32,8 @@ from spark.server.state import state_of
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    call = parse_chat(await request.body(), max_tokens_limit=state.max_tokens_limit)
+    call = await parse_with_images(state.settings, parse_chat, await request.body(),
+                                   max_tokens_limit=state.max_tokens_limit)
     chat, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
     if chat.stream:
         encoder = ChatStream(request_id, chat.model, created, include_usage=call.include_usage)

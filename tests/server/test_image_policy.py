@@ -1,0 +1,86 @@
+"""Images: remote URLs are refused unless allowed (then fetched, bounded), and sizes are limited."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import tiny_gguf
+from server.helpers import LiveServer, live_server, server_settings
+
+from spark.library import Library
+
+PNG = tiny_gguf.tiny_png()
+
+
+class _Images(BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        _Images.hits.append(self.path)
+        body, kind = (PNG, "image/png") if self.path == "/cat.png" else (b"<html></html>", "text/html")
+        self.send_response(200)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def image_host() -> Iterator[str]:
+    """A local web server with one PNG (no network needed)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _chat(model: str, url: str) -> dict[str, object]:
+    return {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]}]}
+
+
+def test_remote_images_are_refused_by_default(live: LiveServer, image_host: str) -> None:
+    _Images.hits.clear()
+    with live.http() as http:
+        r = http.post("/v1/chat/completions", json=_chat("any", image_host + "/cat.png"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+    assert "does not fetch remote images" in r.json()["error"]["message"]
+    assert _Images.hits == [], "nothing was fetched"
+
+
+def test_allowed_remote_images_are_fetched_and_limited(
+    tmp_path_factory: pytest.TempPathFactory, image_host: str, tiny_llama: Path, tiny_mmproj: Path
+) -> None:
+    settings = server_settings(tmp_path_factory.mktemp("images"), SPARK_ALLOW_REMOTE_IMAGES="true",
+                               SPARK_MAX_IMAGE_SIZE=str(len(PNG) + 10))
+    model = Library(settings).add_local(tiny_llama, model_id="tiny-vision", mmproj=tiny_mmproj).id
+    with live_server(settings) as server, server.http() as http:
+        _Images.hits.clear()
+        ok = http.post("/v1/chat/completions", json=_chat(model, image_host + "/cat.png"))
+        assert ok.status_code == 200, ok.text
+        assert _Images.hits == ["/cat.png"]
+        without = http.post("/v1/chat/completions", json={
+            "model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "What is this?"}]})
+        assert ok.json()["usage"]["prompt_tokens"] > without.json()["usage"]["prompt_tokens"], "the image was read"
+
+        not_image = http.post("/v1/chat/completions", json=_chat(model, image_host + "/page.html"))
+        assert not_image.status_code == 400 and "not an image" in not_image.json()["error"]["message"]
+
+        big = base64.b64encode(PNG + b"\0" * 64).decode()
+        too_large = http.post("/v1/chat/completions", json=_chat(model, f"data:image/png;base64,{big}"))
+        assert too_large.status_code == 400
+        assert "larger than this server's limit" in too_large.json()["error"]["message"]
+
+        anthropic_big = http.post("/v1/messages", json={"model": model, "max_tokens": 2, "messages": [
+            {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                      "data": big}}]}]})
+        assert anthropic_big.status_code == 400
+        assert "SPARK_MAX_IMAGE_SIZE" in anthropic_big.json()["error"]["message"]
