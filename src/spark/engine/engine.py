@@ -38,7 +38,7 @@ from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, resolve, uses_pe
 from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.template import ChatTemplate
 from spark.engine.text import TextStream
-from spark.engine.toolcalls import describe_tools, tool_syntax
+from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
 from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
 from spark.errors import (
     ContextLengthExceeded,
@@ -354,8 +354,9 @@ class Engine:
                 param="messages",
             )
         messages, tools = request.messages, request.tools if tools_enabled(request) else None
-        if tools and not self._tools.renders_tools:
-            messages, tools = describe_tools(messages, tools), None
+        if not self._tools.renders_tools:
+            messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
+            tools = None
         variables: dict[str, object] = {}
         if request.reasoning is not None:
             variables["enable_thinking"] = request.reasoning.enabled

@@ -113,6 +113,18 @@ def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
         'To call a tool, answer with only a JSON object: {"name": "<tool name>", "arguments": {<arguments>}}. '
         "Otherwise, answer normally."
     )
+    out = calls_as_text(messages)
+    if out and out[0].role in ("system", "developer"):
+        out[0] = Message(out[0].role, f"{out[0].text()}\n\n{guide}")
+    else:
+        out.insert(0, Message("system", guide))
+    return out
+
+
+def calls_as_text(messages: list[Message]) -> list[Message]:
+    """The conversation for a template that cannot render tools: earlier calls become the
+    JSON text the model is asked to write (with or without tools in this request, so that
+    the history reads the same when tool_choice is "none")."""
     out: list[Message] = []
     for m in messages:
         if m.tool_calls:
@@ -123,10 +135,6 @@ def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
             text = f"{m.text()}\n{calls}" if m.text() else calls
             m = Message(m.role, text, name=m.name, reasoning_content=m.reasoning_content)
         out.append(m)
-    if out and out[0].role in ("system", "developer"):
-        out[0] = Message(out[0].role, f"{out[0].text()}\n\n{guide}")
-    else:
-        out.insert(0, Message("system", guide))
     return out
 
 

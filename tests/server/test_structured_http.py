@@ -1,0 +1,128 @@
+"""Structured output end to end: JSON schema and JSON mode through the official SDKs.
+
+The tiny random model writes whatever the grammar allows, so every answer
+checked here is as random as the schema lets it be: that each one parses and
+validates is the grammar's doing, not the model's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+from server.helpers import LiveServer, Models
+
+from spark.library import BUNDLED_ID
+
+BOOKING: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "guests": {"type": "integer", "minimum": 1, "maximum": 8},
+        "date": {"type": "string", "format": "date"},
+        "room": {"type": "string", "enum": ["single", "double", "suite"]},
+        "name": {"type": "string", "minLength": 1, "maxLength": 12},
+        "breakfast": {"type": "boolean"},
+    },
+    "required": ["guests", "date", "room"],
+    "additionalProperties": False,
+}
+VALIDATOR = jsonschema.Draft202012Validator(BOOKING, format_checker=jsonschema.FormatChecker())
+MESSAGES: Any = [{"role": "user", "content": "Book a room for two in Paris next Friday."}]
+# Enough for any answer the grammar allows: its strings are bounded, so it ends by itself.
+JSON_TOKENS = 300
+
+
+def booking_format(schema: dict[str, Any]) -> Any:
+    return {"type": "json_schema", "json_schema": {"name": "booking", "schema": schema}}
+
+
+def test_formats_are_checked() -> None:
+    # Without a format checker "date" would be an annotation: a date no calendar has must fail.
+    good = {"guests": 2, "date": "2025-06-13", "room": "double"}
+    assert VALIDATOR.is_valid(good)
+    assert not VALIDATOR.is_valid({**good, "date": "2025-02-30"})
+    assert not VALIDATOR.is_valid({**good, "guests": 9})
+
+
+def test_json_schema_answers_validate(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    answers = []
+    for seed in range(5):
+        completion = client.chat.completions.create(model=models.chat, messages=MESSAGES, seed=seed,
+                                                    max_tokens=JSON_TOKENS, response_format=booking_format(BOOKING))
+        choice = completion.choices[0]
+        assert choice.finish_reason == "stop", choice.message.content
+        answer = json.loads(choice.message.content or "")
+        VALIDATOR.validate(answer)
+        answers.append(answer)
+    assert len({json.dumps(a, sort_keys=True) for a in answers}) > 1, "different seeds, different answers"
+
+
+def test_streamed_json_schema_answer(live: LiveServer, models: Models) -> None:
+    chunks = list(live.openai().chat.completions.create(
+        model=models.chat, messages=MESSAGES, seed=11, max_tokens=JSON_TOKENS, stream=True,
+        response_format=booking_format(BOOKING)))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 1
+    VALIDATOR.validate(json.loads("".join(pieces)))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+class Booking(BaseModel):
+    guests: int = Field(ge=1, le=8)
+    date: datetime.date
+    room: Literal["single", "double", "suite"]
+
+
+def test_sdk_parse_helper_with_a_pydantic_model(live: LiveServer, models: Models) -> None:
+    # The SDK turns the class into a strict json_schema and parses the answer back into it.
+    completion = live.openai().chat.completions.parse(model=models.chat, messages=MESSAGES, seed=2,
+                                                      max_tokens=JSON_TOKENS, response_format=Booking)
+    booking = completion.choices[0].message.parsed
+    assert isinstance(booking, Booking) and 1 <= booking.guests <= 8
+
+
+@pytest.mark.parametrize(("keyword", "schema"), [
+    ("not", {"type": "object", "properties": {"room": {"type": "string", "not": {"const": "suite"}}}}),
+    ("uniqueItems", {"type": "object", "properties": {"rooms": {"type": "array", "uniqueItems": True}}}),
+])
+def test_unenforceable_schema_is_refused(live: LiveServer, models: Models, keyword: str,
+                                         schema: dict[str, Any]) -> None:
+    client = live.openai()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=models.chat, messages=MESSAGES, max_tokens=5,
+                                       response_format=booking_format(schema))
+    assert refused.value.status_code == 400 and refused.value.param == "response_format"
+    assert keyword in refused.value.message
+    # The server (and the model's runner) go on serving.
+    after = client.chat.completions.create(model=models.chat, messages=MESSAGES, max_tokens=5,
+                                           response_format=booking_format(BOOKING))
+    assert after.choices[0].finish_reason == "length" and after.choices[0].message.content
+
+
+@pytest.mark.slow
+def test_json_object_mode(live: LiveServer, smollm2: Path) -> None:
+    # A JSON-mode grammar leaves keys and strings unbounded, and the random model would fill
+    # them forever: a real model closes its object by itself.
+    completion = live.openai().chat.completions.create(
+        model=BUNDLED_ID, temperature=0, max_tokens=JSON_TOKENS, response_format={"type": "json_object"},
+        messages=[{"role": "user",
+                   "content": 'What is the capital of France? Answer with a JSON object like {"capital": "..."}.'}])
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop", choice.message.content
+    assert isinstance(json.loads(choice.message.content or ""), dict)
+
+
+def test_anthropic_output_format(live: LiveServer, models: Models) -> None:
+    message = live.anthropic().messages.create(
+        model=models.chat, max_tokens=JSON_TOKENS, messages=MESSAGES,
+        output_config={"format": {"type": "json_schema", "schema": BOOKING}})
+    assert message.stop_reason == "end_turn"
+    assert [b.type for b in message.content] == ["text"]
+    VALIDATOR.validate(json.loads(message.content[0].text))  # type: ignore[union-attr]

@@ -1,0 +1,197 @@
+"""Tool calling end to end: the official `openai` and `anthropic` SDKs against a real server.
+
+The tiny random model only calls a tool when a grammar forces it to (a named
+tool_choice). What is checked is the wire shape, that the arguments match the
+tool's schema, that a call's text never leaks into the content, and that a
+full round trip (call, result, answer) goes through.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import gguf
+import jsonschema
+import pytest
+import tiny_gguf
+from server.helpers import LiveServer, Models
+
+WEATHER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "minLength": 1, "maxLength": 12},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+OPENAI_TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                      "parameters": WEATHER_SCHEMA}},
+    {"type": "function", "function": {"name": "get_time", "description": "Local time in a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+]
+ANTHROPIC_TOOLS: list[Any] = [
+    {"name": t["function"]["name"], "description": t["function"]["description"],
+     "input_schema": t["function"]["parameters"]}
+    for t in OPENAI_TOOLS
+]
+FORCE_WEATHER: Any = {"type": "function", "function": {"name": "get_weather"}}
+QUESTION: Any = {"role": "user", "content": "What is the weather in Paris?"}
+RESULT = json.dumps({"temperature": 21, "unit": "celsius", "sky": "clear"})
+LONGER = {"note": "a longer call makes a longer prompt"}  # a key no generated call has
+# A forced call ends where its grammar does (about 60 tokens); this only bounds a runaway.
+CALL_TOKENS = 200
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model of one tool-call family, and the request options that let the random model end."""
+
+    model: str
+    end: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def families(served: tuple[LiveServer, Models], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Family]:
+    """Both tool-call families, as models of this module's own.
+
+    - hermes (Hermes/Qwen template): calls written as `<tool_call>{...}</tool_call>`. Its
+      forced grammar allows further calls after the first, and the random model never picks
+      its end token by itself, so the end token is pushed up (the grammar keeps it out until
+      the call is complete), as a real model would end there.
+    - generic (ChatML, no tool support): tools described in the system message, the call a bare
+      JSON object; the grammar ends with the object.
+
+    Their context holds the tool listing (about 450 tokens) and a call; the shared
+    `models.tools` stays unloaded for the test that watches its first load.
+    """
+    folder = tmp_path_factory.mktemp("weather")
+    library = served[0].state.library
+    ids = {}
+    for template in ("tools", "chatml"):
+        path = tiny_gguf.write_tiny_llama(folder / f"weather-{template}.gguf", template=template, n_ctx=2048)
+        ids[template] = library.add_local(path, model_id=f"weather-{template}").id
+    eos = gguf.GGUFReader(folder / "weather-tools.gguf").fields["tokenizer.ggml.eos_token_id"].contents()
+    return {"hermes": Family(ids["tools"], {"logit_bias": {str(eos): 100}}), "generic": Family(ids["chatml"], {})}
+
+
+def check_arguments(arguments: str) -> None:
+    jsonschema.validate(json.loads(arguments), WEATHER_SCHEMA)
+
+
+@pytest.mark.parametrize("family", ["hermes", "generic"])
+def test_openai_tool_round_trip(live: LiveServer, families: dict[str, Family], family: str) -> None:
+    client = live.openai()
+    model, end = families[family].model, families[family].end
+    first = client.chat.completions.create(
+        model=model, messages=[QUESTION], tools=OPENAI_TOOLS, tool_choice=FORCE_WEATHER,
+        max_tokens=CALL_TOKENS, seed=3, **end)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert not choice.message.content, "the call's text does not leak into the content"
+    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    check_arguments(call.function.arguments)
+
+    # The assistant message goes back as the SDK returned it, as a user's loop does.
+    history: list[Any] = [QUESTION, choice.message, {"role": "tool", "tool_call_id": call.id, "content": RESULT}]
+    final = client.chat.completions.create(model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none",
+                                           max_tokens=8, seed=3)
+    assert final.choices[0].finish_reason == "length"
+    assert final.choices[0].message.content and not final.choices[0].message.tool_calls
+
+    # The call and its result are both in the prompt, though tools are off for the answer.
+    def prompt_size(arguments: str, result: str) -> int:
+        assistant = {"role": "assistant", "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}]}
+        history: list[Any] = [QUESTION, assistant, {"role": "tool", "tool_call_id": call.id, "content": result}]
+        usage = client.chat.completions.create(model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none",
+                                               max_tokens=1).usage
+        assert usage is not None
+        return usage.prompt_tokens
+
+    assert final.usage is not None and prompt_size(call.function.arguments, RESULT) == final.usage.prompt_tokens
+    arguments = json.loads(call.function.arguments)
+    assert prompt_size(json.dumps({**arguments, **LONGER}), RESULT) > prompt_size(json.dumps(arguments), RESULT)
+    assert prompt_size(call.function.arguments, RESULT + " Light wind.") > final.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("family", ["hermes", "generic"])
+def test_openai_streamed_tool_call(live: LiveServer, families: dict[str, Family], family: str) -> None:
+    chunks = list(live.openai().chat.completions.create(
+        model=families[family].model, messages=[QUESTION], tools=OPENAI_TOOLS, tool_choice=FORCE_WEATHER,
+        max_tokens=CALL_TOKENS, seed=5, stream=True, **families[family].end))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert deltas[0].role == "assistant"
+    assert not "".join(d.content or "" for d in deltas), "no text around a forced call"
+    head, *rest = [p for d in deltas for p in d.tool_calls or ()]
+    assert head.index == 0 and head.type == "function" and head.id and head.id.startswith("call_")
+    assert head.function is not None and head.function.name == "get_weather"
+    assert all(p.index == 0 and p.id is None and p.function and p.function.name is None for p in rest)
+    fragments = [head.function.arguments or ""] + [p.function.arguments or "" for p in rest if p.function]
+    assert len([f for f in fragments if f]) > 1, "the arguments stream in pieces"
+    check_arguments("".join(fragments))
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["tool_calls"]
+
+
+# The Anthropic API has no logit_bias: its tests use the family whose grammar ends with the call.
+
+def test_anthropic_tool_round_trip(live: LiveServer, families: dict[str, Family]) -> None:
+    client = live.anthropic()
+    model = families["generic"].model
+    first = client.messages.create(model=model, max_tokens=CALL_TOKENS, messages=[QUESTION], tools=ANTHROPIC_TOOLS,
+                                   tool_choice={"type": "tool", "name": "get_weather"})
+    assert first.stop_reason == "tool_use"
+    assert [b.type for b in first.content] == ["tool_use"], "no text block around a forced call"
+    use = first.content[0]
+    assert use.type == "tool_use" and use.id and use.name == "get_weather"
+    assert isinstance(use.input, dict)
+    jsonschema.validate(use.input, WEATHER_SCHEMA)
+
+    # The assistant turn goes back with the content blocks as the SDK returned them.
+    result = {"type": "tool_result", "tool_use_id": use.id, "content": RESULT}
+    history: list[Any] = [QUESTION, {"role": "assistant", "content": first.content},
+                          {"role": "user", "content": [result]}]
+    final = client.messages.create(model=model, max_tokens=8, messages=history, tools=ANTHROPIC_TOOLS,
+                                   tool_choice={"type": "none"})
+    assert final.stop_reason == "max_tokens"
+    assert [b.type for b in final.content] == ["text"] and final.content[0].text  # type: ignore[union-attr]
+
+    # The call and its result are both in the prompt, though tools are off for the answer.
+    def count(tool_input: dict[str, Any], result: str) -> int:
+        call = {"type": "tool_use", "id": use.id, "name": use.name, "input": tool_input}
+        history: list[Any] = [QUESTION, {"role": "assistant", "content": [call]}, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": use.id, "content": result}]}]
+        return client.messages.count_tokens(model=model, messages=history, tools=ANTHROPIC_TOOLS,
+                                            tool_choice={"type": "none"}).input_tokens
+
+    prompt = count(use.input, RESULT)
+    assert prompt == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
+    assert count({**use.input, **LONGER}, RESULT) > prompt
+    assert count(use.input, RESULT + " Light wind.") > prompt
+
+
+def test_anthropic_streamed_tool_call(live: LiveServer, families: dict[str, Family]) -> None:
+    with live.anthropic().messages.stream(model=families["generic"].model, max_tokens=CALL_TOKENS,
+                                          messages=[QUESTION], tools=ANTHROPIC_TOOLS,
+                                          tool_choice={"type": "tool", "name": "get_weather"}) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    start, = [e for e in events if e.type == "content_block_start"]
+    block = start.content_block
+    assert block.type == "tool_use" and block.name == "get_weather" and block.id
+    fragments = [e.delta.partial_json for e in events
+                 if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    assert [e.delta.type for e in events if e.type == "content_block_delta"] == ["input_json_delta"] * len(fragments)
+    assert len(fragments) > 1, "the input streams in pieces"
+    jsonschema.validate(json.loads("".join(fragments)), WEATHER_SCHEMA)
+    assert final.stop_reason == "tool_use"
+    assert [(b.type, b.id) for b in final.content] == [("tool_use", block.id)]  # type: ignore[union-attr]
+    assert final.content[0].input == json.loads("".join(fragments))  # type: ignore[union-attr]
