@@ -136,6 +136,8 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     tools: list[Tool] | None = None
     keep_alive: float | None = None  # seconds; negative keeps the model loaded
     tool_choice: ToolChoice | None = None
+    # False: at most one tool call, and the answer ends with it (OpenAI's parallel_tool_calls).
+    parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     reasoning: Reasoning | None = None
 

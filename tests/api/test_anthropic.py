@@ -103,7 +103,7 @@ def test_sdk_request_with_every_parameter(anthropic_client) -> None:
             stop_sequences=["\n\nHuman:"], metadata={"user_id": "u1"},
             tools=[{"name": "weather", "description": "Weather now",
                     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
-            tool_choice={"type": "tool", "name": "weather"},
+            tool_choice={"type": "tool", "name": "weather", "disable_parallel_tool_use": True},
             thinking={"type": "enabled", "budget_tokens": 256},
             # this SDK release has no keyword for the sampling parameters older ones sent
             extra_body={"keep_alive": "2m", "temperature": 0.3, "top_p": 0.9, "top_k": 40},
@@ -123,6 +123,7 @@ def test_sdk_request_with_every_parameter(anthropic_client) -> None:
     assert request.tools == [Tool("weather", "Weather now",
                                   {"type": "object", "properties": {"city": {"type": "string"}}})]
     assert request.tool_choice == ToolChoice("required", "weather")
+    assert request.parallel_tool_calls is False
     assert request.reasoning == Reasoning(budget_tokens=256)
     assert request.keep_alive == 120
 
@@ -132,6 +133,7 @@ def test_minimal_request() -> None:
     assert request.messages == [Message("user", "hi")]
     assert request.sampling == SamplingParams(max_tokens=100)
     assert request.tools is None and request.reasoning is None and request.tool_choice is None
+    assert request.parallel_tool_calls is True
 
 
 def test_tool_results_keep_their_order_and_errors() -> None:
@@ -185,6 +187,19 @@ def test_tool_choices(choice: dict, expected: ToolChoice) -> None:
     assert parse(tools=tools, tool_choice=choice).tool_choice == expected
 
 
+@pytest.mark.parametrize(
+    ("choice", "parallel"),
+    [({"type": "auto"}, True), ({"type": "auto", "disable_parallel_tool_use": False}, True),
+     ({"type": "auto", "disable_parallel_tool_use": True}, False),
+     ({"type": "any", "disable_parallel_tool_use": True}, False),
+     ({"type": "tool", "name": "f", "disable_parallel_tool_use": True}, False),
+     ({"type": "none"}, True)],
+)
+def test_disable_parallel_tool_use(choice: dict, parallel: bool) -> None:
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    assert parse(tools=tools, tool_choice=choice).parallel_tool_calls is parallel
+
+
 def test_structured_output() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     assert parse(output_config={"format": {"type": "json_schema", "schema": schema}}
@@ -235,6 +250,8 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, "tools[1].name"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"tool_choice": {"type": "tool"}}, "tool_choice.name"),
+        ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
+         "tool_choice.disable_parallel_tool_use"),
         ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
         ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
         ({"keep_alive": "forever-ish"}, "keep_alive"),

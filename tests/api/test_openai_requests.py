@@ -97,6 +97,7 @@ def test_sdk_request_with_every_parameter(openai_client) -> None:
     assert request.tools == [Tool("weather", "Weather now",
                                   {"type": "object", "properties": {"city": {"type": "string"}}})]
     assert request.tool_choice == ToolChoice("required", "weather")
+    assert request.parallel_tool_calls is False
     assert request.response_format == ResponseFormat("json_object")
     assert request.reasoning == Reasoning(effort="low")
     assert request.keep_alive == 300
@@ -199,6 +200,7 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
         ({"tools": [{"type": "function", "function": {"name": "a"}},
                     {"type": "function", "function": {"name": "a"}}]}, "tools[1].function.name"),
         ({"tool_choice": "sometimes"}, "tool_choice"),
+        ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"name": "a"}}],
           "tool_choice": {"type": "function", "function": {"name": "b"}}}, "tool_choice"),
@@ -244,6 +246,14 @@ def test_stop_and_penalty_aliases() -> None:
 def test_tool_choice_modes(choice: str, expected: ToolChoice) -> None:
     tools = [{"type": "function", "function": {"name": "f"}}]
     assert chat(tools=tools, tool_choice=choice).request.tool_choice == expected
+
+
+@pytest.mark.parametrize(("sent", "parallel"), [({}, True), ({"parallel_tool_calls": None}, True),
+                                              ({"parallel_tool_calls": True}, True),
+                                              ({"parallel_tool_calls": False}, False)])
+def test_parallel_tool_calls_default_to_true_as_openai(sent: dict, parallel: bool) -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert chat(tools=tools, **sent).request.parallel_tool_calls is parallel
 
 
 def test_response_formats_and_reasoning() -> None:

@@ -138,15 +138,21 @@ class _Choice(msgspec.Struct, tag_field="type"):
     pass
 
 
-class AutoChoice(_Choice, tag="auto"):
+class _CallChoice(_Choice):
+    """A choice that lets the model call tools."""
+
+    disable_parallel_tool_use: bool = False
+
+
+class AutoChoice(_CallChoice, tag="auto"):
     pass
 
 
-class AnyChoice(_Choice, tag="any"):
+class AnyChoice(_CallChoice, tag="any"):
     pass
 
 
-class ToolNameChoice(_Choice, tag="tool"):
+class ToolNameChoice(_CallChoice, tag="tool", kw_only=True):
     name: NonEmptyStr
 
 
@@ -238,6 +244,7 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
     check_tools(tools, "tools[{}].name")
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
+    parallel = not (isinstance(wire.tool_choice, _CallChoice) and wire.tool_choice.disable_parallel_tool_use)
     return ChatRequest(
         model=wire.model,
         messages=messages,
@@ -252,6 +259,7 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
         tools=tools or None,
         keep_alive=keep_alive_seconds(wire.keep_alive),
         tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
         response_format=(ResponseFormat("json_schema", wire.output_config.format.schema)
                          if wire.output_config and wire.output_config.format else None),
         reasoning=_reasoning(wire.thinking, wire.output_config.effort if wire.output_config else None),

@@ -217,6 +217,7 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     max_completion_tokens: PositiveInt | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # None: true, as OpenAI's default
     response_format: TextFormat | JSONObjectFormat | JSONSchemaFormat | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     logprobs: bool | None = None
@@ -309,6 +310,7 @@ def parse_chat(
         tools=tools or None,
         keep_alive=keep_alive_seconds(wire.keep_alive),
         tool_choice=tool_choice,
+        parallel_tool_calls=wire.parallel_tool_calls is not False,
         response_format=_response_format(wire.response_format),
         reasoning=_reasoning(wire.reasoning_effort),
     )

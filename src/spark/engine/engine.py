@@ -630,7 +630,7 @@ class Engine:
                 gen.emit(event)
         if gen.budget is not None:
             gen.forced += gen.budget.after(piece, in_reasoning=gen.parser.in_reasoning)
-        if gen.stream.stopped:
+        if gen.stream.stopped or gen.parser.complete:  # a whole call ends it: "tool_calls"
             self._finish(slot, "stop")
         elif (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens) or (
             len(slot.cached) + 1 >= self._n_ctx  # prompt + completion fill the slot's context

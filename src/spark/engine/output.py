@@ -41,12 +41,18 @@ class OutputParser(Protocol):
         """Whether a tool call was emitted."""
         ...
 
+    @property
+    def complete(self) -> bool:
+        """Whether the output is whole (the one call allowed is made): generation ends here."""
+        ...
+
 
 class PlainText:
     """Every piece of text becomes one `TextDelta`."""
 
     in_reasoning = False
     made_tool_calls = False
+    complete = False
 
     def feed(self, text: str) -> list[Event]:
         return [TextDelta(text)] if text else []
@@ -63,6 +69,7 @@ class OutputPlan:
     think_opened: bool = False  # the prompt ends inside a thinking block
     tools: ToolSyntax | None = None  # None: calls are neither asked for nor parsed
     tool_names: frozenset[str] = frozenset()
+    parallel_calls: bool = True  # False: the output ends with its first whole call
     grammar: Grammar | None = None
     reasoning_budget: int | None = None  # thinking tokens before the block is closed for the model
 
@@ -85,6 +92,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
     offered = tools_enabled(request) and request.tools is not None
     choice = request.tool_choice
     forced = offered and choice is not None and choice.mode == "required"
+    parallel = request.parallel_tool_calls
     fmt = request.response_format
     json_out = fmt is not None and fmt.type in ("json_object", "json_schema")
 
@@ -94,7 +102,9 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
         prefix = think_prefix(rules, think, opened=opened) if think is not None else ""
         alts = []
         if offered and request.tools is not None:
-            alts.append(call_rule(rules, tools, request.tools, choice.name if forced and choice else None))
+            alts.append(
+                call_rule(rules, tools, request.tools, choice.name if forced and choice else None, parallel=parallel)
+            )
         if json_out and not forced:
             assert fmt is not None
             schema = fmt.schema if fmt.type == "json_schema" else None
@@ -107,7 +117,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
         param = "tool_choice" if forced else "response_format"
         grammar = finish(rules, f"{prefix} {body}".strip(), param)
     elif offered and request.tools is not None:
-        grammar = lazy_grammar(tools, request.tools)
+        grammar = lazy_grammar(tools, request.tools, parallel=parallel)
 
     reasoning = request.reasoning
     budget = None
@@ -118,6 +128,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
         think_opened=opened,
         tools=tools if offered else None,
         tool_names=frozenset(t.name for t in request.tools or ()) if offered else frozenset(),
+        parallel_calls=parallel,
         grammar=grammar,
         reasoning_budget=budget,
     )
@@ -128,7 +139,11 @@ class StructuredOutput:
 
     def __init__(self, plan: OutputPlan) -> None:
         self._think = ThinkSplitter(plan.think, opened=plan.think_opened) if plan.think else None
-        self._tools = ToolCallParser(plan.tools, plan.tool_names) if plan.tools else None
+        self._tools = (
+            ToolCallParser(plan.tools, plan.tool_names, max_calls=None if plan.parallel_calls else 1)
+            if plan.tools
+            else None
+        )
 
     @property
     def in_reasoning(self) -> bool:
@@ -137,6 +152,10 @@ class StructuredOutput:
     @property
     def made_tool_calls(self) -> bool:
         return self._tools is not None and self._tools.made_calls
+
+    @property
+    def complete(self) -> bool:
+        return self._tools is not None and self._tools.complete
 
     def feed(self, text: str) -> list[Event]:
         parts: Sequence[Part] = self._think.feed(text) if self._think else [("content", text)]

@@ -421,10 +421,16 @@ def python_call(text: str) -> tuple[str, str] | None:
 
 
 class ToolCallParser:
-    """Turns streamed content into `TextDelta`s and `ToolCallDelta`s for one family."""
+    """Turns streamed content into `TextDelta`s and `ToolCallDelta`s for one family.
 
-    def __init__(self, syntax: ToolSyntax, names: Iterable[str]) -> None:
+    With `max_calls`, the parser is `complete` once that many calls are whole
+    (their arguments read to the end) and drops anything fed after that.
+    """
+
+    def __init__(self, syntax: ToolSyntax, names: Iterable[str], *, max_calls: int | None = None) -> None:
         self._syntax = syntax
+        self._max_calls = max_calls
+        self._n_whole = 0
         self._names = frozenset(names)
         self._buf = ""
         self._mode = "start" if syntax.family in ("llama3", "generic") else "text"
@@ -445,6 +451,11 @@ class ToolCallParser:
     @property
     def made_calls(self) -> bool:
         return self._n_calls > 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether `max_calls` calls are whole: the output should end here."""
+        return self._mode == "done"
 
     # --- events ---
 
@@ -477,6 +488,14 @@ class ToolCallParser:
                 self._call_start(action[1], action[2])
             else:
                 self._args(action[1])
+
+    def _call_whole(self) -> bool:
+        """The current call's arguments are complete; with `max_calls` of them, stop reading
+        (True)."""
+        self._n_whole += 1
+        if self._max_calls is not None and self._n_whole >= self._max_calls:
+            self._buf, self._mode = "", "done"
+        return self.complete
 
     # --- feeding ---
 
@@ -567,8 +586,13 @@ class ToolCallParser:
                 return True
             if reader.done:
                 self._buf, self._reader, self._mode = rest, None, "after"
+                self._call_whole()
                 return True
         self._buf = ""
+        return False
+
+    def _on_done(self) -> bool:
+        self._buf = ""  # nothing after the last call allowed is output
         return False
 
     def _on_after(self) -> bool:
@@ -681,6 +705,7 @@ class ToolCallParser:
             self._args(ch)
             if scanner.done:
                 self._buf, self._mode = self._buf[i + 1 :], "gap"
+                self._call_whole()
                 return True
         self._buf = ""
         return False
@@ -697,6 +722,8 @@ class ToolCallParser:
                 reader = self._readers.setdefault(owner, _CallReader(("arguments",), eager=True, names=self._names))
                 if not reader.failed:
                     self._apply(reader.push(ch))
+                    if reader.done and not reader.failed and self._call_whole():
+                        return True
             if outer.done:
                 self._buf, self._mode = self._buf[i + 1 :], "gap"
                 return True
@@ -731,13 +758,15 @@ def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
     return rules.add("call-object", f'"{{" ws "\\"name\\"" ws ":" ws {fns} ws "}}"')
 
 
-def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bool) -> str:
-    """One or more calls in the family's syntax (the first starting with its marker, if any)."""
+def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bool, parallel: bool) -> str:
+    """The calls in the family's syntax (the first starting with its marker, if any): one or
+    more, or with `parallel` off exactly one, after which the grammar is complete (llama.cpp
+    then allows only end-of-generation tokens)."""
     lead = rules.add("lead", "[ \\t\\r\\n]{0,4}")
     if syntax.family == "hermes":
         obj = _object_rule(rules, syntax, tools)
         call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {obj} {lead} {literal(HERMES_CLOSE)}")
-        return rules.add("calls", f"{call} ( {lead} {call} )*")
+        return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
     if syntax.family == "mistral":
         if syntax.mistral_args:
             alts = [
@@ -745,27 +774,33 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
                 for i, t in enumerate(tools)
             ]
             call = rules.add("call", f"{literal(MISTRAL_CALLS)} ( {' | '.join(alts)} )")
-            return rules.add("calls", f"{call}+")
+            return rules.add("calls", f"{call}+") if parallel else call
         obj = _object_rule(rules, syntax, tools)
-        return rules.add("calls", f'{literal(MISTRAL_CALLS)} {lead} "[" ws {obj} ( ws "," ws {obj} )* ws "]"')
+        more = f'( ws "," ws {obj} )* ' if parallel else ""
+        return rules.add("calls", f'{literal(MISTRAL_CALLS)} {lead} "[" ws {obj} {more}ws "]"')
+    # A bare JSON answer holds one call either way.
     obj = _object_rule(rules, syntax, tools)
     if syntax.family == "llama3" and lazy:
         return rules.add("calls", f"( {literal(PYTHON_TAG)} {lead} )? {obj}")
     return obj
 
 
-def call_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None) -> str:
-    """The rule for the calls a forced (or combined) grammar allows; `only` names the one tool."""
+def call_rule(
+    rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None, *, parallel: bool = True
+) -> str:
+    """The rule for the calls a forced (or combined) grammar allows; `only` names the one tool,
+    and with `parallel` off the grammar ends after one call."""
     chosen = [t for t in tools if t.name == only] if only else tools
     if not chosen:
         raise InvalidRequest(f"tool_choice names '{only}', which is not among the tools", param="tool_choice")
-    return _calls_rule(rules, syntax, chosen, lazy=False)
+    return _calls_rule(rules, syntax, chosen, lazy=False, parallel=parallel)
 
 
-def lazy_grammar(syntax: ToolSyntax, tools: list[Tool]) -> Grammar:
-    """A grammar that leaves the output free until a call starts, then constrains the call."""
+def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True) -> Grammar:
+    """A grammar that leaves the output free until a call starts, then constrains the call
+    (with `parallel` off, the one call)."""
     rules = Rules()
-    calls = _calls_rule(rules, syntax, tools, lazy=True)
+    calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
     words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS))
     patterns = (JSON_START,) if syntax.family in ("llama3", "generic") else ()
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=patterns)
