@@ -15,7 +15,6 @@ as llama-cpp-python 0.3.36).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -25,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -65,12 +65,12 @@ def concurrent_prompts(k: int) -> list[str]:
 
 
 # --- llama-server over HTTP ----------------------------------------------------------
-async def peer_stream(client: httpx.AsyncClient, url: str, prompt: str, n: int) -> Run:
+def peer_stream(url: str, prompt: str, n: int) -> Run:
     run = Run()
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
-    async with client.stream("POST", url + "/v1/completions", json=body) as r:
-        async for line in r.aiter_lines():
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
             if not line.startswith("data:") or line.endswith("[DONE]"):
                 continue
             obj = json.loads(line[5:])
@@ -87,7 +87,7 @@ def bench_peer(binary: str, model: str, threads: int, n_ctx: int) -> dict:
     env = dict(os.environ, LD_LIBRARY_PATH=lib + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
     proc = subprocess.Popen(
         [binary, "-m", model, "-t", str(threads), "-tb", str(threads), "-np", "8", "-c", str(n_ctx * 8),
-         "--port", str(port), "--host", "127.0.0.1", "-cb", "--no-webui"],
+         "--port", str(port), "--host", "127.0.0.1", "--no-webui"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{port}"
@@ -100,13 +100,8 @@ def bench_peer(binary: str, model: str, threads: int, n_ctx: int) -> dict:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-
-        async def main() -> dict:
-            async with httpx.AsyncClient(timeout=600) as c:
-                await peer_stream(c, url, PROMPT, 8)  # warm-up
-                return await measure(lambda p, n: peer_stream(c, url, p, n))
-
-        return asyncio.run(main())
+        peer_stream(url, PROMPT, 8)  # warm-up
+        return measure(lambda p, n: peer_stream(url, p, n))
     finally:
         proc.terminate()
         proc.wait(10)
@@ -133,16 +128,14 @@ def bench_spark(model: str, threads: int, n_ctx: int) -> dict:
                         run.tokens = event.usage.completion_tokens
                 return run
 
-            async def in_thread(prompt: str, n: int) -> Run:
-                return await asyncio.to_thread(one, prompt, n)
-
             one(PROMPT, 8)  # warm-up: loads the model
-            return asyncio.run(measure(in_thread))
+            return measure(one)
 
 
 # --- the measurements, the same for both --------------------------------------------------
-async def measure(stream: Callable) -> dict:
-    singles = [await stream(PROMPT, SINGLE_TOKENS) for _ in range(5)]
+def measure(stream: Callable[[str, int], Run]) -> dict:
+    """Single-stream figures (median of 5), then k streams at once, each in its own thread."""
+    singles = [stream(PROMPT, SINGLE_TOKENS) for _ in range(5)]
     out = {
         "ttft_ms": 1000 * statistics.median(r.ttft for r in singles),
         "decode_tps": statistics.median(r.decode_tps for r in singles),
@@ -150,7 +143,8 @@ async def measure(stream: Callable) -> dict:
     }
     for k in STREAMS:
         t0 = time.perf_counter()
-        runs = await asyncio.gather(*(stream(p, CONCURRENT_TOKENS) for p in concurrent_prompts(k)))
+        with ThreadPoolExecutor(max_workers=k) as pool:
+            runs = list(pool.map(lambda p: stream(p, CONCURRENT_TOKENS), concurrent_prompts(k)))
         out[f"agg_tps_{k}"] = sum(r.tokens for r in runs) / (time.perf_counter() - t0)
     return out
 
