@@ -3,7 +3,7 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "keys log ls ps pull rm run search serve show stop" -- "$cur")); return
+    COMPREPLY=($(compgen -W "attach keys log ls ps pull rm run search serve show stop" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
@@ -14,6 +14,7 @@ _spark() {
       path="$cmd ${COMP_WORDS[2]}";;
   esac
   case "$path" in
+    "attach") opts="--copy --help";;
     "keys create") opts="--zero-retention --help";;
     "keys list") opts="--help";;
     "keys revoke") opts="--help";;
@@ -33,7 +34,7 @@ _spark() {
     COMPREPLY=($(compgen -W "$opts" -- "$cur")); return
   fi
   case "$path" in
-    "rm"|"run"|"show"|"stop") COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;
+    "attach"|"rm"|"run"|"show"|"stop") COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;
   esac
 }
 complete -o default -F _spark spark

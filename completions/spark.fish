@@ -2,20 +2,24 @@
 
 complete -c spark -f
 function __spark_models; spark ls --quiet 2>/dev/null; end
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a ls -d 'List installed models.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a rm -d 'Remove models from the library (deleting the files Spark downloaded or copied).'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings.'
-complete -c spark -n 'not __fish_seen_subcommand_from keys log ls ps pull rm run search serve show stop' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a attach -d 'Attach a vision projector to a model, so that it reads images.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a ls -d 'List installed models.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a rm -d 'Remove models from the library (deleting the files Spark downloaded or copied).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a create
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a list
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a revoke
+complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy the projector into Sparks models folder instead of using it in place.'
+complete -c spark -n '__fish_seen_subcommand_from attach' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from attach' -a '(__spark_models)'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l zero-retention -d 'Log this keys requests without their prompts or output.'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from list' -l help -d 'Show help and exit'

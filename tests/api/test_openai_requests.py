@@ -267,6 +267,31 @@ def test_response_formats_and_reasoning() -> None:
     assert chat(reasoning_effort="high").request.reasoning == Reasoning(effort="high")
 
 
+@pytest.mark.parametrize(
+    ("sent", "reasoning"),
+    [
+        ({}, None),
+        ({"reasoning_effort": "minimal"}, Reasoning(enabled=False)),
+        ({"reasoning_effort": "medium"}, Reasoning(effort="medium")),
+        ({"reasoning": {"effort": "low"}}, Reasoning(effort="low")),
+        ({"reasoning": {"effort": "high"}, "reasoning_effort": "none"}, Reasoning(effort="high")),
+        ({"think": True}, Reasoning(enabled=True)),
+        ({"think": False, "reasoning_effort": "high"}, Reasoning(enabled=False)),
+        ({"chat_template_kwargs": {"enable_thinking": True}}, Reasoning(enabled=True)),
+        ({"chat_template_kwargs": {"enable_thinking": False}, "think": True}, Reasoning(enabled=False)),
+        ({"chat_template_kwargs": {"other": 1}}, None),
+    ],
+)
+def test_every_thinking_switch(sent: dict[str, object], reasoning: Reasoning | None) -> None:
+    assert chat(**sent).request.reasoning == reasoning
+
+
+def test_enable_thinking_must_be_a_switch() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        chat(chat_template_kwargs={"enable_thinking": "yes"})
+    assert info.value.param == "chat_template_kwargs.enable_thinking"
+
+
 def test_keep_alive_forms() -> None:
     assert chat(keep_alive=30).request.keep_alive == 30
     assert chat(keep_alive=-1).request.keep_alive == -1

@@ -159,3 +159,17 @@ def test_real_command_prints_one_red_line_and_exits_1(fake_hub: FakeHub) -> None
     )
     assert pulled.returncode == 0, pulled.stderr
     assert "Added tinytools-q8_0" in pulled.stdout
+
+
+def test_attach_a_projector_later(tiny_llama: Path, tiny_mmproj: Path) -> None:
+    model = Library(load_settings()).add_local(tiny_llama).id
+    attached = spark("attach", model, str(tiny_mmproj))
+    assert attached.exit_code == 0, attached.output
+    assert "reads images now" in attached.output
+    assert Library(load_settings()).get(model).mmproj_path == str(tiny_mmproj)
+    assert "tiny-mmproj-mlp.gguf" in spark("show", model).output
+
+    not_a_projector = spark("attach", model, str(tiny_llama))
+    assert isinstance(not_a_projector.exception, ModelFileError), not_a_projector.output
+    unknown = spark("attach", "nope", str(tiny_mmproj))
+    assert isinstance(unknown.exception, ModelNotFound)

@@ -211,6 +211,13 @@ class _SamplingBody(msgspec.Struct, frozen=True, kw_only=True):
     keep_alive: float | str | None = None
 
 
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class ReasoningOption(msgspec.Struct, frozen=True):
+    effort: Effort | None = None
+
+
 class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1)]
     max_tokens: PositiveInt | None = None
@@ -219,7 +226,10 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # None: true, as OpenAI's default
     response_format: TextFormat | JSONObjectFormat | JSONSchemaFormat | None = None
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    reasoning_effort: Effort | None = None
+    reasoning: ReasoningOption | None = None  # OpenRouter's and the Responses API's form
+    think: bool | None = None  # Ollama's switch
+    chat_template_kwargs: dict[str, Any] | None = None  # llama-server's and vLLM's; enable_thinking is read
     logprobs: bool | None = None
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
@@ -312,7 +322,7 @@ def parse_chat(
         tool_choice=tool_choice,
         parallel_tool_calls=wire.parallel_tool_calls is not False,
         response_format=_response_format(wire.response_format),
-        reasoning=_reasoning(wire.reasoning_effort),
+        reasoning=_reasoning(wire),
     )
     return ChatCall(request, _include_usage(wire))
 
@@ -448,12 +458,28 @@ def _response_format(wire: _Format | None) -> ResponseFormat | None:
     return None  # text: no constraint
 
 
-def _reasoning(effort: str | None) -> Reasoning | None:
+def _reasoning(wire: ChatBody) -> Reasoning | None:
+    """Thinking on or off, from whichever switch the client's ecosystem uses.
+
+    The most explicit wins: `chat_template_kwargs.enable_thinking`, then `think`,
+    then an effort (`reasoning.effort`, else `reasoning_effort`), where `none`
+    and `minimal` mean no thinking.
+    """
+    kwargs = wire.chat_template_kwargs or {}
+    if "enable_thinking" in kwargs:
+        enabled = kwargs["enable_thinking"]
+        if not isinstance(enabled, bool):
+            raise InvalidRequest("'chat_template_kwargs.enable_thinking' must be true or false.",
+                                 param="chat_template_kwargs.enable_thinking")
+        return Reasoning(enabled=enabled)
+    if wire.think is not None:
+        return Reasoning(enabled=wire.think)
+    effort = (wire.reasoning.effort if wire.reasoning else None) or wire.reasoning_effort
     if effort is None:
         return None
-    if effort == "none":
+    if effort in ("none", "minimal"):
         return Reasoning(enabled=False)
-    return Reasoning(effort=effort)  # type: ignore[arg-type]  # the Literal checked by msgspec
+    return Reasoning(effort=effort)
 
 
 def _single_prompt(prompt: str | TokenArrays) -> str:

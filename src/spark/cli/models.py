@@ -233,6 +233,20 @@ def show(
 
 
 @app.command()
+def attach(
+    model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
+    projector: Annotated[Path, typer.Argument(help="Vision projector file (mmproj-*.gguf).", show_default=False)],
+    copy: Annotated[bool, typer.Option(
+        "--copy", help="Copy the projector into Spark's models folder instead of using it in place.",
+    )] = False,
+) -> None:
+    """Attach a vision projector to a model, so that it reads images."""
+    with Library(load_settings()) as lib:
+        entry = lib.attach_projector(get_installed(lib, model).id, projector, copy=copy)
+    Console().print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
+
+
+@app.command()
 def rm(
     model: Annotated[list[str], typer.Argument(help="Model ids to remove.", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
