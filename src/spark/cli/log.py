@@ -124,7 +124,9 @@ def _tokens(r: RequestSummary) -> str:
 def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
     """One line per request."""
     table = Table(box=None, pad_edge=False, show_header=header)
-    for column, width in (("TIME", 8), ("ID", 20), ("MODEL", 16), ("KEY", 8), ("ROUTE", 10), ("STATUS", 6),
+    # The whole id must show, as `spark log ID` needs it: other columns shrink first.
+    id_width = max((len(r.request_id) for r in rows), default=20)
+    for column, width in (("TIME", 8), ("ID", id_width), ("MODEL", 16), ("KEY", 8), ("ROUTE", 10), ("STATUS", 6),
                           ("TOKENS", 12), ("TTFT", 8), ("DURATION", 8), ("TOK/S", 6)):
         table.add_column(column, min_width=width, no_wrap=True)
     for r in rows:
