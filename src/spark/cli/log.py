@@ -160,8 +160,9 @@ def describe_step(step: Step) -> tuple[str, str]:
             took = f"took {ms(d['seconds'] * 1000)}, " if "seconds" in d else ""
             return "model loaded", f"{took}runner pid {d.get('pid', '?')}"
         case steps.SLOT:
+            source = "a saved snapshot" if d.pop("snapshot_restored", False) else "the cache"
             reused = (f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
-                      "prompt tokens reused from the cache")
+                      f"prompt tokens reused from {source}")
             return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
         case steps.PROMPT:
             rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""
