@@ -201,6 +201,7 @@ class SlotInfo(msgspec.Struct, tag="slot", frozen=True):
     slot: int
     prompt_tokens: int
     cached_tokens: int
+    snapshot_restored: bool = False  # the cached tokens came back from a KV snapshot
 
 
 class PromptDone(msgspec.Struct, tag="prompt_done", frozen=True):
@@ -267,3 +268,4 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     system_prompt: str | None = None
     sampling: SamplingParams = SamplingParams()  # the model's defaults
     n_batch: int = 512
+    snapshot_ram_bytes: int = 256 * 1024 * 1024  # KV snapshots of conversations pushed out of a slot

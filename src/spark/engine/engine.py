@@ -22,7 +22,7 @@ from typing import Self
 import psutil
 from llama_cpp import llama_cpp as lc
 
-from spark.engine import embeddings
+from spark.engine import embeddings, snapshots
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.native import Batch, Model, create_context
@@ -35,7 +35,8 @@ from spark.engine.output import (
 )
 from spark.engine.reasoning import ThinkBudget, think_syntax
 from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, resolve, uses_penalties
-from spark.engine.slots import Generation, Slot, pick_slot
+from spark.engine.slots import Generation, Slot, common_prefix, pick_slot
+from spark.engine.snapshots import SnapshotStore
 from spark.engine.template import ChatTemplate
 from spark.engine.text import TextStream
 from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
@@ -195,6 +196,7 @@ class Engine:
         self._batch = Batch(lc.llama_n_batch(self._ctx))
         self._prompt_budget = self._batch.capacity
         self._slots = [Slot(i) for i in range(self._n_slots)]
+        self._snapshots = SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes)
         self._template = ChatTemplate(
             model.chat_template(),
             bos_token=model.token_text(model.bos),
@@ -483,6 +485,9 @@ class Engine:
     def _start(self, job: _GenerationJob, free: list[Slot]) -> None:
         prompt = job.prompt
         slot, n_keep = pick_slot(free, prompt)
+        restored = self._use_snapshot(slot, free, job)
+        if restored is not None:
+            n_keep = restored
         # Re-evaluate at least the last prompt token: its logits start the generation.
         n_keep = min(n_keep, len(prompt) - 1)
         if job.media is not None:  # cached image positions may hold another image
@@ -526,9 +531,51 @@ class Engine:
         )
         self._n_active += 1
         try:
-            job.emit(SlotInfo(slot=slot.id, prompt_tokens=len(prompt), cached_tokens=n_keep))
+            job.emit(
+                SlotInfo(
+                    slot=slot.id,
+                    prompt_tokens=len(prompt),
+                    cached_tokens=n_keep,
+                    snapshot_restored=restored is not None and n_keep > 0,
+                )
+            )
         except Exception as e:
             self._fail(slot, e)
+
+    def _use_snapshot(self, slot: Slot, free: list[Slot], job: _GenerationJob) -> int | None:
+        """Save what `slot` would lose to `job`, and restore a snapshot that serves `job` better.
+
+        Returns how many prompt tokens a restored snapshot put in the slot, or
+        None when nothing was restored (the slot is then as it was). A failed
+        save or restore only costs the reuse, never the request.
+        """
+        store = self._snapshots
+        if store.budget == 0:
+            return None
+        prompt = job.prompt
+        limit = job.media.first_image if job.media is not None else len(prompt)
+        snapshot, n_snap = store.best(prompt[:limit])
+        if snapshot is not None and n_snap <= max(common_prefix(s.cached, prompt) for s in free):
+            snapshot = None
+        if snapshot is not None:
+            # The slot's cache is replaced whole: keep it unless the snapshot already holds it.
+            loses = len(slot.cached) > 0 and common_prefix(slot.cached, snapshot.tokens) < len(slot.cached)
+        else:
+            # A prompt the cache holds whole is a retry: only the answer it replaces is lost.
+            shared = common_prefix(slot.cached, prompt)
+            loses = shared < len(slot.cached) and shared < len(prompt)
+        if loses:
+            saved = snapshots.save(self._ctx, slot.id, slot.cached)
+            if saved is not None:
+                store.put(saved)
+        if snapshot is None:
+            return None
+        store.take(snapshot)
+        slot.cached.clear()
+        if not snapshots.restore(self._ctx, self._memory, snapshot, slot.id):
+            return 0
+        slot.cached.extend(snapshot.tokens)
+        return n_snap
 
     def _step(self) -> None:
         """Build one batch from all active slots, decode it, sample."""

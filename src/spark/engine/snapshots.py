@@ -1,0 +1,110 @@
+"""KV snapshots: conversations pushed out of their slot, kept in a RAM budget for a later return.
+
+A snapshot is one sequence's KV state (`llama_state_seq_get_data`) together
+with the tokens it holds. The store keeps them least recently used first and
+drops the oldest when the budget is exceeded; the engine restores one
+(`llama_state_seq_set_data`) when a new prompt extends it further than any
+free slot's cache does.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llama_cpp import llama_cpp as lc
+
+from spark.engine.slots import common_prefix
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class Snapshot:
+    """The KV state of one sequence and the tokens it holds, in order."""
+
+    tokens: list[int]
+    data: ctypes.Array[ctypes.c_uint8]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+class SnapshotStore:
+    """Snapshots within `budget` bytes, the least recently stored dropped first."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = max(0, budget)
+        self.used = 0
+        self._items: collections.OrderedDict[int, Snapshot] = collections.OrderedDict()  # oldest first
+        self._next_key = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, snapshot: Snapshot) -> bool:
+        """Keep `snapshot` as the most recent; False when it alone exceeds the budget.
+
+        Snapshots it extends (their tokens are a prefix of its tokens) are
+        dropped: it answers every prompt they could.
+        """
+        if snapshot.nbytes > self.budget:
+            return False
+        for key, old in list(self._items.items()):
+            if len(old.tokens) <= len(snapshot.tokens) and common_prefix(old.tokens, snapshot.tokens) == len(old.tokens):
+                self._drop(key)
+        self._items[self._next_key] = snapshot
+        self._next_key += 1
+        self.used += snapshot.nbytes
+        while self.used > self.budget:
+            self._drop(next(iter(self._items)))
+        return True
+
+    def best(self, prompt: Sequence[int]) -> tuple[Snapshot | None, int]:
+        """The snapshot sharing the longest prefix with `prompt`, and that length (None, 0 if none)."""
+        best: Snapshot | None = None
+        best_len = 0
+        for snapshot in self._items.values():
+            n = common_prefix(snapshot.tokens, prompt)
+            if n > best_len:
+                best, best_len = snapshot, n
+        return best, best_len
+
+    def take(self, snapshot: Snapshot) -> None:
+        """Remove `snapshot` from the store (it now lives in a slot again)."""
+        for key, item in self._items.items():
+            if item is snapshot:
+                self._drop(key)
+                return
+
+    def _drop(self, key: int) -> None:
+        self.used -= self._items.pop(key).nbytes
+
+
+def save(ctx: ctypes.c_void_p, seq: int, tokens: Sequence[int]) -> Snapshot | None:
+    """The KV state of sequence `seq` holding `tokens`, or None when llama.cpp gives none."""
+    size = lc.llama_state_seq_get_size(ctx, seq)
+    if size <= 0:
+        return None
+    data = (ctypes.c_uint8 * size)()
+    written = lc.llama_state_seq_get_data(ctx, data, size, seq)
+    if written != size:
+        log.warning("saving the KV state of slot %d gave %d of %d bytes; not kept", seq, written, size)
+        return None
+    return Snapshot(list(tokens), data)
+
+
+def restore(ctx: ctypes.c_void_p, memory: ctypes.c_void_p, snapshot: Snapshot, seq: int) -> bool:
+    """Replace sequence `seq` with `snapshot`'s state; on failure the sequence is left empty."""
+    lc.llama_memory_seq_rm(memory, seq, -1, -1)
+    restored = lc.llama_state_seq_set_data(ctx, snapshot.data, snapshot.nbytes, seq) != 0
+    # The slot's token list is taken from the snapshot: the cache must hold exactly those positions.
+    if not restored or lc.llama_memory_seq_pos_max(memory, seq) != len(snapshot.tokens) - 1:
+        log.warning("restoring a KV snapshot into slot %d failed; evaluating the prompt instead", seq)
+        lc.llama_memory_seq_rm(memory, seq, -1, -1)
+        return False
+    return True
