@@ -9,11 +9,11 @@ the answer lets the model think first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from spark.engine.grammar import Rules, char_class, literal
+from spark.engine.text import partial_marker
 
 Part = tuple[Literal["reasoning", "content"], str]
 
@@ -43,17 +43,6 @@ def think_syntax(template: str | None) -> ThinkSyntax | None:
     if template and any(s in template for s in ("<think>", "enable_thinking", "reasoning_content")):
         return ThinkSyntax()
     return None
-
-
-def partial_marker(text: str, markers: Sequence[str]) -> int:
-    """Length of the longest end of `text` that is the start (not the whole) of a marker."""
-    best = 0
-    for marker in markers:
-        for k in range(min(len(marker) - 1, len(text)), best, -1):
-            if text.endswith(marker[:k]):
-                best = k
-                break
-    return best
 
 
 class ThinkSplitter:

@@ -10,6 +10,7 @@ start are held back until the next piece decides them.
 from __future__ import annotations
 
 import codecs
+from collections.abc import Sequence
 
 
 class TextStream:
@@ -44,7 +45,7 @@ class TextStream:
             self.stop_sequence = stop
             self._held = ""
             return buf[:cut]
-        keep = _partial_stop_len(buf, self._stops)
+        keep = partial_marker(buf, self._stops)
         self._held = buf[len(buf) - keep:] if keep else ""
         return buf[: len(buf) - keep]
 
@@ -71,12 +72,13 @@ def _first_stop(text: str, stops: list[str]) -> tuple[int, str | None]:
     return best, found
 
 
-def _partial_stop_len(text: str, stops: list[str]) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
+def partial_marker(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest end of `text` that is the start (not the whole) of a marker:
+    text that must be held back because a stop string or a tag may be beginning there."""
     best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
+    for marker in markers:
+        for k in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:k]):
                 best = k
                 break
     return best

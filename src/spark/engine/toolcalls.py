@@ -36,7 +36,7 @@ from spark.engine.grammar import (
     finish,
     literal,
 )
-from spark.engine.reasoning import partial_marker
+from spark.engine.text import partial_marker
 from spark.errors import InvalidRequest
 from spark.types import Event, Message, TextDelta, Tool, ToolCallDelta
 

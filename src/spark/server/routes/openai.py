@@ -7,6 +7,7 @@ by the server's exception handlers (spark.server.errors).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response, post
@@ -27,6 +28,7 @@ from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
 from spark.server.state import state_of
+from spark.types import ChatRequest, ChatResult, CompletionRequest
 
 
 @post("/chat/completions", status_code=200)
@@ -34,24 +36,31 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = await parse_with_images(state.settings, parse_chat, await request.body(),
                                    max_tokens_limit=state.max_tokens_limit)
-    chat, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
-    if chat.stream:
-        encoder = ChatStream(request_id, chat.model, created, include_usage=call.include_usage)
-        return await stream_response(state, request.scope, chat, encoder, recorder=recorder_of(request.scope))
-    result = await run_chat(state, chat, request.receive, recorder_of(request.scope))
-    return json_response(chat_completion_body(request_id, chat.model, created, result))
+    return await _generate(request, call.request, call.include_usage, ChatStream, chat_completion_body)
 
 
 @post("/completions", status_code=200)
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
-    completion, request_id, created = call.request, request_ids(request.scope).id, int(time.time())
-    if completion.stream:
-        encoder = CompletionStream(request_id, completion.model, created, include_usage=call.include_usage)
-        return await stream_response(state, request.scope, completion, encoder, recorder=recorder_of(request.scope))
-    result = await run_chat(state, completion, request.receive, recorder_of(request.scope))
-    return json_response(completion_body(request_id, completion.model, created, result))
+    return await _generate(request, call.request, call.include_usage, CompletionStream, completion_body)
+
+
+async def _generate(
+    request: Request[Any, Any, Any],
+    generation: ChatRequest | CompletionRequest,
+    include_usage: bool,
+    stream_class: type[ChatStream] | type[CompletionStream],
+    body: Callable[[str, str, int, ChatResult], bytes],
+) -> Response[Any]:
+    """Chat and completions alike: stream the chunks, or answer with one body."""
+    state, recorder = state_of(request), recorder_of(request.scope)
+    request_id, created = request_ids(request.scope).id, int(time.time())
+    if generation.stream:
+        encoder = stream_class(request_id, generation.model, created, include_usage=include_usage)
+        return await stream_response(state, request.scope, generation, encoder, recorder=recorder)
+    result = await run_chat(state, generation, request.receive, recorder)
+    return json_response(body(request_id, generation.model, created, result))
 
 
 @post("/embeddings", status_code=200)
