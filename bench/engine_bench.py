@@ -67,8 +67,13 @@ def concurrent_prompts(k: int) -> list[str]:
 # --- llama-server over HTTP ----------------------------------------------------------
 def peer_stream(url: str, prompt: str, n: int) -> Run:
     run = Run()
-    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": prompt,
+        "max_tokens": n,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
         for line in r.iter_lines():
             if not line.startswith("data:") or line.endswith("[DONE]"):
@@ -86,9 +91,27 @@ def bench_peer(binary: str, model: str, threads: int, n_ctx: int) -> dict:
     lib = str(Path(binary).parent)
     env = dict(os.environ, LD_LIBRARY_PATH=lib + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
     proc = subprocess.Popen(
-        [binary, "-m", model, "-t", str(threads), "-tb", str(threads), "-np", "8", "-c", str(n_ctx * 8),
-         "--port", str(port), "--host", "127.0.0.1", "--no-webui"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        [
+            binary,
+            "-m",
+            model,
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "-np",
+            "8",
+            "-c",
+            str(n_ctx * 8),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--no-webui",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -119,8 +142,9 @@ def bench_spark(model: str, threads: int, n_ctx: int) -> dict:
 
             def one(prompt: str, n: int) -> Run:
                 run = Run()
-                request = CompletionRequest(model=model_id, prompt=prompt,
-                                            sampling=SamplingParams(max_tokens=n, temperature=0))
+                request = CompletionRequest(
+                    model=model_id, prompt=prompt, sampling=SamplingParams(max_tokens=n, temperature=0)
+                )
                 for event in s.events(request):
                     if isinstance(event, TextDelta) and event.text:
                         run.piece()
@@ -182,8 +206,10 @@ def main() -> None:
     rows = [("TTFT, single stream (ms)", "ttft_ms", False), ("decode tokens/s, single stream", "decode_tps", True)]
     rows += [(f"aggregate tokens/s, {k} streams", f"agg_tps_{k}", True) for k in STREAMS]
     peer = results.get("llama-server")
-    print(f"\nmodel {Path(model).name}, {a.threads} threads, 8 slots, greedy; "
-          f"{SINGLE_TOKENS} tokens single, {CONCURRENT_TOKENS} per concurrent stream\n")
+    print(
+        f"\nmodel {Path(model).name}, {a.threads} threads, 8 slots, greedy; "
+        f"{SINGLE_TOKENS} tokens single, {CONCURRENT_TOKENS} per concurrent stream\n"
+    )
     print(f"{'':34} {'spark':>10} {'llama-server':>13} {'ratio':>7}")
     for label, key, higher_better in rows:
         s = results["spark"][key]

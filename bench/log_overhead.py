@@ -56,17 +56,27 @@ class Server:
         from spark.store.keys import KeyTable
 
         self.name = name
-        self.env = {**os.environ, "SPARK_HOME": str(home), "SPARK_THREADS": "1", "SPARK_LOG_LEVEL": "warning",
-                    "SPARK_LOG_RETENTION_DAYS": str(retention_days)}
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "SPARK_THREADS": "1",
+            "SPARK_LOG_LEVEL": "warning",
+            "SPARK_LOG_RETENTION_DAYS": str(retention_days),
+        }
         settings = load_settings(env=self.env)
         with Library(settings) as library:
             self.model = library.add_local(model_path).id
         key = KeyTable(Database(settings.db_path)).create("bench")[1]
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark", "serve", "--port", str(self.port)],
-                                     env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120,
-                                 headers={"authorization": f"Bearer {key}"})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spark", "serve", "--port", str(self.port)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.http = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}", timeout=120, headers={"authorization": f"Bearer {key}"}
+        )
         self.latencies: list[float] = []
 
     def wait_ready(self) -> None:
@@ -84,8 +94,9 @@ class Server:
 
     def request(self, max_tokens: int) -> float:
         started = time.perf_counter()
-        response = self.http.post("/v1/chat/completions",
-                                  json={"model": self.model, "messages": MESSAGES, "max_tokens": max_tokens})
+        response = self.http.post(
+            "/v1/chat/completions", json={"model": self.model, "messages": MESSAGES, "max_tokens": max_tokens}
+        )
         took = time.perf_counter() - started
         response.raise_for_status()
         return took
@@ -125,17 +136,23 @@ def main() -> None:
             for server in servers:
                 server.stop()
 
-    print(f"{args.requests} chat completions per server, max_tokens={args.max_tokens}, model {model.name}, "
-          "requests alternating between the servers\n")
+    print(
+        f"{args.requests} chat completions per server, max_tokens={args.max_tokens}, model {model.name}, "
+        "requests alternating between the servers\n"
+    )
     print(f"{'server':<10}{'median ms':>11}{'p90 ms':>9}{'p99 ms':>9}{'mean ms':>10}")
     for server in servers:
         values = [v * 1000 for v in server.latencies]
-        print(f"{server.name:<10}{statistics.median(values):>11.3f}{percentile(values, 0.9):>9.3f}"
-              f"{percentile(values, 0.99):>9.3f}{statistics.fmean(values):>10.3f}")
+        print(
+            f"{server.name:<10}{statistics.median(values):>11.3f}{percentile(values, 0.9):>9.3f}"
+            f"{percentile(values, 0.99):>9.3f}{statistics.fmean(values):>10.3f}"
+        )
     on, off = ([v * 1000 for v in s.latencies] for s in servers)
     diff = statistics.median(on) - statistics.median(off)
-    print(f"\nlog on - log off: {diff:+.3f} ms median ({diff / statistics.median(off):+.1%}), "
-          f"{statistics.fmean(on) - statistics.fmean(off):+.3f} ms mean")
+    print(
+        f"\nlog on - log off: {diff:+.3f} ms median ({diff / statistics.median(off):+.1%}), "
+        f"{statistics.fmean(on) - statistics.fmean(off):+.3f} ms mean"
+    )
 
 
 if __name__ == "__main__":

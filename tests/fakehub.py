@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+
 import tiny_gguf
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -48,7 +49,9 @@ class FakeHub:
     drop_after: dict[str, int] = field(default_factory=dict)  # file path -> bytes sent before dropping
     drop_times: int = 1  # how many downloads of such a file are cut
     wrong_sha: set[str] = field(default_factory=set)
-    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)  # method, path, headers (lowercase names)
+    requests: list[tuple[str, str, dict[str, str]]] = field(
+        default_factory=list
+    )  # method, path, headers (lowercase names)
     url: str = ""
     _drops: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -77,7 +80,7 @@ def _sha(data: bytes) -> str:
 def _model_json(repo_id: str, repo: FakeRepo, hub: FakeHub, *, blobs: bool, expand: list[str]) -> dict:
     out: dict[str, object] = {"_id": repo_id, "id": repo_id}
     full = {
-        "author": repo_id.split("/")[0],
+        "author": repo_id.split("/", maxsplit=1)[0],
         "sha": COMMIT,
         "lastModified": "2025-01-02T03:04:05.000Z",
         "private": repo.token is not None,
@@ -154,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if m:
             return self._file(m.group(1), m.group(2), m.group(3))
-        self._json(404, {"error": "Not found"})
+        return self._json(404, {"error": "Not found"})
 
     def _list(self, query: dict[str, list[str]]) -> None:
         search = query.get("search", [""])[0].lower()
@@ -170,7 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
             found.sort(key=lambda item: -item[1].downloads)
         limit = int(query.get("limit", ["1000"])[0])
         expand = query.get("expand", [])
-        self._json(200, [_model_json(i, r, self.hub, blobs=False, expand=expand) for i, r in found[:limit]])
+        return self._json(200, [_model_json(i, r, self.hub, blobs=False, expand=expand) for i, r in found[:limit]])
 
     def _file(self, repo_id: str, revision: str, path: str) -> None:
         repo = self.hub.repos.get(repo_id)
@@ -249,26 +252,46 @@ def hub_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 def standard_repos(hub: FakeHub, files: dict[str, bytes]) -> None:
     """The repositories every test sees."""
     summary = {"total": 139584, "architecture": "llama", "context_length": 512}
-    hub.add_repo("tiny/TinyLlama-GGUF", {
-        "README.md": b"# TinyLlama GGUF\n",
-        "TinyLlama-F16.gguf": files["f16"],
-        "TinyLlama-Q4_K_M.gguf": files["f32"],
-        "TinyLlama-Q8_0.gguf": files["q8_0"],
-    }, downloads=5000, likes=42, gguf=summary)
+    hub.add_repo(
+        "tiny/TinyLlama-GGUF",
+        {
+            "README.md": b"# TinyLlama GGUF\n",
+            "TinyLlama-F16.gguf": files["f16"],
+            "TinyLlama-Q4_K_M.gguf": files["f32"],
+            "TinyLlama-Q8_0.gguf": files["q8_0"],
+        },
+        downloads=5000,
+        likes=42,
+        gguf=summary,
+    )
     hub.add_repo("tiny/TinyTools-GGUF", {"tinytools.Q8_0.gguf": files["tools"]}, downloads=700, likes=3)
-    hub.add_repo("tiny/Split-GGUF", {
-        "README.md": b"split\n",
-        **{f"Q8_0/Tiny-Split-Q8_0-{i:05d}-of-00003.gguf": files[f"shard{i}"] for i in (1, 2, 3)},
-        "Tiny-Split-F16.gguf": files["f16"],
-    }, downloads=60)
-    hub.add_repo("tiny/Vision-GGUF", {
-        "TinyVision-Q8_0.gguf": files["q8_0"],
-        "mmproj-TinyVision-F16.gguf": files["mmproj"],
-        "mmproj-TinyVision-F32.gguf": files["mmproj"],
-    }, downloads=90)
-    hub.add_repo("tiny/NoGGUF", {
-        "README.md": b"no gguf\n", "config.json": b"{}", "model.safetensors": b"\0" * 64,
-    }, downloads=10_000)
+    hub.add_repo(
+        "tiny/Split-GGUF",
+        {
+            "README.md": b"split\n",
+            **{f"Q8_0/Tiny-Split-Q8_0-{i:05d}-of-00003.gguf": files[f"shard{i}"] for i in (1, 2, 3)},
+            "Tiny-Split-F16.gguf": files["f16"],
+        },
+        downloads=60,
+    )
+    hub.add_repo(
+        "tiny/Vision-GGUF",
+        {
+            "TinyVision-Q8_0.gguf": files["q8_0"],
+            "mmproj-TinyVision-F16.gguf": files["mmproj"],
+            "mmproj-TinyVision-F32.gguf": files["mmproj"],
+        },
+        downloads=90,
+    )
+    hub.add_repo(
+        "tiny/NoGGUF",
+        {
+            "README.md": b"no gguf\n",
+            "config.json": b"{}",
+            "model.safetensors": b"\0" * 64,
+        },
+        downloads=10_000,
+    )
     hub.add_repo("tiny/Broken-GGUF", {"Broken-Q4_K_M.gguf": files["truncated"]}, downloads=1)
     hub.add_repo("private/Secret-GGUF", {"Secret-Q4_0.gguf": files["q8_0"]}, token="hf_secret")
 

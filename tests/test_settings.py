@@ -37,7 +37,7 @@ def test_malformed_config_names_the_file(spark_home: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "key", "message"),
     [
-        ('prot = 1\n', "prot", "unknown setting 'prot'"),
+        ("prot = 1\n", "prot", "unknown setting 'prot'"),
         ('port = "eighty"\n', "port", "port must be a whole number"),
         ("port = 70000\n", "port", "port must be between 1 and 65535"),
         ('kv_type = "q2"\n', "kv_type", "kv_type must be one of f16, q8_0, q4_0"),
@@ -82,7 +82,9 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text, "k") == seconds
 
 
-@pytest.mark.parametrize(("text", "size"), [("", 0), ("1024", 1024), ("512MiB", 512 * 2**20), ("8GB", 8 * 10**9), ("2g", 2 * 10**9)])
+@pytest.mark.parametrize(
+    ("text", "size"), [("", 0), ("1024", 1024), ("512MiB", 512 * 2**20), ("8GB", 8 * 10**9), ("2g", 2 * 10**9)]
+)
 def test_parse_size(text: str, size: int) -> None:
     assert parse_size(text, "k") == size
 

@@ -45,7 +45,7 @@ TOOLS_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' -%}{{- messages[0]['content'] + '\n\n' -}}{%- endif -%}"
     "{{- '# Tools\n<tools>' -}}"
     "{%- for tool in tools -%}{{- '\n' -}}{{- tool | tojson -}}{%- endfor -%}"
-    "{{- '\n</tools>\nReturn calls as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n' -}}"
+    '{{- \'\n</tools>\nReturn calls as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n\' -}}'
     "{%- elif messages[0]['role'] == 'system' -%}"
     "{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' -}}"
     "{%- endif -%}"
@@ -251,8 +251,7 @@ def _llama_writer(
     output = rand(n_vocab, n_embd, std=1.0)
     u2b = {u: b for b, u in _byte_to_unicode().items()}
     output[:, 0] = [
-        _SUPPRESS if tok in special or tok.startswith(_FILLER) or not _printable(tok, u2b) else 0.0
-        for tok in tokens
+        _SUPPRESS if tok in special or tok.startswith(_FILLER) or not _printable(tok, u2b) else 0.0 for tok in tokens
     ]
     _add_weight(w, "output.weight", output, weight_type)
     return w
@@ -280,16 +279,29 @@ def write_tiny_llama(
     """
     path = Path(path)
     w = _llama_writer(
-        path, vocab_size=vocab_size, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-        n_head_kv=n_head_kv, n_ff=n_ff, n_ctx=n_ctx, seed=seed, template=template,
-        weight_type=weight_type, name=name,
+        path,
+        vocab_size=vocab_size,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        n_ctx=n_ctx,
+        seed=seed,
+        template=template,
+        weight_type=weight_type,
+        name=name,
     )
     _finish(w)
     return path
 
 
 def write_tiny_llama_split(
-    path: str | Path, *, n_shards: int = 3, seed: int = 0, weight_type: WeightType = "f32",
+    path: str | Path,
+    *,
+    n_shards: int = 3,
+    seed: int = 0,
+    weight_type: WeightType = "f32",
     name: str = "tiny-llama-random",
 ) -> list[Path]:
     """Write the tiny LLaMA as `n_shards` files named `<stem>-0000i-of-0000n.gguf`.
@@ -301,8 +313,18 @@ def write_tiny_llama_split(
     n_tensors = 3 + 9 * n_layer  # embeddings, output norm, output + 9 per layer
     per_shard = -(-n_tensors // n_shards)
     w = _llama_writer(
-        path, vocab_size=512, n_embd=64, n_layer=n_layer, n_head=4, n_head_kv=2, n_ff=128,
-        n_ctx=512, seed=seed, template="chatml", weight_type=weight_type, name=name,
+        path,
+        vocab_size=512,
+        n_embd=64,
+        n_layer=n_layer,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=128,
+        n_ctx=512,
+        seed=seed,
+        template="chatml",
+        weight_type=weight_type,
+        name=name,
         split_max_tensors=per_shard,
     )
     _finish(w)
@@ -322,10 +344,52 @@ def write_truncated(source: str | Path, path: str | Path, *, keep: float = 0.5) 
 
 
 _BERT_WORDS = [
-    "the", "a", "an", "and", "or", "of", "to", "in", "on", "for", "with", "is", "are", "was", "be",
-    "this", "that", "it", "you", "i", "he", "she", "we", "they", "hello", "world", "cat", "dog",
-    "fox", "quick", "brown", "lazy", "jumps", "over", "weather", "paris", "london", "city", "test",
-    "model", "embedding", "sentence", "vector", "search", "query", "document",
+    "the",
+    "a",
+    "an",
+    "and",
+    "or",
+    "of",
+    "to",
+    "in",
+    "on",
+    "for",
+    "with",
+    "is",
+    "are",
+    "was",
+    "be",
+    "this",
+    "that",
+    "it",
+    "you",
+    "i",
+    "he",
+    "she",
+    "we",
+    "they",
+    "hello",
+    "world",
+    "cat",
+    "dog",
+    "fox",
+    "quick",
+    "brown",
+    "lazy",
+    "jumps",
+    "over",
+    "weather",
+    "paris",
+    "london",
+    "city",
+    "test",
+    "model",
+    "embedding",
+    "sentence",
+    "vector",
+    "search",
+    "query",
+    "document",
 ]
 
 
@@ -339,8 +403,7 @@ def _wordpiece_vocab(vocab_size: int) -> tuple[list[str], list[int]]:
     tokens += [f"[unused{k}]" for k in range(vocab_size - len(tokens))]
     tokens = tokens[:vocab_size]
     types = [
-        int(gguf.TokenType.CONTROL if t.startswith("[") and t.endswith("]") else gguf.TokenType.NORMAL)
-        for t in tokens
+        int(gguf.TokenType.CONTROL if t.startswith("[") and t.endswith("]") else gguf.TokenType.NORMAL) for t in tokens
     ]
     return tokens, types
 

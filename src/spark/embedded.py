@@ -155,4 +155,3 @@ class Spark:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -71,9 +71,7 @@ class ModelNotFound(SparkError):
     code = "model_not_found"
 
     def __init__(self, model: str) -> None:
-        super().__init__(
-            f"The model '{model}' does not exist on this server (see GET /v1/models).", param="model"
-        )
+        super().__init__(f"The model '{model}' does not exist on this server (see GET /v1/models).", param="model")
         self.model = model
 
     def data(self) -> dict[str, Any]:

@@ -30,90 +30,113 @@ def _doc(text: str) -> msgspec.Meta:
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """All of Spark's settings. Read them with `load_settings()`."""
 
-    home: Annotated[str, _doc(
-        "Folder that holds Spark's config, data and cache. Empty: the platform's usual folders."
-    )] = ""
-    host: Annotated[str, _doc(
-        "Address the server listens on. Loopback by default, so nothing is exposed until you "
-        "choose to; use 0.0.0.0 to serve the network (API keys are required either way)."
-    )] = "127.0.0.1"
+    home: Annotated[
+        str, _doc("Folder that holds Spark's config, data and cache. Empty: the platform's usual folders.")
+    ] = ""
+    host: Annotated[
+        str,
+        _doc(
+            "Address the server listens on. Loopback by default, so nothing is exposed until you "
+            "choose to; use 0.0.0.0 to serve the network (API keys are required either way)."
+        ),
+    ] = "127.0.0.1"
     port: Annotated[int, _doc("Port of the HTTP server (APIs and web console).")] = 8080
-    max_body_size: Annotated[str, _doc(
-        "Largest request body the API accepts (e.g. 32MiB); a larger one is refused with 413. "
-        "0: no limit."
-    )] = "32MiB"
-    max_tokens_limit: Annotated[int, _doc(
-        "Most tokens one API request may ask to generate (max_tokens); more is refused with 400. "
-        "0: no limit beyond the context length."
-    )] = 0
-    request_timeout: Annotated[str, _doc(
-        "Longest one API request may run (e.g. 10m); a generation still running then ends with "
-        "a timeout error. 0: no limit."
-    )] = "10m"
-    allow_remote_images: Annotated[bool, _doc(
-        "Fetch http(s) image URLs sent in requests. Off: nothing leaves the machine, and such "
-        "requests are refused with 400 (send images inline as base64)."
-    )] = False
-    max_image_size: Annotated[str, _doc(
-        "Largest image one request may carry or fetch (e.g. 20MiB); a larger one is refused with 400."
-    )] = "20MiB"
-    cors_origins: Annotated[str, _doc(
-        "Web origins allowed to call the API from a browser, comma-separated "
-        "(e.g. https://app.example.com; * for any). Empty: CORS off."
-    )] = ""
-    context_length: Annotated[int, _doc(
-        "Context tokens per request slot, unless a model's own settings say otherwise. "
-        "0 uses the model's training context."
-    )] = 4096
-    parallel: Annotated[int, _doc(
-        "Requests one loaded model generates at once (slots in its context)."
-    )] = 4
+    max_body_size: Annotated[
+        str, _doc("Largest request body the API accepts (e.g. 32MiB); a larger one is refused with 413. 0: no limit.")
+    ] = "32MiB"
+    max_tokens_limit: Annotated[
+        int,
+        _doc(
+            "Most tokens one API request may ask to generate (max_tokens); more is refused with 400. "
+            "0: no limit beyond the context length."
+        ),
+    ] = 0
+    request_timeout: Annotated[
+        str,
+        _doc(
+            "Longest one API request may run (e.g. 10m); a generation still running then ends with "
+            "a timeout error. 0: no limit."
+        ),
+    ] = "10m"
+    allow_remote_images: Annotated[
+        bool,
+        _doc(
+            "Fetch http(s) image URLs sent in requests. Off: nothing leaves the machine, and such "
+            "requests are refused with 400 (send images inline as base64)."
+        ),
+    ] = False
+    max_image_size: Annotated[
+        str, _doc("Largest image one request may carry or fetch (e.g. 20MiB); a larger one is refused with 400.")
+    ] = "20MiB"
+    cors_origins: Annotated[
+        str,
+        _doc(
+            "Web origins allowed to call the API from a browser, comma-separated "
+            "(e.g. https://app.example.com; * for any). Empty: CORS off."
+        ),
+    ] = ""
+    context_length: Annotated[
+        int,
+        _doc(
+            "Context tokens per request slot, unless a model's own settings say otherwise. "
+            "0 uses the model's training context."
+        ),
+    ] = 4096
+    parallel: Annotated[int, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
     threads: Annotated[int, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
     kv_type: Annotated[str, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
-    keep_alive: Annotated[str, _doc(
-        "How long an idle model stays loaded (e.g. 30s, 5m, 1h; 0 unloads at once; "
-        "a negative value keeps it loaded)."
-    )] = "5m"
+    keep_alive: Annotated[
+        str,
+        _doc(
+            "How long an idle model stays loaded (e.g. 30s, 5m, 1h; 0 unloads at once; "
+            "a negative value keeps it loaded)."
+        ),
+    ] = "5m"
     max_loaded_models: Annotated[int, _doc("Most models loaded at once. 0: as many as fit.")] = 0
-    max_queue: Annotated[int, _doc(
-        "Requests that may wait for one model; past it new ones are refused as overloaded."
-    )] = 64
-    load_wait: Annotated[str, _doc(
-        "Longest a request waits for busy models to finish when its model only fits once they "
-        "are unloaded; then it is refused with the memory arithmetic. 0: refuse at once."
-    )] = "5m"
-    max_ram: Annotated[str, _doc(
-        "Most RAM models may use (e.g. 8GiB). Empty or 0: the memory available."
-    )] = ""
+    max_queue: Annotated[
+        int, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
+    ] = 64
+    load_wait: Annotated[
+        str,
+        _doc(
+            "Longest a request waits for busy models to finish when its model only fits once they "
+            "are unloaded; then it is refused with the memory arithmetic. 0: refuse at once."
+        ),
+    ] = "5m"
+    max_ram: Annotated[str, _doc("Most RAM models may use (e.g. 8GiB). Empty or 0: the memory available.")] = ""
     gpu_reserve: Annotated[str, _doc("Memory kept free on each GPU.")] = "512MiB"
-    hang_timeout: Annotated[str, _doc(
-        "A runner with work in flight and no progress for this long is restarted."
-    )] = "60s"
+    hang_timeout: Annotated[str, _doc("A runner with work in flight and no progress for this long is restarted.")] = (
+        "60s"
+    )
     load_timeout: Annotated[str, _doc("Longest a runner may take to load its model.")] = "5m"
-    hf_endpoint: Annotated[str, _doc("Hugging Face Hub address used by pull and search.")] = (
-        "https://huggingface.co"
-    )
+    hf_endpoint: Annotated[str, _doc("Hugging Face Hub address used by pull and search.")] = "https://huggingface.co"
     hf_token: Annotated[str, _doc("Hugging Face token for gated or private repositories.")] = ""
-    default_model: Annotated[str, _doc("Model used when none is named.")] = (
-        "smollm2-135m-instruct-q4_1"
-    )
+    default_model: Annotated[str, _doc("Model used when none is named.")] = "smollm2-135m-instruct-q4_1"
     log_level: Annotated[str, _doc("Server log level: debug, info, warning or error.")] = "info"
-    log_retention_days: Annotated[int, _doc(
-        "Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log."
-    )] = 30
-    log_max_mb: Annotated[int, _doc(
-        "Most megabytes (MiB) the request log may take; past it the oldest requests are pruned. "
-        "0: no size limit."
-    )] = 512
-    admin_password: Annotated[str, _doc(
-        "Password of the admin API under /api/ and the web console (`Authorization: Bearer PASSWORD` "
-        "or HTTP Basic). Empty: only commands run on the server's machine (with its local admin token) "
-        "may use the admin API."
-    )] = ""
-    metrics_auth: Annotated[str, _doc(
-        "Who may read GET /metrics: key (any API key), admin (the admin password or local admin token) "
-        "or none (anyone who can connect)."
-    )] = "key"
+    log_retention_days: Annotated[
+        int, _doc("Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log.")
+    ] = 30
+    log_max_mb: Annotated[
+        int,
+        _doc(
+            "Most megabytes (MiB) the request log may take; past it the oldest requests are pruned. 0: no size limit."
+        ),
+    ] = 512
+    admin_password: Annotated[
+        str,
+        _doc(
+            "Password of the admin API under /api/ and the web console (`Authorization: Bearer PASSWORD` "
+            "or HTTP Basic). Empty: only commands run on the server's machine (with its local admin token) "
+            "may use the admin API."
+        ),
+    ] = ""
+    metrics_auth: Annotated[
+        str,
+        _doc(
+            "Who may read GET /metrics: key (any API key), admin (the admin password or local admin token) "
+            "or none (anyone who can connect)."
+        ),
+    ] = "key"
 
     # --- derived paths ------------------------------------------------------
     @property
@@ -204,16 +227,31 @@ def parse_duration(value: str | float | int, key: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if not text or pos != len(text):
-        raise SettingsError(
-            f"{key}: '{value}' is not a duration (use seconds or e.g. 30s, 5m, 1h)", param=key
-        )
+        raise SettingsError(f"{key}: '{value}' is not a duration (use seconds or e.g. 30s, 5m, 1h)", param=key)
     return sign * total
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
-               "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4,
-               "tb": 1000**4, "tib": 1024**4, "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+}
 
 
 def parse_size(value: str | int, key: str) -> int:
@@ -232,8 +270,17 @@ def parse_size(value: str | int, key: str) -> int:
 _KV_TYPES = ("f16", "q8_0", "q4_0")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-_NUMBER_AS_TEXT = ("keep_alive", "hang_timeout", "load_timeout", "load_wait", "max_ram", "gpu_reserve", "max_body_size",
-                   "request_timeout", "max_image_size")
+_NUMBER_AS_TEXT = (
+    "keep_alive",
+    "hang_timeout",
+    "load_timeout",
+    "load_wait",
+    "max_ram",
+    "gpu_reserve",
+    "max_body_size",
+    "request_timeout",
+    "max_image_size",
+)
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _METRICS_AUTH = ("key", "admin", "none")
 
@@ -280,8 +327,14 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
         fail("port", f"must be between 1 and 65535, not {s.port}")
     if s.parallel < 1:
         fail("parallel", f"must be at least 1, not {s.parallel}")
-    for key in ("context_length", "threads", "max_loaded_models", "max_tokens_limit", "log_retention_days",
-                "log_max_mb"):
+    for key in (
+        "context_length",
+        "threads",
+        "max_loaded_models",
+        "max_tokens_limit",
+        "log_retention_days",
+        "log_max_mb",
+    ):
         if getattr(s, key) < 0:
             fail(key, f"must not be negative, not {getattr(s, key)}")
     if s.max_queue < 1:
@@ -292,10 +345,17 @@ def _validate(s: Settings, source_of: dict[str, str]) -> None:
         fail("log_level", f"must be one of {', '.join(_LOG_LEVELS)}, not {s.log_level!r}")
     if s.metrics_auth not in _METRICS_AUTH:
         fail("metrics_auth", f"must be one of {', '.join(_METRICS_AUTH)}, not {s.metrics_auth!r}")
-    for key, parse in (("keep_alive", parse_duration), ("hang_timeout", parse_duration),
-                       ("load_timeout", parse_duration), ("load_wait", parse_duration), ("max_ram", parse_size),
-                       ("gpu_reserve", parse_size), ("max_body_size", parse_size),
-                       ("request_timeout", parse_duration), ("max_image_size", parse_size)):
+    for key, parse in (
+        ("keep_alive", parse_duration),
+        ("hang_timeout", parse_duration),
+        ("load_timeout", parse_duration),
+        ("load_wait", parse_duration),
+        ("max_ram", parse_size),
+        ("gpu_reserve", parse_size),
+        ("max_body_size", parse_size),
+        ("request_timeout", parse_duration),
+        ("max_image_size", parse_size),
+    ):
         try:
             parse(getattr(s, key), key)
         except SettingsError as e:
@@ -367,8 +427,7 @@ def settings_markdown() -> str:
         "|---|---|---|---|",
     ]
     for name, (_, description, default) in _fields().items():
-        if isinstance(default, bool):
-            default = "true" if default else "false"
-        shown = f"`{default}`" if default != "" else "(empty)"
+        value = ("true" if default else "false") if isinstance(default, bool) else default
+        shown = f"`{value}`" if value != "" else "(empty)"
         lines.append(f"| `{ENV_PREFIX}{name.upper()}` | `{name}` | {shown} | {description} |")
     return "\n".join(lines) + "\n"

@@ -21,8 +21,13 @@ Handler = Callable[[httpx.Request], httpx.Response]
 @pytest.fixture
 def openai_client() -> Callable[[Handler], openai.OpenAI]:
     def make(handler: Handler) -> openai.OpenAI:
-        return openai.OpenAI(api_key="sk-test", base_url="http://spark.test/v1", max_retries=0,
-                             http_client=httpx.Client(transport=httpx.MockTransport(handler)))
+        return openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://spark.test/v1",
+            max_retries=0,
+            http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        )
+
     return make
 
 
@@ -32,16 +37,24 @@ def anthropic_client() -> Callable[[Handler], anthropic.Anthropic]:
 
     def adapt(handler: Handler) -> Callable[[httpx2.Request], httpx2.Response]:
         def answer(request: httpx2.Request) -> httpx2.Response:
-            response = handler(httpx.Request(request.method, str(request.url),
-                                             headers=list(request.headers.items()),
-                                             content=request.read()))
-            return httpx2.Response(response.status_code, headers=list(response.headers.items()),
-                                   content=response.read())
+            response = handler(
+                httpx.Request(
+                    request.method, str(request.url), headers=list(request.headers.items()), content=request.read()
+                )
+            )
+            return httpx2.Response(
+                response.status_code, headers=list(response.headers.items()), content=response.read()
+            )
+
         return answer
 
     def make(handler: Handler) -> anthropic.Anthropic:
         transport = httpx2.MockTransport(adapt(handler))
-        return anthropic.Anthropic(api_key="sk-test", base_url="http://spark.test", max_retries=0,
-                                   http_client=httpx2.Client(transport=transport))
-    return make
+        return anthropic.Anthropic(
+            api_key="sk-test",
+            base_url="http://spark.test",
+            max_retries=0,
+            http_client=httpx2.Client(transport=transport),
+        )
 
+    return make

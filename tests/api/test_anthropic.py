@@ -84,25 +84,42 @@ def test_sdk_request_with_every_parameter(anthropic_client) -> None:
 
     with pytest.raises(anthropic.BadRequestError):
         anthropic_client(handler).messages.create(
-            model="smollm2", max_tokens=512,
+            model="smollm2",
+            max_tokens=512,
             system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
             messages=[
-                {"role": "user", "content": [
-                    {"type": "text", "text": "Weather here?"},
-                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                 "data": PNG_B64}}]},
-                {"role": "assistant", "content": [
-                    {"type": "thinking", "thinking": "Use the tool.", "signature": "sig"},
-                    {"type": "text", "text": "Checking."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "weather",
-                     "input": {"city": "Oslo"}}]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"},
-                    {"type": "text", "text": "Thanks!"}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Weather here?"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+                    ],
+                },
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "Use the tool.", "signature": "sig"},
+                        {"type": "text", "text": "Checking."},
+                        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"},
+                        {"type": "text", "text": "Thanks!"},
+                    ],
+                },
             ],
-            stop_sequences=["\n\nHuman:"], metadata={"user_id": "u1"},
-            tools=[{"name": "weather", "description": "Weather now",
-                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            stop_sequences=["\n\nHuman:"],
+            metadata={"user_id": "u1"},
+            tools=[
+                {
+                    "name": "weather",
+                    "description": "Weather now",
+                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
+            ],
             tool_choice={"type": "tool", "name": "weather", "disable_parallel_tool_use": True},
             thinking={"type": "enabled", "budget_tokens": 256},
             # this SDK release has no keyword for the sampling parameters older ones sent
@@ -113,15 +130,19 @@ def test_sdk_request_with_every_parameter(anthropic_client) -> None:
     assert request.messages == [
         Message("system", "Be brief.\nBe kind."),
         Message("user", [TextPart("Weather here?"), ImagePart(PNG, "image/png")]),
-        Message("assistant", "Checking.", reasoning_content="Use the tool.",
-                tool_calls=[ToolCall("toolu_1", "weather", '{"city":"Oslo"}')]),
+        Message(
+            "assistant",
+            "Checking.",
+            reasoning_content="Use the tool.",
+            tool_calls=[ToolCall("toolu_1", "weather", '{"city":"Oslo"}')],
+        ),
         Message("tool", "Sunny", tool_call_id="toolu_1"),
         Message("user", "Thanks!"),
     ]
-    assert request.sampling == SamplingParams(temperature=0.3, top_p=0.9, top_k=40, max_tokens=512,
-                                              stop=["\n\nHuman:"])
-    assert request.tools == [Tool("weather", "Weather now",
-                                  {"type": "object", "properties": {"city": {"type": "string"}}})]
+    assert request.sampling == SamplingParams(temperature=0.3, top_p=0.9, top_k=40, max_tokens=512, stop=["\n\nHuman:"])
+    assert request.tools == [
+        Tool("weather", "Weather now", {"type": "object", "properties": {"city": {"type": "string"}}})
+    ]
     assert request.tool_choice == ToolChoice("required", "weather")
     assert request.parallel_tool_calls is False
     assert request.reasoning == Reasoning(budget_tokens=256)
@@ -138,12 +159,17 @@ def test_minimal_request() -> None:
 
 def test_tool_results_keep_their_order_and_errors() -> None:
     content = [
-        {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "1"},
-                                                                {"type": "text", "text": "2"}]},
+        {
+            "type": "tool_result",
+            "tool_use_id": "a",
+            "content": [{"type": "text", "text": "1"}, {"type": "text", "text": "2"}],
+        },
         {"type": "tool_result", "tool_use_id": "b", "content": "no such city", "is_error": True},
-        {"type": "tool_result", "tool_use_id": "c",
-         "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                  "data": PNG_B64}}]},
+        {
+            "type": "tool_result",
+            "tool_use_id": "c",
+            "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}],
+        },
         {"type": "tool_result", "tool_use_id": "d"},
     ]
     assert parse(messages=[{"role": "user", "content": content}]).messages == [
@@ -155,8 +181,13 @@ def test_tool_results_keep_their_order_and_errors() -> None:
 
 
 def test_prefill_and_redacted_thinking() -> None:
-    messages = [*USER, {"role": "assistant", "content": [
-        {"type": "redacted_thinking", "data": "xxx"}, {"type": "text", "text": "The answer is ("}]}]
+    messages = [
+        *USER,
+        {
+            "role": "assistant",
+            "content": [{"type": "redacted_thinking", "data": "xxx"}, {"type": "text", "text": "The answer is ("}],
+        },
+    ]
     assert parse(messages=messages).messages[-1] == Message("assistant", "The answer is (")
 
 
@@ -179,8 +210,11 @@ def test_thinking_and_effort(thinking: dict | None, effort: str | None, expected
 
 @pytest.mark.parametrize(
     ("choice", "expected"),
-    [({"type": "auto"}, ToolChoice("auto")), ({"type": "any"}, ToolChoice("required")),
-     ({"type": "none"}, ToolChoice("none"))],
+    [
+        ({"type": "auto"}, ToolChoice("auto")),
+        ({"type": "any"}, ToolChoice("required")),
+        ({"type": "none"}, ToolChoice("none")),
+    ],
 )
 def test_tool_choices(choice: dict, expected: ToolChoice) -> None:
     tools = [{"name": "f", "input_schema": {"type": "object"}}]
@@ -189,11 +223,14 @@ def test_tool_choices(choice: dict, expected: ToolChoice) -> None:
 
 @pytest.mark.parametrize(
     ("choice", "parallel"),
-    [({"type": "auto"}, True), ({"type": "auto", "disable_parallel_tool_use": False}, True),
-     ({"type": "auto", "disable_parallel_tool_use": True}, False),
-     ({"type": "any", "disable_parallel_tool_use": True}, False),
-     ({"type": "tool", "name": "f", "disable_parallel_tool_use": True}, False),
-     ({"type": "none"}, True)],
+    [
+        ({"type": "auto"}, True),
+        ({"type": "auto", "disable_parallel_tool_use": False}, True),
+        ({"type": "auto", "disable_parallel_tool_use": True}, False),
+        ({"type": "any", "disable_parallel_tool_use": True}, False),
+        ({"type": "tool", "name": "f", "disable_parallel_tool_use": True}, False),
+        ({"type": "none"}, True),
+    ],
 )
 def test_disable_parallel_tool_use(choice: dict, parallel: bool) -> None:
     tools = [{"name": "f", "input_schema": {"type": "object"}}]
@@ -202,16 +239,16 @@ def test_disable_parallel_tool_use(choice: dict, parallel: bool) -> None:
 
 def test_structured_output() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
-    assert parse(output_config={"format": {"type": "json_schema", "schema": schema}}
-                 ).response_format == ResponseFormat("json_schema", schema)
+    assert parse(output_config={"format": {"type": "json_schema", "schema": schema}}).response_format == ResponseFormat(
+        "json_schema", schema
+    )
 
 
 def test_remote_image_needs_a_fetcher() -> None:
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
     messages = [{"role": "user", "content": [image]}]
     assert error(messages=messages).param == "messages[0].content[0].source.url"
-    got = api.parse_messages(body(messages=messages, max_tokens=5),
-                             fetch_image=lambda url, param: ImagePart(PNG))
+    got = api.parse_messages(body(messages=messages, max_tokens=5), fetch_image=lambda url, param: ImagePart(PNG))
     assert got.messages[0].content == [ImagePart(PNG)]
 
 
@@ -223,22 +260,68 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages[0].content[0].type"),
-        ({"messages": [{"role": "user", "content": [
-            {"type": "document", "source": {"type": "text", "data": "x"}}]}]}, "messages[0].content[0]"),
-        ({"messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/tiff", "data": PNG_B64}}]}]},
-         "messages[0].content[0].source.media_type"),
-        ({"messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "@@"}}]}]},
-         "messages[0].content[0].source.data"),
-        ({"messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": "file:///etc/passwd"}}]}]},
-         "messages[0].content[0].source.url"),
-        ({"messages": [{"role": "assistant", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}]}]},
-         "messages[0].content[0].type"),
-        ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f"}]}]},
-         "messages[0].content[0].type"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "x"}}]}
+                ]
+            },
+            "messages[0].content[0]",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/tiff", "data": PNG_B64}}
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].source.media_type",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "@@"}}
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].source.data",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image", "source": {"type": "url", "url": "file:///etc/passwd"}}],
+                    }
+                ]
+            },
+            "messages[0].content[0].source.url",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f"}]}]},
+            "messages[0].content[0].type",
+        ),
         ({"system": 5}, "system"),
         ({"temperature": 1.5}, "temperature"),
         ({"top_p": -0.5}, "top_p"),
@@ -250,8 +333,10 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, "tools[1].name"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"tool_choice": {"type": "tool"}}, "tool_choice.name"),
-        ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
-         "tool_choice.disable_parallel_tool_use"),
+        (
+            {"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
+            "tool_choice.disable_parallel_tool_use",
+        ),
         ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
         ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
         ({"keep_alive": "forever-ish"}, "keep_alive"),
@@ -275,7 +360,8 @@ def test_count_tokens_does_not_need_max_tokens(anthropic_client) -> None:
         return httpx.Response(200, content=api.count_tokens_body(10 * len(request_.messages)))
 
     counted = anthropic_client(handler).messages.count_tokens(
-        model="m", system="s", messages=[{"role": "user", "content": "hello"}])
+        model="m", system="s", messages=[{"role": "user", "content": "hello"}]
+    )
     assert counted.input_tokens == 20
     assert MessageTokensCount.model_validate_json(api.count_tokens_body(7)).input_tokens == 7
 
@@ -296,9 +382,13 @@ def test_message_body() -> None:
 
 
 def test_message_body_with_thinking_and_tools() -> None:
-    result = ChatResult("", "tool_calls", USAGE, reasoning="Use weather.",
-                        tool_calls=[ToolCall("toolu_a", "weather", '{"city": "Oslo"}'),
-                                    ToolCall("toolu_b", "broken", "{not json")])
+    result = ChatResult(
+        "",
+        "tool_calls",
+        USAGE,
+        reasoning="Use weather.",
+        tool_calls=[ToolCall("toolu_a", "weather", '{"city": "Oslo"}'), ToolCall("toolu_b", "broken", "{not json")],
+    )
     message = SDKMessage.model_validate_json(api.message_body("r", "m", result))
     assert [b.type for b in message.content] == ["thinking", "tool_use", "tool_use"]
     assert message.content[0].thinking == "Use weather."
@@ -309,8 +399,12 @@ def test_message_body_with_thinking_and_tools() -> None:
 
 @pytest.mark.parametrize(
     ("finish", "stop_sequence", "reason", "sequence"),
-    [("stop", None, "end_turn", None), ("stop", "END", "stop_sequence", "END"),
-     ("length", None, "max_tokens", None), ("cancelled", None, "end_turn", None)],
+    [
+        ("stop", None, "end_turn", None),
+        ("stop", "END", "stop_sequence", "END"),
+        ("length", None, "max_tokens", None),
+        ("cancelled", None, "end_turn", None),
+    ],
 )
 def test_stop_reasons(finish: str, stop_sequence: str | None, reason: str, sequence: str | None) -> None:
     result = ChatResult("x", finish, USAGE, stop_sequence=stop_sequence)  # type: ignore[arg-type]
@@ -383,8 +477,7 @@ def test_stream_event_order() -> None:
     start = got[0][1]["message"]
     assert start["id"] == "msg_r" and start["content"] == [] and start["stop_reason"] is None
     assert start["usage"]["input_tokens"] == 4 and start["usage"]["cache_read_input_tokens"] == 8
-    assert got[8][1]["content_block"] == {"type": "tool_use", "id": "toolu_w", "name": "weather",
-                                          "input": {}}
+    assert got[8][1]["content_block"] == {"type": "tool_use", "id": "toolu_w", "name": "weather", "input": {}}
     assert got[12][1]["content_block"]["id"].startswith("toolu_")
     assert got[14][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert got[14][1]["usage"]["output_tokens"] == 5
@@ -412,12 +505,18 @@ def test_the_sdk_accumulates_the_stream(anthropic_client) -> None:
 def test_early_start_and_ping_then_stop_sequence() -> None:
     stream = api.MessageStream("r", "m")
     out = stream.ping() + stream.ping() + stream.start()
-    out += feed_all(stream, [SlotInfo(0, 12, 8), TextDelta("a"),
-                             Done("stop", USAGE, stop_sequence="###")])
+    out += feed_all(stream, [SlotInfo(0, 12, 8), TextDelta("a"), Done("stop", USAGE, stop_sequence="###")])
     got = events_of(out)
-    assert [n for n, _ in got] == ["message_start", "ping", "ping", "content_block_start",
-                                   "content_block_delta", "content_block_stop", "message_delta",
-                                   "message_stop"]
+    assert [n for n, _ in got] == [
+        "message_start",
+        "ping",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     assert got[0][1]["message"]["usage"]["input_tokens"] == 0  # not known yet
     assert got[-2][1]["usage"]["input_tokens"] == 4  # message_delta brings it
     assert got[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "###"}
@@ -432,17 +531,19 @@ def test_empty_output_stream() -> None:
 
 def test_error_after_partial_output(anthropic_client) -> None:
     stream = api.MessageStream("r", "m")
-    raw = feed_all(stream, [SlotInfo(0, 3, 0), TextDelta("Par"),
-                            Failed(RunnerFailed("the runner crashed").info()), TextDelta("late")])
+    raw = feed_all(
+        stream,
+        [SlotInfo(0, 3, 0), TextDelta("Par"), Failed(RunnerFailed("the runner crashed").info()), TextDelta("late")],
+    )
     got = events_of(raw)
-    assert [n for n, _ in got] == ["message_start", "content_block_start", "content_block_delta",
-                                   "error"]
-    assert got[-1][1] == {"type": "error", "error": {"type": "api_error",
-                                                     "message": "the runner crashed"}}
+    assert [n for n, _ in got] == ["message_start", "content_block_start", "content_block_delta", "error"]
+    assert got[-1][1] == {"type": "error", "error": {"type": "api_error", "message": "the runner crashed"}}
     client = anthropic_client(lambda request: httpx.Response(200, headers=SSE, content=raw))
-    with pytest.raises(anthropic.APIStatusError, match="the runner crashed"):
-        with client.messages.stream(model="m", max_tokens=5, messages=USER) as s:
-            s.get_final_message()
+    with (
+        pytest.raises(anthropic.APIStatusError, match="the runner crashed"),
+        client.messages.stream(model="m", max_tokens=5, messages=USER) as s,
+    ):
+        s.get_final_message()
 
 
 def test_fail_for_errors_outside_the_runner() -> None:
@@ -494,14 +595,16 @@ def test_sdk_sees_typed_errors(anthropic_client) -> None:
         except InvalidRequest as e:
             status, raw = api.error_body(e)
             return httpx.Response(status, content=raw)
-        failure = {"nope": ModelNotFound("nope"), "busy": Overloaded("busy"),
-                   "key": Unauthorized("Invalid API key.")}[parsed.model]
+        failure = {"nope": ModelNotFound("nope"), "busy": Overloaded("busy"), "key": Unauthorized("Invalid API key.")}[
+            parsed.model
+        ]
         status, raw = api.error_body(failure)
         return httpx.Response(status, content=raw)
 
     client = anthropic_client(handler)
-    with pytest.raises(anthropic.NotFoundError,
-                       match=r"The model 'nope' does not exist on this server \(see GET /v1/models\)\."):
+    with pytest.raises(
+        anthropic.NotFoundError, match=r"The model 'nope' does not exist on this server \(see GET /v1/models\)\."
+    ):
         client.messages.create(model="nope", max_tokens=5, messages=USER)
     with pytest.raises(anthropic.AuthenticationError):
         client.messages.create(model="key", max_tokens=5, messages=USER)
@@ -509,5 +612,4 @@ def test_sdk_sees_typed_errors(anthropic_client) -> None:
         client.messages.create(model="busy", max_tokens=5, messages=USER)
     assert overloaded.value.status_code == 529
     with pytest.raises(anthropic.BadRequestError, match="temperature"):
-        client.messages.create(model="m", max_tokens=5, messages=USER,
-                               extra_body={"temperature": 1.5})
+        client.messages.create(model="m", max_tokens=5, messages=USER, extra_body={"temperature": 1.5})

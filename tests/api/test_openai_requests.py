@@ -61,22 +61,53 @@ def test_sdk_request_with_every_parameter(openai_client) -> None:
             model="smollm2",
             messages=[
                 {"role": "developer", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "Look:"},
-                                             {"type": "image_url", "image_url": {"url": PNG_URL}}]},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function",
-                     "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Look:"},
+                        {"type": "image_url", "image_url": {"url": PNG_URL}},
+                    ],
+                },
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                        }
+                    ],
+                },
                 {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
             ],
-            temperature=0.5, top_p=0.9, presence_penalty=0.1, frequency_penalty=-0.1, seed=7,
-            stop=["\n\n", "END"], max_completion_tokens=64, logit_bias={"50256": -100}, n=1,
-            stream=True, stream_options={"include_usage": True},
-            tools=[{"type": "function", "function": {
-                "name": "weather", "description": "Weather now",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+            temperature=0.5,
+            top_p=0.9,
+            presence_penalty=0.1,
+            frequency_penalty=-0.1,
+            seed=7,
+            stop=["\n\n", "END"],
+            max_completion_tokens=64,
+            logit_bias={"50256": -100},
+            n=1,
+            stream=True,
+            stream_options={"include_usage": True},
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "weather",
+                        "description": "Weather now",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                    },
+                }
+            ],
             tool_choice={"type": "function", "function": {"name": "weather"}},
-            response_format={"type": "json_object"}, reasoning_effort="low",
-            parallel_tool_calls=False, user="u1", store=False,
+            response_format={"type": "json_object"},
+            reasoning_effort="low",
+            parallel_tool_calls=False,
+            user="u1",
+            store=False,
             extra_body={"top_k": 20, "min_p": 0.1, "repetition_penalty": 1.1, "keep_alive": "5m"},
         )
     call = api.parse_chat(seen[0])
@@ -90,12 +121,21 @@ def test_sdk_request_with_every_parameter(openai_client) -> None:
         Message("tool", "Sunny", tool_call_id="call_1"),
     ]
     assert request.sampling == SamplingParams(
-        temperature=0.5, top_p=0.9, top_k=20, min_p=0.1, presence_penalty=0.1,
-        frequency_penalty=-0.1, repeat_penalty=1.1, seed=7, max_tokens=64,
-        stop=["\n\n", "END"], logit_bias={50256: -100.0},
+        temperature=0.5,
+        top_p=0.9,
+        top_k=20,
+        min_p=0.1,
+        presence_penalty=0.1,
+        frequency_penalty=-0.1,
+        repeat_penalty=1.1,
+        seed=7,
+        max_tokens=64,
+        stop=["\n\n", "END"],
+        logit_bias={50256: -100.0},
     )
-    assert request.tools == [Tool("weather", "Weather now",
-                                  {"type": "object", "properties": {"city": {"type": "string"}}})]
+    assert request.tools == [
+        Tool("weather", "Weather now", {"type": "object", "properties": {"city": {"type": "string"}}})
+    ]
     assert request.tool_choice == ToolChoice("required", "weather")
     assert request.parallel_tool_calls is False
     assert request.response_format == ResponseFormat("json_object")
@@ -115,9 +155,11 @@ def test_roles_names_and_text_parts() -> None:
     messages = [
         {"role": "system", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]},
         {"role": "user", "name": "ann", "content": [{"type": "text", "text": "hi"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "yes"},
-                                          {"type": "refusal", "refusal": "no"}],
-         "reasoning_content": "thinking"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "yes"}, {"type": "refusal", "refusal": "no"}],
+            "reasoning_content": "thinking",
+        },
         {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "42"}]},
     ]
     assert chat(messages=messages).request.messages == [
@@ -134,9 +176,15 @@ def test_image_url_given_bare() -> None:
 
 
 def test_remote_image_refused_unless_fetched() -> None:
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": "what is it"},
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is it"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+            ],
+        }
+    ]
     assert chat_error(messages=messages).param == "messages[0].content[1].image_url.url"
     call = api.parse_chat(body(messages=messages), fetch_image=lambda url, param: ImagePart(PNG))
     assert call.request.messages[0].content == [TextPart("what is it"), ImagePart(PNG)]
@@ -164,12 +212,24 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
         ({"messages": [{"content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
-        ({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": PNG_URL}]}]},
-         "messages[0].content[0].type"),
+        (
+            {"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": PNG_URL}]}]},
+            "messages[0].content[0].type",
+        ),
         ({"messages": [*USER, {"role": "tool", "content": "x"}]}, "messages[1].tool_call_id"),
-        ({"messages": [{"role": "assistant", "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
-         "messages[0].tool_calls[0].function.arguments"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+                        ],
+                    }
+                ]
+            },
+            "messages[0].tool_calls[0].function.arguments",
+        ),
         ({"model": ""}, "model"),
         ({"n": 2}, "n"),
         ({"temperature": 2.5}, "temperature"),
@@ -197,13 +257,25 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
         ({"function_call": "auto"}, "function_call"),
         ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
         ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0].function.name"),
-        ({"tools": [{"type": "function", "function": {"name": "a"}},
-                    {"type": "function", "function": {"name": "a"}}]}, "tools[1].function.name"),
+        (
+            {
+                "tools": [
+                    {"type": "function", "function": {"name": "a"}},
+                    {"type": "function", "function": {"name": "a"}},
+                ]
+            },
+            "tools[1].function.name",
+        ),
         ({"tool_choice": "sometimes"}, "tool_choice"),
         ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"tool_choice": "required"}, "tool_choice"),
-        ({"tools": [{"type": "function", "function": {"name": "a"}}],
-          "tool_choice": {"type": "function", "function": {"name": "b"}}}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "a"}}],
+                "tool_choice": {"type": "function", "function": {"name": "b"}},
+            },
+            "tool_choice",
+        ),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"reasoning_effort": "extreme"}, "reasoning_effort"),
         ({"keep_alive": "a while"}, "keep_alive"),
@@ -248,9 +320,15 @@ def test_tool_choice_modes(choice: str, expected: ToolChoice) -> None:
     assert chat(tools=tools, tool_choice=choice).request.tool_choice == expected
 
 
-@pytest.mark.parametrize(("sent", "parallel"), [({}, True), ({"parallel_tool_calls": None}, True),
-                                              ({"parallel_tool_calls": True}, True),
-                                              ({"parallel_tool_calls": False}, False)])
+@pytest.mark.parametrize(
+    ("sent", "parallel"),
+    [
+        ({}, True),
+        ({"parallel_tool_calls": None}, True),
+        ({"parallel_tool_calls": True}, True),
+        ({"parallel_tool_calls": False}, False),
+    ],
+)
 def test_parallel_tool_calls_default_to_true_as_openai(sent: dict, parallel: bool) -> None:
     tools = [{"type": "function", "function": {"name": "f"}}]
     assert chat(tools=tools, **sent).request.parallel_tool_calls is parallel
@@ -258,10 +336,12 @@ def test_parallel_tool_calls_default_to_true_as_openai(sent: dict, parallel: boo
 
 def test_response_formats_and_reasoning() -> None:
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
-    assert chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-                ).request.response_format == ResponseFormat("json_schema", schema)
-    assert chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}
-                ).request.response_format == ResponseFormat("json_object")
+    assert chat(
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    ).request.response_format == ResponseFormat("json_schema", schema)
+    assert chat(
+        response_format={"type": "json_schema", "json_schema": {"name": "x"}}
+    ).request.response_format == ResponseFormat("json_object")
     assert chat(response_format={"type": "text"}).request.response_format is None
     assert chat(reasoning_effort="none").request.reasoning == Reasoning(enabled=False)
     assert chat(reasoning_effort="high").request.reasoning == Reasoning(effort="high")
@@ -299,13 +379,19 @@ def test_keep_alive_forms() -> None:
 
 
 def test_unknown_fields_are_ignored() -> None:
-    assert chat(metadata={"a": "b"}, prediction={"type": "content", "content": "x"},
-                web_search_options={}).request.model == "m"
+    assert (
+        chat(metadata={"a": "b"}, prediction={"type": "content", "content": "x"}, web_search_options={}).request.model
+        == "m"
+    )
 
 
 def test_empty_assistant_tool_arguments_mean_none() -> None:
-    messages = [{"role": "assistant", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}]
+    messages = [
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}],
+        }
+    ]
     assert chat(messages=messages).request.messages[0].tool_calls == [ToolCall("c", "f", "{}")]
 
 
@@ -321,8 +407,17 @@ def test_completion_prompt_forms_and_defaults() -> None:
     assert call.request.prompt == "Once upon"
     assert call.request.sampling == SamplingParams(max_tokens=16)
     assert completion(prompt=["one"]).request.prompt == "one"
-    full = completion(prompt="x", max_tokens=5, temperature=0, stop="\n", stream=True,
-                      stream_options={"include_usage": True}, echo=False, best_of=1, suffix="")
+    full = completion(
+        prompt="x",
+        max_tokens=5,
+        temperature=0,
+        stop="\n",
+        stream=True,
+        stream_options={"include_usage": True},
+        echo=False,
+        best_of=1,
+        suffix="",
+    )
     assert full.request.sampling == SamplingParams(temperature=0, max_tokens=5, stop=["\n"])
     assert full.request.stream and full.include_usage
 
@@ -362,8 +457,7 @@ def test_completion_max_tokens_limit() -> None:
 def test_embedding_inputs() -> None:
     call = api.parse_embeddings(body(input="hello"))
     assert call.request.input == ["hello"] and call.encoding_format == "float"
-    call = api.parse_embeddings(body(input=["a", "b"], encoding_format="base64", dimensions=32,
-                                     keep_alive="10s"))
+    call = api.parse_embeddings(body(input=["a", "b"], encoding_format="base64", dimensions=32, keep_alive="10s"))
     assert call.request.input == ["a", "b"] and call.request.dimensions == 32
     assert call.encoding_format == "base64" and call.request.keep_alive == 10
 

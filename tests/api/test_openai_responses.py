@@ -61,8 +61,9 @@ def frames(stream: bytes) -> list[bytes]:
 
 
 def test_chat_completion_body() -> None:
-    raw = api.chat_completion_body("r1", "smollm2", 1700000000, ChatResult("Hello!", "stop", USAGE),
-                                   system_fingerprint="spark-0.1")
+    raw = api.chat_completion_body(
+        "r1", "smollm2", 1700000000, ChatResult("Hello!", "stop", USAGE), system_fingerprint="spark-0.1"
+    )
     parsed = ChatCompletion.model_validate_json(raw)
     assert parsed.id == "chatcmpl-r1" and parsed.object == "chat.completion"
     assert parsed.model == "smollm2" and parsed.created == 1700000000
@@ -76,8 +77,13 @@ def test_chat_completion_body() -> None:
 
 
 def test_chat_completion_body_with_tool_calls_and_reasoning() -> None:
-    result = ChatResult("", "tool_calls", USAGE, reasoning="Need weather.",
-                        tool_calls=[ToolCall("call_a", "weather", '{"city":"Oslo"}')])
+    result = ChatResult(
+        "",
+        "tool_calls",
+        USAGE,
+        reasoning="Need weather.",
+        tool_calls=[ToolCall("call_a", "weather", '{"city":"Oslo"}')],
+    )
     raw = api.chat_completion_body("r1", "m", 1, result)
     message = ChatCompletion.model_validate_json(raw).choices[0].message
     assert message.content is None
@@ -88,8 +94,9 @@ def test_chat_completion_body_with_tool_calls_and_reasoning() -> None:
     assert json.loads(raw)["choices"][0]["finish_reason"] == "tool_calls"
 
 
-@pytest.mark.parametrize(("finish", "wire"), [("stop", "stop"), ("length", "length"),
-                                              ("cancelled", "stop"), ("error", "stop")])
+@pytest.mark.parametrize(
+    ("finish", "wire"), [("stop", "stop"), ("length", "length"), ("cancelled", "stop"), ("error", "stop")]
+)
 def test_finish_reasons(finish: str, wire: str) -> None:
     raw = api.chat_completion_body("r", "m", 1, ChatResult("x", finish, USAGE))  # type: ignore[arg-type]
     assert ChatCompletion.model_validate_json(raw).choices[0].finish_reason == wire
@@ -118,13 +125,14 @@ def test_embeddings_float_and_base64_round_trip() -> None:
 
 
 def test_models_bodies() -> None:
-    entries = [ModelEntry("smollm2", 1700000000, loaded=True, info={"size": 98_000_000}),
-               ModelEntry("bert", 1700000001)]
+    entries = [
+        ModelEntry("smollm2", 1700000000, loaded=True, info={"size": 98_000_000}),
+        ModelEntry("bert", 1700000001),
+    ]
     listed = json.loads(api.model_list_body(entries))
     assert listed["object"] == "list"
     models = [Model.model_validate(m) for m in listed["data"]]
-    assert [(m.id, m.owned_by, m.object) for m in models] == [
-        ("smollm2", "spark", "model"), ("bert", "spark", "model")]
+    assert [(m.id, m.owned_by, m.object) for m in models] == [("smollm2", "spark", "model"), ("bert", "spark", "model")]
     assert listed["data"][0]["loaded"] is True and listed["data"][0]["spark"] == {"size": 98_000_000}
     assert listed["data"][1]["loaded"] is False
     assert Model.model_validate_json(api.model_body(entries[1])).created == 1700000001
@@ -138,7 +146,7 @@ EVENTS = [
     ReasoningDelta("Think."),
     TextDelta("Hel"),
     TextDelta(""),
-    TextDelta("lo \"you\""),
+    TextDelta('lo "you"'),
     Done("stop", USAGE),
 ]
 
@@ -177,8 +185,7 @@ def test_chat_stream_tool_calls() -> None:
         ToolCallDelta(1, name="time"),  # no id from the engine: one is made
         Done("tool_calls", USAGE),
     ]
-    chunks = [ChatCompletionChunk.model_validate_json(f)
-              for f in frames(run(api.ChatStream("r", "m", 1), events))[:-1]]
+    chunks = [ChatCompletionChunk.model_validate_json(f) for f in frames(run(api.ChatStream("r", "m", 1), events))[:-1]]
     calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     assert calls[0].id == "call_x" and calls[0].function.name == "weather" and calls[0].type == "function"
     assert calls[1].id is None and calls[1].function.name is None
@@ -189,8 +196,7 @@ def test_chat_stream_tool_calls() -> None:
 
 def test_chat_stream_empty_output_still_has_role_and_finish() -> None:
     out = frames(run(api.ChatStream("r", "m", 1), [Done("length", USAGE)]))
-    assert [ChatCompletionChunk.model_validate_json(f).choices[0].finish_reason for f in out[:-1]] == [
-        None, "length"]
+    assert [ChatCompletionChunk.model_validate_json(f).choices[0].finish_reason for f in out[:-1]] == [None, "length"]
     assert out[-1] == b"[DONE]"
 
 
@@ -199,9 +205,14 @@ def test_chat_stream_error_after_partial_output() -> None:
     failure = Failed(RunnerFailed("the runner for 'm' crashed (exit code -9)").info())
     out = frames(run(stream, [TextDelta("Par"), TextDelta("tial"), failure, TextDelta("late")]))
     assert out[-1] == b"[DONE]"
-    assert json.loads(out[-2]) == {"error": {
-        "message": "the runner for 'm' crashed (exit code -9)", "type": "server_error",
-        "param": None, "code": "runner_failed"}}
+    assert json.loads(out[-2]) == {
+        "error": {
+            "message": "the runner for 'm' crashed (exit code -9)",
+            "type": "server_error",
+            "param": None,
+            "code": "runner_failed",
+        }
+    }
     assert b"late" not in b"".join(out) and stream.finished
     assert stream.feed(Done("stop", USAGE)) == b""
 
@@ -214,8 +225,7 @@ def test_stream_fail_for_errors_outside_the_runner() -> None:
 
 
 def test_completion_stream(openai_client) -> None:
-    events = [SlotInfo(0, 3, 0), TextDelta("a"), ReasoningDelta("ignored"), TextDelta("b"),
-              Done("length", USAGE)]
+    events = [SlotInfo(0, 3, 0), TextDelta("a"), ReasoningDelta("ignored"), TextDelta("b"), Done("length", USAGE)]
     raw = run(api.CompletionStream("r", "m", 1, include_usage=True), events)
     out = frames(raw)
     assert out[-1] == b"[DONE]"
@@ -223,8 +233,7 @@ def test_completion_stream(openai_client) -> None:
     # the SDK reads stream chunks leniently, so the stream is checked through the SDK itself.
     assert [json.loads(f)["choices"][0]["finish_reason"] for f in out[:-2]] == [None, None, "length"]
     client = openai_client(lambda request: httpx.Response(200, headers=SSE, content=raw))
-    chunks = list(client.completions.create(model="m", prompt="x", stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(client.completions.create(model="m", prompt="x", stream=True, stream_options={"include_usage": True}))
     assert all(c.id == "cmpl-r" and c.object == "text_completion" for c in chunks)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == "ab"
     assert chunks[-2].choices[0].finish_reason == "length"
@@ -239,9 +248,11 @@ def test_the_sdk_reads_a_stream_and_raises_on_its_error(openai_client) -> None:
         return httpx.Response(200, headers=SSE, content=run(stream, events))
 
     client = openai_client(handler)
-    chunks = list(client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
-        stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi"
     assert chunks[-1].usage.total_tokens == 17
 
@@ -251,8 +262,11 @@ def test_the_sdk_reads_a_stream_and_raises_on_its_error(openai_client) -> None:
         return httpx.Response(200, headers=SSE, content=run(stream, events))
 
     with pytest.raises(openai.APIError, match="queue full"):
-        list(openai_client(failing).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+        list(
+            openai_client(failing).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
 
 
 def test_the_sdk_reads_bodies(openai_client) -> None:
@@ -264,8 +278,12 @@ def test_the_sdk_reads_bodies(openai_client) -> None:
             result = EmbeddingResult([[0.5, -0.25]] * len(call.request.input), Usage(4))
             return httpx.Response(200, content=api.embeddings_body("m", result, call.encoding_format))
         call = api.parse_chat(request.content)
-        return httpx.Response(200, content=api.chat_completion_body(
-            "r", call.request.model, 1, ChatResult(call.request.messages[-1].text(), "stop", USAGE)))
+        return httpx.Response(
+            200,
+            content=api.chat_completion_body(
+                "r", call.request.model, 1, ChatResult(call.request.messages[-1].text(), "stop", USAGE)
+            ),
+        )
 
     client = openai_client(handler)
     assert [m.id for m in client.models.list()] == ["m"]
@@ -301,14 +319,14 @@ ERRORS: list[tuple[SparkError, int, str, str]] = [
 def test_error_bodies(error: SparkError, status: int, kind: str, code: str) -> None:
     got_status, raw = api.error_body(error)
     assert got_status == status
-    assert json.loads(raw) == {"error": {"message": error.message, "type": kind,
-                                         "param": error.param, "code": code}}
+    assert json.loads(raw) == {"error": {"message": error.message, "type": kind, "param": error.param, "code": code}}
 
 
 def test_unknown_model_message_and_sdk_exceptions(openai_client) -> None:
-    status, raw = api.error_body(ModelNotFound("nope"))
+    _status, raw = api.error_body(ModelNotFound("nope"))
     assert json.loads(raw)["error"]["message"] == (
-        "The model 'nope' does not exist on this server (see GET /v1/models).")
+        "The model 'nope' does not exist on this server (see GET /v1/models)."
+    )
     assert json.loads(raw)["error"]["param"] == "model"
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -317,8 +335,9 @@ def test_unknown_model_message_and_sdk_exceptions(openai_client) -> None:
         except InvalidRequest as e:
             code, body = api.error_body(e)
             return httpx.Response(code, content=body)
-        code, body = api.error_body(ModelNotFound("nope") if b"nope" in request.content
-                                    else Unauthorized("Invalid API key."))
+        code, body = api.error_body(
+            ModelNotFound("nope") if b"nope" in request.content else Unauthorized("Invalid API key.")
+        )
         return httpx.Response(code, content=body)
 
     client = openai_client(handler)

@@ -47,9 +47,11 @@ def test_create_ls_rm() -> None:
 
 def test_errors_name_the_problem() -> None:
     assert spark("keys", "create", "dup").exit_code == 0
-    for args, message in ((("keys", "create", "dup"), "already exists"),
-                          (("keys", "create", "bad name"), "not a valid key name"),
-                          (("keys", "rm", "nobody"), "no key named 'nobody'")):
+    for args, message in (
+        (("keys", "create", "dup"), "already exists"),
+        (("keys", "create", "bad name"), "not a valid key name"),
+        (("keys", "rm", "nobody"), "no key named 'nobody'"),
+    ):
         result = spark(*args)
         assert isinstance(result.exception, InvalidRequest) and message in str(result.exception)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from server.helpers import LiveServer, live_server
 from typer.testing import CliRunner
 
+from server.helpers import LiveServer, live_server
 from spark.cli import app
 from spark.cli.log import LocalLog, ServerLog, ms, open_log
 from spark.errors import SparkError
@@ -41,16 +41,32 @@ def invoke(*args: str, code: int = 0) -> str:
 
 def record(n: int, **changes: object) -> RequestRecord:
     values: dict[str, object] = {
-        "id": f"own{n}", "request_id": f"req_{n:04d}", "started_at": time.time() - 600 + n, "route": "/v1/messages",
-        "status": 200, "duration_ms": 250.0, "model": "tiny", "key_name": "laptop", "key_prefix": "sk-spark-AbCd",
-        "finish_reason": "stop", "prompt_tokens": 30, "completion_tokens": 12, "cached_tokens": 20, "ttft_ms": 40.0,
+        "id": f"own{n}",
+        "request_id": f"req_{n:04d}",
+        "started_at": time.time() - 600 + n,
+        "route": "/v1/messages",
+        "status": 200,
+        "duration_ms": 250.0,
+        "model": "tiny",
+        "key_name": "laptop",
+        "key_prefix": "sk-spark-AbCd",
+        "finish_reason": "stop",
+        "prompt_tokens": 30,
+        "completion_tokens": 12,
+        "cached_tokens": 20,
+        "ttft_ms": 40.0,
         "tokens_per_second": 52.5,
-        "content": RequestContent(request={"messages": [{"role": "user", "content": "What is the capital?"}]},
-                                  output="Paris."),
-        "timeline": [Step("received", 0.0), Step("queued", 0.4, {"position": 2, "slots": 1, "model": "tiny"}),
-                     Step("slot", 30.0, {"slot": 0, "prompt_tokens": 30, "cached_tokens": 20}),
-                     Step("prompt", 38.5, {"tokens": 10, "seconds": 0.0085, "tokens_per_second": 1176.5}),
-                     Step("first_token", 40.0), Step("finished", 250.0, {"finish_reason": "stop"})],
+        "content": RequestContent(
+            request={"messages": [{"role": "user", "content": "What is the capital?"}]}, output="Paris."
+        ),
+        "timeline": [
+            Step("received", 0.0),
+            Step("queued", 0.4, {"position": 2, "slots": 1, "model": "tiny"}),
+            Step("slot", 30.0, {"slot": 0, "prompt_tokens": 30, "cached_tokens": 20}),
+            Step("prompt", 38.5, {"tokens": 10, "seconds": 0.0085, "tokens_per_second": 1176.5}),
+            Step("first_token", 40.0),
+            Step("finished", 250.0, {"finish_reason": "stop"}),
+        ],
     }
     values.update(changes)
     return RequestRecord(**values)  # type: ignore[arg-type]
@@ -67,10 +83,14 @@ def test_an_empty_log() -> None:
 
 
 def test_list_and_filters(table: RequestTable) -> None:
-    table.insert_many([
-        record(1), record(2, model="other", key_name="ci"), record(3, status=404, error_type="model_not_found"),
-        record(4, zero_retention=True, content=None, started_at=time.time() - 3 * 3600),
-    ])
+    table.insert_many(
+        [
+            record(1),
+            record(2, model="other", key_name="ci"),
+            record(3, status=404, error_type="model_not_found"),
+            record(4, zero_retention=True, content=None, started_at=time.time() - 3 * 3600),
+        ]
+    )
     out = invoke("log")
     assert isinstance(open_log(), LocalLog)  # no server runs: the database itself
     rows = [line for line in out.splitlines() if "req_" in line]
@@ -90,12 +110,15 @@ def test_list_and_filters(table: RequestTable) -> None:
     assert listed("--limit", "2") == ["req_0002", "req_0003"]  # the newest two, newest last
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--status", "bad"], "status: 'bad' is not ok, error or an HTTP status code"),
-    (["--since", "someday"], "since: 'someday' is neither a duration"),
-    (["--limit", "0"], "limit must be between 1 and 1000"),
-    (["nope"], "No logged request has the id 'nope'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--status", "bad"], "status: 'bad' is not ok, error or an HTTP status code"),
+        (["--since", "someday"], "since: 'someday' is neither a duration"),
+        (["--limit", "0"], "limit must be between 1 and 1000"),
+        (["nope"], "No logged request has the id 'nope'"),
+    ],
+)
 def test_bad_input_is_a_typed_error(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["log", *args], env=WIDE)
     assert result.exit_code == 1 and isinstance(result.exception, SparkError)
@@ -103,8 +126,14 @@ def test_bad_input_is_a_typed_error(args: list[str], message: str) -> None:
 
 
 def test_bad_input_is_one_line_from_the_command() -> None:
-    result = subprocess.run([sys.executable, "-m", "spark", "log", "--status", "bad"], capture_output=True,
-                            text=True, timeout=60, env={**os.environ, **WIDE}, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "spark", "log", "--status", "bad"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **WIDE},
+        check=False,
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == "Error: status: 'bad' is not ok, error or an HTTP status code\n"
 
@@ -132,8 +161,13 @@ def test_one_request_as_a_waterfall(table: RequestTable) -> None:
 
 def test_follow_prints_new_requests(table: RequestTable) -> None:
     table.insert_many([record(1)])
-    child = pexpect.spawn(sys.executable, ["-m", "spark", "log", "-f", "--model", "tiny"], encoding="utf-8",
-                          env={**os.environ, **WIDE}, timeout=30)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "spark", "log", "-f", "--model", "tiny"],
+        encoding="utf-8",
+        env={**os.environ, **WIDE},
+        timeout=30,
+    )
     try:
         child.expect("req_0001")
         table.insert_many([record(2, model="other"), record(3)])
@@ -161,8 +195,10 @@ def server(tiny_llama: Path) -> Iterator[tuple[LiveServer, str]]:
 
 def test_a_first_request_shows_its_model_load(server: tuple[LiveServer, str]) -> None:
     live, model = server
-    response = live.http().post("/v1/chat/completions", json={
-        "model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "why so slow?"}]})
+    response = live.http().post(
+        "/v1/chat/completions",
+        json={"model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "why so slow?"}]},
+    )
     request_id = response.headers["x-request-id"]
     source = open_log()
     assert isinstance(source, ServerLog)  # through the running server's admin API
@@ -176,8 +212,16 @@ def test_a_first_request_shows_its_model_load(server: tuple[LiveServer, str]) ->
     assert ms(load.at_ms) in rows["model load"] and ms(loaded.at_ms - load.at_ms) in rows["model load"]
     assert "first request" in rows["model load"]
     assert f"took {ms(loaded.details['seconds'] * 1000)}" in rows["model loaded"]
-    for label in ("received", "authenticated", "queued", "placement", "slot assigned", "prompt evaluated",
-                  "first token", "finished"):
+    for label in (
+        "received",
+        "authenticated",
+        "queued",
+        "placement",
+        "slot assigned",
+        "prompt evaluated",
+        "first token",
+        "finished",
+    ):
         assert label in rows, label
     assert "longest step: model load -> model loaded" in out  # the answer to "why was it slow?"
     assert "user: why so slow?" in out

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import tiny_gguf
-from fakehub import FakeHub
 from typer.testing import CliRunner, Result
 
+import tiny_gguf
+from fakehub import FakeHub
 from spark.cli import app
 from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound
 from spark.library import BUNDLED_ID, Library
@@ -44,8 +44,13 @@ def test_pull_show_rm_round_trip(fake_hub: FakeHub) -> None:
 
     shown = spark("show", "TinyLlama-Q4_K_M")
     assert shown.exit_code == 0, shown.output
-    for text in ("architecture      llama", "quantization      F32", "training context  512",
-                 "source            hf:tiny/TinyLlama-GGUF/TinyLlama-Q4_K_M.gguf", "owned by spark    yes"):
+    for text in (
+        "architecture      llama",
+        "quantization      F32",
+        "training context  512",
+        "source            hf:tiny/TinyLlama-GGUF/TinyLlama-Q4_K_M.gguf",
+        "owned by spark    yes",
+    ):
         assert text in shown.output
 
     again = spark("pull", "tiny/TinyLlama-GGUF")
@@ -147,7 +152,11 @@ def test_real_command_prints_one_red_line_and_exits_1(fake_hub: FakeHub) -> None
     env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(
         [sys.executable, "-c", "from spark.cli import main; main()", "show", "nope"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
@@ -155,7 +164,11 @@ def test_real_command_prints_one_red_line_and_exits_1(fake_hub: FakeHub) -> None
     ]
     pulled = subprocess.run(
         [sys.executable, "-c", "from spark.cli import main; main()", "pull", "tiny/TinyTools-GGUF"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
     assert pulled.returncode == 0, pulled.stderr
     assert "Added tinytools-q8_0" in pulled.stdout

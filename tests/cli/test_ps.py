@@ -34,8 +34,14 @@ WIDE = {"COLUMNS": "200"}  # rich tables are not wrapped or cut
 
 
 def spark_cmd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spark", *args], capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, **WIDE})
+    return subprocess.run(
+        [sys.executable, "-m", "spark", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **WIDE},
+    )
 
 
 def invoke(*args: str) -> str:
@@ -50,16 +56,20 @@ def test_without_a_server() -> None:
     assert ps.returncode == 0 and ps.stdout.strip() == "No Spark server is running (start one with `spark serve`)."
     stop = spark_cmd("stop", "some-model")
     assert stop.returncode == 1
-    assert stop.stderr.strip() == ("Error: No Spark server is running (start one with `spark serve`), "
-                                   "so no model is loaded.")
+    assert stop.stderr.strip() == (
+        "Error: No Spark server is running (start one with `spark serve`), so no model is loaded."
+    )
 
     # the file of a server that died without removing it is recognised
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     settings = load_settings()
     server_file(settings).parent.mkdir(parents=True, exist_ok=True)
-    server_file(settings).write_bytes(msgspec.json.encode(ServerInfo(
-        pid=dead.pid, host="127.0.0.1", port=9, url="http://127.0.0.1:9", started_at=0, version="0")))
+    server_file(settings).write_bytes(
+        msgspec.json.encode(
+            ServerInfo(pid=dead.pid, host="127.0.0.1", port=9, url="http://127.0.0.1:9", started_at=0, version="0")
+        )
+    )
     assert invoke("ps").startswith("No Spark server is running")
 
 
@@ -84,8 +94,12 @@ def served(tiny_llama: Path) -> Iterator[Served]:
     with Library(settings) as library:
         model = library.add_local(tiny_llama).id
     key = KeyTable(Database(settings.db_path)).create("ps-test")[1]
-    proc = subprocess.Popen([sys.executable, "-m", "spark", "serve", "--port", str(free_port())],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark", "serve", "--port", str(free_port())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while (info := read_server_info(settings)) is None or info.pid != proc.pid:
@@ -147,26 +161,65 @@ def test_the_table_reads_like_ollama_ps() -> None:
 
     def state(**over: object) -> RunnerState:
         base: dict[str, object] = {
-            "model": "m", "status": "ready", "pid": 1, "rss_bytes": 0, "busy": 0, "in_flight": 0, "last_used": 0.0,
-            "restarts": 0, "n_ctx": 4096, "n_parallel": 4, "devices": ["cpu"], "estimate_bytes": 150 * 2**20,
-            "measured_bytes": 100 * 2**20, "idle_seconds": 75.0, "keep_alive": 300.0, "unloads_in": 225.0,
+            "model": "m",
+            "status": "ready",
+            "pid": 1,
+            "rss_bytes": 0,
+            "busy": 0,
+            "in_flight": 0,
+            "last_used": 0.0,
+            "restarts": 0,
+            "n_ctx": 4096,
+            "n_parallel": 4,
+            "devices": ["cpu"],
+            "estimate_bytes": 150 * 2**20,
+            "measured_bytes": 100 * 2**20,
+            "idle_seconds": 75.0,
+            "keep_alive": 300.0,
+            "unloads_in": 225.0,
         }
         return RunnerState(**{**base, **over})  # type: ignore[arg-type]
 
     rows = [
         state(model="idle"),
-        state(model="busy", measured_bytes=None, slots_busy=4, queued=2, idle_seconds=None, unloads_in=None,
-              devices=["cuda:0", "cpu"]),
+        state(
+            model="busy",
+            measured_bytes=None,
+            slots_busy=4,
+            queued=2,
+            idle_seconds=None,
+            unloads_in=None,
+            devices=["cuda:0", "cpu"],
+        ),
         state(model="kept", keep_alive=-1, unloads_in=None),
-        state(model="old", reason="stopping after its requests: settings changed: n_ctx 4096 -> 8192",
-              unloads_in=None, idle_seconds=None, slots_busy=1),
+        state(
+            model="old",
+            reason="stopping after its requests: settings changed: n_ctx 4096 -> 8192",
+            unloads_in=None,
+            idle_seconds=None,
+            slots_busy=1,
+        ),
         state(model="new", status="loading", unloads_in=None),
     ]
     console = Console(width=200, record=True)
     console.print(runners_table(rows))
     lines = {line.split()[0]: line.split() for line in console.export_text().splitlines()[1:]}
-    assert lines["idle"] == ["idle", "cpu", "100.0", "MiB", "150.0", "MiB", "(+50%)", "0/4", "0", "1m", "15s",
-                             "in", "3m", "45s"]
+    assert lines["idle"] == [
+        "idle",
+        "cpu",
+        "100.0",
+        "MiB",
+        "150.0",
+        "MiB",
+        "(+50%)",
+        "0/4",
+        "0",
+        "1m",
+        "15s",
+        "in",
+        "3m",
+        "45s",
+    ]
     assert lines["busy"][1:3] == ["cuda:0+cpu", "-"] and lines["busy"][5:9] == ["4/4", "2", "busy", "when"]
     assert lines["kept"][-1] == "forever"
     assert lines["old"][-3:] == ["after", "its", "requests"]

@@ -48,8 +48,12 @@ def test_unknown_model_is_one_clear_line() -> None:
 
 def _repl(model: str) -> pexpect.spawn:
     child = pexpect.spawn(
-        sys.executable, ["-m", "spark", "run", model], env=dict(os.environ, TERM="dumb"),
-        encoding="utf-8", timeout=60, dimensions=(40, 200),
+        sys.executable,
+        ["-m", "spark", "run", model],
+        env=dict(os.environ, TERM="dumb"),
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(40, 200),
     )
     child.expect_exact(">>> ")
     return child

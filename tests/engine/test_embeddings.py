@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine.helpers import Collector
 
+from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.embeddings import normalize, pack
 from spark.types import (
@@ -49,7 +49,7 @@ def test_batched_vectors_equal_single_ones(bert: Engine) -> None:
     texts = ["hello world", "the quick brown fox jumps", "a cat", "search query document"]
     batched = embed(bert, texts)
     assert isinstance(batched, Embeddings)
-    for text, vec in zip(texts, batched.vectors):
+    for text, vec in zip(texts, batched.vectors, strict=True):
         single = embed(bert, [text])
         assert isinstance(single, Embeddings)
         assert np.allclose(single.vectors[0], vec, atol=1e-5)
@@ -99,11 +99,14 @@ def test_normalize() -> None:
 def test_minilm_similar_sentences_are_closer(minilm: Path) -> None:
     with Engine(LoadOptions(model_id="minilm", path=str(minilm), n_threads=1, embedding=True)) as e:
         assert e.info().n_embd == 384
-        out = embed(e, [
-            "A man is playing a guitar.",
-            "Someone plays an acoustic guitar.",
-            "The stock market fell sharply today.",
-        ])
+        out = embed(
+            e,
+            [
+                "A man is playing a guitar.",
+                "Someone plays an acoustic guitar.",
+                "The stock market fell sharply today.",
+            ],
+        )
         assert isinstance(out, Embeddings)
         a, b, c = (np.array(v) for v in out.vectors)
         assert a @ b > 0.6 > a @ c and a @ b > b @ c + 0.3

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine.helpers import Collector, wait_until
 
+from engine.helpers import Collector, wait_until
 from spark.engine import Engine
 from spark.types import (
     ChatRequest,
@@ -132,7 +132,7 @@ def test_eos_ends_with_stop(engine: Engine, tiny_llama: Path) -> None:
 def test_second_chat_turn_reuses_the_history(engine: Engine) -> None:
     turn1 = [Message("system", "You answer briefly."), Message("user", "Name a colour and a fruit please")]
     first = run(engine, ChatRequest(model="tiny", messages=turn1, sampling=SamplingParams(max_tokens=10, seed=5)))
-    turn2 = turn1 + [Message("assistant", first.text), Message("user", "And another one?")]
+    turn2 = [*turn1, Message("assistant", first.text), Message("user", "And another one?")]
     req2 = ChatRequest(model="tiny", messages=turn2, sampling=SamplingParams(max_tokens=4, seed=5))
     second = run(engine, req2)
     slot = second.events[0]
@@ -259,6 +259,7 @@ def test_embedding_request_to_a_chat_model_fails(engine: Engine) -> None:
 def test_default_system_prompt_is_used_without_a_system_message(tiny_llama: Path) -> None:
     opts = LoadOptions(model_id="tiny", path=str(tiny_llama), n_threads=1, system_prompt="You are a pirate.")
     with Engine(opts) as e:
+
         def n(*messages: Message) -> int:
             return e.count_tokens(ChatRequest(model="tiny", messages=list(messages)))
 

@@ -13,9 +13,9 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from engine.helpers import Collector
 from llama_cpp import llama_cpp as lc
 
+from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.grammar import (
     Grammar,
@@ -147,7 +147,7 @@ def generated(driver: Driver, schema: dict[str, Any], seeds: range = range(12)) 
         ('root ::= ( "a"\n', "expecting ')'"),
         ('root ::= "a"\nroot ::= "b"\n', "defined twice"),
         ("root ::= <think>\n", "token references"),
-        ('root ::= ( [a-z]{0,50} ){0,50}\n', "more than 2000 rules"),
+        ("root ::= ( [a-z]{0,50} ){0,50}\n", "more than 2000 rules"),
     ],
 )
 def test_check_gbnf_refuses_what_llama_cpp_would_refuse_or_misread(text: str, why: str) -> None:
@@ -191,8 +191,17 @@ def test_exclusive_bounds_and_float_bounds_on_integers(driver: Driver) -> None:
 def test_bounded_numbers_only_write_values_inside(driver: Driver) -> None:
     schema = {"type": "number", "minimum": -2, "exclusiveMaximum": 1}
     grammar = schema_grammar(schema)
-    for text, ok in [("-2", True), ("-1.5", True), ("0.999", True), ("1", False), ("1.0", False),
-                     ("-2.5", False), ("0", True), ("-0.25", True), ("1e0", False)]:
+    for text, ok in [
+        ("-2", True),
+        ("-1.5", True),
+        ("0.999", True),
+        ("1", False),
+        ("1.0", False),
+        ("-2.5", False),
+        ("0", True),
+        ("-0.25", True),
+        ("1e0", False),
+    ]:
         assert driver.accepts(grammar, text) == ok, text
     values = generated(driver, schema, range(30))
     assert any(isinstance(v, float) for v in values)
@@ -214,7 +223,9 @@ def test_exclusive_integer_bound_allows_decimals_just_above_it(driver: Driver) -
         ("ipv4", ["192.168.0.1", "0.0.0.0"], ["256.1.1.1", "01.2.3.4"]),
     ],
 )
-def test_formats_accept_valid_and_refuse_invalid_text(driver: Driver, fmt: str, good: list[str], bad: list[str]) -> None:
+def test_formats_accept_valid_and_refuse_invalid_text(
+    driver: Driver, fmt: str, good: list[str], bad: list[str]
+) -> None:
     grammar = schema_grammar({"type": "string", "format": fmt})
     for text in good:
         assert driver.accepts(grammar, json.dumps(text)), text
@@ -227,8 +238,24 @@ def test_formats_accept_valid_and_refuse_invalid_text(driver: Driver, fmt: str, 
 
 @pytest.mark.parametrize(
     "fmt",
-    ["date", "time", "date-time", "duration", "uuid", "email", "hostname", "ipv4", "ipv6", "uri",
-     "uri-reference", "iri", "json-pointer", "relative-json-pointer", "regex", "uri-template"],
+    [
+        "date",
+        "time",
+        "date-time",
+        "duration",
+        "uuid",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "uri",
+        "uri-reference",
+        "iri",
+        "json-pointer",
+        "relative-json-pointer",
+        "regex",
+        "uri-template",
+    ],
 )
 def test_every_supported_format_generates_valid_strings(driver: Driver, fmt: str) -> None:
     assert FORMATS.checkers.get(fmt), f"jsonschema cannot check {fmt} here"
@@ -237,7 +264,14 @@ def test_every_supported_format_generates_valid_strings(driver: Driver, fmt: str
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"^[A-Z]{3}-\d{2,4}$", r"^(red|green|blue)$", r"^\w{1,8}@\w{1,8}\.(com|org)$", r'^a"b\\c[^x]?$', r"colou?r", r"^\S+ \D*$"],
+    [
+        r"^[A-Z]{3}-\d{2,4}$",
+        r"^(red|green|blue)$",
+        r"^\w{1,8}@\w{1,8}\.(com|org)$",
+        r'^a"b\\c[^x]?$',
+        r"colou?r",
+        r"^\S+ \D*$",
+    ],
 )
 def test_patterns_generate_matching_strings(driver: Driver, pattern: str) -> None:
     for value in generated(driver, {"type": "string", "pattern": pattern}, range(8)):
@@ -249,16 +283,26 @@ def test_nested_schema_with_refs_combinations_and_limits(driver: Driver) -> None
         "$defs": {
             "node": {
                 "type": "object",
-                "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9}, "kids": {
-                    "type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+                "properties": {
+                    "v": {"type": "integer", "minimum": 0, "maximum": 9},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+                },
                 "required": ["v"],
             },
             "pet": {
                 "oneOf": [
-                    {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer", "maximum": 9}},
-                     "required": ["kind", "lives"], "additionalProperties": False},
-                    {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
-                     "required": ["kind"], "additionalProperties": False},
+                    {
+                        "type": "object",
+                        "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer", "maximum": 9}},
+                        "required": ["kind", "lives"],
+                        "additionalProperties": False,
+                    },
+                    {
+                        "type": "object",
+                        "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
+                        "required": ["kind"],
+                        "additionalProperties": False,
+                    },
                 ]
             },
         },
@@ -268,12 +312,20 @@ def test_nested_schema_with_refs_combinations_and_limits(driver: Driver) -> None
             "tree": {"$ref": "#/$defs/node"},
             "pet": {"$ref": "#/$defs/pet"},
             "tags": {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "minItems": 1, "maxItems": 3},
-            "pair": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 3}, {"type": "boolean"}],
-                     "items": False, "minItems": 2},
+            "pair": {
+                "type": "array",
+                "prefixItems": [{"type": "string", "maxLength": 3}, {"type": "boolean"}],
+                "items": False,
+                "minItems": 2,
+            },
             "either": {"anyOf": [{"type": "null"}, {"type": "number", "minimum": 10, "maximum": 20}]},
             "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "maxProperties": 3},
-            "merged": {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-                                 {"properties": {"b": {"type": "string", "maxLength": 2}}, "required": ["b"]}]},
+            "merged": {
+                "allOf": [
+                    {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                    {"properties": {"b": {"type": "string", "maxLength": 2}}, "required": ["b"]},
+                ]
+            },
             "level": {"type": ["integer", "string"], "minimum": 1, "maximum": 3, "maxLength": 1},
         },
         "required": ["name", "tree", "pet", "tags", "pair", "merged"],
@@ -323,8 +375,14 @@ def test_unsupported_or_invalid_schemas_are_refused_naming_the_param(schema: Any
 
 
 def test_annotations_and_unknown_keywords_are_ignored(driver: Driver) -> None:
-    schema = {"title": "T", "description": "d", "x-vendor": 1, "type": "object", "examples": [{}],
-              "properties": {"id": {"type": "string", "format": "password", "default": "x", "maxLength": 4}}}
+    schema = {
+        "title": "T",
+        "description": "d",
+        "x-vendor": 1,
+        "type": "object",
+        "examples": [{}],
+        "properties": {"id": {"type": "string", "format": "password", "default": "x", "maxLength": 4}},
+    }
     generated(driver, schema, range(4))
 
 
@@ -392,6 +450,13 @@ def test_a_refused_schema_fails_at_once_and_the_engine_keeps_serving(engine: Eng
     # refused on the caller's thread, before the request was queued
     assert c.finished.is_set()
     assert isinstance(c.final, Failed) and c.final.error.param == "response_format"
-    ok = run(engine, chat(ResponseFormat("json_schema", {"type": "object", "properties": {"a": {"type": "boolean"}},
-                                                         "required": ["a"]}), 2))
+    ok = run(
+        engine,
+        chat(
+            ResponseFormat(
+                "json_schema", {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+            ),
+            2,
+        ),
+    )
     assert isinstance(ok.final, Done) and json.loads(ok.text)["a"] in (True, False)

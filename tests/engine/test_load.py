@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tiny_gguf
 
+import tiny_gguf
 from spark.engine import Engine
 from spark.errors import ModelFileError, RunnerFailed
 from spark.types import LoadOptions

@@ -15,11 +15,11 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from llama_cpp import llama_cpp as lc
+
 import tiny_gguf
 from engine.helpers import Collector
 from engine.test_grammar import Driver
-from llama_cpp import llama_cpp as lc
-
 from spark.engine import Engine
 from spark.engine.grammar import Grammar, create_sampler
 from spark.engine.native import Model
@@ -38,11 +38,22 @@ from spark.types import (
     ToolChoice,
 )
 
-ADD = Tool("add", "", {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
-                                                      "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-                       "required": ["a", "b"], "additionalProperties": False})
-CITY = Tool("city", "", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}},
-                         "required": ["name"]})
+ADD = Tool(
+    "add",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "minimum": 0, "maximum": 99},
+            "b": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    },
+)
+CITY = Tool(
+    "city", "", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}}, "required": ["name"]}
+)
 TOOLS = [ADD, CITY]
 SCHEMAS = {t.name: t.parameters for t in TOOLS}
 
@@ -151,7 +162,7 @@ def test_parser_with_one_call_allowed_is_complete_after_it(family: str, step: in
     if step == 1:  # complete on the character that ends the arguments
         assert text[:fed].endswith('"b": 2}') or text[:fed].endswith('"b": 2}}')
     events += parser.feed(" more text") + parser.finish()
-    (name, arguments), = calls(events)
+    ((name, arguments),) = calls(events)
     assert name == "add" and json.loads(arguments) == {"a": 1, "b": 2}
     assert not [e for e in events if isinstance(e, TextDelta)], "nothing after the call is output"
 
@@ -187,8 +198,9 @@ def hermes_engine(tiny_llama_tools: Path) -> Iterator[Engine]:
 def run(engine: Engine, request: ChatRequest, seed: int, max_tokens: int, **sampling: object) -> Collector:
     params = SamplingParams(**{"temperature": 1.0, "seed": seed, "max_tokens": max_tokens, **sampling})  # type: ignore[arg-type]
     c = Collector()
-    engine.submit("r", ChatRequest(**{**{f: getattr(request, f) for f in request.__struct_fields__},
-                                      "sampling": params}), c)
+    engine.submit(
+        "r", ChatRequest(**{**{f: getattr(request, f) for f in request.__struct_fields__}, "sampling": params}), c
+    )
     c.wait()
     return c
 
@@ -200,7 +212,7 @@ def test_a_forced_call_without_parallel_calls_ends_the_answer(hermes_engine: Eng
         c = run(hermes_engine, chat(tool_choice=choice, parallel_tool_calls=False), seed, max_tokens=300)
         assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls", c.events[-3:]
         assert c.text == ""
-        (name, arguments), = calls(c.events)
+        ((name, arguments),) = calls(c.events)
         assert choice.name in (None, name)
         jsonschema.validate(json.loads(arguments), SCHEMAS[name])
         assert c.final.usage.completion_tokens < 100, "ended with the call, well before max_tokens"
@@ -227,10 +239,9 @@ def test_auto_without_parallel_calls_ends_with_the_first_whole_call(tiny_llama: 
         brace = e._model.tokenize("{", add_special=False, parse_special=False)[0]
         ends = {}
         for parallel in (False, True):
-            c = run(e, chat(parallel_tool_calls=parallel), 0, max_tokens=300, logit_bias={brace: 60.0},
-                    temperature=0.0)
+            c = run(e, chat(parallel_tool_calls=parallel), 0, max_tokens=300, logit_bias={brace: 60.0}, temperature=0.0)
             assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls"
-            (name, arguments), = calls(c.events)
+            ((name, arguments),) = calls(c.events)
             jsonschema.validate(json.loads(arguments), SCHEMAS[name])
             ends[parallel] = (name, arguments, c.final.usage.completion_tokens)
         assert ends[False][:2] == ends[True][:2] and ends[False][2] == ends[True][2] - 1

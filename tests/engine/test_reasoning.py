@@ -9,10 +9,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 import tiny_gguf
 from engine.helpers import Collector
 from engine.test_grammar import Driver
-
 from spark.engine import Engine
 from spark.engine.grammar import Rules, finish
 from spark.engine.native import Model
@@ -36,7 +36,7 @@ from spark.types import (
 )
 
 # Qwen-Qwen3-0.6B.jinja (llama.cpp models/templates)
-QWEN3 = r'''{%- if tools %}
+QWEN3 = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0].role == 'system' %}
         {{- messages[0].content + '\n\n' }}
@@ -120,7 +120,7 @@ QWEN3 = r'''{%- if tools %}
     {%- if enable_thinking is defined and enable_thinking is false %}
         {{- '<think>\n\n</think>\n\n' }}
     {%- endif %}
-{%- endif %}'''
+{%- endif %}"""
 
 # ChatML that opens a thinking block for the answer, unless enable_thinking is false.
 THINK_TEMPLATE = tiny_gguf.CHATML_TEMPLATE.replace(
@@ -184,9 +184,15 @@ def test_not_containing_matches_exactly_the_texts_without_the_word(tiny_llama: P
         driver = Driver(model)
         rules = Rules()
         grammar = finish(rules, f'{not_containing(rules, "</think>", "t")} "</think>" "!"', "test")
-        for text, ok in [("abc</think>!", True), ("</think>!", True), ("<</think>!", True),
-                         ("</thin</think>!", True), ("a</think>b</think>!", False), ("</think></think>!", False),
-                         ("<<//think>></think>!", True)]:
+        for text, ok in [
+            ("abc</think>!", True),
+            ("</think>!", True),
+            ("<</think>!", True),
+            ("</thin</think>!", True),
+            ("a</think>b</think>!", False),
+            ("</think></think>!", False),
+            ("<<//think>></think>!", True),
+        ]:
             assert driver.accepts(grammar, text) == ok, text
     finally:
         model.close()
@@ -204,8 +210,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
 
 def run(engine: Engine, reasoning: Reasoning | None, **kw: object) -> Collector:
     sampling = SamplingParams(**{"temperature": 1.0, "seed": 7, "max_tokens": 40, **kw.pop("sampling", {})})  # type: ignore[arg-type, dict-item]
-    request = ChatRequest(model="think", messages=[Message("user", "Think, then answer.")], sampling=sampling,
-                          reasoning=reasoning, **kw)  # type: ignore[arg-type]
+    request = ChatRequest(
+        model="think", messages=[Message("user", "Think, then answer.")], sampling=sampling, reasoning=reasoning, **kw
+    )  # type: ignore[arg-type]
     c = Collector()
     engine.submit("r", request, c)
     c.wait()
@@ -247,8 +254,12 @@ def test_thinking_off_reaches_the_template(engine: Engine) -> None:
 def test_budget_then_json_schema_answer(engine: Engine) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}}, "required": ["n"]}
     for seed in range(3):
-        c = run(engine, Reasoning(budget_tokens=6), response_format=ResponseFormat("json_schema", schema),
-                sampling={"seed": seed, "max_tokens": 120, "logit_bias": {engine._model.eos: 200.0}})
+        c = run(
+            engine,
+            Reasoning(budget_tokens=6),
+            response_format=ResponseFormat("json_schema", schema),
+            sampling={"seed": seed, "max_tokens": 120, "logit_bias": {engine._model.eos: 200.0}},
+        )
         reasoning, content = texts(c)
         assert reasoning and isinstance(c.final, Done) and c.final.finish_reason == "stop"
         jsonschema.validate(json.loads(content), schema)

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine.helpers import Collector
 
+from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.native import Batch
 from spark.types import (

@@ -20,14 +20,14 @@ def test_longest_shared_prefix_wins() -> None:
 
 
 def test_short_shared_start_does_not_evict_another_conversation() -> None:
-    busy = Slot(0, [7, 7] + list(range(100)), last_used=5.0)  # a long conversation
+    busy = Slot(0, [7, 7, *list(range(100))], last_used=5.0)  # a long conversation
     empty = Slot(1, [], last_used=0.0)
     slot, n = pick_slot([busy, empty], [7, 7, 42, 43, 44, 45])  # shares only a system-prompt-like start
     assert slot is empty and n == 0
 
 
 def test_the_same_prompt_again_reuses_its_slot() -> None:
-    answered = Slot(0, [1, 2, 3, 4] + list(range(50, 150)), last_used=5.0)  # prompt + a long answer
+    answered = Slot(0, [1, 2, 3, 4, *list(range(50, 150))], last_used=5.0)  # prompt + a long answer
     empty = Slot(1, [], last_used=0.0)
     assert pick_slot([answered, empty], [1, 2, 3, 4]) == (answered, 4)
 

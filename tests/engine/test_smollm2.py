@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine.helpers import Collector
 
+from engine.helpers import Collector
 from spark.engine import Engine
 from spark.types import (
     ChatRequest,
@@ -25,7 +25,10 @@ def test_capital_of_france(smollm2: Path) -> None:
         assert e.info().chat_template_source == "gguf"
         # (With the template's own default system prompt this small model's greedy
         # answer to exactly this question is off topic, in llama-cpp-python too.)
-        question = [Message("system", "You are a helpful assistant."), Message("user", "What is the capital of France?")]
+        question = [
+            Message("system", "You are a helpful assistant."),
+            Message("user", "What is the capital of France?"),
+        ]
         req = ChatRequest(model="smollm2", messages=question, sampling=SamplingParams(temperature=0, max_tokens=48))
         first = Collector()
         e.submit("q", req, first)
@@ -36,7 +39,7 @@ def test_capital_of_france(smollm2: Path) -> None:
         # the follow-up turn reuses the whole first exchange's prompt
         follow = ChatRequest(
             model="smollm2",
-            messages=question + [Message("assistant", first.text), Message("user", "And of Italy?")],
+            messages=[*question, Message("assistant", first.text), Message("user", "And of Italy?")],
             sampling=SamplingParams(temperature=0, max_tokens=48),
         )
         second = Collector()

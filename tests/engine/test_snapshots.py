@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine.helpers import Collector
 
+from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.snapshots import Snapshot, SnapshotStore
 from spark.types import (
@@ -78,7 +78,7 @@ def test_a_chat_with_its_answer_comes_back_as_it_would_from_its_slot(engine: Eng
     sampling = SamplingParams(max_tokens=8, temperature=0.0)
     turn1 = [Message("system", "You answer briefly."), Message("user", "Name a colour and a fruit please")]
     first = run(engine, ChatRequest(model="tiny", messages=turn1, sampling=sampling), "a")
-    turn2 = turn1 + [Message("assistant", first.text), Message("user", "And another one?")]
+    turn2 = [*turn1, Message("assistant", first.text), Message("user", "And another one?")]
     req2 = ChatRequest(model="tiny", messages=turn2, sampling=sampling)
     run(engine, complete(P_B, 4), "b")
     back = run(engine, req2, "a2")

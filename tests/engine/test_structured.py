@@ -8,10 +8,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 import tiny_gguf
 from engine.helpers import Collector
 from engine.test_reasoning import THINK_TEMPLATE
-
 from spark.engine import Engine
 from spark.engine.grammar import create_sampler, schema_grammar
 from spark.engine.native import Model
@@ -35,10 +35,23 @@ from spark.types import (
     ToolChoice,
 )
 
-ADD = Tool("add", "", {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
-                                                      "b": {"type": "integer", "minimum": 0, "maximum": 9}},
-                       "required": ["a", "b"]})
-ANSWER = {"type": "object", "properties": {"sum": {"type": "integer", "minimum": 0, "maximum": 18}}, "required": ["sum"]}
+ADD = Tool(
+    "add",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "minimum": 0, "maximum": 9},
+            "b": {"type": "integer", "minimum": 0, "maximum": 9},
+        },
+        "required": ["a", "b"],
+    },
+)
+ANSWER = {
+    "type": "object",
+    "properties": {"sum": {"type": "integer", "minimum": 0, "maximum": 18}},
+    "required": ["sum"],
+}
 HERMES = tool_syntax(tiny_gguf.TOOLS_TEMPLATE)
 
 
@@ -78,7 +91,10 @@ def test_reasoning_budget_and_opened_blocks_follow_the_template() -> None:
     think = ThinkSyntax()
     plan = plan_output(chat(reasoning=Reasoning(budget_tokens=5)), "...assistant\n<think>\n", think, HERMES)
     assert plan.think_opened and plan.reasoning_budget == 5
-    assert plan_output(chat(reasoning=Reasoning(enabled=False, budget_tokens=5)), "x", think, HERMES).reasoning_budget is None
+    assert (
+        plan_output(chat(reasoning=Reasoning(enabled=False, budget_tokens=5)), "x", think, HERMES).reasoning_budget
+        is None
+    )
     assert plan_output(chat(reasoning=Reasoning(budget_tokens=5)), "x", None, HERMES).reasoning_budget is None
 
 
@@ -92,7 +108,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}",
         "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n<think>\n' -}}{%- endif -%}",
     )
-    assert template != tiny_gguf.TOOLS_TEMPLATE and template != THINK_TEMPLATE
+    assert template not in (tiny_gguf.TOOLS_TEMPLATE, THINK_TEMPLATE)
     path = tiny_gguf.write_tiny_llama(tmp_path_factory.mktemp("m") / "think-tools.gguf", template=template)
     with Engine(LoadOptions(model_id="m", path=str(path), n_threads=1, n_ctx=512)) as e:
         yield e
@@ -106,7 +122,9 @@ def run(engine: Engine, request: ChatRequest, seed: int, prefer: str | None = No
         bias[model.tokenize(prefer, add_special=False, parse_special=False)[0]] = 30.0
     sampling = SamplingParams(temperature=1.0, seed=seed, max_tokens=200, logit_bias=bias)
     c = Collector()
-    engine.submit("r", ChatRequest(**{**{f: getattr(request, f) for f in request.__struct_fields__}, "sampling": sampling}), c)
+    engine.submit(
+        "r", ChatRequest(**{**{f: getattr(request, f) for f in request.__struct_fields__}, "sampling": sampling}), c
+    )
     c.wait()
     return c
 
@@ -125,7 +143,9 @@ def test_thinking_then_a_forced_call(engine: Engine) -> None:
 
 
 def test_a_json_answer_or_a_call(engine: Engine) -> None:
-    request = chat(tools=[ADD], response_format=ResponseFormat("json_schema", ANSWER), reasoning=Reasoning(budget_tokens=4))
+    request = chat(
+        tools=[ADD], response_format=ResponseFormat("json_schema", ANSWER), reasoning=Reasoning(budget_tokens=4)
+    )
     outcomes = set()
     for seed in range(4):
         c = run(engine, request, seed, prefer="{<"[seed % 2])  # after the thinking: an answer, or a call
@@ -144,7 +164,9 @@ def test_a_json_answer_or_a_call(engine: Engine) -> None:
 
 def test_completions_are_never_parsed(engine: Engine) -> None:
     c = Collector()
-    engine.submit("r", CompletionRequest(model="m", prompt="<think> <tool_call>", sampling=SamplingParams(max_tokens=5)), c)
+    engine.submit(
+        "r", CompletionRequest(model="m", prompt="<think> <tool_call>", sampling=SamplingParams(max_tokens=5)), c
+    )
     c.wait()
     assert all(isinstance(e, TextDelta) for e in c.events[2:-1])
 

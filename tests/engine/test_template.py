@@ -72,7 +72,9 @@ def test_tojson_keeps_unicode_and_supports_indent() -> None:
 
 
 def test_globals_bos_eos_and_strftime() -> None:
-    t = ChatTemplate("{{ bos_token }}{{ strftime_now('%Y') | length }}{{ eos_token }}", bos_token="<s>", eos_token="</s>")
+    t = ChatTemplate(
+        "{{ bos_token }}{{ strftime_now('%Y') | length }}{{ eos_token }}", bos_token="<s>", eos_token="</s>"
+    )
     assert t.render([Message("user", "x")]) == "<s>4</s>"
 
 

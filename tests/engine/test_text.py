@@ -15,7 +15,7 @@ def run(pieces: list[bytes], stop: list[str] | None = None) -> tuple[list[str], 
 
 def splits(data: bytes) -> list[list[bytes]]:
     """Every way to cut `data` into two or three pieces, plus one byte per piece."""
-    out = [[data[i:i + 1] for i in range(len(data))]]
+    out = [[data[i : i + 1] for i in range(len(data))]]
     for i in range(len(data) + 1):
         out.append([data[:i], data[i:]])
         for j in range(i, len(data) + 1):

@@ -10,11 +10,11 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from llama_cpp import llama_cpp as lc
+
 import tiny_gguf
 from engine.helpers import Collector
 from engine.test_grammar import Driver
-from llama_cpp import llama_cpp as lc
-
 from spark.engine import Engine
 from spark.engine.grammar import Grammar, create_sampler, literal
 from spark.engine.native import Model
@@ -44,7 +44,7 @@ from spark.types import (
 )
 
 # Qwen-Qwen2.5-7B-Instruct.jinja (llama.cpp models/templates)
-QWEN25 = r'''{%- if tools %}
+QWEN25 = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0]['role'] == 'system' %}
         {{- messages[0]['content'] }}
@@ -98,10 +98,10 @@ QWEN25 = r'''{%- if tools %}
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
-'''
+"""
 
 # meta-llama-Llama-3.1-8B-Instruct.jinja (llama.cpp models/templates)
-LLAMA31 = r'''{{- bos_token }}
+LLAMA31 = r"""{{- bos_token }}
 {%- if custom_tools is defined %}
     {%- set tools = custom_tools %}
 {%- endif %}
@@ -210,10 +210,10 @@ LLAMA31 = r'''{{- bos_token }}
 {%- if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
 {%- endif %}
-'''
+"""
 
 # mistralai-Mistral-Nemo-Instruct-2407.jinja (llama.cpp models/templates)
-MISTRAL_NEMO = r'''{%- if messages[0]["role"] == "system" %}
+MISTRAL_NEMO = r"""{%- if messages[0]["role"] == "system" %}
     {%- set system_message = messages[0]["content"] %}
     {%- set loop_messages = messages[1:] %}
 {%- else %}
@@ -300,10 +300,10 @@ MISTRAL_NEMO = r'''{%- if messages[0]["role"] == "system" %}
         {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
     {%- endif %}
 {%- endfor %}
-'''
+"""
 
 # Mistral-Small-3.2-24B-Instruct-2506.jinja (llama.cpp models/templates)
-MISTRAL_SMALL_32 = r'''{%- set today = strftime_now("%Y-%m-%d") %}
+MISTRAL_SMALL_32 = r"""{%- set today = strftime_now("%Y-%m-%d") %}
 {%- set default_system_message = "You are Mistral Small 3, a Large Language Model (LLM) created by Mistral AI, a French startup headquartered in Paris.\nYour knowledge base was last updated on 2023-10-01. The current date is " + today + ".\n\nWhen you're not sure about some information or when the user's request requires up-to-date or specific data, you must use the available tools to fetch the information. Do not hesitate to use tools whenever they can provide a more accurate or complete response. If no relevant tools are available, then clearly state that you don't have the information and avoid making up anything.
 
 If the user's question is not clear, ambiguous, or does not provide enough context for you to accurately answer the question, you do not try to answer it right away and you rather ask the user to clarify their request (e.g. \"What are some good restaurants around me?\" => \"Where are you?\" or \"When is the next flight to Tokyo\" => \"Where do you travel from?\").
@@ -427,7 +427,7 @@ Always prioritize using tools to provide the most accurate and helpful response.
         {{- raise_exception('Only system, user, assistant, and tool roles are supported!') }}
     {%- endif %}
 {%- endfor %}
-'''
+"""
 
 WEATHER = Tool(
     "get_weather",
@@ -469,10 +469,14 @@ def assistant_output(src: str, calls: list[ToolCall], content: str | None = None
     t = ChatTemplate(src, bos_token="<s>", eos_token="</s>")
     chat = [Message("user", "Weather in Paris, and 1 + -2?")]
     prompt = t.render(chat, tools=TOOLS, variables=variables)
-    full = t.render([*chat, Message("assistant", content, tool_calls=calls)], tools=TOOLS,
-                    add_generation_prompt=False, variables=variables)
+    full = t.render(
+        [*chat, Message("assistant", content, tool_calls=calls)],
+        tools=TOOLS,
+        add_generation_prompt=False,
+        variables=variables,
+    )
     assert full.startswith(prompt)
-    out = full[len(prompt):]
+    out = full[len(prompt) :]
     for end in END_OF_TURN:
         out = out.removesuffix(end)
     return out
@@ -534,12 +538,14 @@ def test_text_before_calls_streams_as_text(step: int) -> None:
 
 
 def test_llama_builtin_tool_call_after_python_tag() -> None:
-    text = assistant_output(LLAMA31, [ToolCall("x", "brave_search", '{"query": "weather Paris"}')],
-                            builtin_tools=["brave_search"])
+    text = assistant_output(
+        LLAMA31, [ToolCall("x", "brave_search", '{"query": "weather Paris"}')], builtin_tools=["brave_search"]
+    )
     assert text.startswith("<|python_tag|>brave_search.call(")
     for step in (1, 4, 10_000):
         assert content_and_calls(parse(tool_syntax(LLAMA31), text, step)) == (
-            "", [("brave_search", {"query": "weather Paris"})]
+            "",
+            [("brave_search", {"query": "weather Paris"})],
         )
 
 
@@ -554,7 +560,7 @@ def test_only_a_possible_marker_start_is_held_back() -> None:
 @pytest.mark.parametrize("step", [1, 3, 10_000])
 def test_marker_like_text_and_malformed_calls_stay_text(step: int) -> None:
     syntax = tool_syntax(QWEN25)
-    text = 'Use <tool_call> like this: <tool_call>not json</tool_call> or <tool_call>[1]</tool_call>.'
+    text = "Use <tool_call> like this: <tool_call>not json</tool_call> or <tool_call>[1]</tool_call>."
     assert content_and_calls(parse(syntax, text, step)) == (text, [])
     # A bare JSON answer is an answer unless it names a tool and has arguments.
     llama = tool_syntax(LLAMA31)
@@ -566,7 +572,8 @@ def test_marker_like_text_and_malformed_calls_stay_text(step: int) -> None:
 def test_bare_json_calls_one_after_another(step: int) -> None:
     text = ' {"name": "add", "arguments": {"a": 1, "b": 2}}\n{"name": "get_weather", "arguments": {"city": "X", "days": 1}}\n'
     assert content_and_calls(parse(tool_syntax(None), text, step)) == (
-        "", [("add", {"a": 1, "b": 2}), ("get_weather", {"city": "X", "days": 1})]
+        "",
+        [("add", {"a": 1, "b": 2}), ("get_weather", {"city": "X", "days": 1})],
     )
 
 
@@ -594,8 +601,11 @@ def test_call_ids() -> None:
 
 
 def test_templates_without_tools_get_them_in_the_system_message() -> None:
-    chat = [Message("user", "weather?"), Message("assistant", None, tool_calls=CALLS[:1]),
-            Message("tool", "sunny", tool_call_id="abcDEF123")]
+    chat = [
+        Message("user", "weather?"),
+        Message("assistant", None, tool_calls=CALLS[:1]),
+        Message("tool", "sunny", tool_call_id="abcDEF123"),
+    ]
     out = ChatTemplate(tiny_gguf.CHATML_TEMPLATE).render(describe_tools(chat, TOOLS))
     assert out.startswith("<|im_start|>system\nYou can call these tools")
     assert '"name": "add"' in out and '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}' in out
@@ -673,10 +683,18 @@ def engine(tiny_llama_tools: Path) -> Iterator[Engine]:
 
 # Small tools: the tiny model's context is 512 tokens.
 SMALL_TOOLS = [
-    Tool("add", "", {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
-                                                      "b": {"type": "integer"}}, "required": ["a", "b"]}),
-    Tool("city", "", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}},
-                      "required": ["name"]}),
+    Tool(
+        "add",
+        "",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    ),
+    Tool(
+        "city", "", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}}, "required": ["name"]}
+    ),
 ]
 SMALL_SCHEMAS = {t.name: t.parameters for t in SMALL_TOOLS}
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 import tiny_gguf
 from engine.helpers import Collector
-
 from spark.engine import Engine
 from spark.engine.vision import image_format
 from spark.errors import ModelFileError
@@ -31,15 +31,19 @@ IMAGE_TOKENS = 16  # (32 / 8) ** 2 patches
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama: Path, tiny_mmproj: Path) -> Iterator[Engine]:
-    options = LoadOptions(model_id="tiny-vision", path=str(tiny_llama), n_threads=1, n_ctx=512,
-                          mmproj_path=str(tiny_mmproj))
+    options = LoadOptions(
+        model_id="tiny-vision", path=str(tiny_llama), n_threads=1, n_ctx=512, mmproj_path=str(tiny_mmproj)
+    )
     with Engine(options) as e:
         yield e
 
 
 def ask(*parts: TextPart | ImagePart, seed: int = 1) -> ChatRequest:
-    return ChatRequest(model="tiny-vision", messages=[Message("user", list(parts))],
-                       sampling=SamplingParams(max_tokens=12, seed=seed, temperature=1.0))
+    return ChatRequest(
+        model="tiny-vision",
+        messages=[Message("user", list(parts))],
+        sampling=SamplingParams(max_tokens=12, seed=seed, temperature=1.0),
+    )
 
 
 def run(engine: Engine, request: ChatRequest) -> Collector:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import tiny_gguf
 
+import tiny_gguf
 from spark.errors import InvalidRequest, ModelFileError, ModelNotFound
 from spark.library import BUNDLED_ID, Library, ModelSettings, bundled_model_path
 from spark.library.catalog import _BUNDLED_REMOVED
@@ -129,9 +129,7 @@ def test_bad_files_are_refused(lib: Library, tmp_path: Path, tiny_llama: Path, t
     assert not any(lib.models_dir.iterdir())
 
 
-def test_copy_refused_when_disk_is_full(
-    lib: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_copy_refused_when_disk_is_full(lib: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("spark.library.disk.free_bytes", lambda folder: 1000)
     with pytest.raises(ModelFileError, match="not enough disk space"):
         lib.add_local(tiny_llama, copy=True)
@@ -155,7 +153,9 @@ def test_unknown_and_unsafe_ids(lib: Library) -> None:
 def test_update_settings(lib: Library, tiny_llama: Path) -> None:
     lib.add_local(tiny_llama)
     settings = ModelSettings(
-        system_prompt="Be brief.", context_length=1024, parallel=2,
+        system_prompt="Be brief.",
+        context_length=1024,
+        parallel=2,
         sampling=SamplingParams(temperature=0.2, top_k=10, stop=["END"], logit_bias={5: -100.0}),
     )
     entry = lib.update_settings("tiny-llama-chatml", settings)

@@ -8,8 +8,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-import tiny_gguf
 
+import tiny_gguf
 from spark.errors import ModelFileError
 from spark.library.metadata import read_gguf_info
 
@@ -82,8 +82,11 @@ def test_quantization_without_file_type_is_derived_from_tensors(tmp_path: Path) 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)
     data = np.zeros((8, 64), dtype=np.float32)
-    w.add_tensor("blk.0.attn_q.weight", gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
-                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor(
+        "blk.0.attn_q.weight",
+        gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
+        raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+    )
     w.add_tensor("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

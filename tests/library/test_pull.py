@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakehub import FakeHub
 
+from fakehub import FakeHub
 from spark.errors import DownloadError, InvalidRequest
 from spark.library import DownloadProgress, Hub, Library, PullPlan, pull
 from spark.settings import load_settings
@@ -108,7 +108,9 @@ def test_projector_is_downloaded_and_attached(lib: Library, hub_files: dict[str,
     assert not Path(entry.mmproj_path).exists()
 
 
-def test_dropped_connection_is_resumed_within_one_pull(lib: Library, fake_hub: FakeHub, hub_files: dict[str, bytes]) -> None:
+def test_dropped_connection_is_resumed_within_one_pull(
+    lib: Library, fake_hub: FakeHub, hub_files: dict[str, bytes]
+) -> None:
     fake_hub.drop_after["TinyLlama-Q8_0.gguf"] = 50_000
     entry = pull(lib, "tiny/TinyLlama-GGUF:Q8_0").entry
     assert Path(entry.path).read_bytes() == hub_files["q8_0"]

@@ -86,7 +86,9 @@ def test_nvml_init_failure_means_no_gpus(monkeypatch: pytest.MonkeyPatch, caplog
 
 def test_gpus_are_read_less_the_reserve(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    fake = FakeNVML([("NVIDIA RTX 4090", "GPU-aaaa", 24 * GIB, 20 * GIB), ("NVIDIA A2", "GPU-bbbb", 16 * GIB, GIB // 4)])
+    fake = FakeNVML(
+        [("NVIDIA RTX 4090", "GPU-aaaa", 24 * GIB, 20 * GIB), ("NVIDIA A2", "GPU-bbbb", 16 * GIB, GIB // 4)]
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     gpus = gpu_devices(load_settings(gpu_reserve="1GiB"))
     assert [(g.id, g.index, g.name) for g in gpus] == [("cuda:0", 0, "NVIDIA RTX 4090"), ("cuda:1", 1, "NVIDIA A2")]
@@ -97,8 +99,9 @@ def test_gpus_are_read_less_the_reserve(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_cuda_visible_devices_renumbers_like_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeNVML([("A", "GPU-aaaa", 8 * GIB, 8 * GIB), ("B", "GPU-bbbb", 8 * GIB, 8 * GIB),
-                     ("C", "GPU-cccc", 8 * GIB, 8 * GIB)])
+    fake = FakeNVML(
+        [("A", "GPU-aaaa", 8 * GIB, 8 * GIB), ("B", "GPU-bbbb", 8 * GIB, 8 * GIB), ("C", "GPU-cccc", 8 * GIB, 8 * GIB)]
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-aa")
     assert [(g.id, g.name) for g in gpu_devices(load_settings())] == [("cuda:0", "C"), ("cuda:1", "A")]

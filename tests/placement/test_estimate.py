@@ -24,9 +24,18 @@ from spark.types import LoadOptions
 
 def shape(**over: object) -> ModelShape:
     base: dict[str, object] = {
-        "architecture": "llama", "n_layers": 4, "n_embd": 1024, "n_ff": 4096, "n_vocab": 32000,
-        "context_length": 8192, "kv_heads": [8, 8, 4, 4], "head_dim_k": 128, "head_dim_v": 64,
-        "layer_bytes": [100 * MIB] * 4, "output_bytes": 60 * MIB, "embedding_bytes": 50 * MIB,
+        "architecture": "llama",
+        "n_layers": 4,
+        "n_embd": 1024,
+        "n_ff": 4096,
+        "n_vocab": 32000,
+        "context_length": 8192,
+        "kv_heads": [8, 8, 4, 4],
+        "head_dim_k": 128,
+        "head_dim_v": 64,
+        "layer_bytes": [100 * MIB] * 4,
+        "output_bytes": 60 * MIB,
+        "embedding_bytes": 50 * MIB,
     }
     base.update(over)
     return ModelShape(**base)  # type: ignore[arg-type]
@@ -78,8 +87,13 @@ def test_bad_arguments_name_the_parameter() -> None:
 
 def test_sliding_window_layers_hold_window_plus_ubatch() -> None:
     gemma2 = shape(
-        architecture="gemma2", n_layers=6, kv_heads=[4] * 6, layer_bytes=[MIB] * 6,
-        sliding_window=4096, swa_layers=[True, False] * 3, context_length=32768,
+        architecture="gemma2",
+        n_layers=6,
+        kv_heads=[4] * 6,
+        layer_bytes=[MIB] * 6,
+        sliding_window=4096,
+        swa_layers=[True, False] * 3,
+        context_length=32768,
     )
     small = estimate_memory(gemma2, n_ctx=16384, n_batch=512, swa_full=False)
     row = 4 * (128 + 64) * 2
@@ -123,11 +137,20 @@ def test_embedding_architectures_have_no_kv_cache() -> None:
 
 def test_for_layers_moves_layers_then_the_head() -> None:
     est = MemoryEstimate(
-        n_ctx=4096, n_parallel=1, kv_type="f16",
-        layer_weights=[10, 10, 10, 10], layer_kv=[1, 1, 1, 1],
-        embedding_weights=100, output_weights=40, output_weights_gpu=40,
-        compute_bytes=7, host_compute_bytes=3, host_bytes=5, projector_bytes=0,
-        runtime_bytes=1000, gpu_context_bytes=200,
+        n_ctx=4096,
+        n_parallel=1,
+        kv_type="f16",
+        layer_weights=[10, 10, 10, 10],
+        layer_kv=[1, 1, 1, 1],
+        embedding_weights=100,
+        output_weights=40,
+        output_weights_gpu=40,
+        compute_bytes=7,
+        host_compute_bytes=3,
+        host_bytes=5,
+        projector_bytes=0,
+        runtime_bytes=1000,
+        gpu_context_bytes=200,
     )
     assert est.total_bytes == 100 + 40 + 44 + 7 + 5 + 1000
     assert est.for_layers(0) == (0, est.total_bytes)
@@ -145,10 +168,22 @@ def test_for_layers_moves_layers_then_the_head() -> None:
 
 def test_tied_head_is_copied_only_when_offloaded() -> None:
     info = GGUFInfo(
-        architecture="llama", quantization="Q4_1", parameter_count=1, file_size=1,
-        context_length=2048, n_embd=576, n_layers=2, n_heads=9, n_kv_heads=3,
-        kv_heads_by_layer=[3, 3], head_dim_k=64, head_dim_v=64, vocab_size=49152,
-        embedding_bytes=30 * MIB, output_bytes=576 * 4, layer_bytes=[2 * MIB, 2 * MIB],
+        architecture="llama",
+        quantization="Q4_1",
+        parameter_count=1,
+        file_size=1,
+        context_length=2048,
+        n_embd=576,
+        n_layers=2,
+        n_heads=9,
+        n_kv_heads=3,
+        kv_heads_by_layer=[3, 3],
+        head_dim_k=64,
+        head_dim_v=64,
+        vocab_size=49152,
+        embedding_bytes=30 * MIB,
+        output_bytes=576 * 4,
+        layer_bytes=[2 * MIB, 2 * MIB],
     )
     s = model_shape(info)
     assert s.output_tied

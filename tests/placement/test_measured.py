@@ -37,11 +37,16 @@ def measured_growth(path: Path, n_ctx: int, n_parallel: int, n_batch: int, kv_ty
     return int(json.loads(out.stdout.strip().splitlines()[-1])["growth"])
 
 
-def check(path: Path, n_ctx: int, n_parallel: int = 1, n_batch: int = 512, kv_type: str = "f16",
-          embedding: bool = False) -> None:
+def check(
+    path: Path, n_ctx: int, n_parallel: int = 1, n_batch: int = 512, kv_type: str = "f16", embedding: bool = False
+) -> None:
     est = estimate_memory(
-        model_shape(read_gguf_info(path)), n_ctx=n_ctx, n_parallel=n_parallel, n_batch=n_batch,
-        kv_type=kv_type, embedding=embedding,  # type: ignore[arg-type]
+        model_shape(read_gguf_info(path)),
+        n_ctx=n_ctx,
+        n_parallel=n_parallel,
+        n_batch=n_batch,
+        kv_type=kv_type,
+        embedding=embedding,  # type: ignore[arg-type]
     )
     expected = est.total_bytes - est.runtime_bytes
     real = measured_growth(path, n_ctx, n_parallel, n_batch, kv_type, embedding)

@@ -17,11 +17,19 @@ N_LAYERS = 32
 def model(layer: int = 120 * MIB, kv: int = 16 * MIB, head: int = 200 * MIB, embd: int = 200 * MIB) -> MemoryEstimate:
     """A 7B-ish model: 32 layers of 136 MiB with their KV cache, about 5 GiB in all."""
     return MemoryEstimate(
-        n_ctx=4096, n_parallel=1, kv_type="f16",
-        layer_weights=[layer] * N_LAYERS, layer_kv=[kv] * N_LAYERS,
-        embedding_weights=embd, output_weights=head, output_weights_gpu=head,
-        compute_bytes=300 * MIB, host_compute_bytes=20 * MIB, host_bytes=40 * MIB,
-        runtime_bytes=64 * MIB, gpu_context_bytes=384 * MIB,
+        n_ctx=4096,
+        n_parallel=1,
+        kv_type="f16",
+        layer_weights=[layer] * N_LAYERS,
+        layer_kv=[kv] * N_LAYERS,
+        embedding_weights=embd,
+        output_weights=head,
+        output_weights_gpu=head,
+        compute_bytes=300 * MIB,
+        host_compute_bytes=20 * MIB,
+        host_bytes=40 * MIB,
+        runtime_bytes=64 * MIB,
+        gpu_context_bytes=384 * MIB,
     )
 
 
@@ -31,14 +39,20 @@ def cpu(free: float = 20, total: float = 32) -> Device:
 
 def gpu(index: int, free: float, total: float = 24, name: str = "RTX 4090") -> Device:
     return Device(
-        id=f"cuda:{index}", kind="cuda", name=name, index=index,
-        total_bytes=int(total * GIB), free_bytes=int(free * GIB),
+        id=f"cuda:{index}",
+        kind="cuda",
+        name=name,
+        index=index,
+        total_bytes=int(total * GIB),
+        free_bytes=int(free * GIB),
     )
 
 
 def loaded(model_id: str, last_used: float, busy: bool = False, **device_gib: float) -> LoadedModel:
     return LoadedModel(
-        model_id=model_id, busy=busy, last_used=last_used,
+        model_id=model_id,
+        busy=busy,
+        last_used=last_used,
         device_bytes={d.replace("_", ":"): int(g * GIB) for d, g in device_gib.items()},
     )
 

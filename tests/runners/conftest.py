@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 import tiny_gguf
 from runners.helpers import SLOW_CONTEXT
 

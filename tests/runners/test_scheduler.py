@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
 
+from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
 from spark.errors import ModelNotFound, Overloaded, RunnerFailed
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
 from spark.runners.scheduler import Scheduler, load_options
@@ -127,10 +127,21 @@ def test_close_during_a_load_leaves_no_process(library: Library, tiny_llama: Pat
 
 
 def _entry(context_length: int, settings: ModelSettings) -> ModelEntry:
-    info = GGUFInfo(architecture="llama", quantization="F32", parameter_count=1, file_size=1,
-                    context_length=context_length)
-    return ModelEntry(id="m", path="/m.gguf", shards=["/m.gguf"], mmproj_path="/p.gguf", size_bytes=1, info=info,
-                      settings=settings, source="local:/m.gguf", owned=False, added_at=0.0)
+    info = GGUFInfo(
+        architecture="llama", quantization="F32", parameter_count=1, file_size=1, context_length=context_length
+    )
+    return ModelEntry(
+        id="m",
+        path="/m.gguf",
+        shards=["/m.gguf"],
+        mmproj_path="/p.gguf",
+        size_bytes=1,
+        info=info,
+        settings=settings,
+        source="local:/m.gguf",
+        owned=False,
+        added_at=0.0,
+    )
 
 
 def test_load_options_from_model_and_server_settings() -> None:

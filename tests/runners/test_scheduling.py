@@ -16,6 +16,7 @@ import gguf
 import msgspec
 import numpy as np
 import pytest
+
 from runners.helpers import (
     SLOW_CONTEXT,
     collect,
@@ -28,7 +29,6 @@ from runners.helpers import (
     short_chat,
     wait_until,
 )
-
 from spark.errors import InvalidRequest, Overloaded, PlacementRefused
 from spark.library import Library, ModelSettings
 from spark.library.metadata import read_gguf_info
@@ -51,8 +51,12 @@ def library() -> Iterator[Library]:
 def slow_model(library: Library, slow_llama: Path) -> str:
     """The slow model with one slot, its whole context, and no end of its own (control tokens banned)."""
     model = library.add_local(slow_llama).id
-    library.update_settings(model, ModelSettings(
-        context_length=SLOW_CONTEXT, parallel=1, sampling=SamplingParams(logit_bias=control_token_bias(slow_llama))))
+    library.update_settings(
+        model,
+        ModelSettings(
+            context_length=SLOW_CONTEXT, parallel=1, sampling=SamplingParams(logit_bias=control_token_bias(slow_llama))
+        ),
+    )
     return model
 
 
@@ -113,8 +117,14 @@ def test_spark_run_shows_the_refusal_as_one_line(library: Library, tiny_llama: P
     model = library.add_local(tiny_llama).id
     estimate = estimate_for(library, model, load_settings(max_ram="1MiB"))
     env = dict(os.environ, SPARK_MAX_RAM="1MiB", COLUMNS="1000")  # wide, so the line is not wrapped
-    out = subprocess.run([sys.executable, "-m", "spark", "run", model, "hello"], env=env,
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "spark", "run", model, "hello"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 1
     assert out.stdout.strip() == ""
     lines = [line for line in out.stderr.splitlines() if line.strip()]
@@ -122,9 +132,7 @@ def test_spark_run_shows_the_refusal_as_one_line(library: Library, tiny_llama: P
     assert "cpu: " in lines[0] and "max_ram 1MiB" in lines[0]
 
 
-def test_the_http_api_answers_a_refusal_with_its_own_status(
-    tmp_path: Path, tiny_llama: Path
-) -> None:
+def test_the_http_api_answers_a_refusal_with_its_own_status(tmp_path: Path, tiny_llama: Path) -> None:
     from server.helpers import live_server, openai_error, server_settings
 
     settings = server_settings(tmp_path / "home", SPARK_MAX_RAM="1MiB")
@@ -289,9 +297,7 @@ def test_keep_alive_from_the_request_or_the_settings(library: Library, tiny_llam
     run(scenario())
 
 
-def test_past_the_queue_bound_a_request_is_refused_at_once(
-    library: Library, slow_model: str, slow_llama: Path
-) -> None:
+def test_past_the_queue_bound_a_request_is_refused_at_once(library: Library, slow_model: str, slow_llama: Path) -> None:
     async def scenario() -> None:
         scheduler = Scheduler(load_settings(max_queue=1), library)
         first = scheduler.stream(long_chat(slow_llama, slow_model))
@@ -367,8 +373,9 @@ def test_a_reload_lets_running_requests_finish_on_the_old_runner(
             await first_text(long_stream)
             old = state_of(scheduler, slow_model)
             sampling = library.get(slow_model).settings.sampling
-            library.update_settings(slow_model, ModelSettings(context_length=SLOW_CONTEXT, parallel=2,
-                                                              sampling=sampling))
+            library.update_settings(
+                slow_model, ModelSettings(context_length=SLOW_CONTEXT, parallel=2, sampling=sampling)
+            )
 
             # the new request is served by a new runner ...
             assert isinstance(final(await collect(scheduler.stream(short_chat(slow_model)))), Done)
@@ -398,8 +405,11 @@ def test_measured_memory_is_close_to_the_estimate_and_trusted(library: Library, 
     """Same margin as tests/placement/test_measured.py: 20 % or 8 MiB, whichever is larger."""
     model = library.add_local(slow_llama).id
     # a prompt longer than a micro-batch touches all of the compute buffer, as the estimate assumes
-    prompt = ChatRequest(model=model, messages=[Message(role="user", content="the quick brown fox " * 150)],
-                         sampling=SamplingParams(max_tokens=2))
+    prompt = ChatRequest(
+        model=model,
+        messages=[Message(role="user", content="the quick brown fox " * 150)],
+        sampling=SamplingParams(max_tokens=2),
+    )
 
     async def scenario() -> None:
         scheduler = Scheduler(load_settings(), library)
@@ -446,15 +456,21 @@ def test_estimate_reads_ff_width_and_swa_keys_from_the_file(tmp_path: Path) -> N
     assert model_shape(plain).n_ff == 96
     assert model_shape(plain).sliding_window == 4096, "gemma2's default window when the file names none"
 
-    moe = read_gguf_info(write("moe.gguf", expert_feed_forward_length=32, expert_used_count=4,
-                               expert_shared_feed_forward_length=48))
+    moe = read_gguf_info(
+        write("moe.gguf", expert_feed_forward_length=32, expert_used_count=4, expert_shared_feed_forward_length=48)
+    )
     assert moe.n_ff == 32 * 4 + 48
 
-    swa = read_gguf_info(write("swa.gguf", **{"attention.sliding_window": 0,
-                                             "attention.sliding_window_pattern": [True, True, False, False]}))
+    swa = read_gguf_info(
+        write(
+            "swa.gguf",
+            **{"attention.sliding_window": 0, "attention.sliding_window_pattern": [True, True, False, False]},
+        )
+    )
     assert swa.sliding_window == 0 and swa.sliding_window_pattern == [True, True, False, False]
     assert model_shape(swa).swa_layers == [True, True, False, False]
-    period = read_gguf_info(write("period.gguf", **{"attention.sliding_window": 128,
-                                                   "attention.sliding_window_pattern": 4}))
+    period = read_gguf_info(
+        write("period.gguf", **{"attention.sliding_window": 128, "attention.sliding_window_pattern": 4})
+    )
     assert period.sliding_window_pattern == 4
     assert model_shape(period).swa_layers == [True, True, True, False]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 import tiny_gguf
 from runners.helpers import (
     collect,
@@ -28,7 +29,6 @@ from runners.helpers import (
     text_of,
     wait_until,
 )
-
 from spark.errors import ModelFileError, RunnerFailed
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import load_settings

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 import tiny_gguf
 from server.helpers import (
     MAX_BODY,
@@ -28,10 +29,18 @@ def slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def served(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_bert: Path, slow_llama: Path,
-           tiny_llama_tools: Path) -> Iterator[tuple[LiveServer, Models]]:
-    settings = server_settings(tmp_path_factory.mktemp("server-home"), SPARK_MAX_BODY_SIZE=str(MAX_BODY),
-                               SPARK_MAX_TOKENS_LIMIT=str(MAX_TOKENS_LIMIT))
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_llama: Path,
+    tiny_bert: Path,
+    slow_llama: Path,
+    tiny_llama_tools: Path,
+) -> Iterator[tuple[LiveServer, Models]]:
+    settings = server_settings(
+        tmp_path_factory.mktemp("server-home"),
+        SPARK_MAX_BODY_SIZE=str(MAX_BODY),
+        SPARK_MAX_TOKENS_LIMIT=str(MAX_TOKENS_LIMIT),
+    )
     models = add_models(settings, tiny_llama, tiny_bert, slow_llama, tiny_llama_tools)
     with live_server(settings) as live:
         yield live, models

@@ -14,8 +14,8 @@ import anthropic
 import httpx
 import openai
 from litestar import Litestar
-from runners.helpers import control_token_bias
 
+from runners.helpers import control_token_bias
 from spark.library import Library, ModelSettings
 from spark.runners.scheduler import RunnerState
 from spark.server.app import create_app
@@ -100,13 +100,18 @@ def add_slow_model(library: Library, path: Path) -> str:
     """Add the slow model with one slot, its whole context, and no way to end by itself
     (its control tokens are banned), so that a long generation really runs long."""
     model = library.add_local(path).id
-    library.update_settings(model, ModelSettings(
-        context_length=SLOW_CONTEXT, parallel=1, sampling=SamplingParams(logit_bias=control_token_bias(path))))
+    library.update_settings(
+        model,
+        ModelSettings(
+            context_length=SLOW_CONTEXT, parallel=1, sampling=SamplingParams(logit_bias=control_token_bias(path))
+        ),
+    )
     return model
 
 
-def add_models(settings: Settings, tiny_llama: Path, tiny_bert: Path, slow_llama: Path,
-               tiny_llama_tools: Path) -> Models:
+def add_models(
+    settings: Settings, tiny_llama: Path, tiny_bert: Path, slow_llama: Path, tiny_llama_tools: Path
+) -> Models:
     with Library(settings) as library:
         slow = add_slow_model(library, slow_llama)
         return Models(

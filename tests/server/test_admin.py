@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from litestar.connection import ASGIConnection
+
 from server.helpers import (
     LiveServer,
     live_server,
@@ -17,7 +18,6 @@ from server.helpers import (
     server_settings,
     wait_for,
 )
-
 from spark.library import Library
 from spark.server.admin_auth import AdminAuth, read_admin_token
 from spark.settings import load_settings
@@ -79,8 +79,14 @@ def test_without_a_password_only_the_local_token_gets_in(tmp_path: Path) -> None
 
 
 def _connection(client: str, secret: str) -> ASGIConnection:  # type: ignore[type-arg]
-    return ASGIConnection({"type": "http", "client": (client, 5000), "path": "/api/keys",  # type: ignore[arg-type]
-                           "headers": [(b"authorization", f"Bearer {secret}".encode())]})
+    return ASGIConnection(
+        {
+            "type": "http",
+            "client": (client, 5000),
+            "path": "/api/keys",  # type: ignore[arg-type]
+            "headers": [(b"authorization", f"Bearer {secret}".encode())],
+        }
+    )
 
 
 def test_the_local_token_is_refused_from_another_machine() -> None:
@@ -132,10 +138,17 @@ def test_requests_list_detail_and_paging(live: LiveServer, model: str) -> None:
     assert error["code"] == "request_not_found" and "'no-such-id'" in error["message"]
 
 
-@pytest.mark.parametrize(("params", "param"), [
-    ({"status": "sometimes"}, "status"), ({"limit": "lots"}, "limit"), ({"limit": "0"}, "limit"),
-    ({"offset": "-3"}, "offset"), ({"since": "last tuesday"}, "since"), ({"after": "x"}, "after"),
-])
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"status": "sometimes"}, "status"),
+        ({"limit": "lots"}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"offset": "-3"}, "offset"),
+        ({"since": "last tuesday"}, "since"),
+        ({"after": "x"}, "after"),
+    ],
+)
 def test_bad_list_parameters_are_named(live: LiveServer, params: dict[str, str], param: str) -> None:
     assert openai_error(as_admin(live).get("/api/requests", params=params), 400)["param"] == param
 
@@ -154,6 +167,9 @@ def test_activity_counts_requests_and_tokens_per_minute(live: LiveServer, model:
     assert sum(b["requests"] for b in mine()) >= 2  # type: ignore[misc]
     per_minute = admin.get("/api/activity").json()
     assert per_minute["bucket_seconds"] == 60 and all(b["start"] % 60 == 0 for b in per_minute["buckets"])
-    for params, param in (({"window": "soon"}, "window"), ({"bucket": "0"}, "bucket"),
-                          ({"window": "30d", "bucket": "1"}, "bucket")):
+    for params, param in (
+        ({"window": "soon"}, "window"),
+        ({"bucket": "0"}, "bucket"),
+        ({"window": "30d", "bucket": "1"}, "bucket"),
+    ):
         assert openai_error(admin.get("/api/activity", params=params), 400)["param"] == param

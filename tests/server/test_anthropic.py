@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import anthropic
 import pytest
-from server.helpers import LiveServer, Models
 
+from server.helpers import LiveServer, Models
 from spark.server import generation
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -13,7 +13,8 @@ MESSAGES = [{"role": "user", "content": "hello there"}]
 
 def test_message(live: LiveServer, models: Models) -> None:
     raw = live.anthropic().messages.with_raw_response.create(
-        model=models.chat, max_tokens=7, messages=MESSAGES, system="Be brief.")  # type: ignore[arg-type]
+        model=models.chat, max_tokens=7, messages=MESSAGES, system="Be brief."
+    )  # type: ignore[arg-type]
     message = raw.parse()
     assert raw.headers["request-id"] == raw.headers["x-request-id"]
     assert message.type == "message" and message.role == "assistant" and message.model == models.chat
@@ -24,8 +25,14 @@ def test_message(live: LiveServer, models: Models) -> None:
 
 def test_stream_event_order(live: LiveServer, models: Models) -> None:
     client = live.anthropic()
-    events = list(client.messages.create(model=models.chat, max_tokens=6, messages=MESSAGES,  # type: ignore[arg-type]
-                                         stream=True))
+    events = list(
+        client.messages.create(
+            model=models.chat,
+            max_tokens=6,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            stream=True,
+        )
+    )
     kinds = [e.type for e in events if e.type != "ping"]
     assert kinds[:2] == ["message_start", "content_block_start"]
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
@@ -42,10 +49,15 @@ def test_stream_event_order(live: LiveServer, models: Models) -> None:
 
 def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: Models) -> None:
     client = live.anthropic()
-    body = {"model": models.chat, "system": "You count.", "messages": [
-        {"role": "user", "content": "one two three"},
-        {"role": "assistant", "content": "four"},
-        {"role": "user", "content": "five six"}]}
+    body = {
+        "model": models.chat,
+        "system": "You count.",
+        "messages": [
+            {"role": "user", "content": "one two three"},
+            {"role": "assistant", "content": "four"},
+            {"role": "user", "content": "five six"},
+        ],
+    }
     counted = client.messages.count_tokens(**body)  # type: ignore[arg-type]
     message = client.messages.create(max_tokens=2, **body)  # type: ignore[arg-type]
     used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
@@ -68,8 +80,12 @@ def test_pings_while_the_model_loads(live: LiveServer, models: Models, monkeypat
     # nobody used yet (a fraction of a second) long enough to be pinged through.
     monkeypatch.setattr(generation, "PING_SECONDS", 0.01)
     assert models.tools not in {r.model for r in live.runners()}
-    with live.http() as http, http.stream("POST", "/v1/messages", json={
-            "model": models.tools, "max_tokens": 3, "messages": MESSAGES, "stream": True}) as response:
+    with (
+        live.http() as http,
+        http.stream(
+            "POST", "/v1/messages", json={"model": models.tools, "max_tokens": 3, "messages": MESSAGES, "stream": True}
+        ) as response,
+    ):
         assert response.status_code == 200
         names = [line.removeprefix("event: ") for line in response.iter_lines() if line.startswith("event: ")]
     assert names[0] == "message_start" and names[1] == "ping"

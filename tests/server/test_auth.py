@@ -6,6 +6,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+
 from server.helpers import (
     LiveServer,
     Models,
@@ -14,7 +15,6 @@ from server.helpers import (
     openai_error,
     server_settings,
 )
-
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 
@@ -35,12 +35,17 @@ ROUTES = [
 
 
 @pytest.mark.parametrize(("method", "path", "headers", "shape"), ROUTES)
-def test_every_route_needs_a_valid_key(live: LiveServer, method: str, path: str, headers: dict[str, str],
-                                       shape: str) -> None:
+def test_every_route_needs_a_valid_key(
+    live: LiveServer, method: str, path: str, headers: dict[str, str], shape: str
+) -> None:
     check = openai_error if shape == "openai" else anthropic_error
     with httpx.Client(base_url=live.url) as http:
-        for sent in ({}, {"authorization": "Bearer sk-spark-wrong"}, {"x-api-key": "sk-spark-wrong"},
-                     {"authorization": f"Basic {live.key}"}):
+        for sent in (
+            {},
+            {"authorization": "Bearer sk-spark-wrong"},
+            {"x-api-key": "sk-spark-wrong"},
+            {"authorization": f"Basic {live.key}"},
+        ):
             response = http.request(method, path, headers={**headers, **sent}, json={})
             error = check(response, 401)
             if shape == "openai":
@@ -58,7 +63,8 @@ def test_sdk_sees_authentication_errors(live: LiveServer, models: Models) -> Non
         openai.OpenAI(base_url=live.url + "/v1", api_key="sk-spark-nope", max_retries=0).models.list()
     with pytest.raises(anthropic.AuthenticationError):
         anthropic.Anthropic(base_url=live.url, api_key="sk-spark-nope", max_retries=0).messages.create(
-            model=models.chat, max_tokens=2, messages=CHAT)  # type: ignore[arg-type]
+            model=models.chat, max_tokens=2, messages=CHAT
+        )  # type: ignore[arg-type]
 
 
 def test_without_any_key_the_server_says_how_to_make_one(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from server.helpers import LiveServer, Models
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
@@ -21,17 +22,23 @@ PNG_URL = "https://example.com/cat.png"
 # (route, first cell of the refused row) -> (body changes, the param the 400 names)
 EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
     ("/v1/chat/completions", "`messages[].content` `input_audio`, `file` parts"): (
-        {"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}]},
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
+            ]
+        },
         "messages[0].content[0]",
     ),
     ("/v1/chat/completions", "role `function`"): (
-        {"messages": [{"role": "function", "name": "f", "content": "x"}]}, "messages[0].role",
+        {"messages": [{"role": "function", "name": "f", "content": "x"}]},
+        "messages[0].role",
     ),
     ("/v1/chat/completions", "`n`"): ({"n": 2}, "n"),
     ("/v1/chat/completions", "`logprobs`"): ({"logprobs": True}, "logprobs"),
-    ("/v1/chat/completions", "`audio`, `modalities` with `\"audio\"`"): ({"modalities": ["text", "audio"]}, "modalities"),
+    ("/v1/chat/completions", '`audio`, `modalities` with `"audio"`'): ({"modalities": ["text", "audio"]}, "modalities"),
     ("/v1/chat/completions", "`functions`, `function_call`"): (
-        {"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "functions",
+        {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
+        "functions",
     ),
     ("/v1/completions", "`prompt` as token arrays or several prompts"): ({"prompt": [[1, 2, 3]]}, "prompt"),
     ("/v1/completions", "`n`, `best_of`"): ({"best_of": 2}, "best_of"),
@@ -44,11 +51,24 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         "messages[0].content[0]",
     ),
     ("/v1/messages", "`document` blocks"): (
-        {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]},
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
+                    ],
+                }
+            ]
+        },
         "messages[0].content[0]",
     ),
     ("/v1/messages", "other block types (`search_result`, server tool results, …)"): (
-        {"messages": [{"role": "user", "content": [{"type": "search_result", "source": "s", "title": "t", "content": []}]}]},
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "search_result", "source": "s", "title": "t", "content": []}]}
+            ]
+        },
         "messages[0].content[0]",
     ),
 }
@@ -75,7 +95,11 @@ def test_every_refused_row_has_an_example() -> None:
 
 def _body(route: str, models: Models, changes: dict[str, Any]) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "/v1/chat/completions": {"model": models.chat, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        "/v1/chat/completions": {
+            "model": models.chat,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+        },
         "/v1/completions": {"model": models.chat, "prompt": "hi", "max_tokens": 2},
         "/v1/embeddings": {"model": models.embed, "input": "hi"},
         "/v1/messages": {"model": models.chat, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from server.helpers import LiveServer, live_server, server_settings
 
 ORIGIN = "https://app.example"
-PREFLIGHT = {"origin": ORIGIN, "access-control-request-method": "POST",
-             "access-control-request-headers": "authorization, content-type"}
+PREFLIGHT = {
+    "origin": ORIGIN,
+    "access-control-request-method": "POST",
+    "access-control-request-headers": "authorization, content-type",
+}
 
 
 def test_cors_is_off_by_default(live: LiveServer) -> None:
     with live.http() as http:
-        for response in (http.get("/v1/models", headers={"origin": ORIGIN}),
-                         http.get("/health", headers={"origin": ORIGIN}),
-                         http.options("/v1/chat/completions", headers=PREFLIGHT)):
+        for response in (
+            http.get("/v1/models", headers={"origin": ORIGIN}),
+            http.get("/health", headers={"origin": ORIGIN}),
+            http.options("/v1/chat/completions", headers=PREFLIGHT),
+        ):
             assert "access-control-allow-origin" not in response.headers
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anthropic
 import openai
 import pytest
+
 from server.helpers import (
     MAX_BODY,
     MAX_TOKENS_LIMIT,
@@ -17,18 +18,22 @@ from server.helpers import (
 CHAT = [{"role": "user", "content": "hi"}]
 UNKNOWN = "The model 'no-such-model' does not exist on this server (see GET /v1/models)."
 
+
 def test_unknown_model(live: LiveServer) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         live.openai().chat.completions.create(model="no-such-model", messages=CHAT)  # type: ignore[arg-type]
     assert e.value.status_code == 404
-    assert e.value.body == {"message": UNKNOWN, "type": "invalid_request_error", "param": "model",
-                            "code": "model_not_found"}
+    assert e.value.body == {
+        "message": UNKNOWN,
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
     with pytest.raises(anthropic.NotFoundError) as a:
         live.anthropic().messages.create(model="no-such-model", max_tokens=5, messages=CHAT)  # type: ignore[arg-type]
     assert a.value.body == {"type": "error", "error": {"type": "not_found_error", "message": UNKNOWN}}
     with live.http() as http:
-        streamed = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": CHAT,
-                                                           "stream": True})
+        streamed = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": CHAT, "stream": True})
         assert openai_error(streamed, 404)["code"] == "model_not_found", "a stream fails before it starts"
         embedded = http.post("/v1/embeddings", json={"model": "no-such-model", "input": "x"})
         assert openai_error(embedded, 404)["message"] == UNKNOWN
@@ -38,21 +43,22 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
     with live.http() as http:
         error = openai_error(http.post("/v1/chat/completions", content=b'{"model": '), 400)
         assert error["type"] == "invalid_request_error" and "not valid JSON" in error["message"]
-        error = anthropic_error(http.post("/v1/messages", content=b"{\"model\": \"x\", "), 400)
+        error = anthropic_error(http.post("/v1/messages", content=b'{"model": "x", '), 400)
         assert error["type"] == "invalid_request_error" and "not valid JSON" in error["message"]
 
         wrong_type = {"model": models.chat, "messages": [{"role": "user", "content": 42}]}
-        assert openai_error(http.post("/v1/chat/completions", json=wrong_type), 400)["param"] == \
-            "messages[0].content"
+        assert openai_error(http.post("/v1/chat/completions", json=wrong_type), 400)["param"] == "messages[0].content"
         error = openai_error(http.post("/v1/chat/completions", json={"model": models.chat}), 400)
         assert error["param"] == "messages" and error["message"] == "Missing required parameter: 'messages'."
-        error = openai_error(http.post("/v1/chat/completions", json={"model": models.chat, "messages": CHAT,
-                                                                     "n": 2}), 400)
+        error = openai_error(
+            http.post("/v1/chat/completions", json={"model": models.chat, "messages": CHAT, "n": 2}), 400
+        )
         assert error["param"] == "n"
         error = anthropic_error(http.post("/v1/messages", json={"model": models.chat, "messages": CHAT}), 400)
         assert "max_tokens" in error["message"]
-        error = anthropic_error(http.post("/v1/messages", json={"model": models.chat, "max_tokens": "x",
-                                                                "messages": CHAT}), 400)
+        error = anthropic_error(
+            http.post("/v1/messages", json={"model": models.chat, "max_tokens": "x", "messages": CHAT}), 400
+        )
         assert "max_tokens" in error["message"]
         error = openai_error(http.post("/v1/embeddings", json={"model": models.embed, "input": []}), 400)
         assert error["param"] == "input"
@@ -102,8 +108,9 @@ def test_routes_and_methods_that_do_not_exist(live: LiveServer) -> None:
         assert error["type"] == "invalid_request_error"
 
 
-def test_a_bug_is_a_generic_500_in_the_api_shape(live: LiveServer, monkeypatch: pytest.MonkeyPatch,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_bug_is_a_generic_500_in_the_api_shape(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken() -> None:
         raise RuntimeError("secret internals")
 
@@ -115,5 +122,6 @@ def test_a_bug_is_a_generic_500_in_the_api_shape(live: LiveServer, monkeypatch: 
         assert response.headers["x-request-id"] in error["message"], "the id to find it in the log"
         error = anthropic_error(http.get("/v1/models", headers={"anthropic-version": "2023-06-01"}), 500)
         assert error["type"] == "api_error"
-    assert any("secret internals" in (r.exc_text or "") or r.exc_info for r in caplog.records
-               if r.name == "spark.server")
+    assert any(
+        "secret internals" in (r.exc_text or "") or r.exc_info for r in caplog.records if r.name == "spark.server"
+    )

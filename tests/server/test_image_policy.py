@@ -7,20 +7,21 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+
 import tiny_gguf
 from server.helpers import LiveServer, live_server, server_settings
-
 from spark.library import Library
 
 PNG = tiny_gguf.tiny_png()
 
 
 class _Images(BaseHTTPRequestHandler):
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         _Images.hits.append(self.path)
         body, kind = (PNG, "image/png") if self.path == "/cat.png" else (b"<html></html>", "text/html")
         self.send_response(200)
@@ -43,8 +44,19 @@ def image_host() -> Iterator[str]:
 
 
 def _chat(model: str, url: str) -> dict[str, object]:
-    return {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]}]}
+    return {
+        "model": model,
+        "max_tokens": 2,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+        ],
+    }
 
 
 def test_remote_images_are_refused_by_default(live: LiveServer, image_host: str) -> None:
@@ -59,16 +71,19 @@ def test_remote_images_are_refused_by_default(live: LiveServer, image_host: str)
 def test_allowed_remote_images_are_fetched_and_limited(
     tmp_path_factory: pytest.TempPathFactory, image_host: str, tiny_llama: Path, tiny_mmproj: Path
 ) -> None:
-    settings = server_settings(tmp_path_factory.mktemp("images"), SPARK_ALLOW_REMOTE_IMAGES="true",
-                               SPARK_MAX_IMAGE_SIZE=str(len(PNG) + 10))
+    settings = server_settings(
+        tmp_path_factory.mktemp("images"), SPARK_ALLOW_REMOTE_IMAGES="true", SPARK_MAX_IMAGE_SIZE=str(len(PNG) + 10)
+    )
     model = Library(settings).add_local(tiny_llama, model_id="tiny-vision", mmproj=tiny_mmproj).id
     with live_server(settings) as server, server.http() as http:
         _Images.hits.clear()
         ok = http.post("/v1/chat/completions", json=_chat(model, image_host + "/cat.png"))
         assert ok.status_code == 200, ok.text
         assert _Images.hits == ["/cat.png"]
-        without = http.post("/v1/chat/completions", json={
-            "model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "What is this?"}]})
+        without = http.post(
+            "/v1/chat/completions",
+            json={"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "What is this?"}]},
+        )
         assert ok.json()["usage"]["prompt_tokens"] > without.json()["usage"]["prompt_tokens"], "the image was read"
 
         not_image = http.post("/v1/chat/completions", json=_chat(model, image_host + "/page.html"))
@@ -79,8 +94,20 @@ def test_allowed_remote_images_are_fetched_and_limited(
         assert too_large.status_code == 400
         assert "larger than this server's limit" in too_large.json()["error"]["message"]
 
-        anthropic_big = http.post("/v1/messages", json={"model": model, "max_tokens": 2, "messages": [
-            {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                                      "data": big}}]}]})
+        anthropic_big = http.post(
+            "/v1/messages",
+            json={
+                "model": model,
+                "max_tokens": 2,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": big}}
+                        ],
+                    }
+                ],
+            },
+        )
         assert anthropic_big.status_code == 400
         assert "SPARK_MAX_IMAGE_SIZE" in anthropic_big.json()["error"]["message"]

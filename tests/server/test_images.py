@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+
 import tiny_gguf
 from server.helpers import LiveServer, Models
 
@@ -38,9 +39,25 @@ def test_model_without_projector_refuses_images(live: LiveServer, models: Models
         client.chat.completions.create(model=models.chat, messages=openai_chat(PNG_URL), max_tokens=3)
     assert "cannot read images" in refused.value.message and refused.value.param == "messages"
     with pytest.raises(anthropic.BadRequestError) as refused_too:
-        live.anthropic().messages.create(model=models.chat, max_tokens=3, messages=[{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(PNG).decode()}}]}])
+        live.anthropic().messages.create(
+            model=models.chat,
+            max_tokens=3,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {
+                                "type": "base64",
+                                "media_type": "image/png",
+                                "data": base64.b64encode(PNG).decode(),
+                            },
+                        }
+                    ],
+                }
+            ],
+        )
     assert "cannot read images" in refused_too.value.message
     text_only = client.chat.completions.create(model=models.chat, messages=openai_chat(None), max_tokens=3)
     assert text_only.choices[0].message.content
@@ -51,22 +68,37 @@ def test_remote_image_urls_are_refused(live: LiveServer, vision_model: str) -> N
     # the network is closed here, so a fetch would fail with another message.
     client = live.openai()
     with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model=vision_model, messages=openai_chat("https://images.example.com/cat.png"),
-                                       max_tokens=3)
+        client.chat.completions.create(
+            model=vision_model, messages=openai_chat("https://images.example.com/cat.png"), max_tokens=3
+        )
     assert "does not fetch remote images" in refused.value.message
     assert refused.value.param == "messages[0].content[1].image_url.url"
     with pytest.raises(anthropic.BadRequestError) as refused_too:
-        live.anthropic().messages.create(model=vision_model, max_tokens=3, messages=[{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": "https://images.example.com/dog.png"}}]}])
+        live.anthropic().messages.create(
+            model=vision_model,
+            max_tokens=3,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": {"type": "url", "url": "https://images.example.com/dog.png"}}
+                    ],
+                }
+            ],
+        )
     assert "does not fetch remote images" in refused_too.value.message
 
 
-@pytest.mark.parametrize(("url", "why"), [
-    ("data:image/png;base64,@@not base64@@", "not valid base64"),
-    ("data:image/png;base64," + base64.b64encode(b"plain text, not a picture").decode(), "not a PNG, JPEG"),
-    ("data:image/png;base64," + base64.b64encode(PNG[: len(PNG) // 2]).decode(), "(PNG) could not be decoded"),
-    ("data:text/plain;base64,aGk=", "expected an image/* type"),
-], ids=["not-base64", "not-an-image", "truncated-png", "not-an-image-type"])
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("data:image/png;base64,@@not base64@@", "not valid base64"),
+        ("data:image/png;base64," + base64.b64encode(b"plain text, not a picture").decode(), "not a PNG, JPEG"),
+        ("data:image/png;base64," + base64.b64encode(PNG[: len(PNG) // 2]).decode(), "(PNG) could not be decoded"),
+        ("data:text/plain;base64,aGk=", "expected an image/* type"),
+    ],
+    ids=["not-base64", "not-an-image", "truncated-png", "not-an-image-type"],
+)
 def test_undecodable_images_are_refused(live: LiveServer, vision_model: str, url: str, why: str) -> None:
     client = live.openai()
     with pytest.raises(openai.BadRequestError) as refused:
@@ -79,8 +111,7 @@ def test_undecodable_images_are_refused(live: LiveServer, vision_model: str, url
 
 def test_openai_chat_with_an_image(live: LiveServer, vision_model: str) -> None:
     client = live.openai()
-    with_image = client.chat.completions.create(model=vision_model, messages=openai_chat(PNG_URL),
-                                                max_tokens=6, seed=1)
+    with_image = client.chat.completions.create(model=vision_model, messages=openai_chat(PNG_URL), max_tokens=6, seed=1)
     without = client.chat.completions.create(model=vision_model, messages=openai_chat(None), max_tokens=6, seed=1)
     assert with_image.choices[0].finish_reason == "length" and with_image.choices[0].message.content
     assert with_image.usage is not None and without.usage is not None
@@ -88,18 +119,26 @@ def test_openai_chat_with_an_image(live: LiveServer, vision_model: str) -> None:
     assert with_image.usage.prompt_tokens >= without.usage.prompt_tokens + IMAGE_TOKENS
     # The image is read, not just counted: another picture changes what the model writes.
     other = client.chat.completions.create(
-        model=vision_model, max_tokens=6, seed=1,
-        messages=openai_chat("data:image/png;base64," + base64.b64encode(tiny_gguf.tiny_png(seed=7)).decode()))
+        model=vision_model,
+        max_tokens=6,
+        seed=1,
+        messages=openai_chat("data:image/png;base64," + base64.b64encode(tiny_gguf.tiny_png(seed=7)).decode()),
+    )
     assert other.usage is not None and other.usage.prompt_tokens == with_image.usage.prompt_tokens
     assert other.choices[0].message.content != with_image.choices[0].message.content
 
 
 def test_anthropic_message_with_an_image(live: LiveServer, vision_model: str) -> None:
     client = live.anthropic()
-    image: Any = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                              "data": base64.b64encode(PNG).decode()}}
-    message = client.messages.create(model=vision_model, max_tokens=6, messages=[
-        {"role": "user", "content": [image, {"type": "text", "text": QUESTION}]}])
+    image: Any = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()},
+    }
+    message = client.messages.create(
+        model=vision_model,
+        max_tokens=6,
+        messages=[{"role": "user", "content": [image, {"type": "text", "text": QUESTION}]}],
+    )
     assert message.stop_reason == "max_tokens" and message.usage.output_tokens == 6
     assert message.content[0].type == "text" and message.content[0].text
     counted = client.messages.count_tokens(model=vision_model, messages=[{"role": "user", "content": QUESTION}])

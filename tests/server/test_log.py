@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from server.helpers import (
     LiveServer,
     add_slow_model,
@@ -15,7 +16,6 @@ from server.helpers import (
     server_settings,
     wait_for,
 )
-
 from spark.errors import RequestNotFound
 from spark.library import Library
 from spark.runners import trace as steps
@@ -27,13 +27,17 @@ CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "conte
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_bert: Path,
-           slow_llama: Path) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+def logged(
+    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_bert: Path, slow_llama: Path
+) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     """A fresh server of its own (no model loaded yet) with a chat, an embedding and a slow model."""
     settings = server_settings(tmp_path_factory.mktemp("log-home"))
     with Library(settings) as library:
-        models = {"chat": library.add_local(tiny_llama).id, "embed": library.add_local(tiny_bert).id,
-                  "slow": add_slow_model(library, slow_llama)}
+        models = {
+            "chat": library.add_local(tiny_llama).id,
+            "embed": library.add_local(tiny_bert).id,
+            "slow": add_slow_model(library, slow_llama),
+        }
     with live_server(settings) as live:
         yield live, models
 
@@ -75,9 +79,18 @@ def test_first_request_shows_the_load_then_reuses_the_prefix(live: LiveServer, m
     first = http.post("/v1/chat/completions", json={"model": models["chat"], "messages": CHAT, "max_tokens": 6})
     assert first.status_code == 200
     record = logged_request(live, first)
-    assert names(record) == [steps.RECEIVED, steps.AUTHENTICATED, steps.QUEUED, steps.PLACEMENT,
-                             steps.LOAD_STARTED, steps.LOAD_FINISHED, steps.SLOT, steps.PROMPT,
-                             steps.FIRST_TOKEN, steps.FINISHED]
+    assert names(record) == [
+        steps.RECEIVED,
+        steps.AUTHENTICATED,
+        steps.QUEUED,
+        steps.PLACEMENT,
+        steps.LOAD_STARTED,
+        steps.LOAD_FINISHED,
+        steps.SLOT,
+        steps.PROMPT,
+        steps.FIRST_TOKEN,
+        steps.FINISHED,
+    ]
     times = [s.at_ms for s in record.timeline]
     assert times == sorted(times) and times[-1] <= record.duration_ms
     by_name = {s.name: s for s in record.timeline}
@@ -114,8 +127,14 @@ def test_first_request_shows_the_load_then_reuses_the_prefix(live: LiveServer, m
 
 def test_streams_record_their_output(live: LiveServer, models: dict[str, str]) -> None:
     text = []
-    with live.http() as http, http.stream("POST", "/v1/completions", json={
-            "model": models["chat"], "prompt": "Once upon", "max_tokens": 5, "stream": True}) as response:
+    with (
+        live.http() as http,
+        http.stream(
+            "POST",
+            "/v1/completions",
+            json={"model": models["chat"], "prompt": "Once upon", "max_tokens": 5, "stream": True},
+        ) as response,
+    ):
         for line in response.iter_lines():
             if line.startswith("data: {"):
                 text.append(json.loads(line[6:])["choices"][0]["text"])
@@ -136,14 +155,16 @@ def test_embeddings_and_messages_are_logged(live: LiveServer, models: dict[str, 
     assert record.content.request["input"] == ["one", "two"]
     assert next(s for s in record.timeline if s.name == steps.FINISHED).details == {"vectors": 2}
 
-    message = http.post("/v1/messages", json={"model": models["chat"], "max_tokens": 4,
-                                              "messages": [{"role": "user", "content": "hi"}]})
+    message = http.post(
+        "/v1/messages", json={"model": models["chat"], "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    )
     record = logged_request(live, message)
     assert record.route == "/v1/messages" and record.completion_tokens == 4
     assert record.request_id == message.headers["request-id"]
 
-    counted = http.post("/v1/messages/count_tokens", json={"model": models["chat"],
-                                                           "messages": [{"role": "user", "content": "hi"}]})
+    counted = http.post(
+        "/v1/messages/count_tokens", json={"model": models["chat"], "messages": [{"role": "user", "content": "hi"}]}
+    )
     record = logged_request(live, counted)
     assert record.prompt_tokens == counted.json()["input_tokens"] and names(record)[-1] == steps.FINISHED
 
@@ -175,8 +196,11 @@ def test_errors_are_logged_with_their_type(live: LiveServer, models: dict[str, s
 
 
 def test_a_client_request_id_finds_its_request(live: LiveServer, models: dict[str, str]) -> None:
-    response = live.http().post("/v1/chat/completions", headers={"x-request-id": "trace-me-42"},
-                                json={"model": models["chat"], "messages": CHAT, "max_tokens": 2})
+    response = live.http().post(
+        "/v1/chat/completions",
+        headers={"x-request-id": "trace-me-42"},
+        json={"model": models["chat"], "messages": CHAT, "max_tokens": 2},
+    )
     assert response.headers["x-request-id"] == "trace-me-42"
     record = logged_request(live, response)
     assert record.request_id == "trace-me-42" and record.id != "trace-me-42"
@@ -200,8 +224,12 @@ def test_a_clean_shutdown_writes_every_request(tmp_path: Path, tiny_llama: Path)
         model = library.add_local(tiny_llama).id
     with live_server(settings) as live:
         http = live.http()
-        ids = [http.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 1}
-                         ).headers["x-request-id"] for _ in range(5)]
+        ids = [
+            http.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 1}).headers[
+                "x-request-id"
+            ]
+            for _ in range(5)
+        ]
     table = RequestTable(Database(settings.db_path))  # read after the server stopped
     assert {table.get(i).request_id for i in ids} == set(ids)
 

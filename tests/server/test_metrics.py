@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from server.helpers import (
     LiveServer,
     live_server,
@@ -16,14 +17,13 @@ from server.helpers import (
     server_settings,
     wait_for,
 )
-
 from spark.library import Library
 from spark.server.admin_auth import read_admin_token
 from spark.server.metrics import Metrics
 from spark.store.requests import RequestRecord
 
 CHAT = [{"role": "user", "content": "count me"}]
-_SAMPLE = re.compile(r'([a-z_]+)(?:\{(.*)\})? (\S+)')
+_SAMPLE = re.compile(r"([a-z_]+)(?:\{(.*)\})? (\S+)")
 _LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -63,8 +63,10 @@ def test_metrics_count_requests_tokens_and_latency(metered: tuple[LiveServer, st
     live, model = metered
     http = live.http()
     before = parse(http.get("/metrics").text)
-    usage = [http.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 3}
-                       ).json()["usage"] for _ in range(2)]
+    usage = [
+        http.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 3}).json()["usage"]
+        for _ in range(2)
+    ]
     assert http.post("/v1/chat/completions", json={"model": "ghost-model", "messages": CHAT}).status_code == 404
 
     def scraped() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -73,8 +75,15 @@ def test_metrics_count_requests_tokens_and_latency(metered: tuple[LiveServer, st
         return parse(response.text)
 
     chat = {"route": "/v1/chat/completions"}
-    wait_for(lambda: sample(scraped(), "spark_requests_total", **chat, model=model, status="200")
-             - sample(before, "spark_requests_total", **chat, model=model, status="200") == 2, 5, "the two requests")
+    wait_for(
+        lambda: (
+            sample(scraped(), "spark_requests_total", **chat, model=model, status="200")
+            - sample(before, "spark_requests_total", **chat, model=model, status="200")
+            == 2
+        ),
+        5,
+        "the two requests",
+    )
     after = scraped()
     # an unknown model is counted without its name, so clients cannot grow the label set
     assert sample(after, "spark_requests_total", **chat, model="unknown", status="404") >= 1
@@ -87,8 +96,11 @@ def test_metrics_count_requests_tokens_and_latency(metered: tuple[LiveServer, st
     assert grew("spark_completion_tokens_total", model=model) == 6
     assert grew("spark_time_to_first_token_seconds_count", model=model) == 2
     assert grew("spark_request_duration_seconds_count", **chat, model=model) == 2
-    buckets = sorted((float(dict(labels)["le"]), value) for (name, labels), value in after.items()
-                     if name == "spark_request_duration_seconds_bucket" and ("model", model) in labels)
+    buckets = sorted(
+        (float(dict(labels)["le"]), value)
+        for (name, labels), value in after.items()
+        if name == "spark_request_duration_seconds_bucket" and ("model", model) in labels
+    )
     counts = [value for _, value in buckets]
     assert buckets[-1][0] == float("inf") and counts == sorted(counts)  # cumulative
     assert counts[-1] == sample(after, "spark_request_duration_seconds_count", **chat, model=model)
@@ -107,10 +119,14 @@ def test_runner_restarts_are_counted(metered: tuple[LiveServer, str]) -> None:
     pid = live.runner(model).pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: sample(parse(http.get("/metrics").text), "spark_runner_restarts_total", model=model) == 1,
-             30, "the restart to be counted")
-    assert http.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 1}
-                     ).status_code == 200
+    wait_for(
+        lambda: sample(parse(http.get("/metrics").text), "spark_runner_restarts_total", model=model) == 1,
+        30,
+        "the restart to be counted",
+    )
+    assert (
+        http.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 1}).status_code == 200
+    )
 
 
 def test_metrics_need_a_key_by_default(metered: tuple[LiveServer, str]) -> None:
@@ -137,12 +153,27 @@ def test_metrics_auth_setting(tmp_path: Path, mode: str) -> None:
 def test_label_values_are_escaped() -> None:
     metrics = Metrics()
     odd = 'a "quoted"\\model\nname'
-    metrics.observe(RequestRecord(id="1", request_id="r", started_at=0.0, route="/v1/completions", status=200,
-                                  duration_ms=20.0, model=odd, ttft_ms=7.0, prompt_tokens=3))
+    metrics.observe(
+        RequestRecord(
+            id="1",
+            request_id="r",
+            started_at=0.0,
+            route="/v1/completions",
+            status=200,
+            duration_ms=20.0,
+            model=odd,
+            ttft_ms=7.0,
+            prompt_tokens=3,
+        )
+    )
     text = metrics.exposition([])
     samples = parse(text)
     assert sample(samples, "spark_prompt_tokens_total", model='a \\"quoted\\"\\\\model\\nname') == 3
-    assert sample(samples, "spark_time_to_first_token_seconds_bucket", model='a \\"quoted\\"\\\\model\\nname',
-                  le="0.005") == 0
-    assert sample(samples, "spark_time_to_first_token_seconds_bucket", model='a \\"quoted\\"\\\\model\\nname',
-                  le="0.01") == 1
+    assert (
+        sample(samples, "spark_time_to_first_token_seconds_bucket", model='a \\"quoted\\"\\\\model\\nname', le="0.005")
+        == 0
+    )
+    assert (
+        sample(samples, "spark_time_to_first_token_seconds_bucket", model='a \\"quoted\\"\\\\model\\nname', le="0.01")
+        == 1
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
 from server.helpers import LiveServer, Models
 
 CHAT = [{"role": "user", "content": "hi"}]
@@ -32,7 +33,8 @@ def test_models_list_and_get(live: LiveServer, models: Models) -> None:
 
 def test_chat_completion(live: LiveServer, models: Models) -> None:
     raw = live.openai().chat.completions.with_raw_response.create(
-        model=models.chat, messages=CHAT, max_tokens=6, seed=4)  # type: ignore[arg-type]
+        model=models.chat, messages=CHAT, max_tokens=6, seed=4
+    )  # type: ignore[arg-type]
     completion = raw.parse()
     assert raw.headers["x-request-id"].startswith("req_")
     assert completion.id == "chatcmpl-" + raw.headers["x-request-id"].removeprefix("req_")
@@ -46,11 +48,24 @@ def test_chat_completion(live: LiveServer, models: Models) -> None:
 
 def test_chat_stream_with_usage(live: LiveServer, models: Models) -> None:
     client = live.openai()
-    same = client.chat.completions.create(model=models.chat, messages=CHAT, max_tokens=8, seed=9,  # type: ignore[arg-type]
-                                          temperature=0)
-    chunks = list(client.chat.completions.create(
-        model=models.chat, messages=CHAT, max_tokens=8, seed=9, temperature=0, stream=True,  # type: ignore[arg-type]
-        stream_options={"include_usage": True}))
+    same = client.chat.completions.create(
+        model=models.chat,
+        messages=CHAT,
+        max_tokens=8,
+        seed=9,  # type: ignore[arg-type]
+        temperature=0,
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model=models.chat,
+            messages=CHAT,
+            max_tokens=8,
+            seed=9,
+            temperature=0,
+            stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -61,8 +76,14 @@ def test_chat_stream_with_usage(live: LiveServer, models: Models) -> None:
     assert usage_chunk.choices == [] and usage_chunk.usage is not None
     assert usage_chunk.usage.completion_tokens == 8
 
-    with live.http() as http, http.stream("POST", "/v1/chat/completions", json={
-            "model": models.chat, "messages": CHAT, "max_tokens": 3, "stream": True}) as response:
+    with (
+        live.http() as http,
+        http.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"model": models.chat, "messages": CHAT, "max_tokens": 3, "stream": True},
+        ) as response,
+    ):
         assert response.headers["content-type"].startswith("text/event-stream")
         frames = [line for line in response.iter_lines() if line]
     assert frames[-1] == "data: [DONE]" and all(f.startswith("data: ") for f in frames)
@@ -75,8 +96,15 @@ def test_completions(live: LiveServer, models: Models) -> None:
     assert completion.usage is not None and completion.usage.completion_tokens == 16, "16 tokens by default"
     assert completion.choices[0].finish_reason == "length"
 
-    chunks = list(client.completions.create(model=models.chat, prompt="Once upon a time", max_tokens=5,
-                                            stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=models.chat,
+            prompt="Once upon a time",
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
     assert "".join(c.choices[0].text for c in chunks if c.choices)
 
@@ -95,8 +123,9 @@ def test_embeddings_float_and_base64(live: LiveServer, models: Models) -> None:
     assert floats.usage.prompt_tokens > 0
 
     with live.http() as http:
-        body = http.post("/v1/embeddings", json={"model": models.embed, "input": "hi",
-                                                 "encoding_format": "base64"}).json()
+        body = http.post(
+            "/v1/embeddings", json={"model": models.embed, "input": "hi", "encoding_format": "base64"}
+        ).json()
     assert isinstance(body["data"][0]["embedding"], str)
 
 
@@ -104,10 +133,15 @@ def test_embeddings_float_and_base64(live: LiveServer, models: Models) -> None:
 def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
     client = live.openai()
     completion = client.chat.completions.create(
-        model="smollm2-135m-instruct-q4_1", temperature=0, max_tokens=30,
+        model="smollm2-135m-instruct-q4_1",
+        temperature=0,
+        max_tokens=30,
         # this small model answers off topic under its template's default system prompt
-        messages=[{"role": "system", "content": "You are a helpful assistant."},
-                  {"role": "user", "content": "What is the capital of France?"}])
+        messages=[
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France?"},
+        ],
+    )
     assert "Paris" in (completion.choices[0].message.content or "")
 
 
@@ -120,9 +154,12 @@ def test_request_ids(live: LiveServer, models: Models) -> None:
         assert mine.headers["x-request-id"] == "trace-42.a"
         odd = http.get("/v1/models", headers={"x-request-id": "no spaces <please>"})
         assert odd.headers["x-request-id"].startswith("req_"), "an unsafe id is not echoed"
-        for response in (http.get("/health"), http.get("/v1/nothing-here"),
-                         http.post("/v1/chat/completions", content=b"{"),
-                         httpx.get(live.url + "/v1/models")):
+        for response in (
+            http.get("/health"),
+            http.get("/v1/nothing-here"),
+            http.post("/v1/chat/completions", content=b"{"),
+            httpx.get(live.url + "/v1/models"),
+        ):
             assert response.headers["x-request-id"].startswith("req_"), response.text
 
 

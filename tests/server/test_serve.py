@@ -41,8 +41,9 @@ def wait_healthy(proc: subprocess.Popen[str], url: str, timeout: float = 60) -> 
     raise AssertionError("the server did not answer /health")
 
 
-@pytest.mark.parametrize(("args", "stop"), [(["serve", "--port"], signal.SIGINT), ([], signal.SIGTERM)],
-                         ids=["serve-SIGINT", "bare-SIGTERM"])
+@pytest.mark.parametrize(
+    ("args", "stop"), [(["serve", "--port"], signal.SIGINT), ([], signal.SIGTERM)], ids=["serve-SIGINT", "bare-SIGTERM"]
+)
 def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: signal.Signals) -> None:
     settings = load_settings()
     with Library(settings) as library:
@@ -50,8 +51,13 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
     key = KeyTable(Database(settings.db_path)).create("cli")[1]
     port = free_port()
     command = [sys.executable, "-m", "spark", *args, *([str(port)] if args else [])]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "SPARK_PORT": str(port)})
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "SPARK_PORT": str(port)},
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url)
@@ -59,8 +65,7 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         assert info is not None and info.pid == proc.pid and info.port == port and info.url == url
 
         client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
-        answer = client.chat.completions.create(model=model, max_tokens=3,
-                                                messages=[{"role": "user", "content": "hi"}])
+        answer = client.chat.completions.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "hi"}])
         assert answer.usage is not None and answer.usage.completion_tokens == 3
         runners = psutil.Process(proc.pid).children(recursive=True)
         assert runners, "the chat started a runner process"
@@ -75,7 +80,7 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
     assert f"listening on {url}" in output and "spark keys create NAME" in output
     assert "SPARK_HOST=0.0.0.0" in output
     assert "Traceback" not in output
-    gone, alive = psutil.wait_procs(runners, timeout=10)
+    _gone, alive = psutil.wait_procs(runners, timeout=10)
     assert not alive, f"runner processes left behind: {alive}"
     assert not server_file(settings).exists()
 
@@ -85,8 +90,9 @@ def test_port_in_use_is_one_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "spark", "serve", "--port", str(port)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "spark", "serve", "--port", str(port)], capture_output=True, text=True, timeout=60
+        )
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
 from server.helpers import (
     LiveServer,
     Models,
@@ -18,7 +19,6 @@ from server.helpers import (
     server_settings,
     wait_for,
 )
-
 from spark.library import Library
 
 CHAT = [{"role": "user", "content": "go on"}]
@@ -27,8 +27,14 @@ LONG = 12_000  # tokens: many seconds on the slow model
 
 def test_runner_killed_mid_stream(live: LiveServer, models: Models) -> None:
     client = live.openai()
-    chunks = iter(client.chat.completions.create(model=models.slow, messages=CHAT, max_tokens=LONG,  # type: ignore[arg-type]
-                                                 stream=True))
+    chunks = iter(
+        client.chat.completions.create(
+            model=models.slow,
+            messages=CHAT,
+            max_tokens=LONG,  # type: ignore[arg-type]
+            stream=True,
+        )
+    )
     for _ in range(3):
         next(chunks)
     pid = live.runner(models.slow).pid
@@ -62,8 +68,12 @@ def test_disconnect_cancels_in_the_runner(live: LiveServer, models: Models, path
     runner = lambda: live.runner(models.slow)  # noqa: E731
     wait_for(lambda: runner().busy == 0 and runner().in_flight == 0, 5, "the runner to drop the request")
     # its only slot is free again: a short request is answered at once
-    again = live.openai().chat.completions.create(model=models.slow, messages=CHAT, max_tokens=2,  # type: ignore[arg-type]
-                                                  timeout=10)
+    again = live.openai().chat.completions.create(
+        model=models.slow,
+        messages=CHAT,
+        max_tokens=2,  # type: ignore[arg-type]
+        timeout=10,
+    )
     assert again.choices[0].finish_reason == "length"
 
 

@@ -16,8 +16,8 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from server.helpers import LiveServer, Models
 
+from server.helpers import LiveServer, Models
 from spark.library import BUNDLED_ID
 
 BOOKING: dict[str, Any] = {
@@ -54,8 +54,13 @@ def test_json_schema_answers_validate(live: LiveServer, models: Models) -> None:
     client = live.openai()
     answers = []
     for seed in range(5):
-        completion = client.chat.completions.create(model=models.chat, messages=MESSAGES, seed=seed,
-                                                    max_tokens=JSON_TOKENS, response_format=booking_format(BOOKING))
+        completion = client.chat.completions.create(
+            model=models.chat,
+            messages=MESSAGES,
+            seed=seed,
+            max_tokens=JSON_TOKENS,
+            response_format=booking_format(BOOKING),
+        )
         choice = completion.choices[0]
         assert choice.finish_reason == "stop", choice.message.content
         answer = json.loads(choice.message.content or "")
@@ -65,9 +70,16 @@ def test_json_schema_answers_validate(live: LiveServer, models: Models) -> None:
 
 
 def test_streamed_json_schema_answer(live: LiveServer, models: Models) -> None:
-    chunks = list(live.openai().chat.completions.create(
-        model=models.chat, messages=MESSAGES, seed=11, max_tokens=JSON_TOKENS, stream=True,
-        response_format=booking_format(BOOKING)))
+    chunks = list(
+        live.openai().chat.completions.create(
+            model=models.chat,
+            messages=MESSAGES,
+            seed=11,
+            max_tokens=JSON_TOKENS,
+            stream=True,
+            response_format=booking_format(BOOKING),
+        )
+    )
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(pieces) > 1
     VALIDATOR.validate(json.loads("".join(pieces)))
@@ -82,27 +94,34 @@ class Booking(BaseModel):
 
 def test_sdk_parse_helper_with_a_pydantic_model(live: LiveServer, models: Models) -> None:
     # The SDK turns the class into a strict json_schema and parses the answer back into it.
-    completion = live.openai().chat.completions.parse(model=models.chat, messages=MESSAGES, seed=2,
-                                                      max_tokens=JSON_TOKENS, response_format=Booking)
+    completion = live.openai().chat.completions.parse(
+        model=models.chat, messages=MESSAGES, seed=2, max_tokens=JSON_TOKENS, response_format=Booking
+    )
     booking = completion.choices[0].message.parsed
     assert isinstance(booking, Booking) and 1 <= booking.guests <= 8
 
 
-@pytest.mark.parametrize(("keyword", "schema"), [
-    ("not", {"type": "object", "properties": {"room": {"type": "string", "not": {"const": "suite"}}}}),
-    ("uniqueItems", {"type": "object", "properties": {"rooms": {"type": "array", "uniqueItems": True}}}),
-])
-def test_unenforceable_schema_is_refused(live: LiveServer, models: Models, keyword: str,
-                                         schema: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("keyword", "schema"),
+    [
+        ("not", {"type": "object", "properties": {"room": {"type": "string", "not": {"const": "suite"}}}}),
+        ("uniqueItems", {"type": "object", "properties": {"rooms": {"type": "array", "uniqueItems": True}}}),
+    ],
+)
+def test_unenforceable_schema_is_refused(
+    live: LiveServer, models: Models, keyword: str, schema: dict[str, Any]
+) -> None:
     client = live.openai()
     with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model=models.chat, messages=MESSAGES, max_tokens=5,
-                                       response_format=booking_format(schema))
+        client.chat.completions.create(
+            model=models.chat, messages=MESSAGES, max_tokens=5, response_format=booking_format(schema)
+        )
     assert refused.value.status_code == 400 and refused.value.param == "response_format"
     assert keyword in refused.value.message
     # The server (and the model's runner) go on serving.
-    after = client.chat.completions.create(model=models.chat, messages=MESSAGES, max_tokens=5,
-                                           response_format=booking_format(BOOKING))
+    after = client.chat.completions.create(
+        model=models.chat, messages=MESSAGES, max_tokens=5, response_format=booking_format(BOOKING)
+    )
     assert after.choices[0].finish_reason == "length" and after.choices[0].message.content
 
 
@@ -111,9 +130,17 @@ def test_json_object_mode(live: LiveServer, smollm2: Path) -> None:
     # A JSON-mode grammar leaves keys and strings unbounded, and the random model would fill
     # them forever: a real model closes its object by itself.
     completion = live.openai().chat.completions.create(
-        model=BUNDLED_ID, temperature=0, max_tokens=JSON_TOKENS, response_format={"type": "json_object"},
-        messages=[{"role": "user",
-                   "content": 'What is the capital of France? Answer with a JSON object like {"capital": "..."}.'}])
+        model=BUNDLED_ID,
+        temperature=0,
+        max_tokens=JSON_TOKENS,
+        response_format={"type": "json_object"},
+        messages=[
+            {
+                "role": "user",
+                "content": 'What is the capital of France? Answer with a JSON object like {"capital": "..."}.',
+            }
+        ],
+    )
     choice = completion.choices[0]
     assert choice.finish_reason == "stop", choice.message.content
     assert isinstance(json.loads(choice.message.content or ""), dict)
@@ -121,8 +148,11 @@ def test_json_object_mode(live: LiveServer, smollm2: Path) -> None:
 
 def test_anthropic_output_format(live: LiveServer, models: Models) -> None:
     message = live.anthropic().messages.create(
-        model=models.chat, max_tokens=JSON_TOKENS, messages=MESSAGES,
-        output_config={"format": {"type": "json_schema", "schema": BOOKING}})
+        model=models.chat,
+        max_tokens=JSON_TOKENS,
+        messages=MESSAGES,
+        output_config={"format": {"type": "json_schema", "schema": BOOKING}},
+    )
     assert message.stop_reason == "end_turn"
     assert [b.type for b in message.content] == ["text"]
     VALIDATOR.validate(json.loads(message.content[0].text))  # type: ignore[union-attr]

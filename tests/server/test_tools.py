@@ -15,6 +15,7 @@ from typing import Any
 import gguf
 import jsonschema
 import pytest
+
 import tiny_gguf
 from server.helpers import LiveServer, Models
 
@@ -29,14 +30,25 @@ WEATHER_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 OPENAI_TOOLS: list[Any] = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                      "parameters": WEATHER_SCHEMA}},
-    {"type": "function", "function": {"name": "get_time", "description": "Local time in a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER_SCHEMA},
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Local time in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
 ]
 ANTHROPIC_TOOLS: list[Any] = [
-    {"name": t["function"]["name"], "description": t["function"]["description"],
-     "input_schema": t["function"]["parameters"]}
+    {
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
+    }
     for t in OPENAI_TOOLS
 ]
 FORCE_WEATHER: Any = {"type": "function", "function": {"name": "get_weather"}}
@@ -89,8 +101,14 @@ def test_openai_tool_round_trip(live: LiveServer, families: dict[str, Family], f
     client = live.openai()
     model = families[family].model
     first = client.chat.completions.create(
-        model=model, messages=[QUESTION], tools=OPENAI_TOOLS, tool_choice=FORCE_WEATHER,
-        max_tokens=CALL_TOKENS, seed=3, parallel_tool_calls=False)
+        model=model,
+        messages=[QUESTION],
+        tools=OPENAI_TOOLS,
+        tool_choice=FORCE_WEATHER,
+        max_tokens=CALL_TOKENS,
+        seed=3,
+        parallel_tool_calls=False,
+    )
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     assert first.usage is not None and first.usage.completion_tokens < CALL_TOKENS // 2, "it ended with the call"
@@ -103,18 +121,24 @@ def test_openai_tool_round_trip(live: LiveServer, families: dict[str, Family], f
 
     # The assistant message goes back as the SDK returned it, as a user's loop does.
     history: list[Any] = [QUESTION, choice.message, {"role": "tool", "tool_call_id": call.id, "content": RESULT}]
-    final = client.chat.completions.create(model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none",
-                                           max_tokens=8, seed=3)
+    final = client.chat.completions.create(
+        model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none", max_tokens=8, seed=3
+    )
     assert final.choices[0].finish_reason == "length"
     assert final.choices[0].message.content and not final.choices[0].message.tool_calls
 
     # The call and its result are both in the prompt, though tools are off for the answer.
     def prompt_size(arguments: str, result: str) -> int:
-        assistant = {"role": "assistant", "tool_calls": [
-            {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}]}
+        assistant = {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+            ],
+        }
         history: list[Any] = [QUESTION, assistant, {"role": "tool", "tool_call_id": call.id, "content": result}]
-        usage = client.chat.completions.create(model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none",
-                                               max_tokens=1).usage
+        usage = client.chat.completions.create(
+            model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none", max_tokens=1
+        ).usage
         assert usage is not None
         return usage.prompt_tokens
 
@@ -126,9 +150,18 @@ def test_openai_tool_round_trip(live: LiveServer, families: dict[str, Family], f
 
 @pytest.mark.parametrize("family", ["hermes", "generic"])
 def test_openai_streamed_tool_call(live: LiveServer, families: dict[str, Family], family: str) -> None:
-    chunks = list(live.openai().chat.completions.create(
-        model=families[family].model, messages=[QUESTION], tools=OPENAI_TOOLS, tool_choice=FORCE_WEATHER,
-        max_tokens=CALL_TOKENS, seed=5, stream=True, **families[family].end))
+    chunks = list(
+        live.openai().chat.completions.create(
+            model=families[family].model,
+            messages=[QUESTION],
+            tools=OPENAI_TOOLS,
+            tool_choice=FORCE_WEATHER,
+            max_tokens=CALL_TOKENS,
+            seed=5,
+            stream=True,
+            **families[family].end,
+        )
+    )
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert deltas[0].role == "assistant"
     assert not "".join(d.content or "" for d in deltas), "no text around a forced call"
@@ -146,11 +179,17 @@ def test_openai_streamed_tool_call(live: LiveServer, families: dict[str, Family]
 # The Anthropic API has no logit_bias: its tests use the family whose grammar ends with the call,
 # or disable_parallel_tool_use.
 
+
 def test_anthropic_tool_round_trip(live: LiveServer, families: dict[str, Family]) -> None:
     client = live.anthropic()
     model = families["generic"].model
-    first = client.messages.create(model=model, max_tokens=CALL_TOKENS, messages=[QUESTION], tools=ANTHROPIC_TOOLS,
-                                   tool_choice={"type": "tool", "name": "get_weather"})
+    first = client.messages.create(
+        model=model,
+        max_tokens=CALL_TOKENS,
+        messages=[QUESTION],
+        tools=ANTHROPIC_TOOLS,
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )
     assert first.stop_reason == "tool_use"
     assert [b.type for b in first.content] == ["tool_use"], "no text block around a forced call"
     use = first.content[0]
@@ -160,20 +199,28 @@ def test_anthropic_tool_round_trip(live: LiveServer, families: dict[str, Family]
 
     # The assistant turn goes back with the content blocks as the SDK returned them.
     result = {"type": "tool_result", "tool_use_id": use.id, "content": RESULT}
-    history: list[Any] = [QUESTION, {"role": "assistant", "content": first.content},
-                          {"role": "user", "content": [result]}]
-    final = client.messages.create(model=model, max_tokens=8, messages=history, tools=ANTHROPIC_TOOLS,
-                                   tool_choice={"type": "none"})
+    history: list[Any] = [
+        QUESTION,
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": [result]},
+    ]
+    final = client.messages.create(
+        model=model, max_tokens=8, messages=history, tools=ANTHROPIC_TOOLS, tool_choice={"type": "none"}
+    )
     assert final.stop_reason == "max_tokens"
     assert [b.type for b in final.content] == ["text"] and final.content[0].text  # type: ignore[union-attr]
 
     # The call and its result are both in the prompt, though tools are off for the answer.
     def count(tool_input: dict[str, Any], result: str) -> int:
         call = {"type": "tool_use", "id": use.id, "name": use.name, "input": tool_input}
-        history: list[Any] = [QUESTION, {"role": "assistant", "content": [call]}, {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": use.id, "content": result}]}]
-        return client.messages.count_tokens(model=model, messages=history, tools=ANTHROPIC_TOOLS,
-                                            tool_choice={"type": "none"}).input_tokens
+        history: list[Any] = [
+            QUESTION,
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": result}]},
+        ]
+        return client.messages.count_tokens(
+            model=model, messages=history, tools=ANTHROPIC_TOOLS, tool_choice={"type": "none"}
+        ).input_tokens
 
     prompt = count(use.input, RESULT)
     assert prompt == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
@@ -186,16 +233,21 @@ def test_anthropic_streamed_tool_call(live: LiveServer, families: dict[str, Fami
     choice: Any = {"type": "tool", "name": "get_weather"}
     if family == "hermes":
         choice["disable_parallel_tool_use"] = True
-    with live.anthropic().messages.stream(model=families[family].model, max_tokens=CALL_TOKENS,
-                                          messages=[QUESTION], tools=ANTHROPIC_TOOLS,
-                                          tool_choice=choice) as stream:
+    with live.anthropic().messages.stream(
+        model=families[family].model,
+        max_tokens=CALL_TOKENS,
+        messages=[QUESTION],
+        tools=ANTHROPIC_TOOLS,
+        tool_choice=choice,
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
-    start, = [e for e in events if e.type == "content_block_start"]
+    (start,) = [e for e in events if e.type == "content_block_start"]
     block = start.content_block
     assert block.type == "tool_use" and block.name == "get_weather" and block.id
-    fragments = [e.delta.partial_json for e in events
-                 if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    fragments = [
+        e.delta.partial_json for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
     assert [e.delta.type for e in events if e.type == "content_block_delta"] == ["input_json_delta"] * len(fragments)
     assert len(fragments) > 1, "the input streams in pieces"
     jsonschema.validate(json.loads("".join(fragments)), WEATHER_SCHEMA)

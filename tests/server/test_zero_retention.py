@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from server.test_serve import free_port, wait_healthy
 
+from server.test_serve import free_port, wait_healthy
 from spark.library import Library
 from spark.settings import load_settings
 from spark.store.db import Database
@@ -31,8 +31,11 @@ def requests_with(marker: str, chat: str, embed: str) -> list[tuple[str, dict[st
     user = [{"role": "user", "content": f"Please remember {marker} for me."}]
     return [
         ("/v1/chat/completions", {"model": chat, "messages": user, "max_tokens": 4}, 200),
-        ("/v1/chat/completions", {"model": chat, "messages": user, "max_tokens": 4, "stream": True,
-                                  "stop": [marker]}, 200),
+        (
+            "/v1/chat/completions",
+            {"model": chat, "messages": user, "max_tokens": 4, "stream": True, "stop": [marker]},
+            200,
+        ),
         ("/v1/completions", {"model": chat, "prompt": marker, "max_tokens": 4}, 200),
         ("/v1/completions", {"model": chat, "prompt": marker, "max_tokens": 4, "stream": True}, 200),
         ("/v1/embeddings", {"model": embed, "input": [marker, f"and {marker} again"]}, 200),
@@ -42,11 +45,28 @@ def requests_with(marker: str, chat: str, embed: str) -> list[tuple[str, dict[st
         # the prompt does not fit the context
         ("/v1/chat/completions", {"model": chat, "messages": [{"role": "user", "content": f"{marker} " * 400}]}, 400),
         # errors whose message quotes the input
-        ("/v1/chat/completions", {"model": chat, "messages": user, "tools": TOOLS,
-                                  "tool_choice": {"type": "function", "function": {"name": marker}}}, 400),
+        (
+            "/v1/chat/completions",
+            {
+                "model": chat,
+                "messages": user,
+                "tools": TOOLS,
+                "tool_choice": {"type": "function", "function": {"name": marker}},
+            },
+            400,
+        ),
         ("/v1/chat/completions", {"model": chat, "messages": user, "max_tokens": marker}, 400),
-        ("/v1/messages", {"model": chat, "messages": user, "max_tokens": 4, "tools": [{"name": marker}],
-                          "tool_choice": {"type": "tool", "name": f"not-{marker}"}}, 400),
+        (
+            "/v1/messages",
+            {
+                "model": chat,
+                "messages": user,
+                "max_tokens": 4,
+                "tools": [{"name": marker}],
+                "tool_choice": {"type": "tool", "name": f"not-{marker}"},
+            },
+            400,
+        ),
     ]
 
 
@@ -61,8 +81,12 @@ def test_zero_retention_keys_leave_no_content(tmp_path: Path, tiny_llama: Path, 
 
     port = free_port()
     out, err = (tmp_path / "stdout").open("w"), (tmp_path / "stderr").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "spark", "serve", "--port", str(port)], stdout=out, stderr=err,
-                            env={**os.environ, "SPARK_LOG_LEVEL": "debug"})  # the most the server ever prints
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark", "serve", "--port", str(port)],
+        stdout=out,
+        stderr=err,
+        env={**os.environ, "SPARK_LOG_LEVEL": "debug"},
+    )  # the most the server ever prints
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url)
@@ -101,6 +125,5 @@ def test_zero_retention_keys_leave_no_content(tmp_path: Path, tiny_llama: Path, 
         assert record.error_message in (None, "details withheld: zero-retention key")
     completed = [r for r in logged if r.status == 200 and r.route != "/v1/messages/count_tokens"]
     assert all(r.prompt_tokens > 0 for r in completed)
-    normal_errors = [r for r in table.list(RequestFilter(key="normal", status="error"))]
+    normal_errors = list(table.list(RequestFilter(key="normal", status="error")))
     assert any(kept in (r.error_message or "") for r in normal_errors)
-

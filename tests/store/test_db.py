@@ -21,10 +21,17 @@ from spark.store import (
 
 def _record(model_id: str = "tiny", **changes: object) -> ModelRecord:
     values: dict[str, object] = {
-        "id": model_id, "path": f"/models/{model_id}.gguf", "shards": [f"/models/{model_id}.gguf"],
-        "mmproj_path": None, "mmproj_owned": False, "size_bytes": 1234,
-        "info": {"architecture": "llama", "layer_bytes": [1, 2]}, "settings": {"system_prompt": "hi"},
-        "source": "local:/models", "owned": False, "added_at": 1.5,
+        "id": model_id,
+        "path": f"/models/{model_id}.gguf",
+        "shards": [f"/models/{model_id}.gguf"],
+        "mmproj_path": None,
+        "mmproj_owned": False,
+        "size_bytes": 1234,
+        "info": {"architecture": "llama", "layer_bytes": [1, 2]},
+        "settings": {"system_prompt": "hi"},
+        "source": "local:/models",
+        "owned": False,
+        "added_at": 1.5,
     }
     values.update(changes)
     return ModelRecord(**values)  # type: ignore[arg-type]
@@ -86,7 +93,7 @@ def test_each_thread_gets_its_own_connection(tmp_path: Path) -> None:
         try:
             seen.append(db.connection())
             assert table.insert(_record(f"m{i}"))
-        except BaseException as e:  # noqa: BLE001  (reported by the assert below)
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]

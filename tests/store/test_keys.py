@@ -40,7 +40,7 @@ def test_the_key_is_never_stored(tmp_path: Path) -> None:
     stored += (folder / "spark.db").read_bytes()  # and after the WAL is folded in
     assert record.prefix.encode() in stored, "the bytes searched hold the key's row"
     assert secret.encode() not in stored
-    assert secret[len(KEY_PREFIX):].encode() not in stored
+    assert secret[len(KEY_PREFIX) :].encode() not in stored
 
 
 def test_names(keys: KeyTable) -> None:

@@ -29,14 +29,32 @@ NOW = 1_800_000_000.0
 
 def record(n: int, **changes: object) -> RequestRecord:
     values: dict[str, object] = {
-        "id": f"id{n}", "request_id": f"req_id{n}", "started_at": NOW + n, "route": "/v1/chat/completions",
-        "status": 200, "duration_ms": 12.5, "model": "tiny", "key_name": "laptop", "key_prefix": "sk-spark-AbCd",
-        "finish_reason": "length", "stream": False, "prompt_tokens": 10, "completion_tokens": 4,
-        "cached_tokens": 2, "ttft_ms": 3.0, "tokens_per_second": 100.0,
-        "content": RequestContent(request={"messages": [{"role": "user", "content": f"hello {n}"}]},
-                                  output="out", tool_calls=[ToolCall("c1", "f", "{}")]),
-        "timeline": [Step("received", 0.0), Step("slot", 1.5, {"slot": 0, "cached_tokens": 2}),
-                     Step("finished", 12.5, {"finish_reason": "length"})],
+        "id": f"id{n}",
+        "request_id": f"req_id{n}",
+        "started_at": NOW + n,
+        "route": "/v1/chat/completions",
+        "status": 200,
+        "duration_ms": 12.5,
+        "model": "tiny",
+        "key_name": "laptop",
+        "key_prefix": "sk-spark-AbCd",
+        "finish_reason": "length",
+        "stream": False,
+        "prompt_tokens": 10,
+        "completion_tokens": 4,
+        "cached_tokens": 2,
+        "ttft_ms": 3.0,
+        "tokens_per_second": 100.0,
+        "content": RequestContent(
+            request={"messages": [{"role": "user", "content": f"hello {n}"}]},
+            output="out",
+            tool_calls=[ToolCall("c1", "f", "{}")],
+        ),
+        "timeline": [
+            Step("received", 0.0),
+            Step("slot", 1.5, {"slot": 0, "cached_tokens": 2}),
+            Step("finished", 12.5, {"finish_reason": "length"}),
+        ],
     }
     values.update(changes)
     return RequestRecord(**values)  # type: ignore[arg-type]
@@ -86,11 +104,16 @@ def test_zero_retention_rows_keep_no_content(table: RequestTable, db: Database) 
 
 
 def test_filters_and_paging(table: RequestTable) -> None:
-    table.insert_many([
-        record(1), record(2, model="other"), record(3, status=400, error_type="invalid_request"),
-        record(4, key_name="ci", key_prefix="sk-spark-Zz99"), record(5, status=200, finish_reason="cancelled"),
-        record(6, status=499, error_type="cancelled"),
-    ])
+    table.insert_many(
+        [
+            record(1),
+            record(2, model="other"),
+            record(3, status=400, error_type="invalid_request"),
+            record(4, key_name="ci", key_prefix="sk-spark-Zz99"),
+            record(5, status=200, finish_reason="cancelled"),
+            record(6, status=499, error_type="cancelled"),
+        ]
+    )
 
     def ids(**f: object) -> list[str]:
         return [r.id for r in table.list(RequestFilter(**f))]  # type: ignore[arg-type]
@@ -118,8 +141,9 @@ def test_following_sees_late_finishers_in_write_order(table: RequestTable) -> No
     assert table.list(RequestFilter(after_seq=table.last_seq())) == []
 
 
-@pytest.mark.parametrize(("field", "value"), [("status", "bad"), ("status", "99"), ("limit", 0),
-                                               ("limit", 5000), ("offset", -1)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("status", "bad"), ("status", "99"), ("limit", 0), ("limit", 5000), ("offset", -1)]
+)
 def test_bad_filters_name_their_parameter(table: RequestTable, field: str, value: object) -> None:
     with pytest.raises(InvalidRequest) as e:
         table.list(RequestFilter(**{field: value}))  # type: ignore[arg-type]
@@ -139,10 +163,14 @@ def test_parse_since() -> None:
 
 def test_activity_per_minute_and_model(table: RequestTable) -> None:
     base = 60.0 * 30_000_000  # a whole minute
-    table.insert_many([
-        record(1, started_at=base + 1), record(2, started_at=base + 59, status=500, error_type="internal_error"),
-        record(3, started_at=base + 61, model="other", completion_tokens=7), record(4, started_at=base - 3600),
-    ])
+    table.insert_many(
+        [
+            record(1, started_at=base + 1),
+            record(2, started_at=base + 59, status=500, error_type="internal_error"),
+            record(3, started_at=base + 61, model="other", completion_tokens=7),
+            record(4, started_at=base - 3600),
+        ]
+    )
     report = table.activity(base - 60)
     got = [(b.start, b.model, b.requests, b.errors, b.prompt_tokens, b.completion_tokens) for b in report.buckets]
     assert got == [(base, "tiny", 2, 1, 20, 8), (base + 60, "other", 1, 0, 10, 7)]

@@ -218,8 +218,7 @@ def parse_messages(
         raise InvalidRequest("Missing required parameter: 'max_tokens'.", param="max_tokens")
     check_max_tokens(wire.max_tokens, "max_tokens", max_tokens_limit)
     if isinstance(wire.thinking, ThinkingEnabled) and wire.thinking.budget_tokens >= wire.max_tokens:
-        raise InvalidRequest("'thinking.budget_tokens' must be less than 'max_tokens'.",
-                             param="thinking.budget_tokens")
+        raise InvalidRequest("'thinking.budget_tokens' must be less than 'max_tokens'.", param="thinking.budget_tokens")
     return _request(wire, fetch_image)
 
 
@@ -260,8 +259,11 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
         keep_alive=keep_alive_seconds(wire.keep_alive),
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
-        response_format=(ResponseFormat("json_schema", wire.output_config.format.schema)
-                         if wire.output_config and wire.output_config.format else None),
+        response_format=(
+            ResponseFormat("json_schema", wire.output_config.format.schema)
+            if wire.output_config and wire.output_config.format
+            else None
+        ),
         reasoning=_reasoning(wire.thinking, wire.output_config.effort if wire.output_config else None),
     )
 
@@ -275,8 +277,7 @@ def _image(block: ImageBlock, param: str, fetch_image: ImageFetcher | None) -> I
     return image_from_url(block.source.url, url_param, fetch_image)
 
 
-def _user_messages(content: str | list[Any], param: str,
-                   fetch_image: ImageFetcher | None) -> list[Message]:
+def _user_messages(content: str | list[Any], param: str, fetch_image: ImageFetcher | None) -> list[Message]:
     """One user turn; its tool_result blocks become `tool` messages, in order."""
     if isinstance(content, str):
         return [Message("user", content)]
@@ -292,28 +293,30 @@ def _user_messages(content: str | list[Any], param: str,
             if pending:
                 out.append(Message("user", collapsed(pending)))
                 pending = []
-            out.append(Message("tool", _tool_result(block, where, fetch_image),
-                               tool_call_id=block.tool_use_id))
+            out.append(Message("tool", _tool_result(block, where, fetch_image), tool_call_id=block.tool_use_id))
         else:
-            raise InvalidRequest("Document blocks are not supported by this server; send the "
-                                 "document's text as a text block.", param=where)
+            raise InvalidRequest(
+                "Document blocks are not supported by this server; send the document's text as a text block.",
+                param=where,
+            )
     if pending:
         out.append(Message("user", collapsed(pending)))
     return out
 
 
-def _tool_result(block: ToolResultBlock, param: str,
-                 fetch_image: ImageFetcher | None) -> str | list[ContentPart]:
+def _tool_result(block: ToolResultBlock, param: str, fetch_image: ImageFetcher | None) -> str | list[ContentPart]:
     # Chat templates have no field for a failed call, so the error is said in words.
     prefix = [TextPart("Error:")] if block.is_error else []
     if isinstance(block.content, str):
         parts: list[ContentPart] = [*prefix, TextPart(block.content)]
     else:
-        parts = [*prefix, *(
-            TextPart(b.text) if isinstance(b, TextBlock)
-            else _image(b, f"{param}.content[{j}]", fetch_image)
-            for j, b in enumerate(block.content)
-        )]
+        parts = [
+            *prefix,
+            *(
+                TextPart(b.text) if isinstance(b, TextBlock) else _image(b, f"{param}.content[{j}]", fetch_image)
+                for j, b in enumerate(block.content)
+            ),
+        ]
     return collapsed(parts)
 
 
@@ -322,8 +325,9 @@ def _assistant_message(content: str | list[Any]) -> Message:
         return Message("assistant", content)
     texts = [b.text for b in content if isinstance(b, TextBlock)]
     thoughts = [b.thinking for b in content if isinstance(b, ThinkingBlock)]
-    calls = [ToolCall(b.id, b.name, msgspec.json.encode(b.input).decode())
-             for b in content if isinstance(b, ToolUseBlock)]
+    calls = [
+        ToolCall(b.id, b.name, msgspec.json.encode(b.input).decode()) for b in content if isinstance(b, ToolUseBlock)
+    ]
     return Message(
         "assistant",
         joined(texts),
@@ -363,8 +367,7 @@ class _UsageOut(msgspec.Struct, frozen=True):
 
 
 def _usage(usage: Usage) -> _UsageOut:
-    return _UsageOut(usage.prompt_tokens - usage.cached_tokens, usage.completion_tokens,
-                     usage.cached_tokens)
+    return _UsageOut(usage.prompt_tokens - usage.cached_tokens, usage.completion_tokens, usage.cached_tokens)
 
 
 class _Out(msgspec.Struct, tag_field="type"):
@@ -460,12 +463,16 @@ def message_body(request_id: str, model: str, result: ChatResult) -> bytes:
     if result.text or not result.tool_calls:
         content.append(_TextOut(result.text))
     content.extend(_ToolUseOut(c.id, c.name, _tool_input(c.arguments)) for c in result.tool_calls)
-    return _encode(_MessageOut(
-        id=message_id(request_id), model=model, content=content,
-        stop_reason=_stop_reason(result.finish_reason, result.stop_sequence),
-        stop_sequence=result.stop_sequence if result.finish_reason == "stop" else None,
-        usage=_usage(result.usage),
-    ))
+    return _encode(
+        _MessageOut(
+            id=message_id(request_id),
+            model=model,
+            content=content,
+            stop_reason=_stop_reason(result.finish_reason, result.stop_sequence),
+            stop_sequence=result.stop_sequence if result.finish_reason == "stop" else None,
+            usage=_usage(result.usage),
+        )
+    )
 
 
 def count_tokens_body(input_tokens: int) -> bytes:
@@ -485,9 +492,11 @@ def model_body(entry: ModelEntry) -> bytes:
 
 def model_list_body(entries: list[ModelEntry]) -> bytes:
     """`GET /v1/models` in Anthropic's shape: one page holding every model."""
-    return _encode(_ModelPage([_model(e) for e in entries],
-                              entries[0].id if entries else None,
-                              entries[-1].id if entries else None))
+    return _encode(
+        _ModelPage(
+            [_model(e) for e in entries], entries[0].id if entries else None, entries[-1].id if entries else None
+        )
+    )
 
 
 _TYPE_BY_STATUS = {
@@ -615,8 +624,8 @@ class MessageStream:
             if event.name is not None:  # the start of a call: its own block
                 self._tool_index = event.index
                 out = self.start() + self._open_block(
-                    "tool_use", _ToolUseOut(event.id or new_tool_call_id("toolu_"), event.name,
-                                            _EMPTY_INPUT))
+                    "tool_use", _ToolUseOut(event.id or new_tool_call_id("toolu_"), event.name, _EMPTY_INPUT)
+                )
             if event.arguments and self._open == "tool_use" and event.index == self._tool_index:
                 out += self._delta(b'"input_json_delta","partial_json":', event.arguments)
             return out
@@ -645,16 +654,18 @@ class MessageStream:
         out = self._close_block()
         self._index += 1
         self._open = kind
-        self._delta_head = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-                            + str(self._index).encode() + b',"delta":{"type":')
+        self._delta_head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+            + str(self._index).encode()
+            + b',"delta":{"type":'
+        )
         return out + sse(_encode(_BlockStart(self._index, block)), "content_block_start")
 
     def _close_block(self) -> bytes:
         if self._open is None:
             return b""
         self._open = None
-        return sse(b'{"type":"content_block_stop","index":' + str(self._index).encode() + b"}",
-                   "content_block_stop")
+        return sse(b'{"type":"content_block_stop","index":' + str(self._index).encode() + b"}", "content_block_stop")
 
     def _delta(self, kind_and_key: bytes, text: str) -> bytes:
         return self._delta_head + kind_and_key + _encode(text) + b"}}\n\n"
@@ -663,6 +674,7 @@ class MessageStream:
         out = self.start(done.usage.prompt_tokens, done.usage.cached_tokens) + self._close_block()
         self.finished = True
         stop_sequence = done.stop_sequence if done.finish_reason == "stop" else None
-        delta = _MessageDelta(_StopDelta(_stop_reason(done.finish_reason, done.stop_sequence),
-                                         stop_sequence), _usage(done.usage))
+        delta = _MessageDelta(
+            _StopDelta(_stop_reason(done.finish_reason, done.stop_sequence), stop_sequence), _usage(done.usage)
+        )
         return out + sse(_encode(delta), "message_delta") + _MESSAGE_STOP

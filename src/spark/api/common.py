@@ -98,8 +98,6 @@ def collapsed(parts: list[ContentPart]) -> str | list[ContentPart]:
     return parts
 
 
-
-
 def decode_base64(data: str, param: str) -> bytes:
     """Bytes of base64 `data` (whitespace tolerated); empty or malformed data is refused."""
     try:
@@ -121,9 +119,7 @@ def image_from_url(url: str, param: str, fetch_image: ImageFetcher | None) -> Im
         header, comma, payload = url.partition(",")
         media_type, *attrs = header.removeprefix("data:").split(";")
         if not comma or not attrs or attrs[-1] != "base64":
-            raise InvalidRequest(
-                f"'{param}' must be a base64 data URL (data:image/png;base64,...).", param=param
-            )
+            raise InvalidRequest(f"'{param}' must be a base64 data URL (data:image/png;base64,...).", param=param)
         if not media_type.startswith("image/"):
             raise InvalidRequest(
                 f"'{param}' has media type '{media_type or '(none)'}'; expected an image/* type.",
@@ -133,8 +129,7 @@ def image_from_url(url: str, param: str, fetch_image: ImageFetcher | None) -> Im
     if url.startswith(("http://", "https://")):
         if fetch_image is None:
             raise InvalidRequest(
-                f"'{param}': this server does not fetch remote images; send the image inline "
-                "as base64 data.",
+                f"'{param}': this server does not fetch remote images; send the image inline as base64 data.",
                 param=param,
             )
         return fetch_image(url, param)
@@ -157,9 +152,7 @@ def keep_alive_seconds(value: float | str | None) -> float | None:
 def check_max_tokens(value: int | None, param: str, limit: int | None) -> None:
     """Refuse a token budget above the server's limit."""
     if value is not None and limit is not None and value > limit:
-        raise InvalidRequest(
-            f"'{param}' is {value}, but this server allows at most {limit}.", param=param
-        )
+        raise InvalidRequest(f"'{param}' is {value}, but this server allows at most {limit}.", param=param)
 
 
 def check_tools(tools: list[Tool], name_param: str) -> None:
@@ -167,9 +160,7 @@ def check_tools(tools: list[Tool], name_param: str) -> None:
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if tool.name in seen:
-            raise InvalidRequest(
-                f"Tool name '{tool.name}' is used twice.", param=name_param.format(i)
-            )
+            raise InvalidRequest(f"Tool name '{tool.name}' is used twice.", param=name_param.format(i))
         seen.add(tool.name)
 
 
@@ -178,11 +169,9 @@ def check_tool_choice(choice: ToolChoice | None, tools: list[Tool] | None) -> No
     if choice is None or choice.mode != "required":
         return
     if not tools:
-        raise InvalidRequest("'tool_choice' requires a call, but no tools were given.",
-                             param="tool_choice")
+        raise InvalidRequest("'tool_choice' requires a call, but no tools were given.", param="tool_choice")
     if choice.name is not None and choice.name not in {t.name for t in tools}:
-        raise InvalidRequest(f"'tool_choice' names '{choice.name}', which is not among the tools.",
-                             param="tool_choice")
+        raise InvalidRequest(f"'tool_choice' names '{choice.name}', which is not among the tools.", param="tool_choice")
 
 
 def json_arguments(text: str, param: str) -> str:

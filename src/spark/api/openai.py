@@ -299,8 +299,7 @@ def parse_chat(
     _refuse(wire.audio is not None, "audio", "Audio output is not supported by this server.")
     _refuse("audio" in (wire.modalities or ()), "modalities", "Audio output is not supported by this server.")
     _refuse(wire.functions is not None, "functions", "'functions' is deprecated; use 'tools'.")
-    _refuse(wire.function_call is not None, "function_call",
-            "'function_call' is deprecated; use 'tool_choice'.")
+    _refuse(wire.function_call is not None, "function_call", "'function_call' is deprecated; use 'tool_choice'.")
 
     # max_completion_tokens replaced max_tokens in OpenAI's API; it wins when both are sent.
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
@@ -353,10 +352,14 @@ def parse_embeddings(body: bytes) -> EmbeddingCall:
     texts = [wire.input] if isinstance(wire.input, str) else wire.input
     _refuse(not texts, "input", "'input' must not be an empty list.")
     for i, text in enumerate(texts):
-        _refuse(not isinstance(text, str), "input",
-                "'input' must be text: token arrays are not supported by this server.")
-        _refuse(text == "", "input" if isinstance(wire.input, str) else f"input[{i}]",
-                "'input' must not contain empty strings.")
+        _refuse(
+            not isinstance(text, str), "input", "'input' must be text: token arrays are not supported by this server."
+        )
+        _refuse(
+            text == "",
+            "input" if isinstance(wire.input, str) else f"input[{i}]",
+            "'input' must not contain empty strings.",
+        )
     request = EmbeddingRequest(
         model=wire.model,
         input=texts,  # type: ignore[arg-type]  # checked above: all str
@@ -376,10 +379,14 @@ def _include_usage(wire: _SamplingBody) -> bool:
 
 
 def _sampling(wire: _SamplingBody, max_tokens: int | None) -> SamplingParams:
-    if (wire.repeat_penalty is not None and wire.repetition_penalty is not None
-            and wire.repeat_penalty != wire.repetition_penalty):
-        raise InvalidRequest("'repeat_penalty' and 'repetition_penalty' disagree; send one of them.",
-                             param="repeat_penalty")
+    if (
+        wire.repeat_penalty is not None
+        and wire.repetition_penalty is not None
+        and wire.repeat_penalty != wire.repetition_penalty
+    ):
+        raise InvalidRequest(
+            "'repeat_penalty' and 'repetition_penalty' disagree; send one of them.", param="repeat_penalty"
+        )
     stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
     return SamplingParams(
         temperature=wire.temperature,
@@ -401,12 +408,20 @@ def _message(wire: WireMessage, param: str, fetch_image: ImageFetcher | None) ->
         return Message("user", _user_content(wire.content, f"{param}.content", fetch_image), name=wire.name)
     if isinstance(wire, AssistantMessage):
         calls = [
-            ToolCall(c.id, c.function.name,
-                     json_arguments(c.function.arguments, f"{param}.tool_calls[{j}].function.arguments"))
+            ToolCall(
+                c.id,
+                c.function.name,
+                json_arguments(c.function.arguments, f"{param}.tool_calls[{j}].function.arguments"),
+            )
             for j, c in enumerate(wire.tool_calls or ())
         ]
-        return Message("assistant", _text(wire.content), name=wire.name, tool_calls=calls or None,
-                       reasoning_content=wire.reasoning_content)
+        return Message(
+            "assistant",
+            _text(wire.content),
+            name=wire.name,
+            tool_calls=calls or None,
+            reasoning_content=wire.reasoning_content,
+        )
     if isinstance(wire, ToolMessage):
         return Message("tool", _text(wire.content), tool_call_id=wire.tool_call_id)
     role: Role = "developer" if isinstance(wire, DeveloperMessage) else "system"
@@ -419,8 +434,9 @@ def _text(content: str | list[TextContent] | list[TextContent | RefusalContent] 
     return joined(p.text if isinstance(p, TextContent) else p.refusal for p in content)
 
 
-def _user_content(content: str | list[UserPart], param: str,
-                  fetch_image: ImageFetcher | None) -> str | list[ContentPart]:
+def _user_content(
+    content: str | list[UserPart], param: str, fetch_image: ImageFetcher | None
+) -> str | list[ContentPart]:
     if isinstance(content, str):
         return content
     parts: list[ContentPart] = []
@@ -434,11 +450,11 @@ def _user_content(content: str | list[UserPart], param: str,
             else:
                 parts.append(image_from_url(part.image_url.url, f"{where}.image_url.url", fetch_image))
         elif isinstance(part, AudioContent):
-            raise InvalidRequest("Audio input ('input_audio' parts) is not supported by this server.",
-                                 param=where)
+            raise InvalidRequest("Audio input ('input_audio' parts) is not supported by this server.", param=where)
         else:
-            raise InvalidRequest("File parts are not supported by this server; send the file's text "
-                                 "as a text part.", param=where)
+            raise InvalidRequest(
+                "File parts are not supported by this server; send the file's text as a text part.", param=where
+            )
     return collapsed(parts)
 
 
@@ -469,8 +485,10 @@ def _reasoning(wire: ChatBody) -> Reasoning | None:
     if "enable_thinking" in kwargs:
         enabled = kwargs["enable_thinking"]
         if not isinstance(enabled, bool):
-            raise InvalidRequest("'chat_template_kwargs.enable_thinking' must be true or false.",
-                                 param="chat_template_kwargs.enable_thinking")
+            raise InvalidRequest(
+                "'chat_template_kwargs.enable_thinking' must be true or false.",
+                param="chat_template_kwargs.enable_thinking",
+            )
         return Reasoning(enabled=enabled)
     if wire.think is not None:
         return Reasoning(enabled=wire.think)
@@ -488,10 +506,11 @@ def _single_prompt(prompt: str | TokenArrays) -> str:
     if len(prompt) == 1 and isinstance(prompt[0], str):
         return prompt[0]
     if any(not isinstance(p, str) for p in prompt):
-        raise InvalidRequest("'prompt' must be text: token arrays are not supported by this server.",
-                             param="prompt")
-    raise InvalidRequest("'prompt' must be one string: batches of prompts are not supported; "
-                         "send one request per prompt.", param="prompt")
+        raise InvalidRequest("'prompt' must be text: token arrays are not supported by this server.", param="prompt")
+    raise InvalidRequest(
+        "'prompt' must be one string: batches of prompts are not supported; send one request per prompt.",
+        param="prompt",
+    )
 
 
 # --- responses ------------------------------------------------------------------
@@ -514,8 +533,7 @@ class _EmbeddingUsage(msgspec.Struct, frozen=True):
 
 
 def _usage(usage: Usage) -> _Usage:
-    return _Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens,
-                  _PromptDetails(usage.cached_tokens))
+    return _Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, _PromptDetails(usage.cached_tokens))
 
 
 class _OutFunction(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -643,48 +661,63 @@ def completion_id(request_id: str) -> str:
     return "cmpl-" + request_id
 
 
-def chat_completion_body(request_id: str, model: str, created: int, result: ChatResult, *,
-                         system_fingerprint: str | None = None) -> bytes:
+def chat_completion_body(
+    request_id: str, model: str, created: int, result: ChatResult, *, system_fingerprint: str | None = None
+) -> bytes:
     """The `chat.completion` JSON body for a finished, non-streamed request."""
-    calls = [_OutToolCall(_OutFunction(c.name, c.arguments), id=c.id, type="function")
-             for c in result.tool_calls]
+    calls = [_OutToolCall(_OutFunction(c.name, c.arguments), id=c.id, type="function") for c in result.tool_calls]
     message = _OutMessage(
         role="assistant",
         content=None if calls and not result.text else result.text,
         tool_calls=calls or None,
         reasoning_content=result.reasoning or None,
     )
-    return _encode(_ChatCompletion(
-        id=chat_completion_id(request_id), created=created, model=model,
-        choices=[_ChatChoice(message, _FINISH[result.finish_reason])],
-        usage=_usage(result.usage), system_fingerprint=system_fingerprint,
-    ))
+    return _encode(
+        _ChatCompletion(
+            id=chat_completion_id(request_id),
+            created=created,
+            model=model,
+            choices=[_ChatChoice(message, _FINISH[result.finish_reason])],
+            usage=_usage(result.usage),
+            system_fingerprint=system_fingerprint,
+        )
+    )
 
 
-def completion_body(request_id: str, model: str, created: int, result: ChatResult, *,
-                    system_fingerprint: str | None = None) -> bytes:
+def completion_body(
+    request_id: str, model: str, created: int, result: ChatResult, *, system_fingerprint: str | None = None
+) -> bytes:
     """The `text_completion` JSON body for a finished, non-streamed request."""
     finish = "length" if result.finish_reason == "length" else "stop"
-    return _encode(_TextCompletion(
-        id=completion_id(request_id), created=created, model=model,
-        choices=[_TextChoice(result.text, finish)], usage=_usage(result.usage),
-        system_fingerprint=system_fingerprint,
-    ))
+    return _encode(
+        _TextCompletion(
+            id=completion_id(request_id),
+            created=created,
+            model=model,
+            choices=[_TextChoice(result.text, finish)],
+            usage=_usage(result.usage),
+            system_fingerprint=system_fingerprint,
+        )
+    )
 
 
-def embeddings_body(model: str, result: EmbeddingResult,
-                    encoding_format: Literal["float", "base64"] = "float") -> bytes:
+def embeddings_body(
+    model: str, result: EmbeddingResult, encoding_format: Literal["float", "base64"] = "float"
+) -> bytes:
     """The embeddings list body; base64 is little-endian float32, as OpenAI sends it."""
+
     def vector(v: list[float]) -> list[float] | str:
         if encoding_format == "float":
             return v
         return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
 
-    return _encode(_EmbeddingList(
-        data=[_Embedding(vector(v), i) for i, v in enumerate(result.vectors)],
-        model=model,
-        usage=_EmbeddingUsage(result.usage.prompt_tokens, result.usage.prompt_tokens),
-    ))
+    return _encode(
+        _EmbeddingList(
+            data=[_Embedding(vector(v), i) for i, v in enumerate(result.vectors)],
+            model=model,
+            usage=_EmbeddingUsage(result.usage.prompt_tokens, result.usage.prompt_tokens),
+        )
+    )
 
 
 def _model(entry: ModelEntry) -> _Model:
@@ -736,8 +769,15 @@ class _Stream:
     _choice_key: ClassVar[bytes]  # the choice's payload: b"delta" or b"text"
     _empty: ClassVar[bytes]  # that payload when it carries nothing
 
-    def __init__(self, response_id: str, model: str, created: int, *, include_usage: bool = False,
-                 system_fingerprint: str | None = None) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        model: str,
+        created: int,
+        *,
+        include_usage: bool = False,
+        system_fingerprint: str | None = None,
+    ) -> None:
         self.id = response_id
         self.model = model
         self.created = created
@@ -746,9 +786,20 @@ class _Stream:
         self.finished = False
         fingerprint = b',"system_fingerprint":' + _encode(system_fingerprint) if system_fingerprint else b""
         # Everything around the per-token payload is encoded once.
-        self._head = (b'data: {"id":' + _encode(response_id) + b',"object":"' + self._object.encode()
-                      + b'","created":' + str(created).encode() + b',"model":' + _encode(model)
-                      + fingerprint + b',"choices":[{"index":0,"' + self._choice_key + b'":')
+        self._head = (
+            b'data: {"id":'
+            + _encode(response_id)
+            + b',"object":"'
+            + self._object.encode()
+            + b'","created":'
+            + str(created).encode()
+            + b',"model":'
+            + _encode(model)
+            + fingerprint
+            + b',"choices":[{"index":0,"'
+            + self._choice_key
+            + b'":'
+        )
         self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def _chunk(self, payload: bytes) -> bytes:
@@ -756,12 +807,21 @@ class _Stream:
 
     def _finish(self, done: Done, finish_reason: str) -> bytes:
         self.finished = True
-        out = (self._head + self._empty + b',"logprobs":null,"finish_reason":'
-               + _encode(finish_reason) + b"}]}\n\n")
+        out = self._head + self._empty + b',"logprobs":null,"finish_reason":' + _encode(finish_reason) + b"}]}\n\n"
         if self.include_usage:
-            out += sse(_encode(_UsageChunk(self.id, self._object, self.created, self.model, (),
-                                           _usage(done.usage),
-                                           system_fingerprint=self.system_fingerprint)))
+            out += sse(
+                _encode(
+                    _UsageChunk(
+                        self.id,
+                        self._object,
+                        self.created,
+                        self.model,
+                        (),
+                        _usage(done.usage),
+                        system_fingerprint=self.system_fingerprint,
+                    )
+                )
+            )
         return out + _DONE_FRAME
 
     def fail(self, error: SparkError) -> bytes:
@@ -786,10 +846,22 @@ class ChatStream(_Stream):
     _empty = b"{}"
     _ROLE = b'{"role":"assistant","content":""}'
 
-    def __init__(self, request_id: str, model: str, created: int, *, include_usage: bool = False,
-                 system_fingerprint: str | None = None) -> None:
-        super().__init__(chat_completion_id(request_id), model, created,
-                         include_usage=include_usage, system_fingerprint=system_fingerprint)
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        created: int,
+        *,
+        include_usage: bool = False,
+        system_fingerprint: str | None = None,
+    ) -> None:
+        super().__init__(
+            chat_completion_id(request_id),
+            model,
+            created,
+            include_usage=include_usage,
+            system_fingerprint=system_fingerprint,
+        )
         self._started = False
 
     def _start(self) -> bytes:
@@ -812,9 +884,12 @@ class ChatStream(_Stream):
             return self._start() + self._chunk(_encode(_ReasoningDelta(event.text)))
         if isinstance(event, ToolCallDelta):
             if event.name is not None:  # the start of a call
-                piece = _OutToolCall(_OutFunction(event.name, event.arguments),
-                                     id=event.id or new_tool_call_id("call_"), type="function",
-                                     index=event.index)
+                piece = _OutToolCall(
+                    _OutFunction(event.name, event.arguments),
+                    id=event.id or new_tool_call_id("call_"),
+                    type="function",
+                    index=event.index,
+                )
             else:
                 piece = _OutToolCall(_OutFunction(arguments=event.arguments), index=event.index)
             return self._start() + self._chunk(_encode(_ToolCallsDelta((piece,))))
@@ -832,10 +907,22 @@ class CompletionStream(_Stream):
     _choice_key = b"text"
     _empty = b'""'
 
-    def __init__(self, request_id: str, model: str, created: int, *, include_usage: bool = False,
-                 system_fingerprint: str | None = None) -> None:
-        super().__init__(completion_id(request_id), model, created,
-                         include_usage=include_usage, system_fingerprint=system_fingerprint)
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        created: int,
+        *,
+        include_usage: bool = False,
+        system_fingerprint: str | None = None,
+    ) -> None:
+        super().__init__(
+            completion_id(request_id),
+            model,
+            created,
+            include_usage=include_usage,
+            system_fingerprint=system_fingerprint,
+        )
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (empty for events with nothing to send)."""

@@ -23,7 +23,7 @@ class _Command:
         self.takes_model = False
         for p in cmd.params:
             if p.param_type_name == "option":
-                flags = [f for f in p.opts + p.secondary_opts]
+                flags = list(p.opts + p.secondary_opts)
                 self.options.append((flags, (p.help or "").replace("'", "").split("\n")[0], not p.is_flag))
             elif p.param_type_name == "argument" and p.name == "model":
                 self.takes_model = True
@@ -69,33 +69,38 @@ def _groups(leaves: list[_Command]) -> dict[str, list[str]]:
 def bash_script(app: typer.Typer) -> str:
     leaves, top = _commands(app)
     groups = _groups(leaves)
-    lines = [HEADER.format(shell="bash"), "_spark() {",
-             '  local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""',
-             "  if [[ $COMP_CWORD -eq 1 ]]; then",
-             f'    COMPREPLY=($(compgen -W "{" ".join(n for n, _ in top)}" -- "$cur")); return',
-             "  fi",
-             '  path="$cmd"']
+    lines = [
+        HEADER.format(shell="bash"),
+        "_spark() {",
+        '  local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""',
+        "  if [[ $COMP_CWORD -eq 1 ]]; then",
+        f'    COMPREPLY=($(compgen -W "{" ".join(n for n, _ in top)}" -- "$cur")); return',
+        "  fi",
+        '  path="$cmd"',
+    ]
     if groups:
         lines.append('  case "$cmd" in')
         for group, subs in groups.items():
-            lines += [f"    {group})",
-                      "      if [[ $COMP_CWORD -eq 2 ]]; then",
-                      f'        COMPREPLY=($(compgen -W "{" ".join(subs)}" -- "$cur")); return',
-                      "      fi",
-                      '      path="$cmd ${COMP_WORDS[2]}";;']
+            lines += [
+                f"    {group})",
+                "      if [[ $COMP_CWORD -eq 2 ]]; then",
+                f'        COMPREPLY=($(compgen -W "{" ".join(subs)}" -- "$cur")); return',
+                "      fi",
+                '      path="$cmd ${COMP_WORDS[2]}";;',
+            ]
         lines.append("  esac")
     lines.append('  case "$path" in')
     for c in leaves:
         lines.append(f'    "{c.path}") opts="{" ".join(c.flags)}";;')
     lines.append("  esac")
-    lines += ['  if [[ "$cur" == -* ]]; then',
-              '    COMPREPLY=($(compgen -W "$opts" -- "$cur")); return',
-              "  fi"]
+    lines += ['  if [[ "$cur" == -* ]]; then', '    COMPREPLY=($(compgen -W "$opts" -- "$cur")); return', "  fi"]
     model_paths = "|".join(f'"{c.path}"' for c in leaves if c.takes_model)
     if model_paths:
-        lines += ['  case "$path" in',
-                  f'    {model_paths}) COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;',
-                  "  esac"]
+        lines += [
+            '  case "$path" in',
+            f'    {model_paths}) COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;',
+            "  esac",
+        ]
     lines += ["}", "complete -o default -F _spark spark", ""]
     return "\n".join(lines)
 
@@ -103,33 +108,48 @@ def bash_script(app: typer.Typer) -> str:
 def zsh_script(app: typer.Typer) -> str:
     leaves, top = _commands(app)
     groups = _groups(leaves)
-    lines = ["#compdef spark", HEADER.format(shell="zsh"),
-             "_spark_models() {", "  local -a models", '  models=(${(f)"$(spark ls --quiet 2>/dev/null)"})',
-             "  _describe 'model' models", "}", "",
-             "_spark() {", "  local -a commands", "  commands=("]
+    lines = [
+        "#compdef spark",
+        HEADER.format(shell="zsh"),
+        "_spark_models() {",
+        "  local -a models",
+        '  models=(${(f)"$(spark ls --quiet 2>/dev/null)"})',
+        "  _describe 'model' models",
+        "}",
+        "",
+        "_spark() {",
+        "  local -a commands",
+        "  commands=(",
+    ]
     lines += [f"    '{n}:{h}'" for n, h in top]
-    lines += ["  )",
-              "  if (( CURRENT == 2 )); then _describe 'command' commands; return; fi",
-              '  local path="${words[2]}"']
+    lines += [
+        "  )",
+        "  if (( CURRENT == 2 )); then _describe 'command' commands; return; fi",
+        '  local path="${words[2]}"',
+    ]
     if groups:
         lines.append('  case "${words[2]}" in')
         for group, subs in groups.items():
-            lines += [f"    {group})",
-                      f"      if (( CURRENT == 3 )); then compadd {' '.join(subs)}; return; fi",
-                      '      path="${words[2]} ${words[3]}";;']
+            lines += [
+                f"    {group})",
+                f"      if (( CURRENT == 3 )); then compadd {' '.join(subs)}; return; fi",
+                '      path="${words[2]} ${words[3]}";;',
+            ]
         lines.append("  esac")
     lines.append('  case "$path" in')
     for c in leaves:
         specs = []
         for flags, help_text, takes_value in c.options:
             for f in flags:
-                specs.append(f"'{f}[{help_text.replace('[', '(').replace(']', ')')}]{':value:' if takes_value else ''}'")
+                specs.append(
+                    f"'{f}[{help_text.replace('[', '(').replace(']', ')')}]{':value:' if takes_value else ''}'"
+                )
         if c.takes_model:
             specs.append("'*:model:_spark_models'")
         else:
             specs.append("'*:file:_files'")
         lines.append(f'    "{c.path}") _arguments {" ".join(specs)};;')
-    lines += ["  esac", "}", "", 'compdef _spark spark', ""]
+    lines += ["  esac", "}", "", "compdef _spark spark", ""]
     return "\n".join(lines)
 
 
@@ -137,8 +157,11 @@ def fish_script(app: typer.Typer) -> str:
     leaves, top = _commands(app)
     groups = _groups(leaves)
     words = " ".join(n for n, _ in top)
-    lines = [HEADER.format(shell="fish"), "complete -c spark -f",
-             "function __spark_models; spark ls --quiet 2>/dev/null; end"]
+    lines = [
+        HEADER.format(shell="fish"),
+        "complete -c spark -f",
+        "function __spark_models; spark ls --quiet 2>/dev/null; end",
+    ]
     for name, help_text in top:
         lines.append(f"complete -c spark -n 'not __fish_seen_subcommand_from {words}' -a {name} -d '{help_text}'")
     for group, subs in groups.items():

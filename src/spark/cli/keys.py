@@ -13,8 +13,9 @@ from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 
-keys_app = typer.Typer(help="Manage API keys (clients send one as `Authorization: Bearer KEY` or `x-api-key: KEY`).",
-                       no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Manage API keys (clients send one as `Authorization: Bearer KEY` or `x-api-key: KEY`).", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 
 
@@ -52,8 +53,13 @@ def list_keys() -> None:
     for column in ("NAME", "KEY", "CREATED", "LAST USED", "ZERO RETENTION"):
         table.add_column(column)
     for key in keys:
-        table.add_row(key.name, key.prefix + "…", _when(key.created_at), _when(key.last_used_at),
-                      "yes" if key.zero_retention else "no")
+        table.add_row(
+            key.name,
+            key.prefix + "…",
+            _when(key.created_at),
+            _when(key.last_used_at),
+            "yes" if key.zero_retention else "no",
+        )
     console.print(table, highlight=False)
 
 

@@ -37,8 +37,13 @@ from spark.store.requests import (
 
 FOLLOW_POLL_SECONDS = 1.0
 BAR_WIDTH = 40
-_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embeddings",
-           "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}
+_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embeddings",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "count_tokens",
+}
 
 
 class LogSource(Protocol):
@@ -70,8 +75,13 @@ class ServerLog:
 
     def page(self, f: RequestFilter) -> RequestPage:
         params: dict[str, str | int | float] = {"limit": f.limit, "offset": f.offset}
-        for name, value in (("model", f.model), ("key", f.key), ("status", f.status), ("since", f.since),
-                            ("after", f.after_seq)):
+        for name, value in (
+            ("model", f.model),
+            ("key", f.key),
+            ("status", f.status),
+            ("since", f.since),
+            ("after", f.after_seq),
+        ):
             if value is not None:
                 params[name] = value
         return msgspec.json.decode(self._client.get("/api/requests", params), type=RequestPage)
@@ -126,13 +136,30 @@ def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
     table = Table(box=None, pad_edge=False, show_header=header)
     # The whole id must show, as `spark log ID` needs it: other columns shrink first.
     id_width = max((len(r.request_id) for r in rows), default=20)
-    for column, width in (("TIME", 8), ("ID", id_width), ("MODEL", 16), ("KEY", 8), ("ROUTE", 10), ("STATUS", 6),
-                          ("TOKENS", 12), ("TTFT", 8), ("DURATION", 8), ("TOK/S", 6)):
+    for column, width in (
+        ("TIME", 8),
+        ("ID", id_width),
+        ("MODEL", 16),
+        ("KEY", 8),
+        ("ROUTE", 10),
+        ("STATUS", 6),
+        ("TOKENS", 12),
+        ("TTFT", 8),
+        ("DURATION", 8),
+        ("TOK/S", 6),
+    ):
         table.add_column(column, min_width=width, no_wrap=True)
     for r in rows:
         table.add_row(
-            _when(r.started_at), r.request_id, r.model or "-", r.key_name or "-", _ROUTES.get(r.route, r.route),
-            _status(r), _tokens(r), ms(r.ttft_ms), ms(r.duration_ms),
+            _when(r.started_at),
+            r.request_id,
+            r.model or "-",
+            r.key_name or "-",
+            _ROUTES.get(r.route, r.route),
+            _status(r),
+            _tokens(r),
+            ms(r.ttft_ms),
+            ms(r.duration_ms),
             f"{r.tokens_per_second:.1f}" if r.tokens_per_second is not None else "-",
         )
     return table
@@ -161,8 +188,10 @@ def describe_step(step: Step) -> tuple[str, str]:
             return "model loaded", f"{took}runner pid {d.get('pid', '?')}"
         case steps.SLOT:
             source = "a saved snapshot" if d.pop("snapshot_restored", False) else "the cache"
-            reused = (f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
-                      f"prompt tokens reused from {source}")
+            reused = (
+                f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
+                f"prompt tokens reused from {source}"
+            )
             return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
         case steps.PROMPT:
             rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""
@@ -197,8 +226,10 @@ def waterfall(record: RequestRecord) -> Table:
 
 
 def _slowest(record: RequestRecord) -> str | None:
-    gaps = [(b.at_ms - a.at_ms, describe_step(a)[0], describe_step(b)[0])
-            for a, b in zip(record.timeline, record.timeline[1:], strict=False)]
+    gaps = [
+        (b.at_ms - a.at_ms, describe_step(a)[0], describe_step(b)[0])
+        for a, b in zip(record.timeline, record.timeline[1:], strict=False)
+    ]
     if not gaps or record.duration_ms <= 0:
         return None
     took, start, end = max(gaps)
@@ -239,16 +270,21 @@ def _message_text(content: object) -> str:
 def request_view(record: RequestRecord) -> Group:
     """`spark log ID`: what the request was, its waterfall, its totals, its content."""
     head = Text.assemble(
-        (record.request_id, "bold"), f"  {_when(record.started_at)}  {record.route}  model {record.model or '-'}  "
-        f"key {record.key_name or '-'}  node {record.node}  ", _status(record),
+        (record.request_id, "bold"),
+        f"  {_when(record.started_at)}  {record.route}  model {record.model or '-'}  "
+        f"key {record.key_name or '-'}  node {record.node}  ",
+        _status(record),
     )
     parts: list[RenderableType] = [head]
     if record.error_message:
         parts.append(Text(f"error: {record.error_message}", style="red"))
     parts += [Text(""), waterfall(record), Text("")]
-    totals = [f"total {ms(record.duration_ms)}", f"time to first token {ms(record.ttft_ms)}",
-              f"prompt {record.prompt_tokens} tokens ({record.cached_tokens} cached)",
-              f"output {record.completion_tokens} tokens"]
+    totals = [
+        f"total {ms(record.duration_ms)}",
+        f"time to first token {ms(record.ttft_ms)}",
+        f"prompt {record.prompt_tokens} tokens ({record.cached_tokens} cached)",
+        f"output {record.completion_tokens} tokens",
+    ]
     if record.tokens_per_second is not None:
         totals[-1] += f" at {record.tokens_per_second:.1f} tokens/s"
     parts.append(Text(" · ".join(totals)))
@@ -277,15 +313,22 @@ def log_command(
     if request_id is not None:
         console.print(request_view(source.get(request_id)), highlight=False)
         return
-    query = check_filter(RequestFilter(model=model, key=key, status=status, limit=limit,
-                                       since=parse_since(since) if since is not None else None))
+    query = check_filter(
+        RequestFilter(
+            model=model, key=key, status=status, limit=limit, since=parse_since(since) if since is not None else None
+        )
+    )
     page = source.page(query)
     rows = list(reversed(page.requests))  # oldest first, so the newest is next to the prompt
     if rows:
         console.print(requests_table(rows), highlight=False)
     elif not follow:
-        console.print("No requests logged yet." if page.total == 0 and query == RequestFilter(limit=limit)
-                      else "No request matches.", highlight=False)
+        console.print(
+            "No requests logged yet."
+            if page.total == 0 and query == RequestFilter(limit=limit)
+            else "No request matches.",
+            highlight=False,
+        )
     if follow:
         _follow(console, source, query, page.last_seq, header=not rows)
 

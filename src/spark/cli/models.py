@@ -93,16 +93,28 @@ class _PullProgress:
 
 @app.command()
 def pull(
-    spec: Annotated[str, typer.Argument(
-        help="org/repo, org/repo:QUANT, org/repo/file.gguf, a huggingface.co URL, or a local .gguf path.",
-        show_default=False,
-    )],
-    quant: Annotated[str | None, typer.Option(
-        "--quant", "-q", help="Quantization to pull from a repository, e.g. Q4_K_M or Q8_0.",
-    )] = None,
-    copy: Annotated[bool, typer.Option(
-        "--copy", help="For a local file: copy it into Spark's models folder instead of using it in place.",
-    )] = False,
+    spec: Annotated[
+        str,
+        typer.Argument(
+            help="org/repo, org/repo:QUANT, org/repo/file.gguf, a huggingface.co URL, or a local .gguf path.",
+            show_default=False,
+        ),
+    ],
+    quant: Annotated[
+        str | None,
+        typer.Option(
+            "--quant",
+            "-q",
+            help="Quantization to pull from a repository, e.g. Q4_K_M or Q8_0.",
+        ),
+    ] = None,
+    copy: Annotated[
+        bool,
+        typer.Option(
+            "--copy",
+            help="For a local file: copy it into Spark's models folder instead of using it in place.",
+        ),
+    ] = False,
 ) -> None:
     """Download a GGUF model from Hugging Face (or add a local file) to the library."""
     console = Console()
@@ -114,8 +126,9 @@ def pull(
         result = pull_model(lib, spec, quant=quant, copy=copy, progress=progress.update, on_plan=show_plan)
     entry = result.entry
     if result.already_installed:
-        console.print(f"[bold]{entry.id}[/bold] is already installed ({format_bytes(entry.size_bytes)}).",
-                      highlight=False)
+        console.print(
+            f"[bold]{entry.id}[/bold] is already installed ({format_bytes(entry.size_bytes)}).", highlight=False
+        )
         return
     extra = ", with vision projector" if entry.mmproj_path else ""
     console.print(
@@ -140,7 +153,11 @@ def search(
     table.columns[0].overflow = "fold"
     for m in found:
         table.add_row(
-            m.id, f"{m.downloads:,}", f"{m.likes:,}", format_count(m.parameters), m.architecture or "-",
+            m.id,
+            f"{m.downloads:,}",
+            f"{m.likes:,}",
+            format_count(m.parameters),
+            m.architecture or "-",
             m.last_modified.date().isoformat() if m.last_modified else "-",
         )
     console.print(table)
@@ -167,8 +184,12 @@ def _list(
     for e in entries:
         kind = " (embedding)" if e.info.is_embedding else " (vision)" if e.info.has_vision else ""
         table.add_row(
-            e.id + kind, format_bytes(e.size_bytes), e.info.quantization, format_count(e.info.parameter_count),
-            f"{e.info.context_length:,}" if e.info.context_length else "-", _short_source(e.source),
+            e.id + kind,
+            format_bytes(e.size_bytes),
+            e.info.quantization,
+            format_count(e.info.parameter_count),
+            f"{e.info.context_length:,}" if e.info.context_length else "-",
+            _short_source(e.source),
         )
     console.print(table)
 
@@ -236,9 +257,13 @@ def show(
 def attach(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
     projector: Annotated[Path, typer.Argument(help="Vision projector file (mmproj-*.gguf).", show_default=False)],
-    copy: Annotated[bool, typer.Option(
-        "--copy", help="Copy the projector into Spark's models folder instead of using it in place.",
-    )] = False,
+    copy: Annotated[
+        bool,
+        typer.Option(
+            "--copy",
+            help="Copy the projector into Spark's models folder instead of using it in place.",
+        ),
+    ] = False,
 ) -> None:
     """Attach a vision projector to a model, so that it reads images."""
     with Library(load_settings()) as lib:

@@ -37,8 +37,10 @@ class AdminClient:
 
         token = read_admin_token(settings)
         if token is None:
-            raise SparkError(f"A Spark server is running (pid {server.pid}), but its admin token "
-                             f"{admin_token_path(settings)} cannot be read; run this as the user that started it.")
+            raise SparkError(
+                f"A Spark server is running (pid {server.pid}), but its admin token "
+                f"{admin_token_path(settings)} cannot be read; run this as the user that started it."
+            )
         self.server = server
         self._http = httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {token}"}, timeout=60)
 
@@ -58,7 +60,9 @@ class AdminClient:
         try:
             response = self._http.request(method, path, params=params)
         except httpx.HTTPError as e:
-            raise SparkError(f"The Spark server at {self.server.url} (pid {self.server.pid}) did not answer: {e}") from None
+            raise SparkError(
+                f"The Spark server at {self.server.url} (pid {self.server.pid}) did not answer: {e}"
+            ) from None
         if response.status_code != 200:
             raise SparkError(_error_message(response))
         return response.content

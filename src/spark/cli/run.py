@@ -188,7 +188,7 @@ def stream_answer(spark: Spark, request: ChatRequest, console: Console, sink: Ca
     try:
         with console.status("[dim]thinking…[/dim]", spinner="dots"):
             first = next((e for e in events if not isinstance(e, SlotInfo)), None)
-        for event in ([first] if first is not None else []):
+        for event in [first] if first is not None else []:
             done = _show_event(event, sink) or done
         for event in events:
             done = _show_event(event, sink) or done
@@ -226,12 +226,16 @@ def run(
     if not sys.stdin.isatty():
         piped = sys.stdin.read()
         text = f"{text}\n\n{piped}".strip() if text else piped.strip()
-    options = {k: v for k, v in (("temperature", temperature), ("seed", seed), ("max_tokens", max_tokens)) if v is not None}
+    options = {
+        k: v for k, v in (("temperature", temperature), ("seed", seed), ("max_tokens", max_tokens)) if v is not None
+    }
     with Spark(settings) as spark:
         try:
             spark.library.get(model)
         except ModelNotFound:
-            raise SparkError(f"model '{model}' is not installed (see `spark ls`, or get it with `spark pull`)") from None
+            raise SparkError(
+                f"model '{model}' is not installed (see `spark ls`, or get it with `spark pull`)"
+            ) from None
         repl = Repl(spark, model, console)
         repl.system, repl.options, repl.verbose = system, options, verbose
         if text:

@@ -22,7 +22,9 @@ def start_server(host: str | None = None, port: int | None = None) -> None:
 
 @app.command()
 def serve(
-    host: str = typer.Option(None, "--host", help="Address to listen on (default 127.0.0.1; 0.0.0.0 serves the network)."),
+    host: str = typer.Option(
+        None, "--host", help="Address to listen on (default 127.0.0.1; 0.0.0.0 serves the network)."
+    ),
     port: int = typer.Option(None, "--port", help="Port to listen on (default 8080)."),
 ) -> None:
     """Start the API server (OpenAI and Anthropic APIs under /v1). Stop it with Ctrl-C."""

@@ -348,8 +348,9 @@ class Engine:
         """The chat's prompt text, and its image parts in order."""
         if not request.messages:
             raise InvalidRequest("messages must not be empty", param="messages")
-        images = [p for m in request.messages if isinstance(m.content, list) for p in m.content
-                  if isinstance(p, ImagePart)]
+        images = [
+            p for m in request.messages if isinstance(m.content, list) for p in m.content if isinstance(p, ImagePart)
+        ]
         if images and self._projector is None:
             raise InvalidRequest(
                 f"model {self._options.model_id} cannot read images (no vision projector attached)",
@@ -390,9 +391,7 @@ class Engine:
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not self._embedding:
-            raise InvalidRequest(
-                f"{self._options.model_id} is not loaded as an embedding model", param="model"
-            )
+            raise InvalidRequest(f"{self._options.model_id} is not loaded as an embedding model", param="model")
         if not request.input:
             raise InvalidRequest("input must hold at least one text", param="input")
         n_embd = self._model.n_embd_out

@@ -508,9 +508,25 @@ _UNSUPPORTED = {
 }
 # Keywords that say nothing about which values are valid.
 _ANNOTATIONS = {
-    "title", "description", "default", "examples", "example", "$schema", "$id", "$anchor",
-    "$comment", "$defs", "definitions", "deprecated", "readOnly", "writeOnly",
-    "contentMediaType", "contentEncoding", "contentSchema", "discriminator", "nullable",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "example",
+    "$schema",
+    "$id",
+    "$anchor",
+    "$comment",
+    "$defs",
+    "definitions",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "contentMediaType",
+    "contentEncoding",
+    "contentSchema",
+    "discriminator",
+    "nullable",
 }
 _LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
 _UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
@@ -529,7 +545,7 @@ _TIME = (
     ' ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'
 )
 _LABEL = "[a-z0-9] ( [a-z0-9-]{0,20} [a-z0-9] )?"
-_HOSTNAME = f"( {_LABEL} \".\" ){{0,3}} [a-z]{{2,10}}"
+_HOSTNAME = f'( {_LABEL} "." ){{0,3}} [a-z]{{2,10}}'
 _SEGMENT = "[a-zA-Z0-9._~-]{1,30}"
 _URI = f'( "https" | "http" ) "://" {_HOSTNAME} ( "/" {_SEGMENT} ){{0,8}} "/"? ( "?" {_SEGMENT} "=" {_SEGMENT} )?'
 _IPV4_OCTET = '( "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9] )'
@@ -552,8 +568,14 @@ _FORMATS: dict[str, tuple[str, int, int | None]] = {
     "relative-json-pointer": (f'( "0" | [1-9]{{1,3}} "0"? ) ( "#" | {_POINTER} )', 1, None),
     "regex": ("[a-zA-Z0-9 ]{0,40}", 0, 40),
 }
-for _alias, _same in (("idn-email", "email"), ("idn-hostname", "hostname"), ("uri-reference", "uri"),
-                      ("iri", "uri"), ("iri-reference", "uri"), ("uri-template", "uri")):
+for _alias, _same in (
+    ("idn-email", "email"),
+    ("idn-hostname", "hostname"),
+    ("uri-reference", "uri"),
+    ("iri", "uri"),
+    ("iri-reference", "uri"),
+    ("uri-template", "uri"),
+):
     _FORMATS[_alias] = _FORMATS[_same]
 
 
@@ -569,10 +591,7 @@ def schema_grammar(schema: dict[str, Any] | None, *, param: str = "response_form
     the grammar cannot enforce.
     """
     rules = Rules()
-    if schema is None:
-        value = rules.primitive("object")
-    else:
-        value = SchemaConverter(rules, schema, param).rule(schema, "json")
+    value = rules.primitive("object") if schema is None else SchemaConverter(rules, schema, param).rule(schema, "json")
     return finish(rules, f"{prefix} {value}".strip(), param)
 
 
@@ -646,8 +665,8 @@ class SchemaConverter:
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise self.error(f"'{hint}' has $ref {ref!r}; only references inside the schema (#/...) work")
         node: Any = self.document
-        for part in ref[1:].split("/")[1:] if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
+        for escaped in ref[1:].split("/")[1:] if ref != "#" else []:
+            part = escaped.replace("~1", "/").replace("~0", "~")
             if isinstance(node, dict) and part in node:
                 node = node[part]
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -752,9 +771,7 @@ class SchemaConverter:
             for i, a in enumerate(resolved):
                 for b in resolved[i + 1 :]:
                     if not _disjoint(a, b):
-                        raise self.error(
-                            f"'{hint}' has oneOf branches that can match the same value; use anyOf"
-                        )
+                        raise self.error(f"'{hint}' has oneOf branches that can match the same value; use anyOf")
         alts = [self.rule(b, f"{hint}-{i}") for i, b in enumerate(branches)]
         return self.rules.add(hint, " | ".join(alts))
 
@@ -1002,8 +1019,12 @@ def _plain_valid(value: Any, schema: dict[str, Any]) -> bool:
         if "pattern" in schema and not re.search(schema["pattern"], value):
             return False
     if _is_number(value):
-        checks = (("minimum", operator.ge), ("maximum", operator.le),
-                  ("exclusiveMinimum", operator.gt), ("exclusiveMaximum", operator.lt))
+        checks = (
+            ("minimum", operator.ge),
+            ("maximum", operator.le),
+            ("exclusiveMinimum", operator.gt),
+            ("exclusiveMaximum", operator.lt),
+        )
         for key, holds in checks:
             bound = schema.get(key)
             if bound is not None and _is_number(bound) and not holds(value, bound):
@@ -1150,9 +1171,18 @@ def number_range(lo: Fraction | None, lo_x: bool, hi: Fraction | None, hi_x: boo
 # What a JSON string may hold raw; everything else needs an escape.
 _UNSAFE = [("\x00", "\x1f"), ('"', '"'), ("\\", "\\"), ("\x7f", "\x7f")]
 _PRINTABLE = [(" ", "~")]
-_SPACES = [("\t", "\r"), (" ", " "), ("\xa0", "\xa0"), ("\u1680", "\u1680"), ("\u2000", "\u200a"),
-           ("\u2028", "\u2029"), ("\u202f", "\u202f"), ("\u205f", "\u205f"), ("\u3000", "\u3000"),
-           ("\ufeff", "\ufeff")]
+_SPACES = [
+    ("\t", "\r"),
+    (" ", " "),
+    ("\xa0", "\xa0"),
+    ("\u1680", "\u1680"),
+    ("\u2000", "\u200a"),
+    ("\u2028", "\u2029"),
+    ("\u202f", "\u202f"),
+    ("\u205f", "\u205f"),
+    ("\u3000", "\u3000"),
+    ("\ufeff", "\ufeff"),
+]
 
 
 def _minus(ranges: list[tuple[str, str]], cut: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -255,9 +255,7 @@ class Batch:
         self.n = i + 1
         return i
 
-    def add_run(
-        self, tokens: Sequence[int], pos: int, seq: int, output: Literal["none", "last", "all"]
-    ) -> int:
+    def add_run(self, tokens: Sequence[int], pos: int, seq: int, output: Literal["none", "last", "all"]) -> int:
         """Append consecutive tokens of one sequence from position `pos`.
 
         `output` says which of them produce logits/embeddings; returns the last index.

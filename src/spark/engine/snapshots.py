@@ -55,7 +55,9 @@ class SnapshotStore:
         if snapshot.nbytes > self.budget:
             return False
         for key, old in list(self._items.items()):
-            if len(old.tokens) <= len(snapshot.tokens) and common_prefix(old.tokens, snapshot.tokens) == len(old.tokens):
+            if len(old.tokens) <= len(snapshot.tokens) and common_prefix(old.tokens, snapshot.tokens) == len(
+                old.tokens
+            ):
                 self._drop(key)
         self._items[self._next_key] = snapshot
         self._next_key += 1

@@ -52,9 +52,7 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
@@ -134,9 +132,7 @@ class ChatTemplate:
         try:
             return self._template.render(**context)
         except Exception as e:  # the template is untrusted code: any failure is its own
-            raise InvalidRequest(
-                f"The model's chat template rejected these messages: {e}", param="messages"
-            ) from None
+            raise InvalidRequest(f"The model's chat template rejected these messages: {e}", param="messages") from None
 
 
 def _message_dict(message: Message, image_marker: str) -> dict[str, Any]:

@@ -46,7 +46,7 @@ class TextStream:
             self._held = ""
             return buf[:cut]
         keep = partial_marker(buf, self._stops)
-        self._held = buf[len(buf) - keep:] if keep else ""
+        self._held = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep]
 
     def flush(self) -> str:

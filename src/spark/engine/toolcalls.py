@@ -127,14 +127,15 @@ def calls_as_text(messages: list[Message]) -> list[Message]:
     the history reads the same when tool_choice is "none")."""
     out: list[Message] = []
     for m in messages:
-        if m.tool_calls:
-            calls = "\n".join(
-                json.dumps({"name": c.name, "arguments": _json_or_text(c.arguments)}, ensure_ascii=False)
-                for c in m.tool_calls
-            )
-            text = f"{m.text()}\n{calls}" if m.text() else calls
-            m = Message(m.role, text, name=m.name, reasoning_content=m.reasoning_content)
-        out.append(m)
+        if not m.tool_calls:
+            out.append(m)
+            continue
+        calls = "\n".join(
+            json.dumps({"name": c.name, "arguments": _json_or_text(c.arguments)}, ensure_ascii=False)
+            for c in m.tool_calls
+        )
+        text = f"{m.text()}\n{calls}" if m.text() else calls
+        out.append(Message(m.role, text, name=m.name, reasoning_content=m.reasoning_content))
     return out
 
 
@@ -785,9 +786,7 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
     return obj
 
 
-def call_rule(
-    rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None, *, parallel: bool = True
-) -> str:
+def call_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None, *, parallel: bool = True) -> str:
     """The rule for the calls a forced (or combined) grammar allows; `only` names the one tool,
     and with `parallel` off the grammar ends after one call."""
     chosen = [t for t in tools if t.name == only] if only else tools

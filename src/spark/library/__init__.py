@@ -1,9 +1,9 @@
 """The model library: installed models, their GGUF metadata and settings, and Hub pulls.
 
-    lib = Library(load_settings())
-    lib.add_local("~/models/qwen2.5-0.5b-instruct-q4_k_m.gguf")
-    pull(lib, "bartowski/SmolLM2-360M-Instruct-GGUF:Q8_0")
-    lib.list()
+lib = Library(load_settings())
+lib.add_local("~/models/qwen2.5-0.5b-instruct-q4_k_m.gguf")
+pull(lib, "bartowski/SmolLM2-360M-Instruct-GGUF:Q8_0")
+lib.list()
 """
 
 from spark.library.bundled import BUNDLED_ID, bundled_model_path

@@ -95,15 +95,15 @@ class Library:
                 f"{source_path} is a vision projector (mmproj), not a model; attach it to a model instead",
                 param="path",
             )
-        new_id = check_model_id(model_id.strip().lower(), "model_id") if model_id else model_id_from_filename(
-            source_path.name
+        new_id = (
+            check_model_id(model_id.strip().lower(), "model_id")
+            if model_id
+            else model_id_from_filename(source_path.name)
         )
         self._check_free_id(new_id)
         projector = _check_projector(mmproj) if mmproj is not None else None
         if not copy:
-            return self.register(
-                new_id, shards, info, source=f"local:{source_path}", owned=False, mmproj=projector
-            )
+            return self.register(new_id, shards, info, source=f"local:{source_path}", owned=False, mmproj=projector)
 
         folder = self.owned_dir(new_id)
         needed = sum(p.stat().st_size for p in shards) + (projector.stat().st_size if projector else 0)
@@ -113,8 +113,13 @@ class Library:
             copies = [_copy_into(p, folder) for p in shards]
             projector_copy = _copy_into(projector, folder) if projector else None
             return self.register(
-                new_id, copies, info, source=f"local:{source_path}", owned=True,
-                mmproj=projector_copy, mmproj_owned=projector_copy is not None,
+                new_id,
+                copies,
+                info,
+                source=f"local:{source_path}",
+                owned=True,
+                mmproj=projector_copy,
+                mmproj_owned=projector_copy is not None,
             )
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
@@ -178,7 +183,10 @@ class Library:
         info = msgspec.structs.replace(_entry(record).info, has_vision=True)
         size = sum(_size(Path(p)) for p in record.shards) + projector.stat().st_size
         updated = msgspec.structs.replace(
-            record, mmproj_path=str(projector), mmproj_owned=owned, size_bytes=size,
+            record,
+            mmproj_path=str(projector),
+            mmproj_owned=owned,
+            size_bytes=size,
             info=msgspec.to_builtins(info),
         )
         self.table.update(updated)
@@ -248,9 +256,16 @@ class Library:
             return  # a damaged package install should not break the library
         self.table.insert(
             ModelRecord(
-                id=BUNDLED_ID, path=str(path), shards=[str(path)], mmproj_path=None, mmproj_owned=False,
-                size_bytes=info.file_size, info=msgspec.to_builtins(info),
-                settings=msgspec.to_builtins(BUNDLED_SETTINGS), source=BUNDLED_SOURCE, owned=False,
+                id=BUNDLED_ID,
+                path=str(path),
+                shards=[str(path)],
+                mmproj_path=None,
+                mmproj_owned=False,
+                size_bytes=info.file_size,
+                info=msgspec.to_builtins(info),
+                settings=msgspec.to_builtins(BUNDLED_SETTINGS),
+                source=BUNDLED_SOURCE,
+                owned=False,
                 added_at=time.time(),
             )
         )

@@ -29,9 +29,7 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} {units[i]}" if i == 0 else f"{n:.1f} {units[i]}"
 
 
-def ensure_free_space(
-    folder: Path, needed: int, what: str, error: type[SparkError] = DownloadError
-) -> None:
+def ensure_free_space(folder: Path, needed: int, what: str, error: type[SparkError] = DownloadError) -> None:
     """Raise `error` when writing `needed` bytes to `folder` would (nearly) fill the disk."""
     free = free_bytes(folder)
     if needed + HEADROOM_BYTES > free:

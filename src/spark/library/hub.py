@@ -70,7 +70,9 @@ class Hub:
         self.endpoint = settings.hf_endpoint.rstrip("/")
         self.token = settings.hf_token or get_token() or None
         self.api = HfApi(
-            endpoint=self.endpoint, token=self.token or False, library_name="spark",
+            endpoint=self.endpoint,
+            token=self.token or False,
+            library_name="spark",
             library_version=__version__,
         )
 
@@ -78,7 +80,10 @@ class Hub:
         """GGUF repositories matching `query`, most downloaded first."""
         with hub_errors(f"searching the Hub for '{query}'", self.endpoint):
             found = self.api.list_models(
-                search=query or None, filter="gguf", sort="downloads", limit=limit,
+                search=query or None,
+                filter="gguf",
+                sort="downloads",
+                limit=limit,
                 expand=["downloads", "likes", "gguf", "lastModified"],
             )
             results = []
@@ -86,7 +91,9 @@ class Hub:
                 summary = m.gguf if isinstance(m.gguf, dict) else {}
                 results.append(
                     HubModel(
-                        id=m.id, downloads=m.downloads or 0, likes=m.likes or 0,
+                        id=m.id,
+                        downloads=m.downloads or 0,
+                        likes=m.likes or 0,
                         parameters=_int_or_none(summary.get("total")),
                         architecture=summary.get("architecture"),
                         context_length=_int_or_none(summary.get("context_length")),
@@ -98,12 +105,9 @@ class Hub:
     def files(self, repo: str, revision: str = "main") -> list[HubFile]:
         """Every file of `repo` at `revision`, with sizes and LFS checksums."""
         with hub_errors(f"listing '{repo}'", self.endpoint, repo=repo, revision=revision):
-            info = self.api.model_info(
-                repo, revision=None if revision == "main" else revision, files_metadata=True
-            )
+            info = self.api.model_info(repo, revision=None if revision == "main" else revision, files_metadata=True)
         return [
-            HubFile(path=s.rfilename, size=s.size, sha256=s.lfs.sha256 if s.lfs else None)
-            for s in info.siblings or []
+            HubFile(path=s.rfilename, size=s.size, sha256=s.lfs.sha256 if s.lfs else None) for s in info.siblings or []
         ]
 
     def file_url(self, repo: str, revision: str, path: str) -> str:
@@ -118,9 +122,7 @@ class Hub:
 
 
 @contextmanager
-def hub_errors(
-    doing: str, endpoint: str, *, repo: str | None = None, revision: str = "main"
-) -> Iterator[None]:
+def hub_errors(doing: str, endpoint: str, *, repo: str | None = None, revision: str = "main") -> Iterator[None]:
     """Turn huggingface_hub and connection errors into a `DownloadError` about `doing`."""
     try:
         yield

@@ -23,10 +23,21 @@ from spark.errors import ModelFileError
 from spark.library.naming import shard_paths
 
 # Architectures that only make embeddings, whatever their metadata says.
-EMBEDDING_ARCHITECTURES = frozenset({
-    "bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "modern-bert",
-    "neo-bert", "t5encoder", "roberta", "xlm-roberta", "eurobert",
-})
+EMBEDDING_ARCHITECTURES = frozenset(
+    {
+        "bert",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "modern-bert",
+        "neo-bert",
+        "t5encoder",
+        "roberta",
+        "xlm-roberta",
+        "eurobert",
+    }
+)
 PROJECTOR_ARCHITECTURES = frozenset({"clip", "mmproj"})
 
 _MAX_DECODED_ARRAY = 4096  # longer arrays (vocab, merges, scores) are skipped, not decoded
@@ -85,11 +96,16 @@ class _Header(msgspec.Struct, frozen=True):
 
 
 _SCALARS: dict[int, str] = {
-    gguf.GGUFValueType.UINT8: "B", gguf.GGUFValueType.INT8: "b",
-    gguf.GGUFValueType.UINT16: "H", gguf.GGUFValueType.INT16: "h",
-    gguf.GGUFValueType.UINT32: "I", gguf.GGUFValueType.INT32: "i",
-    gguf.GGUFValueType.FLOAT32: "f", gguf.GGUFValueType.BOOL: "?",
-    gguf.GGUFValueType.UINT64: "Q", gguf.GGUFValueType.INT64: "q",
+    gguf.GGUFValueType.UINT8: "B",
+    gguf.GGUFValueType.INT8: "b",
+    gguf.GGUFValueType.UINT16: "H",
+    gguf.GGUFValueType.INT16: "h",
+    gguf.GGUFValueType.UINT32: "I",
+    gguf.GGUFValueType.INT32: "i",
+    gguf.GGUFValueType.FLOAT32: "f",
+    gguf.GGUFValueType.BOOL: "?",
+    gguf.GGUFValueType.UINT64: "Q",
+    gguf.GGUFValueType.INT64: "q",
     gguf.GGUFValueType.FLOAT64: "d",
 }
 
@@ -110,8 +126,7 @@ class _Cursor:
     def _need(self, n: int) -> None:
         if n < 0 or self.pos + n > len(self.buf):
             raise ModelFileError(
-                f"{self.path} is truncated or corrupt: its header runs past the end of the file "
-                f"({len(self.buf)} bytes)"
+                f"{self.path} is truncated or corrupt: its header runs past the end of the file ({len(self.buf)} bytes)"
             )
 
     def unpack(self, code: str) -> Any:
@@ -369,9 +384,7 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
         sliding_window_pattern=_swa_pattern(fields.get(f"{arch}.attention.sliding_window_pattern")),
         vocab_size=vocab,
         chat_template=template,
-        supports_tools=bool(
-            (template and _TOOLS_RE.search(template)) or isinstance(tool_template, str)
-        ),
+        supports_tools=bool((template and _TOOLS_RE.search(template)) or isinstance(tool_template, str)),
         is_embedding=(
             arch in EMBEDDING_ARCHITECTURES
             or (isinstance(pooling, int) and pooling > 0)

@@ -26,10 +26,41 @@ _QUANT_RE = re.compile(
 
 # Default pick for `spark pull org/repo`: the usual best size/quality trade-off first.
 QUANT_PREFERENCE = (
-    "Q4_K_M", "Q4_K_S", "Q4_0", "Q5_K_M", "Q5_K_S", "Q5_0", "Q8_0", "Q6_K", "Q4_1", "Q5_1",
-    "IQ4_XS", "IQ4_NL", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q3_K_XL", "Q4_K_XL", "Q5_K_XL",
-    "Q6_K_XL", "Q2_K", "Q2_K_L", "Q2_K_XL", "IQ3_M", "IQ3_S", "IQ3_XS", "IQ3_XXS", "IQ2_M",
-    "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S", "F16", "BF16", "F32",
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q4_0",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q5_0",
+    "Q8_0",
+    "Q6_K",
+    "Q4_1",
+    "Q5_1",
+    "IQ4_XS",
+    "IQ4_NL",
+    "Q3_K_L",
+    "Q3_K_M",
+    "Q3_K_S",
+    "Q3_K_XL",
+    "Q4_K_XL",
+    "Q5_K_XL",
+    "Q6_K_XL",
+    "Q2_K",
+    "Q2_K_L",
+    "Q2_K_XL",
+    "IQ3_M",
+    "IQ3_S",
+    "IQ3_XS",
+    "IQ3_XXS",
+    "IQ2_M",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+    "IQ1_M",
+    "IQ1_S",
+    "F16",
+    "BF16",
+    "F32",
 )
 
 
@@ -56,9 +87,7 @@ def shard_paths(path: Path) -> list[Path]:
     stem, number, count = info
     if number != 1:
         first = path.with_name(shard_name(stem, 1, count))
-        raise ModelFileError(
-            f"{path} is shard {number} of {count}; give the first shard ({first.name}) instead"
-        )
+        raise ModelFileError(f"{path} is shard {number} of {count}; give the first shard ({first.name}) instead")
     shards = [path.with_name(shard_name(stem, i, count)) for i in range(1, count + 1)]
     missing = [p.name for p in shards if not p.is_file()]
     if missing:

@@ -210,18 +210,22 @@ def _download_and_register(
     dests = [folder / PurePosixPath(f.path).name for f in wanted]
     with _pull_lock(folder, plan.model_id):
         # files finished and renamed by an earlier pull that stopped before registering
-        done = [d.exists() and d.stat().st_size == f.size for f, d in zip(wanted, dests)]
+        done = [d.exists() and d.stat().st_size == f.size for f, d in zip(wanted, dests, strict=True)]
         remaining = sum(
-            0 if ok else max(0, (f.size or 0) - _size(part_path(d))) for f, d, ok in zip(wanted, dests, done)
+            max(0, (f.size or 0) - _size(part_path(d))) for f, d, ok in zip(wanted, dests, done, strict=True) if not ok
         )
         ensure_free_space(folder, remaining, f"{plan.repo}/{plan.files[0].path}")
         with httpx.Client(headers=hub.headers(), follow_redirects=True, timeout=TIMEOUT) as client:
-            for f, dest, ok in zip(wanted, dests, done):
+            for f, dest, ok in zip(wanted, dests, done, strict=True):
                 if ok:
                     continue
                 download_file(
-                    client, hub.file_url(plan.repo, plan.revision, f.path), dest,
-                    size=f.size, sha256=f.sha256, progress=progress,
+                    client,
+                    hub.file_url(plan.repo, plan.revision, f.path),
+                    dest,
+                    size=f.size,
+                    sha256=f.sha256,
+                    progress=progress,
                 )
         for dest in dests:
             if part_path(dest).exists():
@@ -239,8 +243,13 @@ def _download_and_register(
             mmproj.unlink(missing_ok=True)  # a file named like a projector that is none: leave it out
             mmproj = None
         return library.register(
-            plan.model_id, shards, info, source=plan.source, owned=True,
-            mmproj=mmproj, mmproj_owned=mmproj is not None,
+            plan.model_id,
+            shards,
+            info,
+            source=plan.source,
+            owned=True,
+            mmproj=mmproj,
+            mmproj_owned=mmproj is not None,
         )
 
 

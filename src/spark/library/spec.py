@@ -15,8 +15,7 @@ _QUANT_TAG_RE = re.compile(r"[A-Za-z0-9_]+")
 _HUB_HOSTS = {"huggingface.co", "www.huggingface.co", "hf.co"}
 
 SPEC_FORMS = (
-    "org/repo, org/repo:Q4_K_M, org/repo/file.gguf, a https://huggingface.co/... URL, "
-    "or the path of a .gguf file"
+    "org/repo, org/repo:Q4_K_M, org/repo/file.gguf, a https://huggingface.co/... URL, or the path of a .gguf file"
 )
 
 
@@ -55,9 +54,7 @@ def parse_pull_spec(spec: str, *, quant: str | None = None, endpoint: str = "") 
         parsed = _parse_repo_path(text)
 
     if wanted and parsed.quant and wanted != parsed.quant:
-        raise InvalidRequest(
-            f"--quant {wanted} contradicts the :{parsed.quant} in '{spec}'", param="quant"
-        )
+        raise InvalidRequest(f"--quant {wanted} contradicts the :{parsed.quant} in '{spec}'", param="quant")
     if wanted and parsed.filename:
         raise InvalidRequest(
             "--quant cannot be combined with a file name; the file already fixes the quantization",

@@ -33,8 +33,12 @@ async def idle_runner_bytes() -> int:
     global _measured
     if _measured is None:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _PROBE,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-c",
+            _PROBE,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         try:
             out, err = await proc.communicate()

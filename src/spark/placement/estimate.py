@@ -69,11 +69,24 @@ KV_PAD = 256  # llama.cpp pads context sizes and SWA caches to this many cells
 UBATCH_MAX = 512  # the engine's micro-batch for generation
 
 # Architectures whose context has no KV cache at all (llama_model::create_memory).
-NO_KV_ARCHITECTURES = frozenset({
-    "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2",
-    "jina-bert-v3", "eurobert", "gemma-embedding", "wavtokenizer-dec", "dream", "llada",
-    "llada-moe", "rnd1",
-})
+NO_KV_ARCHITECTURES = frozenset(
+    {
+        "bert",
+        "modern-bert",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "eurobert",
+        "gemma-embedding",
+        "wavtokenizer-dec",
+        "dream",
+        "llada",
+        "llada-moe",
+        "rnd1",
+    }
+)
 
 
 class _SwaRule(msgspec.Struct, frozen=True):
@@ -153,9 +166,7 @@ def swa_layers(
     return window, [n == 0 or i % n < n - 1 for i in range(n_layers)]
 
 
-def model_shape(
-    info: GGUFInfo, *, n_ff: int | None = None, swa_pattern: int | list[bool] | None = None
-) -> ModelShape:
+def model_shape(info: GGUFInfo, *, n_ff: int | None = None, swa_pattern: int | list[bool] | None = None) -> ModelShape:
     """The estimate's input from a model's GGUF metadata.
 
     `n_ff` is the feed-forward width a token goes through (`feed_forward_length`;

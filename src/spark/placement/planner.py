@@ -113,8 +113,9 @@ def plan_placement(
             if len(loaded) - len(evicted) < max_loaded_models:
                 break
             evicted.add(m.model_id)
-            evictions.append(Eviction(m.model_id, f"idle {_duration(now - m.last_used)}; "
-                                                  f"max_loaded_models is {max_loaded_models}"))
+            evictions.append(
+                Eviction(m.model_id, f"idle {_duration(now - m.last_used)}; max_loaded_models is {max_loaded_models}")
+            )
         if len(loaded) - len(evicted) >= max_loaded_models:
             busy = [m.model_id for m in loaded if m.busy]
             raise PlacementRefused(
@@ -170,7 +171,7 @@ def _fit(estimate: MemoryEstimate, cpu: Device, gpus: list[Device], avail: dict[
 
     def attempt(n_gpu_layers: int, chosen: list[Device], split: list[float]) -> _Fit | None:
         gpu_bytes, cpu_bytes = estimate.device_bytes(n_gpu_layers, split)
-        if cpu_bytes > avail[cpu.id] or any(b > avail[g.id] for g, b in zip(chosen, gpu_bytes)):
+        if cpu_bytes > avail[cpu.id] or any(b > avail[g.id] for g, b in zip(chosen, gpu_bytes, strict=True)):
             return None
         return _Fit(n_gpu_layers, chosen, split, gpu_bytes, cpu_bytes)
 
@@ -207,12 +208,12 @@ def _plan(
     avail: dict[str, int],
     evictions: list[Eviction],
 ) -> Plan:
-    used = [(g, b) for g, b in zip(fit.gpus, fit.gpu_bytes) if b > 0]
+    used = [(g, b) for g, b in zip(fit.gpus, fit.gpu_bytes, strict=True) if b > 0]
     tensor_split = None
     if used and len(gpus) > 1:
         # llama.cpp spreads layers over every visible GPU unless told otherwise
         tensor_split = [0.0] * (max(g.index or 0 for g in gpus) + 1)
-        for g, share in zip(fit.gpus, fit.split):
+        for g, share in zip(fit.gpus, fit.split, strict=True):
             tensor_split[g.index or 0] = share / (sum(fit.split) or 1.0)
     layer_devices = [g.id for g, _ in used]
     if not used or fit.n_gpu_layers >= 0:

@@ -137,8 +137,15 @@ def settings_changes(old: LoadOptions, new: LoadOptions) -> str:
 class _Runner:
     """One runner process and what the scheduler knows about it."""
 
-    def __init__(self, process: RunnerProcess, requested: LoadOptions, estimate: MemoryEstimate, plan: Plan,
-                 reason: str, keep_alive: float) -> None:
+    def __init__(
+        self,
+        process: RunnerProcess,
+        requested: LoadOptions,
+        estimate: MemoryEstimate,
+        plan: Plan,
+        reason: str,
+        keep_alive: float,
+    ) -> None:
         self.process = process
         self.requested = requested  # the options before placement, to notice changed settings
         self.estimate = estimate
@@ -347,8 +354,13 @@ class Scheduler:
             info = await asyncio.to_thread(read_gguf_info, entry.path)
             estimate = estimate_load(model_shape(info), options)
             plan, runners = await self._place(entry.id, estimate, trace)
-            trace.step(steps.PLACEMENT, devices=list(plan.devices), plan=plan.explain(), estimate=estimate.describe(),
-                       evictions=[{"model": e.model_id, "reason": e.reason} for e in plan.evictions])
+            trace.step(
+                steps.PLACEMENT,
+                devices=list(plan.devices),
+                plan=plan.explain(),
+                estimate=estimate.describe(),
+                evictions=[{"model": e.model_id, "reason": e.reason} for e in plan.evictions],
+            )
             for eviction in plan.evictions:
                 self._stop(runners[eviction.model_id], f"evicted to make room for {entry.id}: {eviction.reason}")
             await self._settle_stops()
@@ -368,8 +380,14 @@ class Scheduler:
             trace.step(steps.LOAD_FINISHED, pid=process.pid, seconds=round(monotonic() - started, 3))
             if self._measuring is None:
                 self._measuring = asyncio.create_task(self._measure_baseline(), name="measure an idle runner")
-        log.info("loaded %s in runner pid %s (%s): %s; %s", entry.id, process.pid, reason, plan.explain(),
-                 estimate.describe())
+        log.info(
+            "loaded %s in runner pid %s (%s): %s; %s",
+            entry.id,
+            process.pid,
+            reason,
+            plan.explain(),
+            estimate.describe(),
+        )
         return runner
 
     async def _place(self, model_id: str, estimate: MemoryEstimate, trace: Trace) -> tuple[Plan, dict[str, _Runner]]:
@@ -378,8 +396,11 @@ class Scheduler:
         deadline: float | None = None
         while True:
             devices = self._device_inventory()
-            runners = {r.label: r for r in (*self._runners.values(), *self._retiring)
-                       if r.process.status not in ("failed", "stopped")}  # those hold no memory
+            runners = {
+                r.label: r
+                for r in (*self._runners.values(), *self._retiring)
+                if r.process.status not in ("failed", "stopped")
+            }  # those hold no memory
             loaded = [self._as_loaded(r) for r in runners.values()]
             try:
                 return plan_placement(estimate, devices, loaded, max_loaded_models=limit), runners
@@ -399,7 +420,7 @@ class Scheduler:
                         log.info("%s waits up to %g s for busy models to finish: %s", model_id, wait, refused.message)
                         trace.step(steps.MEMORY_WAIT, reason=refused.message, up_to_seconds=wait)
                 if not self._pending[model_id]:
-                    raise Cancelled(f"Loading {model_id} was abandoned: every request for it went away.")
+                    raise Cancelled(f"Loading {model_id} was abandoned: every request for it went away.") from None
                 if now >= deadline:
                     raise self._refusal(
                         f"{refused.message}; waited {wait:g} s for busy models to finish (SPARK_LOAD_WAIT)"
@@ -420,8 +441,12 @@ class Scheduler:
             or (not runner.retiring and self._pending[runner.model_id] > 0)
             or runner.process.status not in ("ready", "failed", "stopped")
         )
-        return LoadedModel(model_id=runner.label, device_bytes=runner.device_bytes(self._baseline), busy=busy,
-                           last_used=runner.process.last_used)
+        return LoadedModel(
+            model_id=runner.label,
+            device_bytes=runner.device_bytes(self._baseline),
+            busy=busy,
+            last_used=runner.process.last_used,
+        )
 
     def _device_inventory(self) -> list[Device]:
         now = monotonic()
@@ -482,8 +507,9 @@ class Scheduler:
                 if runner.retiring and not runner.active:
                     self._stop(runner, runner.reason)
                 elif (left := self._unloads_in(runner, now)) is not None and left <= 0:
-                    self._stop(runner, f"idle for {now - runner.process.last_used:.0f} s "
-                                       f"(keep_alive {runner.keep_alive:g} s)")
+                    self._stop(
+                        runner, f"idle for {now - runner.process.last_used:.0f} s (keep_alive {runner.keep_alive:g} s)"
+                    )
             await _wait_for_event(self._wake, IDLE_CHECK_SECONDS)
 
     async def _measure_baseline(self) -> None:
@@ -508,8 +534,13 @@ class Scheduler:
         runner.reported = True
         estimate = runner.estimate_host_bytes
         error = (estimate - measured) / measured if measured else 0.0
-        log.info("%s uses %s measured against %s estimated (%+.0f%%)", runner.model_id, format_bytes(measured),
-                 format_bytes(estimate), 100 * error)
+        log.info(
+            "%s uses %s measured against %s estimated (%+.0f%%)",
+            runner.model_id,
+            format_bytes(measured),
+            format_bytes(estimate),
+            100 * error,
+        )
 
     def _state(self, runner: _Runner, now: float) -> RunnerState:
         process = runner.process

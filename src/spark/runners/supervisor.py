@@ -428,25 +428,41 @@ class RunnerProcess:
         self._failures.append(now)
         while now - self._failures[0] > FAILURE_WINDOW_SECONDS:
             self._failures.popleft()
-        log.warning("runner for %s (pid %s) %s%s", self.model_id, self._proc.pid if self._proc else "?",
-                    why, self._tail_suffix())
+        log.warning(
+            "runner for %s (pid %s) %s%s",
+            self.model_id,
+            self._proc.pid if self._proc else "?",
+            why,
+            self._tail_suffix(),
+        )
 
         model = self.model_id
         for r in list(self._requests.values()):
             r.sent = False
             if r.chunks:
-                self._finish(r, RunnerFailed(
-                    f"The runner for model {model} {why} after sending {r.chunks} pieces of output; "
-                    "the request was not retried because output had already been sent."))
+                self._finish(
+                    r,
+                    RunnerFailed(
+                        f"The runner for model {model} {why} after sending {r.chunks} pieces of output; "
+                        "the request was not retried because output had already been sent."
+                    ),
+                )
             elif r.attempts >= MAX_ATTEMPTS:
-                self._finish(r, RunnerFailed(
-                    f"The runner for model {model} {why}; this request was running during "
-                    f"{r.attempts} runner failures and was not retried again."))
+                self._finish(
+                    r,
+                    RunnerFailed(
+                        f"The runner for model {model} {why}; this request was running during "
+                        f"{r.attempts} runner failures and was not retried again."
+                    ),
+                )
 
         if len(self._failures) >= MAX_FAILURES:
-            self._give_up(RunnerFailed(
-                f"The runner for model {model} {why}; it failed {len(self._failures)} times within "
-                f"{FAILURE_WINDOW_SECONDS:.0f} s and is not restarted again.{self._tail_suffix()}"))
+            self._give_up(
+                RunnerFailed(
+                    f"The runner for model {model} {why}; it failed {len(self._failures)} times within "
+                    f"{FAILURE_WINDOW_SECONDS:.0f} s and is not restarted again.{self._tail_suffix()}"
+                )
+            )
             return
         try:
             await self._launch()
@@ -481,7 +497,11 @@ class RunnerProcess:
                 listener, path, temp_dir = _listen(self._settings.run_dir)
                 try:
                     self._proc = await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "spark.runner", "--socket", str(path),
+                        sys.executable,
+                        "-m",
+                        "spark.runner",
+                        "--socket",
+                        str(path),
                         stdin=asyncio.subprocess.DEVNULL,
                         stdout=asyncio.subprocess.PIPE,
                         stderr=asyncio.subprocess.STDOUT,
@@ -506,12 +526,14 @@ class RunnerProcess:
             await self._terminate(0.0)
             raise RunnerFailed(
                 f"The runner for model {model} did not load the model within {timeout:g} s "
-                f"(load_timeout).{self._tail_suffix()}") from None
+                f"(load_timeout).{self._tail_suffix()}"
+            ) from None
         except _Lost as lost:
             code = await self._terminate(EXIT_GRACE_SECONDS)
             why = lost.args[0] if lost.args and lost.args[0] else _describe_exit(code)
             raise RunnerFailed(
-                f"The runner for model {model} {why} while loading the model.{self._tail_suffix()}") from None
+                f"The runner for model {model} {why} while loading the model.{self._tail_suffix()}"
+            ) from None
         except OSError as e:
             await self._terminate(0.0)
             raise RunnerFailed(f"Could not start a runner for model {model}: {e}") from None

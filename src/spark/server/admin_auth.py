@@ -103,13 +103,18 @@ class AdminAuth:
         return _is_loopback(host) and _same(secret, self._token)
 
     def refusal(self) -> Unauthorized:
-        token = (f"or, on the server's machine, the local admin token from {admin_token_path(self._settings)} "
-                 "(spark commands send it)")
+        token = (
+            f"or, on the server's machine, the local admin token from {admin_token_path(self._settings)} "
+            "(spark commands send it)"
+        )
         if self._password:
-            return Unauthorized(f"The admin API needs the admin password as `Authorization: Bearer PASSWORD` or "
-                                f"HTTP Basic, {token}.")
-        return Unauthorized("The admin API needs the admin password, and none is set (SPARK_ADMIN_PASSWORD), "
-                            f"{token} as `Authorization: Bearer TOKEN`.")
+            return Unauthorized(
+                f"The admin API needs the admin password as `Authorization: Bearer PASSWORD` or HTTP Basic, {token}."
+            )
+        return Unauthorized(
+            "The admin API needs the admin password, and none is set (SPARK_ADMIN_PASSWORD), "
+            f"{token} as `Authorization: Bearer TOKEN`."
+        )
 
     def guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         """Guard: refuse a request without admin credentials (`Unauthorized`)."""

@@ -43,17 +43,25 @@ def create_app(settings: Settings) -> Litestar:
                 await flusher
             await state.close()
 
-    api = Router("/v1", route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES], guards=[require_key],
-                 middleware=[log_requests])
+    api = Router(
+        "/v1",
+        route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES],
+        guards=[require_key],
+        middleware=[log_requests],
+    )
     admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
     admin_api = Router("/api", route_handlers=[*RUNNER_ROUTES, *ADMIN_ROUTES], guards=[admin.guard])
     origins = settings.cors_origin_list
-    cors = CORSConfig(
-        allow_origins=origins,
-        allow_methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["*"],
-        expose_headers=[REQUEST_ID_HEADER, "request-id"],
-    ) if origins else None
+    cors = (
+        CORSConfig(
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=[REQUEST_ID_HEADER, "request-id"],
+        )
+        if origins
+        else None
+    )
     return Litestar(
         route_handlers=[health, api, admin_api, metrics_route(settings, admin)],
         state=State({"spark": state}),

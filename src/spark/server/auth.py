@@ -14,8 +14,7 @@ from spark.server.state import state_of
 from spark.store.keys import ApiKey, KeyTable
 
 _STATE_KEY = "spark.api_key"
-_HOW = ("send it as `Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` "
-        "(Anthropic clients)")
+_HOW = "send it as `Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` (Anthropic clients)"
 
 
 def presented_key(headers: Headers) -> str | None:
@@ -50,8 +49,10 @@ def api_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey:
 def _refusal(keys: KeyTable, missing: bool) -> str:
     if keys.count() == 0:
         # secure by default: even a fresh install wants a key, so say how to make one
-        return ("This server requires an API key and none has been created yet: run "
-                f"`spark keys create NAME` on the server, then {_HOW}.")
+        return (
+            "This server requires an API key and none has been created yet: run "
+            f"`spark keys create NAME` on the server, then {_HOW}."
+        )
     if missing:
         return f"Missing API key: {_HOW}. `spark keys create NAME` creates one on the server."
     return "Invalid API key: it is unknown or was revoked (`spark keys list` on the server lists the keys)."

@@ -43,8 +43,14 @@ def local_url(host: str, port: int) -> str:
 
 def write_server_info(settings: Settings, host: str, port: int) -> ServerInfo:
     """Record this process as the server listening on host:port."""
-    info = ServerInfo(pid=os.getpid(), host=host, port=port, url=local_url(host, port),
-                      started_at=time.time(), version=spark.__version__)
+    info = ServerInfo(
+        pid=os.getpid(),
+        host=host,
+        port=port,
+        url=local_url(host, port),
+        started_at=time.time(),
+        version=spark.__version__,
+    )
     path = server_file(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(f".{os.getpid()}.tmp")

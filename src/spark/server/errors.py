@@ -51,8 +51,7 @@ def error_response(scope: Scope, error: SparkError, headers: dict[str, str] | No
 def internal_error(scope: Scope) -> SparkError:
     """The error a client sees for a bug: no details, but the id to find it in the log."""
     return SparkError(
-        f"The server failed to handle this request (request id {request_ids(scope).header}); "
-        "its log has the details."
+        f"The server failed to handle this request (request id {request_ids(scope).header}); its log has the details."
     )
 
 
@@ -63,8 +62,12 @@ def log_unexpected(scope: Scope, exc: BaseException) -> None:
     if keeps_content(scope):
         log.error("unexpected error in %s %s (request id %s)", *where, exc_info=exc)
     else:
-        log.error("unexpected %s in %s %s (request id %s; its message is withheld: zero-retention key)\n%s",
-                  type(exc).__name__, *where, "".join(traceback.format_tb(exc.__traceback__)).rstrip())
+        log.error(
+            "unexpected %s in %s %s (request id %s; its message is withheld: zero-retention key)\n%s",
+            type(exc).__name__,
+            *where,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
 
 
 def _spark_error(request: AnyRequest, exc: SparkError) -> Response[bytes]:
@@ -80,8 +83,9 @@ def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
         error = MethodNotAllowed(f"{path} does not accept {method} requests.")
     elif exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
         limit = format_bytes(state_of(request).settings.max_body_bytes or 0)
-        error = RequestTooLarge(f"The request body is larger than this server accepts ({limit}, "
-                                "the max_body_size setting).")
+        error = RequestTooLarge(
+            f"The request body is larger than this server accepts ({limit}, the max_body_size setting)."
+        )
     elif exc.status_code < 500:
         error = InvalidRequest(exc.detail)
     else:

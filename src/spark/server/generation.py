@@ -62,8 +62,14 @@ class Generation:
     request and every event, for the request log.
     """
 
-    def __init__(self, state: ServerState, request: Request, *, receive: Receive | None = None,
-                 recorder: RequestRecorder | None = None) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        request: Request,
+        *,
+        receive: Receive | None = None,
+        recorder: RequestRecorder | None = None,
+    ) -> None:
         loop = asyncio.get_running_loop()
         self._recorder = recorder
         if recorder is not None:
@@ -142,8 +148,9 @@ class Generation:
         self.close()
 
 
-async def run_chat(state: ServerState, request: GenerationRequest, receive: Receive,
-                   recorder: RequestRecorder | None = None) -> ChatResult:
+async def run_chat(
+    state: ServerState, request: GenerationRequest, receive: Receive, recorder: RequestRecorder | None = None
+) -> ChatResult:
     """The whole answer to a chat or completion request (`receive`: the client's ASGI channel)."""
     async with Generation(state, request, receive=receive, recorder=recorder) as generation:
         collector = ChatCollector()
@@ -152,8 +159,9 @@ async def run_chat(state: ServerState, request: GenerationRequest, receive: Rece
         return result
 
 
-async def run_embeddings(state: ServerState, request: Request, receive: Receive,
-                         recorder: RequestRecorder | None = None) -> EmbeddingResult:
+async def run_embeddings(
+    state: ServerState, request: Request, receive: Receive, recorder: RequestRecorder | None = None
+) -> EmbeddingResult:
     async with Generation(state, request, receive=receive, recorder=recorder) as generation:
         while (result := embedding_result(await generation.next())) is None:
             pass

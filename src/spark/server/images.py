@@ -46,7 +46,9 @@ def image_fetcher(settings: Settings) -> ImageFetcher | None:
                     if limit and len(data) > limit:
                         raise _too_large(param, limit)
         except httpx.HTTPError as e:
-            raise InvalidRequest(f"'{param}': the image could not be fetched ({type(e).__name__}).", param=param) from None
+            raise InvalidRequest(
+                f"'{param}': the image could not be fetched ({type(e).__name__}).", param=param
+            ) from None
         return ImagePart(bytes(data), media_type)
 
     return fetch
@@ -79,7 +81,6 @@ def check_image_sizes(request: ChatRequest, limit: int) -> None:
 
 def _too_large(param: str, limit: int) -> InvalidRequest:
     return InvalidRequest(
-        f"'{param}': an image is larger than this server's limit of {limit / 2**20:.1f} MiB "
-        "(SPARK_MAX_IMAGE_SIZE).",
+        f"'{param}': an image is larger than this server's limit of {limit / 2**20:.1f} MiB (SPARK_MAX_IMAGE_SIZE).",
         param=param,
     )

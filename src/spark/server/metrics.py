@@ -82,16 +82,30 @@ class Metrics:
             for labels, histogram in sorted(series.items()):
                 out.extend(histogram.lines(name, labels))
 
-        family("spark_requests_total", "counter", "API requests answered, by route, model and HTTP status.",
-               dict(self.requests))
+        family(
+            "spark_requests_total",
+            "counter",
+            "API requests answered, by route, model and HTTP status.",
+            dict(self.requests),
+        )
         family("spark_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", dict(self.prompt_tokens))
         family("spark_completion_tokens_total", "counter", "Tokens generated.", dict(self.completion_tokens))
-        family("spark_cached_prompt_tokens_total", "counter", "Prompt tokens reused from a slot's cache.",
-               dict(self.cached_tokens))
-        histograms("spark_time_to_first_token_seconds", "Time from a request's arrival to its first output token.",
-                   dict(self.ttft))
-        histograms("spark_request_duration_seconds", "Time from a request's arrival to the end of its response.",
-                   dict(self.duration))
+        family(
+            "spark_cached_prompt_tokens_total",
+            "counter",
+            "Prompt tokens reused from a slot's cache.",
+            dict(self.cached_tokens),
+        )
+        histograms(
+            "spark_time_to_first_token_seconds",
+            "Time from a request's arrival to its first output token.",
+            dict(self.ttft),
+        )
+        histograms(
+            "spark_request_duration_seconds",
+            "Time from a request's arrival to the end of its response.",
+            dict(self.duration),
+        )
 
         def per_model(value: Callable[[RunnerState], int | float]) -> dict[Labels, int | float]:
             samples: defaultdict[Labels, int | float] = defaultdict(int)
@@ -103,15 +117,26 @@ class Metrics:
         for r in runners:
             loaded[(("model", r.model), ("status", r.status))] += 1
         family("spark_model_loaded", "gauge", "Runners by model and status (loading, ready, ...).", loaded)
-        family("spark_model_memory_bytes", "gauge",
-               "Host memory a loaded model uses (measured once known, else estimated).",
-               per_model(lambda r: r.measured_bytes if r.measured_bytes is not None else r.estimate_bytes))
+        family(
+            "spark_model_memory_bytes",
+            "gauge",
+            "Host memory a loaded model uses (measured once known, else estimated).",
+            per_model(lambda r: r.measured_bytes if r.measured_bytes is not None else r.estimate_bytes),
+        )
         family("spark_queue_length", "gauge", "Requests waiting for a slot, by model.", per_model(lambda r: r.queued))
         family("spark_slots_busy", "gauge", "Requests generating now, by model.", per_model(lambda r: r.slots_busy))
-        family("spark_runner_restarts_total", "counter", "Restarts of a model's runner after a crash or hang.",
-               per_model(lambda r: r.restarts))
-        family("spark_request_log_dropped_total", "counter",
-               "Request log records lost because the disk could not keep up.", {(): log_dropped})
+        family(
+            "spark_runner_restarts_total",
+            "counter",
+            "Restarts of a model's runner after a crash or hang.",
+            per_model(lambda r: r.restarts),
+        )
+        family(
+            "spark_request_log_dropped_total",
+            "counter",
+            "Request log records lost because the disk could not keep up.",
+            {(): log_dropped},
+        )
         return "\n".join(out) + "\n"
 
 

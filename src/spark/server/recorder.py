@@ -108,15 +108,20 @@ class RequestRecorder:
             self.trace.step(steps.SLOT, **msgspec.structs.asdict(event))  # what the engine tells, e.g. cached_tokens
         elif isinstance(event, PromptDone):
             rate = event.evaluated_tokens / event.seconds if event.seconds > 0 else None
-            self.trace.step(steps.PROMPT, tokens=event.evaluated_tokens, seconds=round(event.seconds, 6),
-                            tokens_per_second=None if rate is None else round(rate, 1))
+            self.trace.step(
+                steps.PROMPT,
+                tokens=event.evaluated_tokens,
+                seconds=round(event.seconds, 6),
+                tokens_per_second=None if rate is None else round(rate, 1),
+            )
         elif isinstance(event, Done):
             self._ended, self._usage, self._finish_reason = True, event.usage, event.finish_reason
             if self._output is not None:
                 result = self._output.add(event)
                 assert result is not None  # Done always completes a result
-                self._result = RequestContent(output=result.text, reasoning=result.reasoning,
-                                              tool_calls=result.tool_calls)
+                self._result = RequestContent(
+                    output=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls
+                )
             name = steps.CANCELLED if event.finish_reason == "cancelled" else steps.FINISHED
             self.trace.step(name, finish_reason=event.finish_reason, completion_tokens=event.usage.completion_tokens)
         elif isinstance(event, Embeddings):
@@ -196,8 +201,11 @@ def _without_images(request: Request) -> Request:
     if not isinstance(request, ChatRequest):
         return request
     messages = [
-        m if isinstance(m.content, str) or m.content is None else msgspec.structs.replace(
-            m, content=[p if isinstance(p, TextPart) else ImagePart(b"", p.media_type) for p in m.content])
+        m
+        if isinstance(m.content, str) or m.content is None
+        else msgspec.structs.replace(
+            m, content=[p if isinstance(p, TextPart) else ImagePart(b"", p.media_type) for p in m.content]
+        )
         for m in request.messages
     ]
     return msgspec.structs.replace(request, messages=messages)

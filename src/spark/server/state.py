@@ -28,11 +28,15 @@ class ServerState:
         self.metrics = Metrics()
         self.requests = RequestTable(self.library.db)
         # retention 0 keeps no request log: nothing is written at all
-        self.request_log = LogWriter(
-            self.requests,
-            retention_seconds=settings.log_retention_days * 86400,
-            max_bytes=settings.log_max_mb * 1024 * 1024 or None,
-        ) if settings.log_retention_days else None
+        self.request_log = (
+            LogWriter(
+                self.requests,
+                retention_seconds=settings.log_retention_days * 86400,
+                max_bytes=settings.log_max_mb * 1024 * 1024 or None,
+            )
+            if settings.log_retention_days
+            else None
+        )
 
     async def close(self) -> None:
         """Stop every runner, write the pending request log and key uses, close the database."""

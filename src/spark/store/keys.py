@@ -116,9 +116,7 @@ class KeyTable:
         if not secret or len(secret) > MAX_KEY_LENGTH:
             return None
         digest = key_hash(secret)
-        row = self.db.execute(
-            f"SELECT {_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?", (digest,)
-        ).fetchone()
+        row = self.db.execute(f"SELECT {_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?", (digest,)).fetchone()
         # The lookup already matched; the constant-time comparison keeps the check itself
         # free of timing differences whatever the index does.
         if row is None or not hmac.compare_digest(row["key_hash"], digest):

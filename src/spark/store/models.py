@@ -14,8 +14,17 @@ import msgspec
 from spark.store.db import Database
 
 _COLUMNS = (
-    "id", "path", "shards", "mmproj_path", "mmproj_owned", "size_bytes", "info", "settings",
-    "source", "owned", "added_at",
+    "id",
+    "path",
+    "shards",
+    "mmproj_path",
+    "mmproj_owned",
+    "size_bytes",
+    "info",
+    "settings",
+    "source",
+    "owned",
+    "added_at",
 )
 _JSON_COLUMNS = ("shards", "info", "settings")
 
@@ -36,9 +45,7 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 def _to_row(record: ModelRecord) -> tuple[object, ...]:
     values = msgspec.structs.asdict(record)
-    return tuple(
-        msgspec.json.encode(values[c]).decode() if c in _JSON_COLUMNS else values[c] for c in _COLUMNS
-    )
+    return tuple(msgspec.json.encode(values[c]).decode() if c in _JSON_COLUMNS else values[c] for c in _COLUMNS)
 
 
 def _from_row(row: sqlite3.Row) -> ModelRecord:

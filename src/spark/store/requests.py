@@ -140,14 +140,18 @@ def parse_since(text: str, now: float | None = None) -> float:
             if seconds >= 0:
                 return now - seconds
     raise InvalidRequest(
-        f"since: '{text}' is neither a duration (e.g. 30m, 1h, 2d) nor a date (e.g. 2026-11-29 or "
-        "2026-11-29T10:30)", param="since")
+        f"since: '{text}' is neither a duration (e.g. 30m, 1h, 2d) nor a date (e.g. 2026-11-29 or 2026-11-29T10:30)",
+        param="since",
+    )
 
 
 def check_filter(f: RequestFilter) -> RequestFilter:
     """`f` when its values make sense, else `InvalidRequest` naming the bad one."""
-    if f.status is not None and f.status not in ("ok", "error") and not (
-            f.status.isdigit() and 100 <= int(f.status) <= 599):
+    if (
+        f.status is not None
+        and f.status not in ("ok", "error")
+        and not (f.status.isdigit() and 100 <= int(f.status) <= 599)
+    ):
         raise InvalidRequest(f"status: '{f.status}' is not ok, error or an HTTP status code", param="status")
     if not 1 <= f.limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}, not {f.limit}", param="limit")
@@ -157,13 +161,32 @@ def check_filter(f: RequestFilter) -> RequestFilter:
 
 
 _COLUMNS = (
-    "id", "request_id", "started_at", "route", "model", "key_name", "key_prefix", "node", "status",
-    "finish_reason", "error_type", "error_message", "stream", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "ttft_ms", "duration_ms", "tokens_per_second", "zero_retention",
+    "id",
+    "request_id",
+    "started_at",
+    "route",
+    "model",
+    "key_name",
+    "key_prefix",
+    "node",
+    "status",
+    "finish_reason",
+    "error_type",
+    "error_message",
+    "stream",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "ttft_ms",
+    "duration_ms",
+    "tokens_per_second",
+    "zero_retention",
 )
 _SELECT = f"SELECT rowid AS seq, {', '.join(_COLUMNS)} FROM requests"
-_INSERT = (f"INSERT OR IGNORE INTO requests ({', '.join(_COLUMNS)}, content, size_bytes) "
-           f"VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})")
+_INSERT = (
+    f"INSERT OR IGNORE INTO requests ({', '.join(_COLUMNS)}, content, size_bytes) "
+    f"VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})"
+)
 _INSERT_STEP = "INSERT OR IGNORE INTO request_steps (request, seq, name, at_ms, details) VALUES (?, ?, ?, ?, ?)"
 _encode = msgspec.json.Encoder().encode
 _decode_content = msgspec.json.Decoder(RequestContent).decode
@@ -202,10 +225,15 @@ class RequestTable:
         `RequestNotFound` when there is none."""
         row = self.db.execute(
             f"{_SELECT.replace('FROM requests', ', content FROM requests')} WHERE id = ? OR request_id = ? "
-            "ORDER BY started_at DESC LIMIT 1", (request_id, request_id)).fetchone()
+            "ORDER BY started_at DESC LIMIT 1",
+            (request_id, request_id),
+        ).fetchone()
         if row is None:
-            raise RequestNotFound(f"No logged request has the id '{request_id}' (it may have been pruned; "
-                                  "`spark log` lists the recent ones).", param="id")
+            raise RequestNotFound(
+                f"No logged request has the id '{request_id}' (it may have been pruned; "
+                "`spark log` lists the recent ones).",
+                param="id",
+            )
         values = dict(row)
         raw = values.pop("content")
         summary = _summary(values)
@@ -256,9 +284,21 @@ class RequestTable:
             "GROUP BY start, model ORDER BY start, model",
             {"b": bucket_seconds, "since": since},
         ).fetchall()
-        return Activity(since, bucket_seconds, [
-            ActivityBucket(float(r["start"]), r["model"], r["requests"], r["errors"], r["prompt_tokens"],
-                           r["completion_tokens"]) for r in rows])
+        return Activity(
+            since,
+            bucket_seconds,
+            [
+                ActivityBucket(
+                    float(r["start"]),
+                    r["model"],
+                    r["requests"],
+                    r["errors"],
+                    r["prompt_tokens"],
+                    r["completion_tokens"],
+                )
+                for r in rows
+            ],
+        )
 
     def size_bytes(self) -> int:
         """What the log takes, as counted for pruning."""
@@ -276,7 +316,8 @@ class RequestTable:
                 row = conn.execute(
                     "SELECT started_at FROM (SELECT started_at, sum(size_bytes) OVER "
                     "(ORDER BY started_at DESC, rowid DESC) AS total FROM requests) WHERE total > ? LIMIT 1",
-                    (max_bytes,)).fetchone()
+                    (max_bytes,),
+                ).fetchone()
                 if row is not None:
                     deleted += conn.execute("DELETE FROM requests WHERE started_at <= ?", (row[0],)).rowcount
         return deleted

@@ -46,8 +46,14 @@ class LogWriter:
     first prune runs when the writer starts.
     """
 
-    def __init__(self, table: RequestTable, *, retention_seconds: float | None, max_bytes: int | None,
-                 prune_seconds: float = PRUNE_SECONDS) -> None:
+    def __init__(
+        self,
+        table: RequestTable,
+        *,
+        retention_seconds: float | None,
+        max_bytes: int | None,
+        prune_seconds: float = PRUNE_SECONDS,
+    ) -> None:
         self._table = table
         self._retention = retention_seconds
         self._max_bytes = max_bytes

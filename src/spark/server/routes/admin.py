@@ -73,15 +73,17 @@ async def list_requests(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Logged requests, newest first (filters: model, key, status, since; paging: limit, offset),
     or with `after` those written after that `seq`, oldest first."""
     since = _query(request, "since")
-    query = check_filter(RequestFilter(
-        model=_query(request, "model"),
-        key=_query(request, "key"),
-        status=_query(request, "status"),
-        since=_since(since) if since is not None else None,
-        limit=_int(request, "limit", 50) or 0,
-        offset=_int(request, "offset", 0) or 0,
-        after_seq=_int(request, "after", None),
-    ))
+    query = check_filter(
+        RequestFilter(
+            model=_query(request, "model"),
+            key=_query(request, "key"),
+            status=_query(request, "status"),
+            since=_since(since) if since is not None else None,
+            limit=_int(request, "limit", 50) or 0,
+            offset=_int(request, "offset", 0) or 0,
+            after_seq=_int(request, "after", None),
+        )
+    )
     state = state_of(request)
     await _flushed(state)
     return json_response(_encode(await asyncio.to_thread(state.requests.page, query)))
@@ -101,8 +103,9 @@ async def activity(request: Request[Any, Any, Any]) -> Response[bytes]:
     window = _seconds(request, "window", DEFAULT_WINDOW)
     bucket = _seconds(request, "bucket", "60")
     if bucket < 1 or window / bucket > MAX_BUCKETS:
-        raise InvalidRequest(f"bucket must be at least 1 s and at most {MAX_BUCKETS} buckets per window",
-                             param="bucket")
+        raise InvalidRequest(
+            f"bucket must be at least 1 s and at most {MAX_BUCKETS} buckets per window", param="bucket"
+        )
     state = state_of(request)
     await _flushed(state)
     report = await asyncio.to_thread(state.requests.activity, time.time() - window, int(bucket))

@@ -28,13 +28,15 @@ from spark.server.state import state_of
 @post("/messages", status_code=200)
 async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    chat = await parse_with_images(state.settings, parse_messages, await request.body(),
-                                   max_tokens_limit=state.max_tokens_limit)
+    chat = await parse_with_images(
+        state.settings, parse_messages, await request.body(), max_tokens_limit=state.max_tokens_limit
+    )
     request_id = request_ids(request.scope).id
     if chat.stream:
         encoder = MessageStream(request_id, chat.model)
-        return await stream_response(state, request.scope, chat, encoder, ping=encoder.ping,
-                                     recorder=recorder_of(request.scope))
+        return await stream_response(
+            state, request.scope, chat, encoder, ping=encoder.ping, recorder=recorder_of(request.scope)
+        )
     result = await run_chat(state, chat, request.receive, recorder_of(request.scope))
     return json_response(message_body(request_id, chat.model, result))
 

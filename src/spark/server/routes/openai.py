@@ -34,8 +34,9 @@ from spark.types import ChatRequest, ChatResult, CompletionRequest
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    call = await parse_with_images(state.settings, parse_chat, await request.body(),
-                                   max_tokens_limit=state.max_tokens_limit)
+    call = await parse_with_images(
+        state.settings, parse_chat, await request.body(), max_tokens_limit=state.max_tokens_limit
+    )
     return await _generate(request, call.request, call.include_usage, ChatStream, chat_completion_body)
 
 
