@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from spark.errors import SettingsError
-from spark.settings import load_settings, parse_duration, parse_size
+from spark.settings import load_settings
+from spark.units import parse_duration, parse_size
 
 
 def test_defaults_and_paths_under_spark_home(spark_home: Path) -> None:

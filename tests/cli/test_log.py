@@ -19,7 +19,6 @@ from spark.cli import app
 from spark.cli.log import LocalLog, ServerLog, ms, open_log
 from spark.errors import SparkError
 from spark.library import Library
-from spark.runners.trace import Step
 from spark.server.discovery import remove_server_info, write_server_info
 from spark.settings import load_settings
 from spark.store.db import Database
@@ -29,6 +28,7 @@ from spark.store.requests import (
     RequestRecord,
     RequestTable,
 )
+from spark.trace import Step
 
 WIDE = {"COLUMNS": "200"}
 

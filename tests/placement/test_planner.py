@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from spark.errors import PlacementRefused
-from spark.library.disk import format_bytes
 from spark.placement.devices import Device
 from spark.placement.estimate import GIB, MIB, MemoryEstimate
 from spark.placement.planner import LoadedModel, plan_placement
 from spark.types import LoadOptions
+from spark.units import format_bytes
 
 N_LAYERS = 32
 

@@ -83,7 +83,7 @@ def runner_children() -> list[psutil.Process]:
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.status() == psutil.STATUS_ZOMBIE or "spark.runner" in " ".join(child.cmdline()):
+            if child.status() == psutil.STATUS_ZOMBIE or "spark.runners.child" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.ZombieProcess:
             found.append(child)

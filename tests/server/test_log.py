@@ -16,9 +16,9 @@ from server.helpers import (
     server_settings,
     wait_for,
 )
+from spark import trace as steps
 from spark.errors import RequestNotFound
 from spark.library import Library
-from spark.runners import trace as steps
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.store.requests import RequestRecord, RequestTable

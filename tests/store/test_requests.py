@@ -11,7 +11,6 @@ import msgspec
 import pytest
 
 from spark.errors import InvalidRequest, RequestNotFound
-from spark.runners.trace import Step
 from spark.store.db import MIGRATIONS, Database
 from spark.store.requests import (
     ROW_BYTES,
@@ -22,6 +21,7 @@ from spark.store.requests import (
     parse_since,
 )
 from spark.store.writer import LogWriter
+from spark.trace import Step
 from spark.types import ToolCall
 
 NOW = 1_800_000_000.0

@@ -16,8 +16,8 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from spark.errors import InvalidRequest, SettingsError
-from spark.settings import parse_duration
 from spark.types import ContentPart, ImagePart, TextPart, Tool, ToolChoice
+from spark.units import parse_duration
 
 T = TypeVar("T")
 

@@ -1,20 +1,16 @@
-"""Spark's command line: `spark pull/ls/show/rm/search/run/...`.
+"""Spark's command line: `spark pull/ls/show/rm/search/run/serve/ps/keys/log`.
 
-Each command group lives in its own module and registers on `app`.
+Each command group lives in its own module; `spark.cli.app` registers them all.
 """
 
 from __future__ import annotations
 
 import sys
 
-from spark.cli import keys as _keys  # noqa: F401
-from spark.cli import log as _log  # noqa: F401
-from spark.cli import models as _models  # noqa: F401  (registers commands)
-from spark.cli import ps as _ps  # noqa: F401
-from spark.cli import run as _run  # noqa: F401
-from spark.cli import serve as _serve  # noqa: F401
 from spark.cli.app import app
 from spark.errors import SparkError
+
+__all__ = ["app", "main"]
 
 
 def main() -> None:

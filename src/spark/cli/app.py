@@ -1,10 +1,11 @@
-"""The Typer app every command module registers on."""
+"""The Typer app, and the one place where every command is registered."""
 
 from __future__ import annotations
 
 import typer
 
 import spark
+from spark.cli import keys, log, models, ps, run, serve
 
 app = typer.Typer(
     name="spark",
@@ -13,6 +14,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+# The commands, in the order `spark --help` lists them.
+app.command()(serve.serve)
+app.command()(run.run)
+app.command()(models.pull)
+app.command()(models.search)
+app.command("ls")(models.list_models)
+app.command("list", hidden=True)(models.list_models)
+app.command()(models.show)
+app.command()(models.attach)
+app.command()(models.rm)
+app.command()(ps.ps)
+app.command()(ps.stop)
+app.add_typer(keys.keys_app, name="keys")
+app.command("log")(log.log_command)
 
 
 def _version(value: bool) -> None:
@@ -33,6 +49,4 @@ def _root(
     Without a command, starts the server like `spark serve`.
     """
     if ctx.invoked_subcommand is None:
-        from spark.cli.serve import start_server  # spark.cli.serve registers on this module's app
-
-        start_server()
+        serve.serve(host=None, port=None)

@@ -8,7 +8,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spark.cli.app import app
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
@@ -16,7 +15,6 @@ from spark.store.keys import KeyTable
 keys_app = typer.Typer(
     help="Manage API keys (clients send one as `Authorization: Bearer KEY` or `x-api-key: KEY`).", no_args_is_help=True
 )
-app.add_typer(keys_app, name="keys")
 
 
 def _table() -> KeyTable:

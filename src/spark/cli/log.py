@@ -18,10 +18,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from spark.cli.app import app
+from spark import trace as steps
 from spark.cli.ps import AdminClient, connect
-from spark.runners import trace as steps
-from spark.runners.trace import Step
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.requests import (
@@ -34,6 +32,7 @@ from spark.store.requests import (
     check_filter,
     parse_since,
 )
+from spark.trace import Step
 
 FOLLOW_POLL_SECONDS = 1.0
 BAR_WIDTH = 40
@@ -297,7 +296,6 @@ def request_view(record: RequestRecord) -> Group:
 # --- the command -------------------------------------------------------------------
 
 
-@app.command("log")
 def log_command(
     request_id: str | None = typer.Argument(None, help="Show this request (its x-request-id) with its timeline."),
     model: str | None = typer.Option(None, "--model", help="Only requests for this model."),

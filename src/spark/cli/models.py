@@ -21,12 +21,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from spark.cli.app import app
 from spark.errors import ModelNotFound
 from spark.library import DownloadProgress, Hub, Library, ModelEntry, PullPlan
 from spark.library import pull as pull_model
-from spark.library.disk import format_bytes
 from spark.settings import load_settings
+from spark.units import format_bytes
 
 
 def get_installed(lib: Library, model: str) -> ModelEntry:
@@ -91,7 +90,6 @@ class _PullProgress:
         self.progress.update(task, completed=event.completed, total=event.total)
 
 
-@app.command()
 def pull(
     spec: Annotated[
         str,
@@ -138,7 +136,6 @@ def pull(
     )
 
 
-@app.command()
 def search(
     query: Annotated[str, typer.Argument(help="Words to look for in repository names.", show_default=False)],
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Most results to show.")] = 20,
@@ -164,7 +161,7 @@ def search(
     console.print(f"[dim]Pull one with: spark pull {found[0].id}[/dim]", highlight=False)
 
 
-def _list(
+def list_models(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print model ids only, one a line.")] = False,
 ) -> None:
     """List installed models."""
@@ -194,11 +191,6 @@ def _list(
     console.print(table)
 
 
-app.command("ls")(_list)
-app.command("list", hidden=True)(_list)
-
-
-@app.command()
 def show(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
     template: Annotated[bool, typer.Option("--template", help="Print the whole chat template.")] = False,
@@ -253,7 +245,6 @@ def show(
     console.print(table, markup=False, highlight=False)
 
 
-@app.command()
 def attach(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
     projector: Annotated[Path, typer.Argument(help="Vision projector file (mmproj-*.gguf).", show_default=False)],
@@ -271,7 +262,6 @@ def attach(
     Console().print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
 
 
-@app.command()
 def rm(
     model: Annotated[list[str], typer.Argument(help="Model ids to remove.", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

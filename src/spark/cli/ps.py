@@ -14,14 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spark.cli.app import app
 from spark.cli.models import get_installed
 from spark.errors import SparkError
 from spark.library import Library
-from spark.library.disk import format_bytes
 from spark.runners.scheduler import RunnerState
 from spark.server.discovery import ServerInfo, read_server_info
 from spark.settings import Settings, load_settings
+from spark.units import format_bytes
 
 NO_SERVER = "No Spark server is running (start one with `spark serve`)."
 
@@ -130,7 +129,6 @@ def runners_table(states: list[RunnerState]) -> Table:
     return table
 
 
-@app.command()
 def ps() -> None:
     """Show the models the running server has loaded: device, memory, slots, queue, when they unload."""
     console = Console()
@@ -145,7 +143,6 @@ def ps() -> None:
     console.print(runners_table(states), highlight=False)
 
 
-@app.command()
 def stop(model: str = typer.Argument(..., help="Model id (see `spark ps`).")) -> None:
     """Unload MODEL from the running server now (requests still running on it end with an error)."""
     settings = load_settings()

@@ -10,7 +10,6 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from spark.cli.app import app
 from spark.embedded import Spark, to_sampling
 from spark.errors import ModelNotFound, SparkError
 from spark.settings import load_settings
@@ -209,7 +208,6 @@ def _show_event(event: Any, sink: Callable[[str], None]) -> Done | None:
     return None
 
 
-@app.command()
 def run(
     model: str = typer.Argument(..., help="Model id (see `spark ls`)."),
     prompt: list[str] = typer.Argument(None, help="Prompt; without one (and no piped input) a chat opens."),

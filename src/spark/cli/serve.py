@@ -6,26 +6,19 @@ from typing import Any
 
 import typer
 
-from spark.cli.app import app
 from spark.settings import load_settings
 
 
-def start_server(host: str | None = None, port: int | None = None) -> None:
-    """Serve until Ctrl-C / SIGTERM, with settings from config and SPARK_*, host/port overriding."""
+def serve(
+    host: str | None = typer.Option(
+        None, "--host", help="Address to listen on (default 127.0.0.1; 0.0.0.0 serves the network)."
+    ),
+    port: int | None = typer.Option(None, "--port", help="Port to listen on (default 8080)."),
+) -> None:
+    """Start the API server (OpenAI and Anthropic APIs under /v1). Stop it with Ctrl-C."""
     overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     settings = load_settings(**overrides)
     # imported here so that other commands do not pay for loading the web stack
     from spark.server.run import serve as run_server
 
     run_server(settings)
-
-
-@app.command()
-def serve(
-    host: str = typer.Option(
-        None, "--host", help="Address to listen on (default 127.0.0.1; 0.0.0.0 serves the network)."
-    ),
-    port: int = typer.Option(None, "--port", help="Port to listen on (default 8080)."),
-) -> None:
-    """Start the API server (OpenAI and Anthropic APIs under /v1). Stop it with Ctrl-C."""
-    start_server(host, port)

@@ -16,7 +16,7 @@ import httpx
 import msgspec
 
 from spark.errors import DownloadError
-from spark.library.disk import format_bytes
+from spark.units import format_bytes
 
 CHUNK = 1 << 20
 RETRIES = 3  # extra attempts after a dropped connection, within one pull

@@ -20,7 +20,7 @@ import msgspec
 
 from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound
 from spark.library.catalog import Library
-from spark.library.disk import ensure_free_space, format_bytes
+from spark.library.disk import ensure_free_space
 from spark.library.download import TIMEOUT, ProgressFn, download_file, part_path
 from spark.library.entry import ModelEntry
 from spark.library.hub import Hub, HubFile
@@ -34,6 +34,7 @@ from spark.library.naming import (
     split_info,
 )
 from spark.library.spec import SPEC_FORMS, HubSpec, LocalSpec, parse_pull_spec
+from spark.units import format_bytes
 
 _PROJECTOR_PREFERENCE = ("F16", "BF16", "Q8_0", "F32")
 _LISTED = 12  # files named in "this repository has ..." messages

@@ -13,9 +13,9 @@ import sys
 
 from spark.errors import RunnerFailed
 
-# What `python -m spark.runner` has imported and initialised when it starts loading a model.
+# What `python -m spark.runners.child` has imported and initialised when it starts loading a model.
 _PROBE = (
-    "import psutil, spark.runner, spark.engine.engine\n"
+    "import psutil, spark.runners.child, spark.engine.engine\n"
     "from spark.engine.native import init_backend\n"
     "init_backend()\n"
     "print(psutil.Process().memory_info().rss)\n"

@@ -53,7 +53,7 @@ GIB = 2**30
 KV_BLOCKS: dict[str, tuple[int, int]] = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 
 # RSS of a runner before it loads a model: 51 MiB measured for Python with
-# spark.runner's imports (llama_cpp, msgspec, numpy) on Linux x86-64, rounded up
+# spark.runners.child's imports (llama_cpp, msgspec, numpy) on Linux x86-64, rounded up
 # for thread stacks and socket buffers.
 RUNNER_BYTES = 64 * MIB
 LLAMA_FIXED_BYTES = 4 * MIB  # ggml contexts, thread pool, first decode (measured 1.5-3 MiB)

@@ -16,10 +16,10 @@ import time
 import msgspec
 
 from spark.errors import PlacementRefused
-from spark.library.disk import format_bytes
 from spark.placement.devices import Device
 from spark.placement.estimate import MemoryEstimate
 from spark.types import LoadOptions
+from spark.units import format_bytes
 
 
 class LoadedModel(msgspec.Struct, frozen=True, kw_only=True):

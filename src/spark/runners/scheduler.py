@@ -32,6 +32,7 @@ from time import monotonic
 
 import msgspec
 
+from spark import trace as steps
 from spark.errors import (
     Cancelled,
     InvalidRequest,
@@ -42,7 +43,6 @@ from spark.errors import (
     SparkError,
 )
 from spark.library import Library, ModelEntry
-from spark.library.disk import format_bytes
 from spark.library.metadata import read_gguf_info
 from spark.placement import (
     Device,
@@ -55,11 +55,11 @@ from spark.placement import (
     plan_placement,
 )
 from spark.placement.baseline import idle_runner_bytes
-from spark.runners import trace as steps
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
-from spark.runners.trace import NO_TRACE, Trace
 from spark.settings import Settings
+from spark.trace import NO_TRACE, Trace
 from spark.types import Event, LoadOptions, Request
+from spark.units import format_bytes
 
 log = logging.getLogger("spark.runners")
 

@@ -499,7 +499,7 @@ class RunnerProcess:
                     self._proc = await asyncio.create_subprocess_exec(
                         sys.executable,
                         "-m",
-                        "spark.runner",
+                        "spark.runners.child",
                         "--socket",
                         str(path),
                         stdin=asyncio.subprocess.DEVNULL,

@@ -28,11 +28,11 @@ from spark.errors import (
     RouteNotFound,
     SparkError,
 )
-from spark.library.disk import format_bytes
 from spark.server.family import api_family
 from spark.server.recorder import keeps_content, recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.state import state_of
+from spark.units import format_bytes
 
 log = logging.getLogger("spark.server")
 

@@ -19,10 +19,10 @@ from litestar.types import Receive, Scope
 
 from spark.collect import ChatCollector, embedding_result, unfinished
 from spark.errors import Cancelled, RequestTimeout, SparkError, from_info
-from spark.runners.trace import NO_TRACE, Trace
 from spark.server.errors import internal_error, log_unexpected
 from spark.server.recorder import RequestRecorder
 from spark.server.state import ServerState
+from spark.trace import NO_TRACE, Trace
 from spark.types import (
     ChatResult,
     EmbeddingResult,

@@ -18,14 +18,14 @@ import time
 import msgspec
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from spark import trace as steps
 from spark.collect import ChatCollector
 from spark.errors import Cancelled, SparkError, from_info
-from spark.runners import trace as steps
-from spark.runners.trace import Trace
 from spark.server.request_ids import request_ids
 from spark.server.state import ServerState
 from spark.store.keys import ApiKey
 from spark.store.requests import LOCAL_NODE, RequestContent, RequestRecord
+from spark.trace import Trace
 from spark.types import (
     ChatRequest,
     Done,

@@ -10,6 +10,7 @@ from spark.library import Library
 from spark.runners.scheduler import Scheduler
 from spark.server.metrics import Metrics
 from spark.settings import Settings
+from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.store.requests import RequestTable
 from spark.store.writer import LogWriter
@@ -20,13 +21,14 @@ class ServerState:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.library = Library(settings)
-        self.keys = KeyTable(self.library.db)
+        self.db = Database(settings.db_path)  # one connection pool for the library, keys and request log
+        self.library = Library(settings, db=self.db)
+        self.keys = KeyTable(self.db)
         self.scheduler = Scheduler(settings, self.library)
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
         self.metrics = Metrics()
-        self.requests = RequestTable(self.library.db)
+        self.requests = RequestTable(self.db)
         # retention 0 keeps no request log: nothing is written at all
         self.request_log = (
             LogWriter(
@@ -46,7 +48,7 @@ class ServerState:
             if self.request_log is not None:
                 self.request_log.close()
             self.keys.flush_uses()
-            self.library.close()
+            self.db.close()
 
 
 def state_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ServerState:

@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 
 from spark.errors import InvalidRequest, RequestNotFound, SettingsError
-from spark.runners.trace import Step
-from spark.settings import parse_duration
 from spark.store.db import Database
+from spark.trace import Step
 from spark.types import ToolCall
+from spark.units import parse_duration
 
 LOCAL_NODE = "local"
 MAX_LIMIT = 1000

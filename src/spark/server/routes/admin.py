@@ -19,8 +19,8 @@ from litestar.params import FromPath
 from spark.errors import InvalidRequest, SettingsError
 from spark.server.responses import json_response
 from spark.server.state import ServerState, state_of
-from spark.settings import parse_duration
 from spark.store.requests import RequestFilter, check_filter, parse_since
+from spark.units import parse_duration
 
 FLUSH_WAIT_SECONDS = 1.0
 DEFAULT_WINDOW = "1h"

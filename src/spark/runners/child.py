@@ -1,7 +1,7 @@
-"""The `spark-runner` process: one loaded model served over a Unix socket.
+"""Runs INSIDE the runner process (`spark-runner`): one loaded model served over a Unix socket.
 
 The supervisor (`spark.runners.supervisor`) listens on a socket and starts
-`python -m spark.runner --socket PATH`. The runner connects, reads a `Load`
+`python -m spark.runners.child --socket PATH`. The runner connects, reads a `Load`
 frame, loads the engine and answers `Ready` (or `LoadFailed`, then exits 2).
 From then on it forwards `Submit`/`Cancel`/`CountTokens` to the engine, streams
 events back, and sends a `Heartbeat` every `HEARTBEAT_SECONDS`. It exits on
@@ -50,7 +50,7 @@ from spark.types import EmbeddingRequest, Event, Failed
 if TYPE_CHECKING:
     from spark.engine import Engine
 
-log = logging.getLogger("spark.runner")
+log = logging.getLogger("spark.runners.child")
 
 EXIT_OK = 0
 EXIT_USAGE = 1
@@ -193,7 +193,7 @@ def _count(engine: Engine, channel: _Channel, frame: CountTokens) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `spark-runner` and `python -m spark.runner`."""
+    """Entry point of `spark-runner` and `python -m spark.runners.child`."""
     parser = argparse.ArgumentParser(
         prog="spark-runner",
         description="Serve one model over a Unix socket for a Spark server (started by the server).",
