@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from litestar.connection import ASGIConnection
 
+from spark.events import EventBus
 from spark.library import Library
 from spark.runners.scheduler import Scheduler
 from spark.server.metrics import Metrics
@@ -21,6 +22,7 @@ class ServerState:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.events = EventBus()  # live events for /api/events
         self.db = Database(settings.db_path)  # one connection pool for the library, keys and request log
         self.library = Library(settings, db=self.db)
         self.keys = KeyTable(self.db)
@@ -45,6 +47,7 @@ class ServerState:
         try:
             await self.scheduler.close()
         finally:
+            self.events.close()
             if self.request_log is not None:
                 self.request_log.close()
             self.keys.flush_uses()
