@@ -171,7 +171,7 @@ def test_real_command_prints_one_red_line_and_exits_1(fake_hub: FakeHub) -> None
         check=False,
     )
     assert pulled.returncode == 0, pulled.stderr
-    assert "Added tinytools-q8_0" in pulled.stdout
+    assert "Added tinytools.q8_0" in pulled.stdout
 
 
 def test_attach_a_projector_later(tiny_llama: Path, tiny_mmproj: Path) -> None:

@@ -66,13 +66,13 @@ def test_add_local_with_copy_owns_the_copy(lib: Library, tmp_path: Path, tiny_ll
     original = tmp_path / "Mine.Q8_0.gguf"
     shutil.copy(tiny_llama, original)
     entry = lib.add_local(original, copy=True)
-    assert entry.id == "mine-q8_0"
+    assert entry.id == "mine.q8_0"
     assert entry.owned
     copy = Path(entry.path)
-    assert copy.parent == lib.models_dir / "mine-q8_0"
+    assert copy.parent == lib.models_dir / "mine.q8_0"
     assert copy.read_bytes() == original.read_bytes()
     assert not list(copy.parent.glob("*.part"))
-    lib.remove("mine-q8_0")
+    lib.remove("mine.q8_0")
     assert not copy.exists() and not copy.parent.exists()
     assert original.is_file()
 
@@ -209,3 +209,25 @@ def test_add_with_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path) -
     assert Path(entry.mmproj_path or "").is_file()
     lib.remove(entry.id)
     assert not Path(entry.mmproj_path or "").exists()
+
+
+def test_ids_keep_dots_and_old_ids_still_find_the_model(lib: Library, tiny_llama: Path, tmp_path: Path) -> None:
+    dotted = tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    shutil.copyfile(tiny_llama, dotted)
+    entry = lib.add_local(dotted)
+    assert entry.id == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    # the id an older Spark gave this file still names it
+    assert lib.get("qwen2-5-coder-0-5b-instruct-q4_k_m") == entry
+    assert lib.exists("Qwen2-5-Coder-0-5b-Instruct-Q4_K_M")
+    with pytest.raises(InvalidRequest, match="already installed"):
+        lib.add_local(tiny_llama, model_id="qwen2-5-coder-0-5b-instruct-q4_k_m")  # would shadow it
+    lib.remove("qwen2-5-coder-0-5b-instruct-q4_k_m")
+    assert not lib.exists(entry.id)
+
+
+def test_ids_stored_before_dots_were_kept_answer_to_both_forms(lib: Library, tiny_llama: Path) -> None:
+    old = lib.add_local(tiny_llama, model_id="llama3-2-1b-q8_0")  # as an older Spark stored it
+    assert lib.get("llama3.2-1b-q8_0") == old  # what the file name shows
+    assert lib.get("llama3-2-1b-q8_0") == old
+    with pytest.raises(ModelNotFound):
+        lib.get("llama3.2-1b-q4_0")

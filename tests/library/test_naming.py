@@ -8,6 +8,7 @@ from spark.errors import InvalidRequest
 from spark.library.naming import (
     check_model_id,
     is_projector_filename,
+    legacy_model_id,
     model_id_from_filename,
     quant_from_filename,
     split_info,
@@ -18,8 +19,10 @@ from spark.library.naming import (
     ("filename", "expected"),
     [
         ("SmolLM2-135M-Instruct-Q8_0.gguf", "smollm2-135m-instruct-q8_0"),
-        ("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct-q4_1"),
-        ("Qwen2.5-7B-Instruct-Q4_K_M-00001-of-00003.gguf", "qwen2-5-7b-instruct-q4_k_m"),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct.q4_1"),
+        ("Qwen2.5-7B-Instruct-Q4_K_M-00001-of-00003.gguf", "qwen2.5-7b-instruct-q4_k_m"),
+        ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m"),
+        ("..Odd..Name...gguf", "odd.name"),
         ("/some/dir/Model.GGUF", "model"),
         ("My Model (v2).gguf", "my-model-v2"),
         ("model", "model"),
@@ -28,6 +31,11 @@ from spark.library.naming import (
 def test_id_from_filename(filename: str, expected: str) -> None:
     assert model_id_from_filename(filename) == expected
     assert check_model_id(expected) == expected
+
+
+def test_legacy_id_reads_dots_as_dashes() -> None:
+    assert legacy_model_id("qwen2.5-coder-0.5b-instruct-q4_k_m") == "qwen2-5-coder-0-5b-instruct-q4_k_m"
+    assert legacy_model_id("model.-x") == "model-x"  # runs of dashes collapsed, as the old ids were
 
 
 def test_id_from_unusable_filename_is_an_error() -> None:

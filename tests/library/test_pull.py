@@ -66,7 +66,7 @@ def test_pull_again_is_a_no_op(lib: Library, fake_hub: FakeHub) -> None:
         ("tiny/TinyLlama-GGUF/TinyLlama-Q8_0.gguf", None, "tinyllama-q8_0", "q8_0"),
         ("https://huggingface.co/tiny/TinyLlama-GGUF/blob/main/TinyLlama-F16.gguf", None, "tinyllama-f16", "f16"),
         ("https://hf.co/tiny/TinyLlama-GGUF/resolve/main/TinyLlama-Q8_0.gguf", None, "tinyllama-q8_0", "q8_0"),
-        ("https://huggingface.co/tiny/TinyTools-GGUF", None, "tinytools-q8_0", "tools"),
+        ("https://huggingface.co/tiny/TinyTools-GGUF", None, "tinytools.q8_0", "tools"),
         ("hf.co/tiny/TinyLlama-GGUF:F16", None, "tinyllama-f16", "f16"),
     ],
 )

@@ -26,6 +26,7 @@ from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.library.naming import (
     MODEL_ID_RE,
     check_model_id,
+    legacy_model_id,
     model_id_from_filename,
     shard_paths,
 )
@@ -69,8 +70,8 @@ class Library:
         return _entry(self._record(model_id))
 
     def exists(self, model_id: str) -> bool:
-        key = _lookup_key(model_id)
-        return key is not None and self.table.get(key) is not None
+        """Whether `model_id` (or the id an older Spark gave the same model) is installed."""
+        return self._find(model_id) is not None
 
     # --- adding -------------------------------------------------------------
     def add_local(
@@ -219,17 +220,29 @@ class Library:
 
     # --- internals ----------------------------------------------------------
     def _record(self, model_id: str) -> ModelRecord:
-        key = _lookup_key(model_id)
-        record = self.table.get(key) if key is not None else None
+        record = self._find(model_id)
         if record is None:
             raise ModelNotFound(str(model_id))
         return record
 
+    def _find(self, model_id: object) -> ModelRecord | None:
+        """The model with this id, else the one whose id reads the same with dots as dashes
+        (ids stored before dots were kept, and old names for newer ids)."""
+        key = _lookup_key(model_id)
+        if key is None:
+            return None
+        record = self.table.get(key)
+        if record is None:
+            alias = legacy_model_id(key)
+            matches = [i for i in self.table.ids() if legacy_model_id(i) == alias]
+            record = self.table.get(matches[0]) if len(matches) == 1 else None
+        return record
+
     def _check_free_id(self, model_id: str) -> None:
-        existing = self.table.get(model_id)
+        existing = self._find(model_id)
         if existing is not None:
             raise InvalidRequest(
-                f"a model named '{model_id}' is already installed (from {existing.source}); "
+                f"a model named '{existing.id}' is already installed (from {existing.source}); "
                 "remove it first or choose another id",
                 param="model_id",
             )

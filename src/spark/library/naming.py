@@ -96,10 +96,11 @@ def shard_paths(path: Path) -> list[Path]:
 
 
 def model_id_from_filename(filename: str) -> str:
-    """The id a model file gets: lowercase, without `.gguf` or the shard suffix, dots as dashes.
+    """The id a model file gets: lowercase, without `.gguf` or the shard suffix, dots kept.
 
-    `SmolLM2-135M-Instruct.Q4_1.gguf` -> `smollm2-135m-instruct-q4_1`. Characters
-    an id may not hold (spaces, brackets, ...) become dashes.
+    `Qwen2.5-0.5B-Instruct-Q4_K_M.gguf` -> `qwen2.5-0.5b-instruct-q4_k_m`, as the
+    Hub and Ollama write it, so people can type what they see. Characters an id
+    may not hold (spaces, brackets, ...) become dashes.
     """
     name = Path(filename).name
     info = split_info(name)
@@ -107,11 +108,18 @@ def model_id_from_filename(filename: str) -> str:
         name = info[0]
     elif name.lower().endswith(".gguf"):
         name = name[: -len(".gguf")]
-    text = re.sub(r"[^a-z0-9_:-]+", "-", name.lower().replace(".", "-"))
-    text = re.sub(r"-{2,}", "-", text).strip("-_:")[:MAX_ID_LENGTH].rstrip("-_:")
+    text = re.sub(r"[^a-z0-9._:-]+", "-", name.lower())
+    text = re.sub(r"-{2,}", "-", re.sub(r"\.{2,}", ".", text))
+    text = text.strip("-_:.")[:MAX_ID_LENGTH].rstrip("-_:.")
     if not text:
         raise InvalidRequest(f"cannot derive a model id from the file name '{filename}'", param="model_id")
     return text
+
+
+def legacy_model_id(model_id: str) -> str:
+    """The id an older Spark gave the same file (dots as dashes): ids stored before dots were
+    kept, and scripts written against them, still find the model through it."""
+    return re.sub(r"-{2,}", "-", model_id.replace(".", "-"))
 
 
 def check_model_id(model_id: str, param: str = "model") -> str:

@@ -78,6 +78,10 @@ class ModelTable:
         row = self.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM models WHERE id = ?", (model_id,)).fetchone()
         return _from_row(row) if row else None
 
+    def ids(self) -> list[str]:
+        """Every model id, sorted."""
+        return [r[0] for r in self.db.execute("SELECT id FROM models ORDER BY id").fetchall()]
+
     def insert(self, record: ModelRecord) -> bool:
         """Add `record`; False (and nothing written) when its id is taken."""
         marks = ", ".join("?" * len(_COLUMNS))
