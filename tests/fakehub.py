@@ -8,8 +8,11 @@ clients read (Content-Length, ETag, X-Repo-Commit, Accept-Ranges, and 206 +
 Content-Range for Range requests). Errors carry `X-Error-Code` like the Hub's.
 
 Faults on demand: `drop_after[path] = n` cuts the connection after n bytes of
-that file (`drop_times` times), `wrong_sha` announces a false checksum, and a
-repo with `token` set answers 401 without `Authorization: Bearer <token>`.
+that file (`drop_times` times), `wrong_sha` announces a false checksum, a
+repo with `token` set answers 401 without `Authorization: Bearer <token>`, a
+`gated` repo shows its files but answers 403 (`GatedRepo`) to downloads
+without its token, and `throttle[path] = n` sends that file at n bytes a
+second (so a test can act while a download is under way).
 
 `fake_hub` is the pytest fixture: import it into a test module or conftest.
 """
@@ -20,6 +23,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +45,7 @@ class FakeRepo:
     likes: int = 0
     token: str | None = None  # required bearer token, for private repos
     gguf: dict[str, object] | None = None  # the Hub's GGUF summary (total params, architecture...)
+    gated: bool = False  # downloads need `token`; listing does not
 
 
 @dataclass
@@ -49,6 +54,7 @@ class FakeHub:
     drop_after: dict[str, int] = field(default_factory=dict)  # file path -> bytes sent before dropping
     drop_times: int = 1  # how many downloads of such a file are cut
     wrong_sha: set[str] = field(default_factory=set)
+    throttle: dict[str, int] = field(default_factory=dict)  # file path -> bytes per second
     requests: list[tuple[str, str, dict[str, str]]] = field(
         default_factory=list
     )  # method, path, headers (lowercase names)
@@ -131,7 +137,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
 
     def _authorized(self, repo: FakeRepo) -> bool:
-        return repo.token is None or self.headers.get("Authorization") == f"Bearer {repo.token}"
+        return repo.token is None or repo.gated or self._has_token(repo)
+
+    def _has_token(self, repo: FakeRepo) -> bool:
+        return self.headers.get("Authorization") == f"Bearer {repo.token}"
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -179,6 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
         repo = self.hub.repos.get(repo_id)
         if repo is None or not self._authorized(repo):
             return self._repo_error(repo_id)
+        if repo.gated and not self._has_token(repo):
+            error = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated."
+            return self._json(403, {"error": error}, {"X-Error-Code": "GatedRepo"})
         if revision not in ("main", COMMIT):
             return self._json(404, {"error": "Invalid rev id"}, {"X-Error-Code": "RevisionNotFound"})
         data = repo.files.get(path)
@@ -200,6 +212,9 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         body = data[start:]
+        rate = self.hub.throttle.get(path)
+        if rate and self.command != "HEAD":
+            return self._send_slowly(status, body, headers, rate)
         cut = None if self.command == "HEAD" else self.hub.should_drop(path)
         if cut is None:
             return self._send(status, body, headers)
@@ -212,6 +227,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body[: max(0, cut - start)])
         self.wfile.flush()
         self.close_connection = True
+
+    def _send_slowly(self, status: int, body: bytes, headers: dict[str, str], rate: int) -> None:
+        """Send `body` at about `rate` bytes a second, in small pieces; stop when the client goes."""
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        piece = max(256, rate // 20)
+        try:
+            for i in range(0, len(body), piece):
+                self.wfile.write(body[i : i + piece])
+                self.wfile.flush()
+                time.sleep(piece / rate)
+        except OSError:  # the client hung up
+            self.close_connection = True
 
 
 @contextmanager

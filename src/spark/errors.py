@@ -147,6 +147,13 @@ class RequestNotFound(SparkError):
     code = "request_not_found"
 
 
+class PullNotFound(SparkError):
+    """No pull job has the id asked for (admin API)."""
+
+    status = 404
+    code = "pull_not_found"
+
+
 class MethodNotAllowed(SparkError):
     status = 405
     code = "method_not_allowed"
@@ -183,6 +190,7 @@ _BY_CODE: dict[str, type[SparkError]] = {
         Cancelled,
         RouteNotFound,
         RequestNotFound,
+        PullNotFound,
         MethodNotAllowed,
         RequestTooLarge,
         RequestTimeout,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import tiny_gguf
+from fakehub import fake_hub, hub_files  # noqa: F401  (fixtures)
 from server.helpers import (
     MAX_BODY,
     MAX_TOKENS_LIMIT,

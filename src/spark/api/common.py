@@ -47,6 +47,7 @@ class ModelEntry(msgspec.Struct, frozen=True):
 # --- decoding -----------------------------------------------------------------
 
 _MISSING_FIELD = "Object missing required field `"
+_UNKNOWN_FIELD = "Object contains unknown field `"
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
@@ -74,6 +75,10 @@ def invalid_from_validation(error: msgspec.ValidationError) -> InvalidRequest:
         field = what.removeprefix(_MISSING_FIELD).removesuffix("`")
         param = f"{path}.{field}" if path else field
         return InvalidRequest(f"Missing required parameter: '{param}'.", param=param)
+    if what.startswith(_UNKNOWN_FIELD):  # bodies that forbid unknown fields
+        field = what.removeprefix(_UNKNOWN_FIELD).removesuffix("`")
+        param = f"{path}.{field}" if path else field
+        return InvalidRequest(f"Unknown parameter: '{param}'.", param=param)
     if not path:
         return InvalidRequest(f"Invalid request body: {what}.")
     return InvalidRequest(f"Invalid '{path}': {what}.", param=path)

@@ -130,21 +130,33 @@ def pull(
     if isinstance(parsed, LocalSpec):
         return PullResult(entry=library.add_local(parsed.path, copy=copy), plan=None)
     plan = plan_pull(hub, parsed)
+    existing = installed_for(library, plan)
+    if existing is not None:
+        return PullResult(entry=existing, plan=plan, already_installed=True)
+    if on_plan:
+        on_plan(plan)
+    return PullResult(entry=run_pull(library, hub, plan, progress=progress), plan=plan)
+
+
+def installed_for(library: Library, plan: PullPlan) -> ModelEntry | None:
+    """The installed model `plan` would add, when it is installed with its files in place.
+
+    A model from the same source whose files are gone is forgotten (to be pulled
+    again); `InvalidRequest` when another model already has the plan's id.
+    """
     existing = library.get(plan.model_id) if library.exists(plan.model_id) else None
     if existing is not None and existing.source == plan.source:
         if all(Path(p).is_file() for p in existing.shards):
-            return PullResult(entry=existing, plan=plan, already_installed=True)
+            return existing
         library.remove(existing.id)  # its files are gone: pull them again
         existing = None
     if existing is not None:
         raise InvalidRequest(
-            f"a model named '{plan.model_id}' is already installed (from {existing.source}); "
-            f"remove it first with `spark rm {plan.model_id}`",
+            f"a model named '{existing.id}' is already installed (from {existing.source}); "
+            f"remove it first with `spark rm {existing.id}`",
             param="spec",
         )
-    if on_plan:
-        on_plan(plan)
-    return PullResult(entry=run_pull(library, hub, plan, progress=progress), plan=plan)
+    return None
 
 
 def plan_pull(hub: Hub, spec: HubSpec) -> PullPlan:

@@ -18,6 +18,7 @@ from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
 from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
 from spark.server.routes.admin import ADMIN_ROUTES
+from spark.server.routes.library import LIBRARY_ROUTES
 from spark.server.routes.metrics import metrics_route
 from spark.server.routes.runners import RUNNER_ROUTES
 from spark.server.state import ServerState
@@ -50,7 +51,7 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[log_requests],
     )
     admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
-    admin_api = Router("/api", route_handlers=[*RUNNER_ROUTES, *ADMIN_ROUTES], guards=[admin.guard])
+    admin_api = Router("/api", route_handlers=[*RUNNER_ROUTES, *ADMIN_ROUTES, *LIBRARY_ROUTES], guards=[admin.guard])
     origins = settings.cors_origin_list
     cors = (
         CORSConfig(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 from litestar.connection import ASGIConnection
 
 from spark.events import EventBus
 from spark.library import Library
+from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
 from spark.server.metrics import Metrics
 from spark.settings import Settings
@@ -26,6 +28,7 @@ class ServerState:
         self.db = Database(settings.db_path)  # one connection pool for the library, keys and request log
         self.library = Library(settings, db=self.db)
         self.keys = KeyTable(self.db)
+        self.pulls = PullJobs(self.library, self.events)  # resumes the pulls a previous run left unfinished
         self.scheduler = Scheduler(settings, self.library)
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
@@ -45,6 +48,7 @@ class ServerState:
     async def close(self) -> None:
         """Stop every runner, write the pending request log and key uses, close the database."""
         try:
+            await asyncio.to_thread(self.pulls.close)
             await self.scheduler.close()
         finally:
             self.events.close()

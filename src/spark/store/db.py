@@ -88,6 +88,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (request, seq)
         ) WITHOUT ROWID""",
     ),
+    (
+        # Server-side pull jobs (spark.store.pulls): `job` is a JSON document owned by
+        # spark.library.jobs; unfinished jobs resume when the server starts again.
+        """CREATE TABLE pulls (
+            id TEXT PRIMARY KEY,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            job TEXT NOT NULL
+        )""",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000
