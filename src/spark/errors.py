@@ -92,6 +92,13 @@ class DownloadError(SparkError):
     code = "download_error"
 
 
+class HubRepoNotFound(DownloadError):
+    """A Hub repository that does not exist (or is private and no token lets us see it)."""
+
+    status = 404
+    code = "repo_not_found"
+
+
 class ContextLengthExceeded(SparkError):
     status = 400
     code = "context_length_exceeded"
@@ -183,6 +190,7 @@ _BY_CODE: dict[str, type[SparkError]] = {
         ModelNotFound,
         ModelFileError,
         DownloadError,
+        HubRepoNotFound,
         ContextLengthExceeded,
         PlacementRefused,
         Overloaded,

@@ -161,9 +161,9 @@ class Library:
     # --- changing -----------------------------------------------------------
     def update_settings(self, model_id: str, settings: ModelSettings) -> ModelEntry:
         """Replace the model's own settings (`InvalidRequest` naming a bad field)."""
-        check_model_settings(settings)
         with self.db.transaction():
             record = self._record(model_id)
+            check_model_settings(settings, _entry(record).info)
             updated = msgspec.structs.replace(record, settings=msgspec.to_builtins(settings))
             self.table.update(updated)
         return _entry(updated)

@@ -112,15 +112,7 @@ def _fetch(
         if r.status_code == 416 and have:
             part.unlink()  # our partial file does not fit the server's file: start over
             return
-        if r.status_code in (401, 403):
-            raise DownloadError(
-                f"access to {name} was denied ({r.status_code}); for gated or private repositories "
-                "set hf_token (SPARK_HF_TOKEN)"
-            )
-        if r.status_code == 404:
-            raise DownloadError(f"{name} was not found on the Hub ({url})")
-        if r.status_code >= 400:
-            raise DownloadError(f"the Hub answered {r.status_code} for {name}")
+        _check_status(r, name, url)
         resumed = r.status_code == 206 and _range_start(r) == have
         offset = have if resumed else 0  # a 200 is the whole file from its first byte
         total = size if size is not None else _total(r, offset)
@@ -131,6 +123,34 @@ def _fetch(
                 f.write(chunk)
                 done += len(chunk)
                 report(DownloadProgress(name, done, total))
+
+
+def read_start(client: httpx.Client, url: str, n: int, name: str) -> bytes:
+    """The first `n` bytes of the file at `url` (all of it when shorter), with a Range request."""
+    try:
+        with client.stream("GET", url, headers={"Range": f"bytes=0-{n - 1}"}) as r:
+            _check_status(r, name, url)
+            data = bytearray()
+            for chunk in r.iter_bytes():  # a server that ignores Range sends everything: stop at n
+                data += chunk
+                if len(data) >= n:
+                    break
+            return bytes(data[:n])
+    except httpx.TransportError as e:
+        raise DownloadError(f"reading the start of {name} failed: {type(e).__name__}: {e}") from None
+
+
+def _check_status(r: httpx.Response, name: str, url: str) -> None:
+    """`DownloadError` in the user's terms for a refused file request."""
+    if r.status_code in (401, 403):
+        raise DownloadError(
+            f"access to {name} was denied ({r.status_code}); for gated or private repositories "
+            "set hf_token (SPARK_HF_TOKEN)"
+        )
+    if r.status_code == 404:
+        raise DownloadError(f"{name} was not found on the Hub ({url})")
+    if r.status_code >= 400:
+        raise DownloadError(f"the Hub answered {r.status_code} for {name}")
 
 
 def _range_start(r: httpx.Response) -> int | None:

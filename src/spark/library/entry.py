@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import msgspec
 
@@ -18,6 +19,8 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     context_length: int | None = None  # tokens per request slot
     parallel: int | None = None  # request slots
     sampling: SamplingParams = SamplingParams()
+    keep_alive: float | None = None  # seconds it stays loaded once idle; negative: until unloaded
+    kv_type: Literal["f16", "q8_0", "q4_0"] | None = None  # KV cache type
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,8 +73,19 @@ def check_sampling(sampling: SamplingParams, param_prefix: str = "") -> Sampling
     return sampling
 
 
-def check_model_settings(settings: ModelSettings) -> ModelSettings:
-    """`settings` if valid, else `InvalidRequest` naming the field."""
+# llama.cpp stores a quantized KV cache in blocks along each head: the head size must be a multiple
+_KV_BLOCK = {"q8_0": 32, "q4_0": 32}
+
+
+def check_model_settings(settings: ModelSettings, info: GGUFInfo | None = None) -> ModelSettings:
+    """`settings` if valid (for the model with `info`, when given), else `InvalidRequest` naming the field."""
+    block = _KV_BLOCK.get(settings.kv_type or "")
+    if info is not None and block and (info.head_dim_k % block or info.head_dim_v % block):
+        raise InvalidRequest(
+            f"kv_type {settings.kv_type} needs attention heads whose size is a multiple of {block}; "
+            f"this model's are {info.head_dim_k} (K) and {info.head_dim_v} (V): use f16",
+            param="kv_type",
+        )
     if settings.context_length is not None and not 1 <= settings.context_length <= 10_000_000:
         raise InvalidRequest(
             f"context_length must be a positive number of tokens, not {settings.context_length}",
@@ -79,5 +93,10 @@ def check_model_settings(settings: ModelSettings) -> ModelSettings:
         )
     if settings.parallel is not None and not 1 <= settings.parallel <= 256:
         raise InvalidRequest(f"parallel must be between 1 and 256, not {settings.parallel}", param="parallel")
+    if settings.keep_alive is not None and not math.isfinite(settings.keep_alive):
+        raise InvalidRequest(
+            f"keep_alive must be a number of seconds (negative: keep loaded), not {settings.keep_alive}",
+            param="keep_alive",
+        )
     check_sampling(settings.sampling, "sampling.")
     return settings

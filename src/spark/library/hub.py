@@ -24,7 +24,7 @@ from huggingface_hub.errors import (
 )
 
 from spark import __version__
-from spark.errors import DownloadError
+from spark.errors import DownloadError, HubRepoNotFound
 from spark.settings import Settings
 
 
@@ -132,7 +132,7 @@ def hub_errors(doing: str, endpoint: str, *, repo: str | None = None, revision: 
             "(SPARK_HF_TOKEN) to a token of that account"
         ) from None
     except RepositoryNotFoundError:
-        raise DownloadError(
+        raise HubRepoNotFound(
             f"repository '{repo}' not found on the Hub (private repositories need hf_token / SPARK_HF_TOKEN)"
         ) from None
     except RevisionNotFoundError:

@@ -13,6 +13,7 @@ import mmap
 import re
 import struct
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ EMBEDDING_ARCHITECTURES = frozenset(
 )
 PROJECTOR_ARCHITECTURES = frozenset({"clip", "mmproj"})
 
+FIRST_REMOTE_READ = 1 << 20  # the first read of a remote header: most fit, vocabulary included
+MAX_REMOTE_READ = 64 << 20
 _MAX_DECODED_ARRAY = 4096  # longer arrays (vocab, merges, scores) are skipped, not decoded
 _TOOLS_RE = re.compile(r"\btools\b")
 
@@ -117,14 +120,20 @@ class _Skipped:
         self.length = length
 
 
-class _Cursor:
-    """Bounds-checked reads from a memory-mapped GGUF file."""
+class _HeaderCut(ModelFileError):
+    """The header goes on past the bytes read so far (reading a remote file's beginning)."""
 
-    def __init__(self, buf: mmap.mmap, path: Path, endian: str) -> None:
-        self.buf, self.path, self.endian, self.pos = buf, path, endian, 0
+
+class _Cursor:
+    """Bounds-checked reads from a memory-mapped GGUF file, or the first bytes of one."""
+
+    def __init__(self, buf: bytes | mmap.mmap, path: str | Path, endian: str, size: int) -> None:
+        self.buf, self.path, self.endian, self.pos, self.size = buf, path, endian, 0, size
 
     def _need(self, n: int) -> None:
         if n < 0 or self.pos + n > len(self.buf):
+            if n >= 0 and len(self.buf) < self.size:
+                raise _HeaderCut(f"{self.path}: the header is longer than the {len(self.buf)} bytes read")
             raise ModelFileError(
                 f"{self.path} is truncated or corrupt: its header runs past the end of the file ({len(self.buf)} bytes)"
             )
@@ -195,7 +204,7 @@ def _read_header(path: Path) -> _Header:
         raise ModelFileError(f"{path} cannot be read: {e.strerror or e}") from None
 
 
-def _parse(buf: mmap.mmap, path: Path, size: int) -> _Header:
+def _parse(buf: bytes | mmap.mmap, path: str | Path, size: int) -> _Header:
     if buf[:4] != b"GGUF":
         raise ModelFileError(f"{path} is not a GGUF model file (it does not start with 'GGUF')")
     (version,) = struct.unpack_from("<I", buf, 4)
@@ -204,7 +213,7 @@ def _parse(buf: mmap.mmap, path: Path, size: int) -> _Header:
         endian, version = ">", struct.unpack_from(">I", buf, 4)[0]
     if version not in (2, 3):
         raise ModelFileError(f"{path} uses GGUF version {version}; Spark reads versions 2 and 3")
-    cur = _Cursor(buf, path, endian)
+    cur = _Cursor(buf, path, endian, size)
     cur.pos = 8
     n_tensors, n_kv = cur.unpack("Q"), cur.unpack("Q")
     # every entry takes at least 8 bytes, so larger counts mean a corrupt header
@@ -314,7 +323,32 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
     """
     path = Path(path)
     shards = shard_paths(path) if path.is_file() else [path]
-    headers = [_read_header(p) for p in shards]
+    return _info([_read_header(p) for p in shards], path)
+
+
+def read_remote_gguf_info(
+    read_start: Callable[[int], bytes], name: str, size: int, *, first_read: int = FIRST_REMOTE_READ
+) -> GGUFInfo:
+    """Metadata of a GGUF file elsewhere (on the Hub), from its first bytes only.
+
+    `read_start(n)` returns the file's first n bytes (or all of it, when shorter);
+    `size` is the whole file's. Reads grow fourfold until the header is in, up
+    to `MAX_REMOTE_READ`. For a split model only the first shard's tensors are
+    counted. Raises `ModelFileError` when it is no GGUF or its header is too long.
+    """
+    n = first_read
+    while True:
+        buf = read_start(min(n, size))
+        try:
+            return _info([_parse(buf, name, size)], name, whole=False)
+        except _HeaderCut:
+            if n >= min(size, MAX_REMOTE_READ) or len(buf) < min(n, size):
+                raise ModelFileError(f"{name}: its header is longer than {len(buf)} bytes; not read") from None
+            n *= 4
+
+
+def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GGUFInfo:
+    """The model's metadata from its shards' headers (`whole`: every shard is there)."""
     first = headers[0]
     fields = first.fields
     arch = fields.get("general.architecture")
@@ -322,7 +356,7 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
         raise ModelFileError(f"{path} has no general.architecture; it is not a model llama.cpp can load")
 
     count = fields.get("split.count")
-    if isinstance(count, int) and count > 1 and len(shards) != count:
+    if whole and isinstance(count, int) and count > 1 and len(headers) != count:
         raise ModelFileError(
             f"{path} is shard 1 of a {count}-part model; name it like "
             f"'<name>-00001-of-{count:05d}.gguf' and keep all parts side by side"

@@ -168,7 +168,7 @@ def plan_pull(hub: Hub, spec: HubSpec) -> PullPlan:
             f"repository '{spec.repo}' has no GGUF files (it has: {_listing([f.path for f in files])}); "
             "Spark runs GGUF models, try `spark search` for a GGUF version"
         )
-    variants = _variants([f for f in ggufs if not is_projector_filename(f.path)])
+    variants = group_variants([f for f in ggufs if not is_projector_filename(f.path)])
     if not variants:
         raise DownloadError(f"repository '{spec.repo}' has only vision projector files, no model")
     available = _ordered_quants({v.quant for v in variants if v.quant})
@@ -185,7 +185,7 @@ def plan_pull(hub: Hub, spec: HubSpec) -> PullPlan:
             )
         variant = matches[0]
     else:
-        variant, default_pick = _default_variant(variants), True
+        variant, default_pick = default_variant(variants), True
 
     projectors = [f for f in ggufs if is_projector_filename(f.path)]
     return PullPlan(
@@ -193,7 +193,7 @@ def plan_pull(hub: Hub, spec: HubSpec) -> PullPlan:
         revision=spec.revision,
         model_id=model_id_from_filename(PurePosixPath(variant.name).name),
         files=variant.files,
-        mmproj=_pick_projector(projectors),
+        mmproj=pick_projector(projectors),
         quant=variant.quant,
         default_pick=default_pick,
         available_quants=available,
@@ -269,8 +269,8 @@ def _download_and_register(
 # --- choosing files -----------------------------------------------------------
 
 
-def _variants(files: list[HubFile]) -> list[Variant]:
-    """Group model files: every single file, and every complete shard set."""
+def group_variants(files: list[HubFile]) -> list[Variant]:
+    """Group model files: every single file, and every complete shard set, by name."""
     singles: list[Variant] = []
     sets: dict[tuple[str, str, int], dict[int, HubFile]] = {}
     for f in files:
@@ -307,7 +307,8 @@ def _variant_for_file(variants: list[Variant], ggufs: list[HubFile], spec: HubSp
     )
 
 
-def _default_variant(variants: list[Variant]) -> Variant:
+def default_variant(variants: list[Variant]) -> Variant:
+    """What `spark pull org/repo` picks: the preferred quantization, else the smallest file."""
     rank = {q: i for i, q in enumerate(QUANT_PREFERENCE)}
     known = [v for v in variants if v.quant in rank]
     if known:
@@ -315,7 +316,8 @@ def _default_variant(variants: list[Variant]) -> Variant:
     return min(variants, key=lambda v: (v.size if v.size is not None else float("inf"), v.name))
 
 
-def _pick_projector(projectors: list[HubFile]) -> HubFile | None:
+def pick_projector(projectors: list[HubFile]) -> HubFile | None:
+    """The vision projector a pull attaches: F16 first, then BF16, Q8_0, F32."""
     if not projectors:
         return None
     rank = {q: i for i, q in enumerate(_PROJECTOR_PREFERENCE)}

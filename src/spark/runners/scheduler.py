@@ -113,7 +113,7 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         n_ctx=n_ctx,
         n_parallel=entry.settings.parallel or settings.parallel,
         n_threads=settings.threads,
-        kv_type=settings.kv_type,  # type: ignore[arg-type]  # validated by load_settings
+        kv_type=entry.settings.kv_type or settings.kv_type,  # type: ignore[arg-type]  # validated by load_settings
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,
         system_prompt=entry.settings.system_prompt,
@@ -270,8 +270,8 @@ class Scheduler:
         """The runner for `request`, held busy (never unloaded) until the block ends."""
         if self._closed:
             raise Overloaded("The server is shutting down and takes no new requests.")
-        keep_alive = self._keep_alive(request)
         entry = self._library.get(request.model)
+        keep_alive = self._keep_alive(request, entry)
         options = load_options(entry, self._settings)
         model = entry.id
         waiting = self._pending[model] - options.n_parallel
@@ -302,9 +302,14 @@ class Scheduler:
             self._changed.set()
             self._wake.set()
 
-    def _keep_alive(self, request: Request) -> float:
+    def _keep_alive(self, request: Request, entry: ModelEntry) -> float:
+        """The request's keep-alive, else the model's own, else the server's."""
         if request.keep_alive is None:
-            return self._settings.keep_alive_seconds
+            return (
+                entry.settings.keep_alive
+                if entry.settings.keep_alive is not None
+                else self._settings.keep_alive_seconds
+            )
         if math.isnan(request.keep_alive):
             raise InvalidRequest("keep_alive must be a number of seconds (negative: keep loaded)", param="keep_alive")
         return request.keep_alive

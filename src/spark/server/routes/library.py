@@ -1,7 +1,197 @@
-"""The admin API's library (docs/admin-api.md, "Library and pulls")."""
+"""The admin API's library (docs/admin-api.md, "Library and pulls"): installed models and their settings.
+
+`GET /api/models` lists the installed models; `GET /api/models/{id}` shows one
+with its files, settings and where it would go on this machine now (the
+planner's arithmetic); `DELETE /api/models/{id}` unloads it if loaded, then
+removes it; `PATCH /api/models/{id}/settings` changes its own settings and says
+whether the loaded runner must reload (the next request does it). The Hub
+search and the pull jobs are in `hub.py` and `pulls.py`; every route of the
+three is in `LIBRARY_ROUTES`.
+"""
 
 from __future__ import annotations
 
-from spark.server.routes.pulls import PULL_ROUTES
+import asyncio
+from typing import Any, Literal
 
-LIBRARY_ROUTES = [*PULL_ROUTES]
+import msgspec
+from litestar import Request, Response, delete, get, patch
+from litestar.params import FromPath
+
+from spark.api.common import decode_body
+from spark.errors import InvalidRequest, SettingsError, SparkError
+from spark.library import ModelEntry, ModelSettings
+from spark.placement.fit import Fit
+from spark.runners.scheduler import RunnerState, load_options, settings_changes
+from spark.server.fitting import installed_fit, loaded_models
+from spark.server.responses import json_response
+from spark.server.routes.hub import HUB_ROUTES
+from spark.server.routes.pulls import PULL_ROUTES
+from spark.server.state import ServerState, state_of
+from spark.types import SamplingParams
+from spark.units import parse_duration
+
+_encode = msgspec.json.Encoder().encode
+
+
+class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One installed model in the list."""
+
+    id: str
+    architecture: str
+    parameters: int
+    quantization: str
+    size_bytes: int  # model files plus projector
+    context_length: int  # training context (0: the file does not say)
+    embedding: bool
+    vision: bool  # a projector is attached
+    mmproj_path: str | None
+    loaded: bool
+    source: str
+    owned: bool  # its files are Spark's own and go with it
+    added_at: float
+    settings: ModelSettings
+
+
+class ModelDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """One model: metadata, files, projector, settings, runners, and where it would go now."""
+
+    model: ModelEntry
+    loaded: bool
+    runners: list[RunnerState]
+    memory: Fit | None  # None when the estimate cannot be made (then `memory_error` says why)
+    memory_error: str | None = None
+
+
+class RemoveResult(msgspec.Struct, frozen=True):
+    model: str
+    unloaded: bool  # it was loaded and was unloaded first
+    files_deleted: bool  # Spark's own files were deleted (a user's own file is kept)
+
+
+class SettingsPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A change to a model's own settings: a field left out is kept, null goes back to the server's setting."""
+
+    context_length: int | msgspec.UnsetType | None = msgspec.UNSET
+    parallel: int | msgspec.UnsetType | None = msgspec.UNSET
+    system_prompt: str | msgspec.UnsetType | None = msgspec.UNSET
+    sampling: SamplingParams | msgspec.UnsetType | None = msgspec.UNSET  # the fields given replace the model's
+    keep_alive: float | str | msgspec.UnsetType | None = msgspec.UNSET  # seconds or a duration (5m, 1h)
+    kv_type: Literal["f16", "q8_0", "q4_0"] | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class SettingsResult(msgspec.Struct, frozen=True, kw_only=True):
+    model: ModelEntry
+    loaded: bool
+    reload_needed: bool  # loaded with other settings: the next request loads it again
+    changes: str  # what differs for the runner, e.g. "n_ctx 2048 -> 4096" (empty: nothing)
+
+
+_patch_decoder = msgspec.json.Decoder(SettingsPatch)
+
+
+def _summary(entry: ModelEntry, loaded: set[str]) -> ModelSummary:
+    info = entry.info
+    return ModelSummary(
+        id=entry.id,
+        architecture=info.architecture,
+        parameters=info.parameter_count,
+        quantization=info.quantization,
+        size_bytes=entry.size_bytes,
+        context_length=info.context_length,
+        embedding=info.is_embedding,
+        vision=entry.mmproj_path is not None,
+        mmproj_path=entry.mmproj_path,
+        loaded=entry.id in loaded,
+        source=entry.source,
+        owned=entry.owned,
+        added_at=entry.added_at,
+        settings=entry.settings,
+    )
+
+
+def _loaded_ids(state: ServerState) -> set[str]:
+    return {s.model for s in state.scheduler.loaded() if s.status not in ("failed", "stopped")}
+
+
+@get("/models")
+async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+    state = state_of(request)
+    entries = await asyncio.to_thread(state.library.list)
+    loaded = _loaded_ids(state)
+    return json_response(_encode([_summary(e, loaded) for e in entries]))
+
+
+@get("/models/{model_id:str}")
+async def show_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+    state = state_of(request)
+    entry = await asyncio.to_thread(state.library.get, model_id)
+    states = state.scheduler.loaded()
+    runners = [s for s in states if s.model == entry.id]
+    # as if loading it now: its own runner's memory would be given back first
+    others = loaded_models(states, leave_out=entry.id)
+    memory: Fit | None = None
+    error: str | None = None
+    try:
+        memory = await asyncio.to_thread(installed_fit, state.settings, entry, others)
+    except SparkError as e:  # its file is gone or damaged: the rest is still worth showing
+        error = e.message
+    loaded = any(s.status not in ("failed", "stopped") for s in runners)
+    detail = ModelDetail(model=entry, loaded=loaded, runners=runners, memory=memory, memory_error=error)
+    return json_response(_encode(detail))
+
+
+@delete("/models/{model_id:str}", status_code=200)
+async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+    """Unload the model if it is loaded (requests still running on it end with an error), then remove it."""
+    state = state_of(request)
+    entry = await asyncio.to_thread(state.library.get, model_id)
+    unloaded = await state.scheduler.unload(entry.id)
+    await asyncio.to_thread(state.library.remove, entry.id)
+    await state.scheduler.unload(entry.id)  # a request that loaded it meanwhile
+    return json_response(_encode(RemoveResult(model=entry.id, unloaded=unloaded, files_deleted=entry.owned)))
+
+
+@patch("/models/{model_id:str}/settings")
+async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+    state = state_of(request)
+    change = decode_body(_patch_decoder, await request.body())
+    entry = await asyncio.to_thread(state.library.get, model_id)
+    updated = await asyncio.to_thread(state.library.update_settings, entry.id, _apply(entry.settings, change))
+    before, after = load_options(entry, state.settings), load_options(updated, state.settings)
+    changes = settings_changes(before, after)
+    loaded = entry.id in _loaded_ids(state)
+    result = SettingsResult(model=updated, loaded=loaded, reload_needed=loaded and bool(changes), changes=changes)
+    return json_response(_encode(result))
+
+
+def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
+    """`current` with the fields `change` gives (checked by `Library.update_settings`)."""
+    fields: dict[str, Any] = {}
+    for name in ("context_length", "parallel", "system_prompt", "kv_type"):
+        value = getattr(change, name)
+        if value is not msgspec.UNSET:
+            fields[name] = value
+    if change.sampling is None:
+        fields["sampling"] = ModelSettings().sampling  # the default itself, so that it is left out when stored
+    elif change.sampling is not msgspec.UNSET:
+        given = {k: v for k, v in msgspec.structs.asdict(change.sampling).items() if v is not None}
+        fields["sampling"] = msgspec.structs.replace(current.sampling, **given)
+    if change.keep_alive is not msgspec.UNSET:
+        fields["keep_alive"] = _seconds(change.keep_alive)
+    return msgspec.structs.replace(current, **fields)
+
+
+def _seconds(value: float | str | None) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    try:
+        return parse_duration(value, "keep_alive")
+    except SettingsError:
+        raise InvalidRequest(
+            f"keep_alive must be seconds or a duration (30s, 5m, 1h; negative: keep loaded), not '{value}'",
+            param="keep_alive",
+        ) from None
+
+
+LIBRARY_ROUTES = [list_models, show_model, remove_model, change_settings, *HUB_ROUTES, *PULL_ROUTES]

@@ -1,0 +1,188 @@
+"""The library over the admin API: list, show (with where the model would go), settings, remove."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server.helpers import LiveServer, live_server, openai_error, server_settings
+from spark.library import Library
+
+PASSWORD = "library-admin-password"
+CHAT = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_mmproj: Path
+) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    home = tmp_path_factory.mktemp("library-home")
+    settings = server_settings(home, SPARK_ADMIN_PASSWORD=PASSWORD)
+    dotted = home / "Qwen2.5-Tiny.Q8_0.gguf"
+    shutil.copyfile(tiny_llama, dotted)
+    with Library(settings) as lib:
+        models = {
+            "chat": lib.add_local(tiny_llama).id,
+            "vision": lib.add_local(tiny_llama, model_id="tiny-vision", mmproj=tiny_mmproj).id,
+            "dotted": lib.add_local(dotted).id,
+            "spare": lib.add_local(dotted, model_id="spare", copy=True).id,
+        }
+    with live_server(settings) as live:
+        yield live, models
+
+
+@pytest.fixture
+def live(served: tuple[LiveServer, dict[str, str]]) -> LiveServer:
+    return served[0]
+
+
+@pytest.fixture
+def models(served: tuple[LiveServer, dict[str, str]]) -> dict[str, str]:
+    return served[1]
+
+
+def admin(live: LiveServer) -> httpx.Client:
+    return live.http(key=PASSWORD)
+
+
+def chat(live: LiveServer, model: str) -> None:
+    response = live.http().post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 2})
+    assert response.status_code == 200, response.text
+
+
+def test_list_shows_every_installed_model_and_which_are_loaded(live: LiveServer, models: dict[str, str]) -> None:
+    chat(live, models["chat"])
+    listed = {m["id"]: m for m in admin(live).get("/api/models").json()}
+    assert set(models.values()) <= set(listed)
+    chat_model = listed[models["chat"]]
+    assert chat_model["loaded"] is True and listed[models["dotted"]]["loaded"] is False
+    assert chat_model["architecture"] == "llama" and chat_model["quantization"] == "F32"
+    assert chat_model["size_bytes"] > 0 and chat_model["parameters"] > 0 and chat_model["context_length"] > 0
+    assert listed["tiny-vision"]["vision"] is True and listed["tiny-vision"]["mmproj_path"].endswith("mmproj-mlp.gguf")
+    assert chat_model["vision"] is False and chat_model["embedding"] is False
+    assert models["dotted"] == "qwen2.5-tiny.q8_0"  # dots kept in ids
+
+
+def test_show_has_files_settings_and_where_it_would_go(live: LiveServer, models: dict[str, str]) -> None:
+    body = admin(live).get(f"/api/models/{models['vision']}").json()
+    assert body["model"]["id"] == "tiny-vision"
+    assert body["model"]["shards"] == [body["model"]["path"]] and body["model"]["mmproj_path"]
+    assert body["model"]["info"]["architecture"] == "llama"
+    memory = body["memory"]
+    assert memory["verdict"] == "fits" and memory["devices"] == ["cpu"] and memory["unload"] == []
+    assert memory["projector_bytes"] > 0
+    assert memory["total_bytes"] == (
+        memory["weights_bytes"] + memory["kv_bytes"] + memory["buffers_bytes"] + memory["projector_bytes"]
+    )
+    assert memory["arithmetic"].startswith("needs ") and "; cpu, " in memory["arithmetic"]
+    assert body["memory_error"] is None
+
+
+def test_show_finds_a_model_by_the_id_an_older_spark_gave_it(live: LiveServer, models: dict[str, str]) -> None:
+    body = admin(live).get("/api/models/qwen2-5-tiny-q8_0").json()  # dots read as dashes
+    assert body["model"]["id"] == models["dotted"]
+
+
+def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: dict[str, str]) -> None:
+    model = models["dotted"]
+    client = admin(live)
+    changed = client.patch(
+        f"/api/models/{model}/settings",
+        json={"context_length": 256, "keep_alive": "5m", "kv_type": "f16", "sampling": {"temperature": 0.2}},
+    )
+    assert changed.status_code == 200, changed.text
+    body = changed.json()
+    settings = body["model"]["settings"]
+    assert settings == {"context_length": 256, "keep_alive": 300.0, "kv_type": "f16", "sampling": {"temperature": 0.2}}
+    assert body["loaded"] is False and body["reload_needed"] is False  # the next load uses them anyway
+    assert client.get(f"/api/models/{model}").json()["memory"]["n_ctx"] == 256
+
+    chat(live, model)
+    assert live.runner(model).n_ctx == 256
+    # sampling fields merge; keep_alive alone needs no reload
+    kept = client.patch(f"/api/models/{model}/settings", json={"keep_alive": 60, "sampling": {"top_k": 5}}).json()
+    assert kept["model"]["settings"]["sampling"] == {"temperature": 0.2, "top_k": 5}
+    assert kept["loaded"] is True and kept["reload_needed"] is True and kept["changes"] == "sampling changed"
+    reload = client.patch(f"/api/models/{model}/settings", json={"context_length": 128}).json()
+    assert reload["reload_needed"] is True and reload["changes"] == "n_ctx 256 -> 128"
+    chat(live, model)  # the next request reloads it
+    assert live.runner(model).n_ctx == 128
+    assert client.patch(f"/api/models/{model}/settings", json={"keep_alive": 30}).json()["reload_needed"] is False
+
+    reset = client.patch(
+        f"/api/models/{model}/settings",
+        json={"context_length": None, "kv_type": None, "keep_alive": None, "sampling": None},
+    ).json()
+    assert reset["model"]["settings"] == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"context_length": 0}, "context_length"),
+        ({"context_length": "long"}, "context_length"),
+        ({"parallel": 1000}, "parallel"),
+        ({"system_prompt": 3}, "system_prompt"),
+        ({"sampling": {"temperature": -1}}, "sampling.temperature"),
+        ({"sampling": {"top_p": "high"}}, "sampling.top_p"),
+        ({"kv_type": "q5_1"}, "kv_type"),
+        ({"kv_type": "q8_0"}, "kv_type"),  # the tiny model's heads (16) are too small for its blocks
+        ({"keep_alive": "soon"}, "keep_alive"),
+        ({"keep_alive": [5]}, "keep_alive"),
+        ({"n_gpu_layers": 3}, "n_gpu_layers"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(
+    live: LiveServer, models: dict[str, str], body: dict[str, Any], param: str | None
+) -> None:
+    client = admin(live)
+    before = client.get(f"/api/models/{models['chat']}").json()["model"]["settings"]
+    error = openai_error(client.patch(f"/api/models/{models['chat']}/settings", json=body), 400)
+    assert error["param"] == param
+    assert client.get(f"/api/models/{models['chat']}").json()["model"]["settings"] == before
+
+
+def test_unknown_models_are_404(live: LiveServer) -> None:
+    client = admin(live)
+    for response in (
+        client.get("/api/models/nope"),
+        client.get("/api/models/a..b"),
+        client.delete("/api/models/nope"),
+        client.patch("/api/models/nope/settings", json={"parallel": 2}),
+    ):
+        assert openai_error(response, 404)["code"] == "model_not_found"
+    assert openai_error(client.get("/api/models/..%2F..%2Fetc"), 404)  # no such route, nor a file read
+
+
+def test_remove_unloads_a_loaded_model_first(live: LiveServer, models: dict[str, str]) -> None:
+    model = models["spare"]
+    owned_file = Path(admin(live).get(f"/api/models/{model}").json()["model"]["path"])
+    chat(live, model)
+    assert any(r.model == model for r in live.runners())
+    removed = admin(live).delete(f"/api/models/{model}")
+    assert removed.status_code == 200, removed.text
+    assert removed.json() == {"model": model, "unloaded": True, "files_deleted": True}
+    assert not any(r.model == model and r.status not in ("failed", "stopped") for r in live.runners())
+    assert not owned_file.exists()
+    assert openai_error(admin(live).get(f"/api/models/{model}"), 404)["code"] == "model_not_found"
+    assert openai_error(live.http().post("/v1/chat/completions", json={"model": model, "messages": CHAT}), 404)
+
+
+def test_library_routes_need_the_admin_credential(live: LiveServer, models: dict[str, str]) -> None:
+    model = models["chat"]
+    for key in (None, live.key):  # an API key is no admin credential
+        client = live.http(key=key)
+        for method, path in [
+            ("GET", "/api/models"),
+            ("GET", f"/api/models/{model}"),
+            ("DELETE", f"/api/models/{model}"),
+            ("PATCH", f"/api/models/{model}/settings"),
+        ]:
+            response = client.request(method, path, json={"parallel": 2} if method == "PATCH" else None)
+            assert response.status_code == 401, (method, path, response.text)
+    assert admin(live).get(f"/api/models/{model}").status_code == 200  # still there
