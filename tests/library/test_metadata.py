@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 import tiny_gguf
 from spark.errors import ModelFileError
-from spark.library.metadata import read_gguf_info
+from spark.library.metadata import read_gguf_info, read_remote_gguf_info
 
 
 def test_tiny_llama(tiny_llama: Path) -> None:
@@ -173,3 +174,25 @@ def test_real_smollm2(smollm2: Path) -> None:
     assert info.vocab_size == 49152
     assert info.output_bytes < 10_000  # output tied to the token embeddings
     assert info.chat_template is not None and "<|im_start|>" in info.chat_template
+
+
+def test_remote_header_is_read_from_the_first_bytes_growing_until_it_is_in(tiny_llama: Path) -> None:
+    data = tiny_llama.read_bytes()
+    asked: list[int] = []
+
+    def read_start(n: int) -> bytes:
+        asked.append(n)
+        return data[:n]
+
+    info = read_remote_gguf_info(read_start, tiny_llama.name, len(data), first_read=64)
+    assert info == read_gguf_info(tiny_llama)
+    assert asked[0] == 64 and all(b == 4 * a for a, b in itertools.pairwise(asked))
+    assert asked[-1] < len(data)  # the header, not the whole file
+
+
+def test_remote_file_that_is_no_gguf_is_refused(tiny_llama: Path) -> None:
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        read_remote_gguf_info(lambda n: b"<html>" + b"x" * n, "page.gguf", 10_000)
+    short = tiny_llama.read_bytes()[:100]
+    with pytest.raises(ModelFileError, match="header is longer than 100 bytes"):
+        read_remote_gguf_info(lambda n: short[:n], "cut.gguf", 1_000_000, first_read=64)
