@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Self
+from typing import TYPE_CHECKING, Annotated, Self
 
 import msgspec
 import typer
@@ -21,11 +22,17 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from spark.errors import ModelNotFound
-from spark.library import DownloadProgress, Hub, Library, ModelEntry, PullPlan
+from spark.errors import DownloadError, ModelNotFound, SparkError
+from spark.library import DownloadProgress, Hub, HubSpec, Library, ModelEntry, PullPlan, parse_pull_spec
 from spark.library import pull as pull_model
+from spark.library.jobs import FINISHED_STATES, PullJob
 from spark.settings import load_settings
 from spark.units import format_bytes
+
+if TYPE_CHECKING:
+    from spark.cli.ps import AdminClient
+
+SERVER_POLL_SECONDS = 0.25  # how often a pull run by the server is looked at
 
 
 def get_installed(lib: Library, model: str) -> ModelEntry:
@@ -114,20 +121,79 @@ def pull(
         ),
     ] = False,
 ) -> None:
-    """Download a GGUF model from Hugging Face (or add a local file) to the library."""
+    """Download a GGUF model from Hugging Face (or add a local file) to the library.
+
+    While a Spark server runs on this machine, a Hub pull runs as a job of that
+    server (listed by GET /api/pulls; Ctrl+C here cancels it); with no server
+    running, this command downloads the model itself. A local file is added
+    here either way.
+    """
     console = Console()
+    settings = load_settings()
+    if _is_hub_spec(spec, quant, settings.hf_endpoint) and (client := _server()) is not None:
+        _pull_on_server(client, spec, quant, console)
+        return
 
     def show_plan(plan: PullPlan) -> None:
         console.print(plan.describe(), highlight=False)
 
-    with Library(load_settings()) as lib, _PullProgress(console) as progress:
+    with Library(settings) as lib, _PullProgress(console) as progress:
         result = pull_model(lib, spec, quant=quant, copy=copy, progress=progress.update, on_plan=show_plan)
-    entry = result.entry
     if result.already_installed:
-        console.print(
-            f"[bold]{entry.id}[/bold] is already installed ({format_bytes(entry.size_bytes)}).", highlight=False
-        )
-        return
+        _already_installed(console, result.entry)
+    else:
+        _added(console, result.entry)
+
+
+def _is_hub_spec(spec: str, quant: str | None, endpoint: str) -> bool:
+    """Whether `spec` names a model on the Hub (errors are left to the local pull to report)."""
+    try:
+        return isinstance(parse_pull_spec(spec, quant=quant, endpoint=endpoint), HubSpec)
+    except SparkError:
+        return False
+
+
+def _server() -> AdminClient | None:
+    from spark.cli.ps import connect  # ps uses this module's helpers: imported when needed
+
+    return connect(load_settings())
+
+
+def _pull_on_server(client: AdminClient, spec: str, quant: str | None, console: Console) -> None:
+    """Start the pull as a job of the running server and follow it until it ends (Ctrl+C cancels it)."""
+    job = msgspec.json.decode(client.post("/api/pulls", {"spec": spec, "quant": quant}), type=PullJob)
+    console.print(
+        f"A Spark server is running (pid {client.server.pid}): pulling {spec} as its job {job.id}.", highlight=False
+    )
+    progress = _PullProgress(console)
+    try:
+        with progress:
+            while job.state not in FINISHED_STATES:
+                if job.bytes_total is not None:
+                    progress.update(DownloadProgress(job.model or spec, job.bytes_done, job.bytes_total))
+                time.sleep(SERVER_POLL_SECONDS)
+                job = msgspec.json.decode(client.get(f"/api/pulls/{job.id}"), type=PullJob)
+            if job.state == "done" and job.bytes_total is not None and not job.already_installed:
+                progress.update(DownloadProgress(job.model or spec, job.bytes_done, job.bytes_total))
+    except KeyboardInterrupt:
+        client.delete(f"/api/pulls/{job.id}")
+        console.print(f"Cancelled the server's pull job {job.id}; nothing was added.", highlight=False)
+        raise typer.Exit(130) from None
+    if job.state != "done" or job.model is None:
+        raise DownloadError(f"the server's pull job {job.id} {job.state}: {job.error or 'no reason given'}")
+    with Library(load_settings()) as lib:
+        entry = lib.get(job.model)
+    if job.already_installed:
+        _already_installed(console, entry)
+    else:
+        _added(console, entry)
+
+
+def _already_installed(console: Console, entry: ModelEntry) -> None:
+    console.print(f"[bold]{entry.id}[/bold] is already installed ({format_bytes(entry.size_bytes)}).", highlight=False)
+
+
+def _added(console: Console, entry: ModelEntry) -> None:
     extra = ", with vision projector" if entry.mmproj_path else ""
     console.print(
         f"[green]Added[/green] [bold]{entry.id}[/bold] ({format_bytes(entry.size_bytes)}, "
@@ -164,7 +230,7 @@ def search(
 def list_models(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print model ids only, one a line.")] = False,
 ) -> None:
-    """List installed models."""
+    """List installed models (this machine's local library; no server needed)."""
     console = Console()
     with Library(load_settings()) as lib:
         entries = lib.list()
@@ -195,7 +261,7 @@ def show(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
     template: Annotated[bool, typer.Option("--template", help="Print the whole chat template.")] = False,
 ) -> None:
-    """Show a model's metadata, files, projector and settings."""
+    """Show a model's metadata, files, projector and settings (from this machine's local library)."""
     console = Console()
     with Library(load_settings()) as lib:
         e = get_installed(lib, model)
@@ -266,7 +332,11 @@ def rm(
     model: Annotated[list[str], typer.Argument(help="Model ids to remove.", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Remove models from the library (deleting the files Spark downloaded or copied)."""
+    """Remove models from this machine's local library, deleting the files Spark downloaded or copied.
+
+    It acts on the local files, not through a running server: a server that has
+    the model loaded keeps it until it unloads (DELETE /api/models/ID unloads first).
+    """
     console = Console()
     with Library(load_settings()) as lib:
         entries = [get_installed(lib, m) for m in model]  # every id checked before anything is removed

@@ -55,14 +55,27 @@ class AdminClient:
         """The body of an admin route (`SparkError` with the server's message when it refuses)."""
         return self._call("GET", path, params)
 
-    def _call(self, method: str, path: str, params: dict[str, str | int | float] | None = None) -> bytes:
+    def post(self, path: str, body: object) -> bytes:
+        """POST `body` as JSON to an admin route; the answer's body."""
+        return self._call("POST", path, body=body)
+
+    def delete(self, path: str) -> bytes:
+        return self._call("DELETE", path)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str | int | float] | None = None,
+        body: object = None,
+    ) -> bytes:
         try:
-            response = self._http.request(method, path, params=params)
+            response = self._http.request(method, path, params=params, json=body)
         except httpx.HTTPError as e:
             raise SparkError(
                 f"The Spark server at {self.server.url} (pid {self.server.pid}) did not answer: {e}"
             ) from None
-        if response.status_code != 200:
+        if not response.is_success:
             raise SparkError(_error_message(response))
         return response.content
 
