@@ -67,6 +67,7 @@ def test_each_file_gets_a_verdict_with_the_arithmetic(
     assert set(models) == {"TinyLlama-F16.gguf", "TinyLlama-Q4_K_M.gguf", "TinyLlama-Q8_0.gguf"}
     default = models["TinyLlama-Q4_K_M.gguf"]
     assert default["default"] is True and default["quant"] == "Q4_K_M"
+    assert default["spec"] == "tiny/TinyLlama-GGUF/TinyLlama-Q4_K_M.gguf" and default["model_id"] == "tinyllama-q4_k_m"
     assert default["size_bytes"] == len(hub_files["f32"])
     fit = default["fit"]
     assert fit["verdict"] == "fits" and fit["devices"] == ["cpu"] and fit["unload"] == []

@@ -150,6 +150,7 @@ def test_cancelling_a_pull_leaves_nothing_registered(
     with admin(live) as client:
         job = start(client, "tiny/TinyLlama-GGUF:Q8_0")
         wait_for(lambda: client.get(f"/api/pulls/{job['id']}").json()["bytes_done"] > 0, 30, "the download")
+        assert client.post("/api/pulls", json={"spec": "tiny/TinyLlama-GGUF:Q8_0"}).json()["id"] == job["id"]
         cancelled = client.delete(f"/api/pulls/{job['id']}")
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["state"] == "cancelled"
@@ -159,6 +160,32 @@ def test_cancelling_a_pull_leaves_nothing_registered(
     with Library(settings) as lib:
         assert not lib.exists("tinyllama-q8_0")
     assert model_files(settings) == []  # no partial file left either
+
+
+def test_progress_events_are_throttled(live: LiveServer, fake_hub: FakeHub, hub_files: dict[str, bytes]) -> None:
+    fake_hub.throttle[Q8] = len(hub_files["q8_0"]) // 2  # two seconds, about forty chunks
+    sub = live.state.events
+    seen: list[tuple[float, str, dict[str, Any]]] = []
+    original = sub.publish
+
+    def spy(kind: str, **data: Any) -> Any:
+        event = original(kind, **data)
+        seen.append((event.at, kind, data))
+        return event
+
+    sub.publish = spy  # type: ignore[method-assign]
+    try:
+        with admin(live) as client:
+            job = finished(client, start(client, "tiny/TinyLlama-GGUF:Q8_0")["id"])
+    finally:
+        sub.publish = original  # type: ignore[method-assign]
+    assert job["state"] == "done"
+    times = [at for at, kind, data in seen if kind == PULL_PROGRESS and data["id"] == job["id"]]
+    span = times[-1] - times[0]
+    assert len(times) >= 4  # it does report while downloading
+    assert len(times) <= 4 * span + 3, (len(times), span)  # at most 4 a second (and one per state change)
+    fractions = [d["bytes_done"] / d["bytes_total"] for _, k, d in seen if k == PULL_PROGRESS]
+    assert fractions == sorted(fractions)
 
 
 def test_a_queued_pull_can_be_cancelled_before_it_starts(live: LiveServer, fake_hub: FakeHub) -> None:

@@ -123,7 +123,8 @@ class PullJobs:
     def start(self, spec: str, quant: str | None = None) -> PullJob:
         """Start pulling `spec` (a Hub repository, file or URL); the job, queued, at once.
 
-        `InvalidRequest` (param `spec` or `quant`) for something that is not a Hub spec.
+        The same spec asked again while its job runs answers that job. `InvalidRequest`
+        (param `spec` or `quant`) for something that is not a Hub spec.
         """
         if not isinstance(spec, str) or not spec.strip():
             raise InvalidRequest("spec must name a model on the Hub, e.g. org/repo or org/repo:Q4_K_M", param="spec")
@@ -146,6 +147,9 @@ class PullJobs:
         )
         run = _Run(job)
         with self._lock:
+            for other in self._runs.values():
+                if other.job.state in ACTIVE_STATES and (other.job.spec, other.job.quant) == (job.spec, job.quant):
+                    return other.job
             self._runs[job.id] = run
         self._save(run)
         self._launch(run)

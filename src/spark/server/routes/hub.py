@@ -12,6 +12,7 @@ repository.
 from __future__ import annotations
 
 import asyncio
+from pathlib import PurePosixPath
 from typing import Any
 
 import msgspec
@@ -21,6 +22,7 @@ from litestar.params import FromPath
 from spark.errors import InvalidRequest, SparkError
 from spark.library import Hub, HubModel
 from spark.library.hubfiles import RepoModels, read_repo, variant_info
+from spark.library.naming import model_id_from_filename
 from spark.library.spec import HubSpec, parse_pull_spec
 from spark.placement import LoadedModel
 from spark.placement.fit import Fit
@@ -39,7 +41,9 @@ _encode = msgspec.json.Encoder().encode
 class HubFileFit(msgspec.Struct, frozen=True, kw_only=True):
     """One downloadable model of a repository (a file, or a set of shards) and whether it fits."""
 
-    name: str  # its (first) file, as `org/repo/NAME` pulls it
+    name: str  # its (first) file
+    spec: str  # what POST /api/pulls (or `spark pull`) takes to pull just this one
+    model_id: str  # the id it gets once pulled
     files: list[str]
     size_bytes: int | None
     quant: str | None
@@ -98,6 +102,8 @@ def _repo_files(state: ServerState, models: RepoModels, loaded: list[LoadedModel
         out.append(
             HubFileFit(
                 name=variant.name,
+                spec=f"{models.repo}/{variant.name}",
+                model_id=model_id_from_filename(PurePosixPath(variant.name).name),
                 files=[f.path for f in variant.files],
                 size_bytes=variant.size,
                 quant=variant.quant,
