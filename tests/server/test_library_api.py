@@ -31,6 +31,7 @@ def served(
             "vision": lib.add_local(tiny_llama, model_id="tiny-vision", mmproj=tiny_mmproj).id,
             "dotted": lib.add_local(dotted).id,
             "spare": lib.add_local(dotted, model_id="spare", copy=True).id,
+            "tuned": lib.add_local(tiny_llama, model_id="tuned").id,
         }
     with live_server(settings) as live:
         yield live, models
@@ -86,10 +87,12 @@ def test_show_has_files_settings_and_where_it_would_go(live: LiveServer, models:
 def test_show_finds_a_model_by_the_id_an_older_spark_gave_it(live: LiveServer, models: dict[str, str]) -> None:
     body = admin(live).get("/api/models/qwen2-5-tiny-q8_0").json()  # dots read as dashes
     assert body["model"]["id"] == models["dotted"]
+    chat(live, "qwen2-5-tiny-q8_0")  # and so does /v1
+    assert any(r.model == models["dotted"] for r in live.runners())
 
 
 def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: dict[str, str]) -> None:
-    model = models["dotted"]
+    model = models["tuned"]
     client = admin(live)
     changed = client.patch(
         f"/api/models/{model}/settings",
@@ -104,6 +107,7 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
 
     chat(live, model)
     assert live.runner(model).n_ctx == 256
+    assert live.runner(model).keep_alive == 300  # its own keep-alive, not the server's
     # sampling fields merge; keep_alive alone needs no reload
     kept = client.patch(f"/api/models/{model}/settings", json={"keep_alive": 60, "sampling": {"top_k": 5}}).json()
     assert kept["model"]["settings"]["sampling"] == {"temperature": 0.2, "top_k": 5}
@@ -186,3 +190,15 @@ def test_library_routes_need_the_admin_credential(live: LiveServer, models: dict
             response = client.request(method, path, json={"parallel": 2} if method == "PATCH" else None)
             assert response.status_code == 401, (method, path, response.text)
     assert admin(live).get(f"/api/models/{model}").status_code == 200  # still there
+
+
+def test_a_quantized_kv_cache_shows_in_the_estimate(live: LiveServer) -> None:
+    client = admin(live)
+    model = "smollm2-135m-instruct-q4_1"  # heads of 64: q8_0 blocks fit
+    before = client.get(f"/api/models/{model}").json()["memory"]
+    changed = client.patch(f"/api/models/{model}/settings", json={"kv_type": "q8_0"})
+    assert changed.status_code == 200, changed.text
+    after = client.get(f"/api/models/{model}").json()["memory"]
+    assert (before["kv_type"], after["kv_type"]) == ("f16", "q8_0")
+    assert after["kv_bytes"] == before["kv_bytes"] * 34 // 64  # 34 bytes per 32 values instead of 64
+    client.patch(f"/api/models/{model}/settings", json={"kv_type": None})
