@@ -171,7 +171,7 @@ def _fit(estimate: MemoryEstimate, cpu: Device, gpus: list[Device], avail: dict[
 
     def attempt(n_gpu_layers: int, chosen: list[Device], split: list[float]) -> _Fit | None:
         gpu_bytes, cpu_bytes = estimate.device_bytes(n_gpu_layers, split)
-        if cpu_bytes > avail[cpu.id] or any(b > avail[g.id] for g, b in zip(chosen, gpu_bytes, strict=True)):
+        if cpu_bytes > avail[cpu.id] or any(b > avail[g.id] for g, b in zip(chosen, gpu_bytes, strict=False)):
             return None
         return _Fit(n_gpu_layers, chosen, split, gpu_bytes, cpu_bytes)
 
@@ -208,12 +208,12 @@ def _plan(
     avail: dict[str, int],
     evictions: list[Eviction],
 ) -> Plan:
-    used = [(g, b) for g, b in zip(fit.gpus, fit.gpu_bytes, strict=True) if b > 0]
+    used = [(g, b) for g, b in zip(fit.gpus, fit.gpu_bytes, strict=False) if b > 0]
     tensor_split = None
     if used and len(gpus) > 1:
         # llama.cpp spreads layers over every visible GPU unless told otherwise
         tensor_split = [0.0] * (max(g.index or 0 for g in gpus) + 1)
-        for g, share in zip(fit.gpus, fit.split, strict=True):
+        for g, share in zip(fit.gpus, fit.split, strict=False):
             tensor_split[g.index or 0] = share / (sum(fit.split) or 1.0)
     layer_devices = [g.id for g, _ in used]
     if not used or fit.n_gpu_layers >= 0:
