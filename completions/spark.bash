@@ -3,7 +3,7 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "attach keys log ls ps pull rm run search serve show stop" -- "$cur")); return
+    COMPREPLY=($(compgen -W "attach doctor keys log ls ps pull rm run search serve show stop" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
@@ -15,6 +15,7 @@ _spark() {
   esac
   case "$path" in
     "attach") opts="--copy --help";;
+    "doctor") opts="--json --self-test --no-self-test --help";;
     "keys create") opts="--zero-retention --help";;
     "keys list") opts="--help";;
     "keys revoke") opts="--help";;

@@ -23,11 +23,24 @@ class ErrorInfo(msgspec.Struct, frozen=True):
     data: dict[str, Any] = {}
 
 
+_BY_CODE: dict[str, type[SparkError]] = {}  # filled as each class is defined
+
+
 class SparkError(Exception):
-    """Base class: a message meant for the user, an HTTP status and a code."""
+    """Base class: a message meant for the user, an HTTP status and a code.
+
+    A subclass that sets its own `code` is registered under it, so `from_info` can rebuild it.
+    """
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            if cls.code in _BY_CODE:
+                raise TypeError(f"error code {cls.code!r} is taken by {_BY_CODE[cls.code].__name__}")
+            _BY_CODE[cls.code] = cls
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -40,6 +53,11 @@ class SparkError(Exception):
 
     def info(self) -> ErrorInfo:
         return ErrorInfo(code=self.code, message=self.message, param=self.param, data=self.data())
+
+    @classmethod
+    def rebuild(cls, info: ErrorInfo) -> SparkError:
+        """The error that `info()` serialized (classes with other constructor arguments override this)."""
+        return cls(info.message, param=info.param)
 
     def __str__(self) -> str:
         return self.message
@@ -76,6 +94,10 @@ class ModelNotFound(SparkError):
 
     def data(self) -> dict[str, Any]:
         return {"model": self.model}
+
+    @classmethod
+    def rebuild(cls, info: ErrorInfo) -> SparkError:
+        return cls(info.data.get("model", ""))
 
 
 class ModelFileError(SparkError):
@@ -114,6 +136,10 @@ class ContextLengthExceeded(SparkError):
 
     def data(self) -> dict[str, Any]:
         return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx}
+
+    @classmethod
+    def rebuild(cls, info: ErrorInfo) -> SparkError:
+        return cls(int(info.data["n_prompt"]), int(info.data["n_ctx"]))
 
 
 class PlacementRefused(SparkError):
@@ -180,37 +206,9 @@ class RequestTimeout(SparkError):
     code = "timeout"
 
 
-_BY_CODE: dict[str, type[SparkError]] = {
-    cls.code: cls
-    for cls in (
-        SparkError,
-        InvalidRequest,
-        Unauthorized,
-        SettingsError,
-        ModelNotFound,
-        ModelFileError,
-        DownloadError,
-        HubRepoNotFound,
-        ContextLengthExceeded,
-        PlacementRefused,
-        Overloaded,
-        RunnerFailed,
-        Cancelled,
-        RouteNotFound,
-        RequestNotFound,
-        PullNotFound,
-        MethodNotAllowed,
-        RequestTooLarge,
-        RequestTimeout,
-    )
-}
+_BY_CODE[SparkError.code] = SparkError
 
 
 def from_info(info: ErrorInfo) -> SparkError:
-    """Rebuild the typed error that `SparkError.info()` serialized."""
-    if info.code == ModelNotFound.code:
-        return ModelNotFound(info.data.get("model", ""))
-    if info.code == ContextLengthExceeded.code:
-        return ContextLengthExceeded(int(info.data["n_prompt"]), int(info.data["n_ctx"]))
-    cls = _BY_CODE.get(info.code, SparkError)
-    return cls(info.message, param=info.param)
+    """Rebuild the typed error that `SparkError.info()` serialized (an unknown code gives a plain `SparkError`)."""
+    return _BY_CODE.get(info.code, SparkError).rebuild(info)

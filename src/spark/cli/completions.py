@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 HEADER = "# {shell} completion for spark. Generated from the CLI by scripts/generate.py; do not edit.\n"
 
@@ -37,6 +38,7 @@ class _Command:
 def _commands(app: typer.Typer) -> tuple[list[_Command], list[tuple[str, str]]]:
     """Leaf commands with their paths, and the top-level words with help texts."""
     root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
     ctx = root.context_class(root)
     leaves: list[_Command] = []
     top: list[tuple[str, str]] = []
@@ -45,7 +47,7 @@ def _commands(app: typer.Typer) -> tuple[list[_Command], list[tuple[str, str]]]:
         if cmd is None or cmd.hidden:
             continue
         top.append((name, (cmd.get_short_help_str(limit=80) or "").replace("'", "")))
-        if hasattr(cmd, "list_commands"):  # a command group such as `spark keys`
+        if isinstance(cmd, TyperGroup):  # a command group such as `spark keys`
             sub_ctx = cmd.context_class(cmd)
             for sub in sorted(cmd.list_commands(sub_ctx)):
                 sc = cmd.get_command(sub_ctx, sub)

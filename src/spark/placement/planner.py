@@ -127,15 +127,17 @@ def plan_placement(
     if fit is None:
         # unload idle models, least recently used first, until it fits ...
         tried: list[LoadedModel] = []
+        found: _Fit | None = None
         for m in idle:
             if m.model_id in evicted:
                 continue
             tried.append(m)
-            fit = _fit(estimate, cpu, gpus, _available(devices, loaded, evicted | {t.model_id for t in tried}))
-            if fit is not None:
+            found = _fit(estimate, cpu, gpus, _available(devices, loaded, evicted | {t.model_id for t in tried}))
+            if found is not None:
                 break
-        if fit is None:
+        if found is None:
             raise PlacementRefused(_refusal(estimate, devices, loaded, evicted | {m.model_id for m in idle}))
+        fit = found
         # ... then keep any of them whose memory turned out not to be needed
         for m in reversed(tried[:-1]):
             rest = evicted | {t.model_id for t in tried if t is not m}

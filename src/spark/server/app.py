@@ -13,6 +13,7 @@ from litestar.datastructures import State
 
 from spark.server.admin_auth import AdminAuth, write_admin_token
 from spark.server.auth import require_key
+from spark.server.console import ConsoleAuth, console_routes
 from spark.server.errors import EXCEPTION_HANDLERS
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
@@ -64,8 +65,8 @@ def create_app(settings: Settings) -> Litestar:
         else None
     )
     return Litestar(
-        route_handlers=[health, api, admin_api, metrics_route(settings, admin)],
-        state=State({"spark": state}),
+        route_handlers=[health, api, admin_api, metrics_route(settings, admin), *console_routes()],
+        state=State({"spark": state, "console": ConsoleAuth(settings)}),
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[add_request_id_headers],

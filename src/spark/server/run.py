@@ -21,6 +21,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from spark.errors import SparkError
 from spark.server.app import create_app
+from spark.server.console import ConsoleAuth
 from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
 from spark.server.state import ServerState
 from spark.settings import Settings
@@ -80,7 +81,7 @@ def serve(settings: Settings) -> None:
         server = make_server(settings, app)
         info = write_server_info(settings, host, port)
         try:
-            _print_banner(info, app.state.spark)
+            _print_banner(info, app.state.spark, app.state.console)
             with _signals_end_quietly():
                 server.run(sockets=[sock])
         finally:
@@ -89,7 +90,7 @@ def serve(settings: Settings) -> None:
         sock.close()
 
 
-def _print_banner(info: ServerInfo, state: ServerState) -> None:
+def _print_banner(info: ServerInfo, state: ServerState, console: ConsoleAuth) -> None:
     lines = [f"Spark {info.version} listening on {info.url} (OpenAI and Anthropic APIs under /v1)"]
     n_keys = state.keys.count()
     if n_keys == 0:
@@ -98,6 +99,14 @@ def _print_banner(info: ServerInfo, state: ServerState) -> None:
         lines.append(f"{n_keys} API key{'s' if n_keys != 1 else ''}; create another with `spark keys create NAME`.")
     if info.host in ("127.0.0.1", "::1", "localhost"):
         lines.append("Only this machine can connect; set SPARK_HOST=0.0.0.0 to serve the network.")
+    if console.password:
+        lines.append(f"Web console: {info.url}/ (sign in with the admin password).")
+    else:
+        code = console.new_one_time_code()
+        lines.append(
+            f"Web console: {info.url}/login?code={code} (a one-time sign-in link for this machine; "
+            "set SPARK_ADMIN_PASSWORD to sign in from anywhere)."
+        )
     print("\n".join(lines), flush=True)
 
 

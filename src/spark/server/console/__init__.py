@@ -1,0 +1,43 @@
+"""The web console at `/`: server-rendered pages (Jinja, htmx) behind the admin password.
+
+    auth.py       sessions, the sign-in throttle, the one-time sign-in link
+    sessions.py   the session and throttle bookkeeping
+    signin.py     /login, /logout, and the session every page needs
+    pages.py      the pages, each drawing what the admin API serves
+    render.py     the sandboxed template environment and the security headers
+    templates/    the pages' Jinja templates
+    static/       every script and stylesheet, vendored (nothing comes from another host)
+
+The console changes nothing itself: its forms and buttons call the admin API
+under /api/ with the session cookie and the session's CSRF token.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from litestar import Router
+from litestar.datastructures import CacheControlHeader
+from litestar.static_files import create_static_files_router
+
+from spark.server.console.auth import ConsoleAuth
+from spark.server.console.pages import PAGE_ROUTES
+from spark.server.console.signin import SignInNeeded, login, login_page, logout, sign_in_needed
+
+STATIC = Path(__file__).parent / "static"
+
+__all__ = ["ConsoleAuth", "console_routes"]
+
+
+def console_routes() -> list[Router]:
+    """The console's pages and its static files (mounted at the root of the app)."""
+    pages = Router(
+        "/",
+        route_handlers=[login_page, login, logout, *PAGE_ROUTES],
+        exception_handlers={SignInNeeded: sign_in_needed},
+        include_in_schema=False,
+    )
+    static = create_static_files_router(
+        "/static", directories=[STATIC], cache_control=CacheControlHeader(max_age=3600), include_in_schema=False
+    )
+    return [pages, static]

@@ -1,0 +1,72 @@
+"""Rendering the console's pages: one sandboxed, autoescaping Jinja environment over templates/."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from jinja2 import PackageLoader, StrictUndefined
+from jinja2.sandbox import SandboxedEnvironment
+from litestar import MediaType, Request, Response
+
+import spark
+from spark.server.console.sessions import Session
+from spark.units import format_bytes
+
+# Pages show only what Spark itself serves: no inline script, no other origin.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+# The pages, in the order of the navigation bar.
+NAV = [
+    ("models", "Models", "/models"),
+]
+
+
+def _when(timestamp: float | None) -> str:
+    if not timestamp:
+        return "never"
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+
+
+_env = SandboxedEnvironment(
+    loader=PackageLoader("spark.server.console", "templates"),
+    autoescape=True,  # model names, prompts and outputs are shown, never run
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.filters["bytes"] = format_bytes
+_env.filters["when"] = _when
+
+
+def render(
+    request: Request[Any, Any, Any],
+    template: str,
+    *,
+    session: Session | None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+    **context: Any,
+) -> Response[str]:
+    """The page `template` for this request, with the layout's context and the console's security headers."""
+    html = _env.get_template(template).render(
+        nav=NAV,
+        path=request.url.path,
+        csrf=session.csrf if session else "",
+        signed_in=session is not None,
+        version=spark.__version__,
+        **context,
+    )
+    return Response(
+        html, media_type=MediaType.HTML, status_code=status_code, headers={**SECURITY_HEADERS, **(headers or {})}
+    )

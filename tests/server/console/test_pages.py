@@ -1,0 +1,64 @@
+"""The console's pages in a real browser (Chromium through Playwright), as a person uses them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.console.helpers import HOSTILE_NAME, screenshot, sign_in
+from server.helpers import LiveServer
+
+
+def test_signing_in_in_the_browser_leads_to_the_page_asked_for(page: Any, console: LiveServer) -> None:
+    page.goto(f"{console.url}/models/tiny-chat")
+    assert page.url.endswith("/login?next=/models/tiny-chat")
+    page.get_by_label("Admin password").fill("wrong")
+    page.get_by_role("button", name="Sign in").click()
+    assert page.get_by_role("alert").inner_text() == "Wrong password."
+    page.get_by_label("Admin password").fill("console-pw")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{console.url}/models/tiny-chat")
+    assert page.get_by_role("heading", level=1).inner_text() == "tiny-chat"
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(f"{console.url}/login")
+    page.goto(f"{console.url}/models")
+    assert "/login" in page.url
+
+
+def test_the_models_page_lists_the_library_and_opens_a_model(page: Any, console: LiveServer) -> None:
+    sign_in(page, console)
+    rows = page.locator("tbody tr")
+    names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    assert {"tiny-chat", "hostile", "smollm2-135m-instruct-q4_1"} <= set(names)
+    smollm2 = page.locator("tbody tr", has_text="smollm2-135m-instruct-q4_1")
+    assert "Q4_1" in smollm2.inner_text() and "not loaded" in smollm2.inner_text()
+    page.get_by_role("link", name="smollm2-135m-instruct-q4_1").click()
+    page.wait_for_url(f"{console.url}/models/smollm2-135m-instruct-q4_1")
+    assert "llama" in page.locator("dl.facts").first.inner_text()
+    assert page.get_by_role("link", name="Models").first.get_attribute("aria-current") == "page"
+
+
+def test_a_model_name_with_a_script_is_shown_not_run(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/models/hostile")
+    assert HOSTILE_NAME in page.locator("dl.facts").first.inner_text()
+    assert page.evaluate("typeof window.pwned") == "undefined"
+
+
+def test_the_pages_are_keyboard_reachable(page: Any, console: LiveServer) -> None:
+    sign_in(page, console)
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Spark"
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Models"
+
+
+def test_screenshots_light_dark_and_phone(browser: Any, console: LiveServer) -> None:
+    for path, name in (("/models", "models"), ("/models/smollm2-135m-instruct-q4_1", "model")):
+        for shot in screenshot(browser, console, path, name):
+            assert shot.stat().st_size > 5_000
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    login = context.new_page()
+    login.goto(f"{console.url}/login")
+    login.screenshot(path=str(shot.parent / "login-light.png"))
+    context.close()

@@ -1,0 +1,43 @@
+"""Typed errors survive the runner socket: every class is rebuilt from its serialized form."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from spark import errors
+from spark.errors import ContextLengthExceeded, ErrorInfo, ModelNotFound, SparkError, from_info
+
+
+def _all_error_classes() -> list[type[SparkError]]:
+    found: list[type[SparkError]] = []
+    pending: list[type[SparkError]] = [SparkError]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+@pytest.mark.parametrize("cls", _all_error_classes(), ids=lambda c: c.__name__)
+def test_every_error_is_rebuilt_from_its_info(cls: type[SparkError]) -> None:
+    if cls is ModelNotFound:
+        error: SparkError = ModelNotFound("m")
+    elif cls is ContextLengthExceeded:
+        error = ContextLengthExceeded(5000, 4096)
+    else:
+        error = cls("went wrong", param="p")
+    wire = msgspec.msgpack.decode(msgspec.msgpack.encode(error.info()), type=ErrorInfo)
+    back = from_info(wire)
+    assert type(back) is cls
+    assert (back.message, back.param, back.data()) == (error.message, error.param, error.data())
+
+
+def test_an_unknown_code_becomes_a_plain_error() -> None:
+    back = from_info(ErrorInfo(code="from_the_future", message="new"))
+    assert type(back) is SparkError and back.message == "new"
+
+
+def test_two_classes_cannot_share_a_code() -> None:
+    with pytest.raises(TypeError, match="invalid_request"):
+        type("Again", (errors.SparkError,), {"code": "invalid_request"})
