@@ -120,8 +120,9 @@ class _Skipped:
         self.length = length
 
 
-class _HeaderCut(ModelFileError):
-    """The header goes on past the bytes read so far (reading a remote file's beginning)."""
+class _HeaderCut(Exception):
+    """The header goes on past the bytes read so far (reading a remote file's beginning); never
+    raised for a whole file."""
 
 
 class _Cursor:
