@@ -162,6 +162,35 @@ class Model:
             eog = self._eog[token] = bool(lc.llama_vocab_is_eog(self.vocab, token))
         return eog
 
+    def grammar_sampler(
+        self,
+        text: str,
+        root: str,
+        *,
+        trigger_patterns: Sequence[str] = (),
+        trigger_tokens: Sequence[int] = (),
+    ) -> lc.llama_sampler_p | None:
+        """A grammar sampler over this vocabulary, or None when llama.cpp refuses the grammar.
+
+        With trigger patterns or tokens the grammar is lazy: it applies from the
+        first trigger on (a pattern's first capture group starts it).
+        """
+        if not trigger_patterns and not trigger_tokens:
+            ptr = lc.llama_sampler_init_grammar(self.vocab, text.encode(), root.encode())
+        else:
+            c_patterns = (ctypes.c_char_p * max(1, len(trigger_patterns)))(*(p.encode() for p in trigger_patterns))
+            c_tokens = (lc.llama_token * max(1, len(trigger_tokens)))(*trigger_tokens)
+            ptr = lc.llama_sampler_init_grammar_lazy_patterns(
+                self.vocab,
+                text.encode(),
+                root.encode(),
+                c_patterns,
+                len(trigger_patterns),
+                c_tokens,
+                len(trigger_tokens),
+            )
+        return ptr or None
+
     def close(self) -> None:
         if self.ptr:
             lc.llama_model_free(self.ptr)
