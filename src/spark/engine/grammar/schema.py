@@ -393,6 +393,8 @@ class SchemaConverter:
         items = schema.get("items", True)
         if isinstance(items, list):  # draft 7 tuple form
             prefix, items = items, schema.get("additionalItems", True)
+        if prefix is not None and not isinstance(prefix, list):
+            raise self.error(f"'{hint}' has prefixItems that is not a list of schemas")
         if schema.get("unevaluatedItems") is False and "items" not in schema:
             items = False
         prefix = prefix or []
