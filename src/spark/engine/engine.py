@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Self
 
 import psutil
-from llama_cpp import llama_cpp as lc
 
 from spark.engine import embeddings, snapshots
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
-from spark.engine.native import Batch, Model, create_context
+from spark.engine.native import Batch, Context, Model
 from spark.engine.output import (
     PLAIN,
     OutputPlan,
@@ -169,19 +168,15 @@ class Engine:
         if options.embedding:
             arch = model.meta("general.architecture") or ""
             # A model that names no pooling would give per-token vectors: pool by mean.
-            pooling = (
-                lc.LLAMA_POOLING_TYPE_UNSPECIFIED
-                if model.meta(f"{arch}.pooling_type") is not None
-                else lc.LLAMA_POOLING_TYPE_MEAN
-            )
+            mean_pooling = model.meta(f"{arch}.pooling_type") is None
             # Non-causal models must see a whole input in one micro-batch.
             n_batch = max(options.n_batch, per_slot)
             n_ubatch = n_batch
         else:
-            pooling = lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+            mean_pooling = False
             n_batch = options.n_batch
             n_ubatch = min(options.n_batch, 512)
-        self._ctx = create_context(
+        self._ctx = Context(
             model,
             n_ctx=per_slot * self._n_slots,
             n_seq_max=self._n_slots,
@@ -190,10 +185,9 @@ class Engine:
             n_threads=self._n_threads,
             kv_type=options.kv_type,
             embedding=options.embedding,
-            pooling=pooling,
+            mean_pooling=mean_pooling,
         )
-        self._memory = lc.llama_get_memory(self._ctx)
-        self._batch = Batch(lc.llama_n_batch(self._ctx))
+        self._batch = Batch(self._ctx.n_batch)
         self._prompt_budget = self._batch.capacity
         self._slots = [Slot(i) for i in range(self._n_slots)]
         self._snapshots = SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes)
@@ -462,7 +456,7 @@ class Engine:
         with self._model_lock:
             if self._projector is not None:
                 self._projector.close()
-            lc.llama_free(self._ctx)
+            self._ctx.close()
             self._model.close()
 
     def _admit(self) -> None:
@@ -491,11 +485,8 @@ class Engine:
         n_keep = min(n_keep, len(prompt) - 1)
         if job.media is not None:  # cached image positions may hold another image
             n_keep = min(n_keep, job.media.first_image)
-        mem = self._memory
-        # Recurrent models cannot cut a sequence, and sliding-window caches may
-        # have dropped its start: then the prompt is evaluated from scratch.
-        if not lc.llama_memory_seq_rm(mem, slot.id, n_keep, -1) or lc.llama_memory_seq_pos_min(mem, slot.id) > 0:
-            lc.llama_memory_seq_rm(mem, slot.id, -1, -1)
+        if not self._ctx.keep(slot.id, n_keep):  # then the prompt is evaluated from scratch
+            self._ctx.forget(slot.id)
             n_keep = 0
         del slot.cached[n_keep:]
         params, plan = job.params, job.plan
@@ -571,7 +562,7 @@ class Engine:
             return None
         store.take(snapshot)
         slot.cached.clear()
-        if not snapshots.restore(self._ctx, self._memory, snapshot, slot.id):
+        if not snapshots.restore(self._ctx, snapshot, slot.id):
             return 0
         slot.cached.extend(snapshot.tokens)
         return n_snap
@@ -642,7 +633,7 @@ class Engine:
                     token = gen.forced.pop(0)
                     gen.sampler.force(token)
                 else:
-                    token = gen.sampler.sample(self._ctx, row)
+                    token = gen.sampler.sample(self._ctx.ptr, row)
                 self._on_token(slot, gen, token)
             except Exception as e:
                 self._fail(slot, e)
@@ -655,7 +646,7 @@ class Engine:
                 self._projector.evaluate(self._ctx, image, seq=slot.id, n_batch=self._batch.capacity)
             except Exception as e:
                 # The cache may hold part of the image: forget the sequence entirely.
-                lc.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                self._ctx.forget(slot.id)
                 slot.cached.clear()
                 self._fail(slot, e)
                 return False
@@ -698,7 +689,7 @@ class Engine:
         for slot in {s.id: s for s in generating + [s for s, _ in chunks]}.values():
             if status != 1:
                 # The cache may hold part of this batch: forget the sequence entirely.
-                lc.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                self._ctx.forget(slot.id)
                 slot.cached.clear()
             self._fail(slot, error)
 
@@ -742,7 +733,6 @@ class Engine:
         try:
             vectors = embeddings.embed(
                 self._ctx,
-                self._memory,
                 self._batch,
                 job.inputs,
                 self._model.n_embd_out,

@@ -189,9 +189,7 @@ class JsonScanner:
             self._value_done()
         before = self._owner
         self._step(ch)
-        if self.failed:
-            return None
-        return self._owner if self._owner is not None else before
+        return None if self.failed else self._owner if self._owner is not None else before
 
     @property
     def owner(self) -> str | int | None:

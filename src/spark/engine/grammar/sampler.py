@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 
-from llama_cpp import llama_cpp as lc
-
 from spark.engine.grammar.check import check_gbnf
 from spark.engine.grammar.errors import GrammarError
 from spark.engine.grammar.gbnf import Grammar
-from spark.engine.native import Model
+from spark.engine.native import Model, SamplerPointer
 from spark.errors import InvalidRequest
 
 
@@ -18,7 +16,7 @@ def regex_escape(text: str) -> str:
     return re.sub(r"([\\^$.|?*+()\[\]{}/-])", r"\\\1", text)
 
 
-def create_sampler(model: Model, grammar: Grammar) -> lc.llama_sampler_p:
+def create_sampler(model: Model, grammar: Grammar) -> SamplerPointer:
     """A llama.cpp grammar sampler; raises `InvalidRequest` when llama.cpp refuses the grammar.
 
     A lazy grammar's trigger words that are one token in this vocabulary

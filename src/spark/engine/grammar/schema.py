@@ -63,7 +63,6 @@ _ANNOTATIONS = {
 }
 _LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
 _UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
-_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 # Dates with days every month has, so no calendar knowledge is needed (29 February is left
 # out), in years 1000-9999 (year 0 is no date to Python).
@@ -165,9 +164,18 @@ class SchemaConverter:
             types = _implied_type(schema)
             if types is None:
                 return self.rules.primitive("value")
-        if types not in _TYPES:
+        builders = {
+            "object": self._object,
+            "array": self._array,
+            "string": self._string,
+            "number": self._number,
+            "integer": self._integer,
+            "boolean": self._boolean,
+            "null": self._null,
+        }
+        build = builders.get(types) if isinstance(types, str) else None
+        if build is None:
             raise self.error(f"'{hint}' has an unknown type {types!r}")
-        build = getattr(self, f"_{types}")
         return build(schema, hint)
 
     # --- references and combinations ---
