@@ -1,9 +1,10 @@
 """Thin handles over llama.cpp's C API: backend, log bridge, model, context, batch.
 
-The engine calls llama.cpp through these (libmtmd aside, in `vision`, and
-the sampler chains of `sampling`), with only what it needs, each with an explicit `close()`. llama.cpp's own
-log lines go to the `spark.engine.llama` logger; the last error lines are kept
-so that a failed load can say why.
+The rest of the engine calls llama.cpp through these (libmtmd aside, in
+`vision`, and the sampler chains of `sampling`). Only what the engine needs,
+each with an explicit `close()`. llama.cpp's own log lines go to the
+`spark.engine.llama` logger; the last error lines are kept so that a failed
+load can say why.
 """
 
 from __future__ import annotations
