@@ -141,6 +141,7 @@ def test_json_object_mode_generates_objects(driver: Driver) -> None:
         ({"$ref": "#/$defs/missing"}, "points at nothing"),
         ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "use anyOf"),
         ({"type": "frobnicate"}, "unknown type"),
+        ({"type": "array", "prefixItems": {"type": "string"}}, "prefixItems that is not a list"),
         ({"type": "string", "minLength": 5, "maxLength": 2}, "maxLength below minLength"),
         ({"type": "string", "pattern": "^(?=a)b$"}, "lookarounds"),
         ({"type": "string", "pattern": "(a"}, "invalid regular expression"),
