@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 import tiny_gguf
+from engine.grammar.driver import Driver
 from engine.helpers import Collector
-from engine.test_grammar import Driver
 from spark.engine import Engine
 from spark.engine.grammar import Rules, finish
 from spark.engine.native import Model

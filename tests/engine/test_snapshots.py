@@ -109,7 +109,7 @@ def test_a_snapshot_that_cannot_be_restored_falls_back_to_evaluation(engine: Eng
     run(engine, complete(P_B, 4), "b")
     store = engine._snapshots
     assert len(store) == 1
-    snapshot, _ = store.best(engine._prompt(complete(P_A, 1))[0])
+    snapshot, _ = store.best(engine._prep.prompt(complete(P_A, 1))[0])
     assert snapshot is not None
     ctypes.memset(snapshot.data, 0, snapshot.nbytes)  # not a state llama.cpp can read
     c = run(engine, complete(P_C, 12), "c")

@@ -173,9 +173,9 @@ def test_completions_are_never_parsed(engine: Engine) -> None:
 
 def test_tiny_fixture_models_are_the_families_we_think(tiny_llama_tools: Path, tiny_llama: Path) -> None:
     with Engine(LoadOptions(model_id="t", path=str(tiny_llama_tools), n_threads=1, n_ctx=128)) as e:
-        assert e._tools.family == "hermes" and e._think is None
+        assert e._prep.tools.family == "hermes" and e._prep.think is None
     with Engine(LoadOptions(model_id="c", path=str(tiny_llama), n_threads=1, n_ctx=128)) as e:
-        assert e._tools.family == "generic" and not e._tools.renders_tools
+        assert e._prep.tools.family == "generic" and not e._prep.tools.renders_tools
 
 
 def test_forced_tokens_are_checked_against_the_grammar(tiny_llama: Path) -> None:

@@ -78,7 +78,7 @@ def test_reuse_stops_at_the_first_image(engine: Engine) -> None:
     run(engine, ask(TextPart("Look at this one:"), ImagePart(PNG), TextPart("and say something.")))
     request = ask(TextPart("Look at this one:"), ImagePart(tiny_gguf.tiny_png(seed=9)), TextPart("and say something."))
     c = run(engine, request)
-    _, media, _ = engine._prompt(request)
+    _, media, _ = engine._prep.prompt(request)
     assert media is not None
     first_image = media.first_image
     media.close()

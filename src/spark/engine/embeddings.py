@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 
 import numpy as np
-from llama_cpp import llama_cpp as lc
+import numpy.typing as npt
 
-from spark.engine.native import Batch
+from spark.engine.native import Batch, Context
 from spark.errors import RunnerFailed
 
 
-def normalize(vector: np.ndarray, dimensions: int | None = None) -> list[float]:
+def normalize(vector: npt.NDArray[np.float32], dimensions: int | None = None) -> list[float]:
     """`vector` cut to `dimensions` (when given) and scaled to unit length."""
     v = vector[:dimensions] if dimensions else vector
     norm = float(np.linalg.norm(v))
-    return (v / norm if norm > 0 else v).tolist()
+    out: list[float] = (v / norm if norm > 0 else v).tolist()
+    return out
 
 
 def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:
@@ -39,8 +39,7 @@ def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:
 
 
 def embed(
-    ctx: ctypes.c_void_p,
-    memory: ctypes.c_void_p | None,
+    ctx: Context,
     batch: Batch,
     inputs: list[list[int]],
     n_embd: int,
@@ -54,8 +53,7 @@ def embed(
     """
     vectors: list[list[float]] = [[] for _ in inputs]
     for group in pack([len(t) for t in inputs], batch.capacity, max_seqs):
-        if memory:  # decoder-based embedding models keep a KV cache: start from nothing
-            lc.llama_memory_clear(memory, True)
+        ctx.clear()  # decoder-based embedding models keep a KV cache: start from nothing
         batch.clear()
         for seq, i in enumerate(group):
             batch.add_run(inputs[i], 0, seq, "all")
@@ -64,8 +62,8 @@ def embed(
         if status != 0:
             raise RunnerFailed(f"llama.cpp failed to compute embeddings (status {status})")
         for seq, i in enumerate(group):
-            ptr = lc.llama_get_embeddings_seq(ctx, seq)
-            if not ptr:
+            vector = ctx.embedding(seq, n_embd)
+            if vector is None:
                 raise RunnerFailed("llama.cpp returned no pooled embedding for this model")
-            vectors[i] = normalize(np.ctypeslib.as_array(ptr, shape=(n_embd,)), dimensions)
+            vectors[i] = normalize(vector, dimensions)
     return vectors

@@ -1,7 +1,7 @@
 """The engine: one model, N slots, one continuous-batching decode loop.
 
 `Engine` runs inside a runner process. Requests are prepared (templated,
-tokenized, validated) on the caller's thread in `submit`, queued FIFO, and
+tokenized, validated: `prepare`) on the caller's thread in `submit`, queued FIFO, and
 admitted by the decode-loop thread into free slots. Each loop step builds one
 `llama_batch` from every active slot -- the next token of each generating slot
 first, then prompt chunks up to `n_batch` -- decodes it, and samples every slot
@@ -15,84 +15,39 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Self
 
 import psutil
-from llama_cpp import llama_cpp as lc
 
 from spark.engine import embeddings, snapshots
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
-from spark.engine.native import Batch, Model, create_context
-from spark.engine.output import (
-    PLAIN,
-    OutputPlan,
-    parser_for,
-    plan_output,
-    tools_enabled,
-)
-from spark.engine.reasoning import ThinkBudget, think_syntax
-from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, resolve, uses_penalties
+from spark.engine.native import Batch, Context, Model
+from spark.engine.output import parser_for
+from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
+from spark.engine.reasoning import ThinkBudget
+from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, uses_penalties
 from spark.engine.slots import Generation, Slot, common_prefix, pick_slot
 from spark.engine.snapshots import SnapshotStore
-from spark.engine.template import ChatTemplate
 from spark.engine.text import TextStream
-from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
-from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
-from spark.errors import (
-    ContextLengthExceeded,
-    InvalidRequest,
-    RunnerFailed,
-    SparkError,
-)
+from spark.engine.vision import Projector
+from spark.errors import RunnerFailed, SparkError
 from spark.types import (
     ChatRequest,
     CompletionRequest,
     Done,
-    EmbeddingRequest,
     Embeddings,
     Event,
     Failed,
     FinishReason,
-    GenerationRequest,
-    ImagePart,
     LoadOptions,
     PromptDone,
     Request,
-    SamplingParams,
     SlotInfo,
     Usage,
 )
 
 log = logging.getLogger(__name__)
-
-Emit = Callable[[Event], None]
-
-
-@dataclass(slots=True, eq=False)
-class _GenerationJob:
-    """A chat or completion request waiting for a slot."""
-
-    request_id: str
-    request: GenerationRequest
-    emit: Emit
-    prompt: list[int]
-    params: SamplingParams
-    plan: OutputPlan
-    media: PromptMedia | None  # the prompt's images, if it has any
-
-
-@dataclass(slots=True, eq=False)
-class _EmbeddingJob:
-    request_id: str
-    request: EmbeddingRequest
-    emit: Emit
-    inputs: list[list[int]]  # tokens of each input text
-
-
-_Job = _GenerationJob | _EmbeddingJob
 
 
 def _as_spark_error(exc: BaseException) -> SparkError:
@@ -147,7 +102,7 @@ class Engine:
         # Held while a caller's thread uses the model (tokenizing) so close() cannot free it meanwhile.
         self._model_lock = threading.Lock()
         self._cv = threading.Condition()
-        self._queue: collections.deque[_Job] = collections.deque()
+        self._queue: collections.deque[Job] = collections.deque()
         self._cancels: set[str] = set()
         self._stopping = False
         self._closed = False
@@ -169,19 +124,15 @@ class Engine:
         if options.embedding:
             arch = model.meta("general.architecture") or ""
             # A model that names no pooling would give per-token vectors: pool by mean.
-            pooling = (
-                lc.LLAMA_POOLING_TYPE_UNSPECIFIED
-                if model.meta(f"{arch}.pooling_type") is not None
-                else lc.LLAMA_POOLING_TYPE_MEAN
-            )
+            mean_pooling = model.meta(f"{arch}.pooling_type") is None
             # Non-causal models must see a whole input in one micro-batch.
             n_batch = max(options.n_batch, per_slot)
             n_ubatch = n_batch
         else:
-            pooling = lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+            mean_pooling = False
             n_batch = options.n_batch
             n_ubatch = min(options.n_batch, 512)
-        self._ctx = create_context(
+        self._ctx = Context(
             model,
             n_ctx=per_slot * self._n_slots,
             n_seq_max=self._n_slots,
@@ -190,33 +141,23 @@ class Engine:
             n_threads=self._n_threads,
             kv_type=options.kv_type,
             embedding=options.embedding,
-            pooling=pooling,
+            mean_pooling=mean_pooling,
         )
-        self._memory = lc.llama_get_memory(self._ctx)
-        self._batch = Batch(lc.llama_n_batch(self._ctx))
+        self._batch = Batch(self._ctx.n_batch)
         self._prompt_budget = self._batch.capacity
         self._slots = [Slot(i) for i in range(self._n_slots)]
         self._snapshots = SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes)
-        self._template = ChatTemplate(
-            model.chat_template(),
-            bos_token=model.token_text(model.bos),
-            eos_token=model.token_text(model.eos),
-        )
-        self._bos_text = model.token_text(model.bos)
-        source = None if self._template.is_fallback else self._template.source
-        self._think = think_syntax(source)
-        self._tools = tool_syntax(source)
+        self._prep = Preparer(model, options, n_ctx=per_slot, projector=self._projector)
+        think = self._prep.think
         # Markers the output parsers look for that are control tokens here: llama.cpp
         # renders those as nothing, so they are rendered from their text instead.
-        markers = [*self._tools.markers, *(self._think.markers if self._think else ())]
+        markers = [*self._prep.tools.markers, *(think.markers if think else ())]
         self._marker_pieces: dict[int, bytes] = {}
         for marker in markers:
             ids = model.tokenize(marker, add_special=False, parse_special=True)
             if len(ids) == 1 and not model.piece(ids[0]):
                 self._marker_pieces[ids[0]] = marker.encode()
-        self._think_close = (
-            model.tokenize(self._think.close, add_special=False, parse_special=True) if self._think else []
-        )
+        self._think_close = model.tokenize(think.close, add_special=False, parse_special=True) if think else []
 
     # --- public API ---------------------------------------------------------
 
@@ -232,7 +173,7 @@ class Engine:
 
     def info(self) -> EngineInfo:
         """What is loaded: context per slot, slots, vocabulary, template, ..."""
-        m = self._model
+        m, template = self._model, self._prep.template
         return EngineInfo(
             model_id=self._options.model_id,
             n_ctx_per_slot=self._n_ctx,
@@ -245,17 +186,17 @@ class Engine:
             embedding=self._embedding,
             n_threads=self._n_threads,
             n_batch=self._batch.capacity,
-            chat_template=self._template.source,
-            chat_template_source="fallback" if self._template.is_fallback else "gguf",
-            bos_token=self._template.bos_token,
-            eos_token=self._template.eos_token,
+            chat_template=template.source,
+            chat_template_source="fallback" if template.is_fallback else "gguf",
+            bos_token=template.bos_token,
+            eos_token=template.eos_token,
         )
 
     def count_tokens(self, request: ChatRequest | CompletionRequest) -> int:
         """Exact number of prompt tokens of `request` (through the chat template for chats)."""
         with self._model_lock:
             self._check_open()
-            tokens, media, _ = self._prompt(request)
+            tokens, media, _ = self._prep.prompt(request)
             if media is not None:
                 media.close()
             return len(tokens)
@@ -270,7 +211,7 @@ class Engine:
         try:
             with self._model_lock:
                 self._check_open()
-                job = self._prepare(request_id, request, emit)
+                job = self._prep.prepare(request_id, request, emit)
                 with self._cv:
                     self._queue.append(job)
                     self._cv.notify()
@@ -309,110 +250,6 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- preparation (caller's thread) --------------------------------------
-
-    def _prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
-        """The prompt's tokens, its images (if any) and its text."""
-        if self._embedding:
-            raise InvalidRequest(
-                f"{self._options.model_id} is an embedding model; it cannot generate text",
-                param="model",
-            )
-        images: list[ImagePart] = []
-        if isinstance(request, ChatRequest):
-            text, images = self._render(request)
-            param = "messages"
-        else:
-            text = request.prompt
-            param = "prompt"
-        model = self._model
-        # Templates often write the BOS text themselves: never add a second one.
-        add_bos = model.add_bos and model.bos >= 0 and not (self._bos_text and text.startswith(self._bos_text))
-        if images:
-            assert self._projector is not None
-            media = self._projector.tokenize(text, images, add_special=add_bos)
-            if media.tokens[-1] == IMAGE_TOKEN:
-                media.close()
-                raise InvalidRequest("the chat template put no text after the last image", param="messages")
-            return media.tokens, media, text
-        tokens = model.tokenize(text, add_special=False, parse_special=True)
-        if add_bos:
-            tokens.insert(0, model.bos)
-        if not tokens:
-            if model.bos < 0:
-                raise InvalidRequest("the prompt is empty", param=param)
-            tokens = [model.bos]
-        return tokens, None, text
-
-    def _render(self, request: ChatRequest) -> tuple[str, list[ImagePart]]:
-        """The chat's prompt text, and its image parts in order."""
-        if not request.messages:
-            raise InvalidRequest("messages must not be empty", param="messages")
-        images = [
-            p for m in request.messages if isinstance(m.content, list) for p in m.content if isinstance(p, ImagePart)
-        ]
-        if images and self._projector is None:
-            raise InvalidRequest(
-                f"model {self._options.model_id} cannot read images (no vision projector attached)",
-                param="messages",
-            )
-        messages, tools = request.messages, request.tools if tools_enabled(request) else None
-        if not self._tools.renders_tools:
-            messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
-            tools = None
-        variables: dict[str, object] = {}
-        if request.reasoning is not None:
-            variables["enable_thinking"] = request.reasoning.enabled
-            if request.reasoning.effort is not None:
-                variables["reasoning_effort"] = request.reasoning.effort
-        text = self._template.render(
-            messages,
-            tools=tools,
-            system_prompt=self._options.system_prompt,
-            image_marker=self._projector.marker if self._projector else "",
-            variables=variables,
-        )
-        return text, images
-
-    def _prepare(self, request_id: str, request: Request, emit: Emit) -> _Job:
-        if isinstance(request, EmbeddingRequest):
-            return _EmbeddingJob(request_id, request, emit, self._embedding_inputs(request))
-        tokens, media, text = self._prompt(request)
-        try:
-            if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(len(tokens), self._n_ctx)
-            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab)
-            plan = plan_output(request, text, self._think, self._tools) if isinstance(request, ChatRequest) else PLAIN
-        except BaseException:
-            if media is not None:
-                media.close()
-            raise
-        return _GenerationJob(request_id, request, emit, tokens, params, plan, media)
-
-    def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
-        if not self._embedding:
-            raise InvalidRequest(f"{self._options.model_id} is not loaded as an embedding model", param="model")
-        if not request.input:
-            raise InvalidRequest("input must hold at least one text", param="input")
-        n_embd = self._model.n_embd_out
-        if request.dimensions is not None and not 1 <= request.dimensions <= n_embd:
-            raise InvalidRequest(
-                f"dimensions must be between 1 and {n_embd} for this model, not {request.dimensions}",
-                param="dimensions",
-            )
-        model = self._model
-        inputs = []
-        for text in request.input:
-            tokens = model.tokenize(text, add_special=True, parse_special=False)
-            if not tokens:
-                if model.bos < 0:
-                    raise InvalidRequest("input holds an empty text", param="input")
-                tokens = [model.bos]
-            if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(len(tokens), self._n_ctx)
-            inputs.append(tokens)
-        return inputs
-
     # --- the decode loop (engine thread) ------------------------------------
 
     def _loop(self) -> None:
@@ -428,8 +265,8 @@ class Engine:
                     self._queue.remove(job)
             try:
                 for job in cancelled_jobs:
-                    usage = Usage(prompt_tokens=len(job.prompt) if isinstance(job, _GenerationJob) else 0)
-                    if isinstance(job, _GenerationJob) and job.media is not None:
+                    usage = Usage(prompt_tokens=len(job.prompt) if isinstance(job, GenerationJob) else 0)
+                    if isinstance(job, GenerationJob) and job.media is not None:
                         job.media.close()
                     _safe_emit(job.emit, Done("cancelled", usage), job.request_id)
                 for slot in self._slots:
@@ -452,7 +289,7 @@ class Engine:
             queued = list(self._queue)
             self._queue.clear()
         for job in queued:
-            if isinstance(job, _GenerationJob) and job.media is not None:
+            if isinstance(job, GenerationJob) and job.media is not None:
                 job.media.close()
             _safe_emit(job.emit, Failed(gone), job.request_id)
         for slot in self._slots:
@@ -462,7 +299,7 @@ class Engine:
         with self._model_lock:
             if self._projector is not None:
                 self._projector.close()
-            lc.llama_free(self._ctx)
+            self._ctx.close()
             self._model.close()
 
     def _admit(self) -> None:
@@ -476,12 +313,12 @@ class Engine:
                     return
                 job = self._queue.popleft()
             self._progress += 1
-            if isinstance(job, _EmbeddingJob):
+            if isinstance(job, EmbeddingJob):
                 self._run_embedding(job)
             else:
                 self._start(job, free)
 
-    def _start(self, job: _GenerationJob, free: list[Slot]) -> None:
+    def _start(self, job: GenerationJob, free: list[Slot]) -> None:
         prompt = job.prompt
         slot, n_keep = pick_slot(free, prompt)
         restored = self._use_snapshot(slot, free, job)
@@ -491,11 +328,8 @@ class Engine:
         n_keep = min(n_keep, len(prompt) - 1)
         if job.media is not None:  # cached image positions may hold another image
             n_keep = min(n_keep, job.media.first_image)
-        mem = self._memory
-        # Recurrent models cannot cut a sequence, and sliding-window caches may
-        # have dropped its start: then the prompt is evaluated from scratch.
-        if not lc.llama_memory_seq_rm(mem, slot.id, n_keep, -1) or lc.llama_memory_seq_pos_min(mem, slot.id) > 0:
-            lc.llama_memory_seq_rm(mem, slot.id, -1, -1)
+        if not self._ctx.keep(slot.id, n_keep):  # then the prompt is evaluated from scratch
+            self._ctx.forget(slot.id)
             n_keep = 0
         del slot.cached[n_keep:]
         params, plan = job.params, job.plan
@@ -541,7 +375,7 @@ class Engine:
         except Exception as e:
             self._fail(slot, e)
 
-    def _use_snapshot(self, slot: Slot, free: list[Slot], job: _GenerationJob) -> int | None:
+    def _use_snapshot(self, slot: Slot, free: list[Slot], job: GenerationJob) -> int | None:
         """Save what `slot` would lose to `job`, and restore a snapshot that serves `job` better.
 
         Returns how many prompt tokens a restored snapshot put in the slot, or
@@ -571,7 +405,7 @@ class Engine:
             return None
         store.take(snapshot)
         slot.cached.clear()
-        if not snapshots.restore(self._ctx, self._memory, snapshot, slot.id):
+        if not snapshots.restore(self._ctx, snapshot, slot.id):
             return 0
         slot.cached.extend(snapshot.tokens)
         return n_snap
@@ -642,7 +476,7 @@ class Engine:
                     token = gen.forced.pop(0)
                     gen.sampler.force(token)
                 else:
-                    token = gen.sampler.sample(self._ctx, row)
+                    token = gen.sampler.sample(self._ctx.ptr, row)
                 self._on_token(slot, gen, token)
             except Exception as e:
                 self._fail(slot, e)
@@ -655,7 +489,7 @@ class Engine:
                 self._projector.evaluate(self._ctx, image, seq=slot.id, n_batch=self._batch.capacity)
             except Exception as e:
                 # The cache may hold part of the image: forget the sequence entirely.
-                lc.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                self._ctx.forget(slot.id)
                 slot.cached.clear()
                 self._fail(slot, e)
                 return False
@@ -698,7 +532,7 @@ class Engine:
         for slot in {s.id: s for s in generating + [s for s, _ in chunks]}.values():
             if status != 1:
                 # The cache may hold part of this batch: forget the sequence entirely.
-                lc.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                self._ctx.forget(slot.id)
                 slot.cached.clear()
             self._fail(slot, error)
 
@@ -737,12 +571,11 @@ class Engine:
         self._progress += 1
         return gen
 
-    def _run_embedding(self, job: _EmbeddingJob) -> None:
+    def _run_embedding(self, job: EmbeddingJob) -> None:
         self._n_active += 1
         try:
             vectors = embeddings.embed(
                 self._ctx,
-                self._memory,
                 self._batch,
                 job.inputs,
                 self._model.n_embd_out,

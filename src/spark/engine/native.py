@@ -1,8 +1,10 @@
 """Thin handles over llama.cpp's C API: backend, log bridge, model, context, batch.
 
-Only what the engine needs, each with an explicit `close()`. llama.cpp's own
-log lines go to the `spark.engine.llama` logger; the last error lines are kept
-so that a failed load can say why.
+The rest of the engine calls llama.cpp through these (libmtmd aside, in
+`vision`, and the sampler chains of `sampling`). Only what the engine needs,
+each with an explicit `close()`. llama.cpp's own log lines go to the
+`spark.engine.llama` logger; the last error lines are kept so that a failed
+load can say why.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 from llama_cpp import llama_cpp as lc
 
 from spark.errors import ModelFileError, RunnerFailed
@@ -25,22 +28,47 @@ log = logging.getLogger("spark.engine.llama")
 
 # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continues the previous line.
 _GGML_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-_recent_errors: collections.deque[str] = collections.deque(maxlen=8)
-_last_level = logging.DEBUG
+# A llama.cpp sampler as the bindings hand it out (typed for checkers only).
+SamplerPointer: TypeAlias = "lc.llama_sampler_p"
 _backend_lock = threading.Lock()
 _backend_ready = False
 
 
-@lc.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    global _last_level
-    py_level = _last_level if level == 5 else _GGML_LEVELS.get(level, logging.DEBUG)
-    _last_level = py_level
-    line = text.decode("utf-8", errors="replace").rstrip("\n")
-    if py_level >= logging.ERROR and line:
-        _recent_errors.append(line)
-    if line and log.isEnabledFor(py_level):
-        log.log(py_level, "%s", line)
+class LogBridge:
+    """Routes a ggml log callback (llama.cpp's, libmtmd's) to a Python logger.
+
+    `callback` is what the C library is given; it must stay referenced for as
+    long as the library may call it. With `keep_errors`, the last error lines
+    are kept for `recent_errors` (a failed load says why).
+    """
+
+    def __init__(self, logger: logging.Logger, *, keep_errors: bool = False) -> None:
+        self._logger = logger
+        self._last_level = logging.DEBUG
+        self._errors: collections.deque[str] | None = collections.deque(maxlen=8) if keep_errors else None
+        self.callback = lc.llama_log_callback(self._log)
+
+    def _log(self, level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        py_level = self._last_level if level == 5 else _GGML_LEVELS.get(level, logging.DEBUG)
+        self._last_level = py_level
+        line = text.decode("utf-8", errors="replace").rstrip("\n")
+        if self._errors is not None and py_level >= logging.ERROR and line:
+            self._errors.append(line)
+        if line and self._logger.isEnabledFor(py_level):
+            self._logger.log(py_level, "%s", line)
+
+    def clear_errors(self) -> None:
+        if self._errors is not None:
+            self._errors.clear()
+
+    def recent_errors(self) -> str:
+        """The error lines since `clear_errors`, joined (and cleared)."""
+        text = " / ".join(self._errors or ())
+        self.clear_errors()
+        return text
+
+
+_llama_log = LogBridge(log, keep_errors=True)
 
 
 def init_backend() -> None:
@@ -48,15 +76,9 @@ def init_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
-            lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            lc.llama_log_set(_llama_log.callback, ctypes.c_void_p(0))
             lc.llama_backend_init()
             _backend_ready = True
-
-
-def _recent_error_text() -> str:
-    text = " / ".join(_recent_errors)
-    _recent_errors.clear()
-    return text
 
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
@@ -83,10 +105,10 @@ class Model:
             n_dev = lc.llama_max_devices()
             split = (ctypes.c_float * n_dev)(*tensor_split[:n_dev])
             params.tensor_split = split
-        _recent_errors.clear()
+        _llama_log.clear_errors()
         ptr = lc.llama_model_load_from_file(os.fsencode(path), params)
         if not ptr:
-            why = _recent_error_text() or "unsupported architecture or damaged file"
+            why = _llama_log.recent_errors() or "unsupported architecture or damaged file"
             raise ModelFileError(f"llama.cpp could not load {path}: {why}", param="path")
         self.ptr = ptr
         self.vocab = lc.llama_model_get_vocab(ptr)
@@ -162,6 +184,35 @@ class Model:
             eog = self._eog[token] = bool(lc.llama_vocab_is_eog(self.vocab, token))
         return eog
 
+    def grammar_sampler(
+        self,
+        text: str,
+        root: str,
+        *,
+        trigger_patterns: Sequence[str] = (),
+        trigger_tokens: Sequence[int] = (),
+    ) -> SamplerPointer | None:
+        """A grammar sampler over this vocabulary, or None when llama.cpp refuses the grammar.
+
+        With trigger patterns or tokens the grammar is lazy: it applies from the
+        first trigger on (a pattern's first capture group starts it).
+        """
+        if not trigger_patterns and not trigger_tokens:
+            ptr = lc.llama_sampler_init_grammar(self.vocab, text.encode(), root.encode())
+        else:
+            c_patterns = (ctypes.c_char_p * max(1, len(trigger_patterns)))(*(p.encode() for p in trigger_patterns))
+            c_tokens = (lc.llama_token * max(1, len(trigger_tokens)))(*trigger_tokens)
+            ptr = lc.llama_sampler_init_grammar_lazy_patterns(
+                self.vocab,
+                text.encode(),
+                root.encode(),
+                c_patterns,
+                len(trigger_patterns),
+                c_tokens,
+                len(trigger_tokens),
+            )
+        return ptr or None
+
     def close(self) -> None:
         if self.ptr:
             lc.llama_model_free(self.ptr)
@@ -179,39 +230,102 @@ def _check_gguf(path: str) -> None:
         raise ModelFileError(f"{path} is not a GGUF model file", param="path")
 
 
-def create_context(
-    model: Model,
-    *,
-    n_ctx: int,
-    n_seq_max: int,
-    n_batch: int,
-    n_ubatch: int,
-    n_threads: int,
-    kv_type: str,
-    embedding: bool,
-    pooling: int = lc.LLAMA_POOLING_TYPE_UNSPECIFIED,
-) -> ctypes.c_void_p:
-    """A llama.cpp context; raises `RunnerFailed` when it cannot be created (e.g. out of memory)."""
-    params = lc.llama_context_default_params()
-    params.n_ctx = n_ctx
-    params.n_seq_max = n_seq_max
-    params.n_batch = n_batch
-    params.n_ubatch = n_ubatch
-    params.n_threads = n_threads
-    params.n_threads_batch = n_threads
-    params.type_k = KV_TYPES[kv_type]
-    params.type_v = KV_TYPES[kv_type]
-    params.embeddings = embedding
-    params.pooling_type = pooling
-    params.no_perf = True
-    # One KV stream per slot (llama-server's default): slots never compete for cells.
-    params.kv_unified = False
-    _recent_errors.clear()
-    ctx = lc.llama_init_from_model(model.ptr, params)
-    if not ctx:
-        why = _recent_error_text() or "out of memory?"
-        raise RunnerFailed(f"llama.cpp could not create a context of {n_ctx} tokens: {why}")
-    return ctx
+class Context:
+    """A llama.cpp context: `n_seq_max` sequences in one KV memory, decoded in batches of `n_batch`.
+
+    Sequences are addressed by id (the engine's slots). An encoder-only model
+    (BERT) has no KV memory: the memory operations then do nothing.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_threads: int,
+        kv_type: str,
+        embedding: bool,
+        mean_pooling: bool = False,
+    ) -> None:
+        """Create the context; raises `RunnerFailed` when it cannot be created (e.g. out of memory).
+
+        `mean_pooling` pools embeddings by mean; otherwise as the model says.
+        """
+        params = lc.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_seq_max = n_seq_max
+        params.n_batch = n_batch
+        params.n_ubatch = n_ubatch
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.type_k = KV_TYPES[kv_type]
+        params.type_v = KV_TYPES[kv_type]
+        params.embeddings = embedding
+        params.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN if mean_pooling else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+        params.no_perf = True
+        # One KV stream per slot (llama-server's default): slots never compete for cells.
+        params.kv_unified = False
+        _llama_log.clear_errors()
+        ptr = lc.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            why = _llama_log.recent_errors() or "out of memory?"
+            raise RunnerFailed(f"llama.cpp could not create a context of {n_ctx} tokens: {why}")
+        self.ptr = ctypes.c_void_p(ptr)
+        self._memory = lc.llama_get_memory(ptr)
+        self.n_batch: int = lc.llama_n_batch(ptr)
+
+    def keep(self, seq: int, n: int) -> bool:
+        """Cut sequence `seq` to its first `n` positions.
+
+        False when the memory cannot do it: recurrent models cannot cut a
+        sequence, and sliding-window caches may have dropped its start. The
+        sequence must then be evaluated again from nothing (see `forget`).
+        """
+        mem = self._memory
+        return bool(lc.llama_memory_seq_rm(mem, seq, n, -1)) and lc.llama_memory_seq_pos_min(mem, seq) <= 0
+
+    def forget(self, seq: int) -> None:
+        """Empty sequence `seq`."""
+        lc.llama_memory_seq_rm(self._memory, seq, -1, -1)
+
+    def clear(self) -> None:
+        """Empty every sequence."""
+        lc.llama_memory_clear(self._memory, True)
+
+    def last_position(self, seq: int) -> int:
+        """The last position sequence `seq` holds (-1 when empty)."""
+        return int(lc.llama_memory_seq_pos_max(self._memory, seq))
+
+    def save(self, seq: int) -> ctypes.Array[ctypes.c_uint8] | None:
+        """The state (KV cells) of sequence `seq`, or None when llama.cpp gives none."""
+        size = int(lc.llama_state_seq_get_size(self.ptr, seq))
+        if size <= 0:
+            return None
+        data = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_seq_get_data(self.ptr, data, size, seq)
+        if written != size:
+            log.warning("saving the state of sequence %d gave %d of %d bytes; not kept", seq, written, size)
+            return None
+        return data
+
+    def restore(self, seq: int, data: ctypes.Array[ctypes.c_uint8]) -> bool:
+        """Put a state from `save` into sequence `seq` (which should be empty); False when refused."""
+        return bool(lc.llama_state_seq_set_data(self.ptr, data, len(data), seq) != 0)
+
+    def embedding(self, seq: int, n_embd: int) -> npt.NDArray[np.float32] | None:
+        """The pooled embedding of sequence `seq` after the last decode (a view, valid until the next one)."""
+        ptr = lc.llama_get_embeddings_seq(self.ptr, seq)
+        if not ptr:
+            return None
+        return np.ctypeslib.as_array(ptr, shape=(n_embd,))
+
+    def close(self) -> None:
+        if self.ptr:
+            lc.llama_free(self.ptr)
+            self.ptr = ctypes.c_void_p(None)
 
 
 class Batch:
@@ -270,7 +384,7 @@ class Batch:
         self.n = j
         return j - 1
 
-    def decode(self, ctx: ctypes.c_void_p) -> int:
+    def decode(self, ctx: Context) -> int:
         """`llama_decode` on the tokens added since `clear()` (the GIL is released meanwhile)."""
         self._struct.n_tokens = self.n
-        return lc.llama_decode(ctx, self._struct)
+        return int(lc.llama_decode(ctx.ptr, self._struct))

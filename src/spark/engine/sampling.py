@@ -12,6 +12,7 @@ import secrets
 
 from llama_cpp import llama_cpp as lc
 
+from spark.engine.native import SamplerPointer
 from spark.errors import InvalidRequest
 from spark.types import DEFAULT_SAMPLING, SamplingParams
 
@@ -71,7 +72,7 @@ def uses_penalties(p: SamplingParams) -> bool:
 class SamplerChain:
     """A llama.cpp sampler chain built from resolved `SamplingParams`; free it with `close()`."""
 
-    def __init__(self, p: SamplingParams, n_vocab: int, grammar: ctypes.c_void_p | None = None) -> None:
+    def __init__(self, p: SamplingParams, n_vocab: int, grammar: SamplerPointer | None = None) -> None:
         """`grammar` (a grammar sampler, owned by the chain from here on) runs first:
         the other samplers only see the tokens it allows."""
         params = lc.llama_sampler_chain_default_params()
@@ -112,7 +113,7 @@ class SamplerChain:
 
     def sample(self, ctx: ctypes.c_void_p, index: int) -> int:
         """Sample (and accept) a token from output row `index` of the last decode."""
-        return lc.llama_sampler_sample(self._chain, ctx, index)
+        return int(lc.llama_sampler_sample(self._chain, ctx, index))
 
     def accept(self, token: int) -> None:
         """Let the penalties see a token of the prompt's tail (a grammar must not)."""

@@ -15,8 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llama_cpp import llama_cpp as lc
-
+from spark.engine.native import Context
 from spark.engine.slots import common_prefix
 
 log = logging.getLogger(__name__)
@@ -87,26 +86,18 @@ class SnapshotStore:
         self.used -= self._items.pop(key).nbytes
 
 
-def save(ctx: ctypes.c_void_p, seq: int, tokens: Sequence[int]) -> Snapshot | None:
+def save(ctx: Context, seq: int, tokens: Sequence[int]) -> Snapshot | None:
     """The KV state of sequence `seq` holding `tokens`, or None when llama.cpp gives none."""
-    size = lc.llama_state_seq_get_size(ctx, seq)
-    if size <= 0:
-        return None
-    data = (ctypes.c_uint8 * size)()
-    written = lc.llama_state_seq_get_data(ctx, data, size, seq)
-    if written != size:
-        log.warning("saving the KV state of slot %d gave %d of %d bytes; not kept", seq, written, size)
-        return None
-    return Snapshot(list(tokens), data)
+    data = ctx.save(seq)
+    return Snapshot(list(tokens), data) if data is not None else None
 
 
-def restore(ctx: ctypes.c_void_p, memory: ctypes.c_void_p, snapshot: Snapshot, seq: int) -> bool:
+def restore(ctx: Context, snapshot: Snapshot, seq: int) -> bool:
     """Replace sequence `seq` with `snapshot`'s state; on failure the sequence is left empty."""
-    lc.llama_memory_seq_rm(memory, seq, -1, -1)
-    restored = lc.llama_state_seq_set_data(ctx, snapshot.data, snapshot.nbytes, seq) != 0
+    ctx.forget(seq)
     # The slot's token list is taken from the snapshot: the cache must hold exactly those positions.
-    if not restored or lc.llama_memory_seq_pos_max(memory, seq) != len(snapshot.tokens) - 1:
+    if not ctx.restore(seq, snapshot.data) or ctx.last_position(seq) != len(snapshot.tokens) - 1:
         log.warning("restoring a KV snapshot into slot %d failed; evaluating the prompt instead", seq)
-        lc.llama_memory_seq_rm(memory, seq, -1, -1)
+        ctx.forget(seq)
         return False
     return True

@@ -16,10 +16,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llama_cpp import llama_cpp as lc
 from llama_cpp import mtmd_cpp as mt
 
-from spark.engine.native import Model
+from spark.engine.native import Context, LogBridge, Model
 from spark.errors import InvalidRequest, ModelFileError, RunnerFailed
 from spark.types import ImagePart
 
@@ -37,15 +36,7 @@ _MAGIC = {
     b"BM": "BMP",
 }
 
-_GGML_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-
-
-@lc.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace").rstrip("\n")
-    py_level = _GGML_LEVELS.get(level, logging.DEBUG)
-    if line and log.isEnabledFor(py_level):
-        log.log(py_level, "%s", line)
+_mtmd_log = LogBridge(log)
 
 
 @dataclass(slots=True, eq=False)
@@ -100,7 +91,7 @@ class Projector:
         """Load the projector; raises `ModelFileError` when libmtmd cannot use the file."""
         if not os.path.isfile(path):
             raise ModelFileError(f"the vision projector {path} does not exist", param="mmproj_path")
-        mt.mtmd_helper_log_set(_log_callback, ctypes.c_void_p(0))
+        mt.mtmd_helper_log_set(_mtmd_log.callback, ctypes.c_void_p(0))
         params = mt.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = n_threads
@@ -178,7 +169,7 @@ class Projector:
         if not wrapper.bitmap:
             why = " (WebP needs ffmpeg on this server)" if fmt == "WebP" else ""
             raise InvalidRequest(f"image {index + 1} ({fmt}) could not be decoded{why}", param="messages")
-        return wrapper.bitmap
+        return int(wrapper.bitmap)
 
     def _flatten(self, chunks: int) -> PromptMedia:
         tokens: list[int] = []
@@ -199,12 +190,12 @@ class Projector:
                 raise InvalidRequest("only image input is supported, not audio", param="messages")
         return PromptMedia(tokens, images, chunks)
 
-    def evaluate(self, ctx: ctypes.c_void_p, image: ImageChunk, *, seq: int, n_batch: int) -> None:
+    def evaluate(self, ctx: Context, image: ImageChunk, *, seq: int, n_batch: int) -> None:
         """Encode an image and decode its embeddings into sequence `seq` at its position."""
-        new_pos = lc.llama_pos(0)
+        new_pos = ctypes.c_int32(0)  # llama_pos
         with self._lock:
             status = mt.mtmd_helper_eval_chunk_single(
-                self._ctx, ctx, image.chunk, image.start, seq, n_batch, False, ctypes.byref(new_pos)
+                self._ctx, ctx.ptr, image.chunk, image.start, seq, n_batch, False, ctypes.byref(new_pos)
             )
         if status != 0:
             raise RunnerFailed(f"evaluating an image failed (libmtmd status {status})")

@@ -1,15 +1,4 @@
-"""Tool calls: each template family's call syntax, parsed from the output as it streams,
-and the grammars that force or constrain calls.
-
-Families, recognised from the chat template's text:
-
-- hermes (Hermes 2/3, Qwen 2.5/3, ...): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-- llama3 (Llama 3.1+): an answer that is `{"name": ..., "parameters": {...}}`, or
-  `<|python_tag|>` followed by such JSON or by `tool.call(key=value, ...)`
-- mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`, or the newer
-  `[TOOL_CALLS]name[ARGS]{...}` (optionally `[CALL_ID]id` before `[ARGS]`)
-- generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
-  A template that does not render tools at all gets them described in the system message.
+"""Parsing tool calls from streamed output, for every family (see `spark.engine.toolcalls`).
 
 The parser streams text before a call as it comes, holding back only what
 could still be the start of a call marker, and streams each call as a
@@ -20,291 +9,25 @@ from __future__ import annotations
 
 import ast
 import json
-import logging
 import re
-import secrets
-import string
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from spark.engine.grammar import (
-    Grammar,
-    Rules,
-    SchemaConverter,
-    SchemaError,
-    finish,
-    literal,
-)
 from spark.engine.text import partial_marker
-from spark.errors import InvalidRequest
-from spark.types import Event, Message, TextDelta, Tool, ToolCallDelta
+from spark.engine.toolcalls.jsonscan import WS, JsonScanner
+from spark.engine.toolcalls.syntax import (
+    HERMES_CLOSE,
+    HERMES_OPEN,
+    MISTRAL_ARGS,
+    MISTRAL_CALL_ID,
+    MISTRAL_CALLS,
+    PYTHON_TAG,
+    ToolSyntax,
+    new_call_id,
+)
+from spark.types import Event, TextDelta, ToolCallDelta
 
-log = logging.getLogger(__name__)
-
-Family = Literal["hermes", "llama3", "mistral", "generic"]
-
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
-PYTHON_TAG = "<|python_tag|>"
-MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
-# A lazy grammar for answers that are bare JSON calls starts at an opening brace that
-# begins the output; what may follow it in the same token is what the grammar allows there.
-JSON_START = '^[ \\t\\r\\n]*(\\{)( |\\n[ \\t]{0,20})?"?$'
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_ALNUM = string.ascii_letters + string.digits
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSyntax:
-    """How a model writes tool calls."""
-
-    family: Family
-    renders_tools: bool  # the template writes the tool list itself
-    mistral_args: bool = False  # [TOOL_CALLS]name[ARGS]{...} rather than a JSON list
-
-    @property
-    def markers(self) -> tuple[str, ...]:
-        """The marker texts of this family (often special tokens)."""
-        return {
-            "hermes": (HERMES_OPEN, HERMES_CLOSE),
-            "llama3": (PYTHON_TAG,),
-            "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
-            "generic": (),
-        }[self.family]
-
-    @property
-    def args_key(self) -> str:
-        return "parameters" if self.family == "llama3" else "arguments"
-
-
-def tool_syntax(template: str | None) -> ToolSyntax:
-    """The tool-call syntax of a chat template (None: the fallback template)."""
-    src = template or ""
-    renders = "tools" in src
-    if MISTRAL_CALLS in src:
-        return ToolSyntax("mistral", renders, mistral_args=MISTRAL_ARGS in src)
-    if HERMES_OPEN in src:
-        return ToolSyntax("hermes", renders)
-    if PYTHON_TAG in src:
-        return ToolSyntax("llama3", renders)
-    return ToolSyntax("generic", renders)
-
-
-def new_call_id(family: Family) -> str:
-    """An id for a call; Mistral templates only accept 9 letters or digits when it comes back."""
-    if family == "mistral":
-        return "".join(secrets.choice(_ALNUM) for _ in range(9))
-    return "call_" + secrets.token_hex(12)
-
-
-def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
-    """The conversation for a template that cannot render tools.
-
-    The tools and the call format go into the system message; earlier calls
-    become the JSON text the model is asked to write.
-    """
-    listing = "\n".join(
-        json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters}, ensure_ascii=False)
-        for t in tools
-    )
-    guide = (
-        "You can call these tools (their parameters are JSON Schemas):\n"
-        f"{listing}\n"
-        'To call a tool, answer with only a JSON object: {"name": "<tool name>", "arguments": {<arguments>}}. '
-        "Otherwise, answer normally."
-    )
-    out = calls_as_text(messages)
-    if out and out[0].role in ("system", "developer"):
-        out[0] = Message(out[0].role, f"{out[0].text()}\n\n{guide}")
-    else:
-        out.insert(0, Message("system", guide))
-    return out
-
-
-def calls_as_text(messages: list[Message]) -> list[Message]:
-    """The conversation for a template that cannot render tools: earlier calls become the
-    JSON text the model is asked to write (with or without tools in this request, so that
-    the history reads the same when tool_choice is "none")."""
-    out: list[Message] = []
-    for m in messages:
-        if not m.tool_calls:
-            out.append(m)
-            continue
-        calls = "\n".join(
-            json.dumps({"name": c.name, "arguments": _json_or_text(c.arguments)}, ensure_ascii=False)
-            for c in m.tool_calls
-        )
-        text = f"{m.text()}\n{calls}" if m.text() else calls
-        out.append(Message(m.role, text, name=m.name, reasoning_content=m.reasoning_content))
-    return out
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-# --- incremental JSON -------------------------------------------------------------
-
-_NUM_PREFIX = re.compile(r"-?(?:(?:0|[1-9]\d*)(?:\.\d*|(?:\.\d+)?[eE][+-]?\d*)?)?")
-_NUM_FULL = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_WS = " \t\r\n"
-
-
-class JsonScanner:
-    """Checks JSON text one character at a time.
-
-    `push` also says which top-level member a character belongs to: the key
-    of a top-level object member whose value it is part of, or the index of
-    a top-level array element (None for the punctuation between them).
-    """
-
-    def __init__(self) -> None:
-        self._stack: list[str] = []
-        self._state = "value"
-        self._num = ""
-        self._lit = ""
-        self._hex = 0
-        self._in_key = False  # the string being read is an object key
-        self._key: list[str] | None = None  # raw text of a top-level key being read
-        self._last_key = ""
-        self._index = 0
-        self._owner: str | int | None = None
-        self.failed = False
-        self.done = False
-
-    def push(self, ch: str) -> str | int | None:
-        """Feed one character; returns the member it belongs to (see the class)."""
-        if self.failed:
-            return None
-        if self._state == "number":
-            if _NUM_PREFIX.fullmatch(self._num + ch):
-                self._num += ch
-                return self._owner
-            if not _NUM_FULL.fullmatch(self._num):
-                self.failed = True
-                return None
-            self._value_done()
-        before = self._owner
-        self._step(ch)
-        if self.failed:
-            return None
-        return self._owner if self._owner is not None else before
-
-    @property
-    def owner(self) -> str | int | None:
-        """The member whose value is being read now."""
-        return self._owner
-
-    @property
-    def depth(self) -> int:
-        """How many objects and arrays are open."""
-        return len(self._stack)
-
-    def _value_start(self) -> None:
-        if len(self._stack) == 1:
-            self._owner = self._last_key if self._stack[0] == "{" else self._index
-
-    def _value_done(self) -> None:
-        if not self._stack:
-            self._state, self.done = "done", True
-            return
-        self._state = "after"
-        if len(self._stack) == 1:
-            self._owner = None
-
-    def _string_char(self, ch: str) -> None:
-        if self._key is not None:
-            self._key.append(ch)
-
-    def _step(self, ch: str) -> None:
-        st = self._state
-        if st == "string":
-            if ch == '"':
-                if not self._in_key:
-                    self._value_done()
-                    return
-                if self._key is not None:
-                    self._last_key = json.loads('"' + "".join(self._key) + '"')
-                    self._key = None
-                self._in_key, self._state = False, "colon"
-            elif ord(ch) < 0x20:
-                self.failed = True
-            else:
-                self._state = "escape" if ch == "\\" else "string"
-                self._string_char(ch)
-        elif st == "escape":
-            if ch not in '"\\/bfnrtu':
-                self.failed = True
-                return
-            self._string_char(ch)
-            self._state, self._hex = ("unicode", 4) if ch == "u" else ("string", 0)
-        elif st == "unicode":
-            if ch not in string.hexdigits:
-                self.failed = True
-                return
-            self._string_char(ch)
-            self._hex -= 1
-            if not self._hex:
-                self._state = "string"
-        elif st == "literal":
-            if ch != self._lit[0]:
-                self.failed = True
-                return
-            self._lit = self._lit[1:]
-            if not self._lit:
-                self._value_done()
-        elif ch in _WS:
-            return
-        elif st in ("value", "value_or_close"):
-            if st == "value_or_close" and ch == "]":
-                self._close("[")
-                return
-            self._value_start()
-            if ch in "{[":
-                self._stack.append(ch)
-                self._state = "key_or_close" if ch == "{" else "value_or_close"
-            elif ch == '"':
-                self._state = "string"
-            elif ch == "-" or ch.isdigit():
-                self._state, self._num = "number", ch
-            elif ch in "tfn":
-                self._state = "literal"
-                self._lit = {"t": "rue", "f": "alse", "n": "ull"}[ch]
-            else:
-                self.failed = True
-        elif st in ("key", "key_or_close"):
-            if st == "key_or_close" and ch == "}":
-                self._close("{")
-            elif ch == '"':
-                self._state, self._in_key = "string", True
-                self._key = [] if len(self._stack) == 1 else None
-            else:
-                self.failed = True
-        elif st == "colon":
-            self._state = "value"
-            self.failed = ch != ":"
-        elif st == "after":
-            top = self._stack[-1]
-            if ch == ",":
-                self._state = "key" if top == "{" else "value"
-                if len(self._stack) == 1 and top == "[":
-                    self._index += 1
-            elif ch == ("}" if top == "{" else "]"):
-                self._close(top)
-            else:
-                self.failed = True
-        else:  # "done": nothing may follow
-            self.failed = True
-
-    def _close(self, kind: str) -> None:
-        self._stack.pop()
-        self._value_done()
-
-
-# --- parsing calls ------------------------------------------------------------------
 
 _Action = tuple[Literal["start"], str, str | None] | tuple[Literal["args"], str]
 
@@ -343,7 +66,7 @@ class _CallReader:
 
     def push(self, ch: str) -> list[_Action]:
         """Read one character (`failed` is set when it cannot belong to a call)."""
-        if self.scanner.depth == 0 and ch not in _WS and ch != "{":
+        if self.scanner.depth == 0 and ch not in WS and ch != "{":
             self.failed = True
             return []
         owner = self.scanner.push(ch)
@@ -607,7 +330,7 @@ class ToolCallParser:
             else:
                 self._mode = "text"
             return True
-        head = self._buf.lstrip(_WS + ";")
+        head = self._buf.lstrip(WS + ";")
         if not head:
             return False
         if head[0] == "{" and self._syntax.family in ("llama3", "generic"):
@@ -695,7 +418,7 @@ class ToolCallParser:
         scanner = self._scanner
         assert scanner is not None
         for i, ch in enumerate(self._buf):
-            if ch in _WS and scanner.depth == 0:
+            if ch in WS and scanner.depth == 0:
                 continue
             scanner.push(ch)
             if scanner.failed:
@@ -730,76 +453,3 @@ class ToolCallParser:
                 return True
         self._buf = ""
         return False
-
-
-# --- grammars ------------------------------------------------------------------------
-
-
-def _args_rule(rules: Rules, tool: Tool, hint: str) -> str:
-    """The arguments of `tool`, from its JSON schema; any object when we cannot enforce it."""
-    schema: dict[str, Any] = dict(tool.parameters or {})
-    if "type" not in schema and not ({"$ref", "anyOf", "oneOf", "allOf", "enum", "const"} & schema.keys()):
-        schema["type"] = "object"
-    try:
-        return SchemaConverter(rules, schema, "tools").rule(schema, hint)
-    except SchemaError as e:
-        log.info("tool %s: arguments not constrained by its schema: %s", tool.name, e.message)
-        return rules.primitive("object")
-
-
-def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
-    """`{"name": "<tool>", "<args key>": <its arguments>}` for any of `tools`."""
-    rules.primitive("ws")
-    key = literal(json.dumps(syntax.args_key))
-    alts = []
-    for i, t in enumerate(tools):
-        name = literal(json.dumps(t.name, ensure_ascii=False))
-        alts.append(f'{name} ws "," ws {key} ws ":" ws {_args_rule(rules, t, f"args-{i}")}')
-    fns = rules.add("call-fn", " | ".join(alts))
-    return rules.add("call-object", f'"{{" ws "\\"name\\"" ws ":" ws {fns} ws "}}"')
-
-
-def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bool, parallel: bool) -> str:
-    """The calls in the family's syntax (the first starting with its marker, if any): one or
-    more, or with `parallel` off exactly one, after which the grammar is complete (llama.cpp
-    then allows only end-of-generation tokens)."""
-    lead = rules.add("lead", "[ \\t\\r\\n]{0,4}")
-    if syntax.family == "hermes":
-        obj = _object_rule(rules, syntax, tools)
-        call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {obj} {lead} {literal(HERMES_CLOSE)}")
-        return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
-    if syntax.family == "mistral":
-        if syntax.mistral_args:
-            alts = [
-                f"{literal(t.name)} {literal(MISTRAL_ARGS)} {_args_rule(rules, t, f'args-{i}')}"
-                for i, t in enumerate(tools)
-            ]
-            call = rules.add("call", f"{literal(MISTRAL_CALLS)} ( {' | '.join(alts)} )")
-            return rules.add("calls", f"{call}+") if parallel else call
-        obj = _object_rule(rules, syntax, tools)
-        more = f'( ws "," ws {obj} )* ' if parallel else ""
-        return rules.add("calls", f'{literal(MISTRAL_CALLS)} {lead} "[" ws {obj} {more}ws "]"')
-    # A bare JSON answer holds one call either way.
-    obj = _object_rule(rules, syntax, tools)
-    if syntax.family == "llama3" and lazy:
-        return rules.add("calls", f"( {literal(PYTHON_TAG)} {lead} )? {obj}")
-    return obj
-
-
-def call_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None, *, parallel: bool = True) -> str:
-    """The rule for the calls a forced (or combined) grammar allows; `only` names the one tool,
-    and with `parallel` off the grammar ends after one call."""
-    chosen = [t for t in tools if t.name == only] if only else tools
-    if not chosen:
-        raise InvalidRequest(f"tool_choice names '{only}', which is not among the tools", param="tool_choice")
-    return _calls_rule(rules, syntax, chosen, lazy=False, parallel=parallel)
-
-
-def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True) -> Grammar:
-    """A grammar that leaves the output free until a call starts, then constrains the call
-    (with `parallel` off, the one call)."""
-    rules = Rules()
-    calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
-    words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS))
-    patterns = (JSON_START,) if syntax.family in ("llama3", "generic") else ()
-    return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=patterns)

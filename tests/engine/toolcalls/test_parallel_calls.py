@@ -18,8 +18,8 @@ import pytest
 from llama_cpp import llama_cpp as lc
 
 import tiny_gguf
+from engine.grammar.driver import Driver
 from engine.helpers import Collector
-from engine.test_grammar import Driver
 from spark.engine import Engine
 from spark.engine.grammar import Grammar, create_sampler
 from spark.engine.native import Model

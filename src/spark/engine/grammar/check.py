@@ -1,0 +1,263 @@
+"""Checking GBNF before llama.cpp sees it.
+
+A grammar llama.cpp cannot parse makes `llama_sampler_init_grammar` return
+NULL (using it would crash the process), and some it parses it misreads, so
+every grammar passes `check_gbnf` first: a checker that follows llama.cpp's
+own parser (llama-grammar.cpp) rule by rule.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from spark.engine.grammar.errors import GrammarError
+
+MAX_REPEAT = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
+
+# An item of a parsed sequence: what it is, and whether it may match nothing.
+_Item = tuple[str, Any, bool]  # ("ref", name, nullable) | ("term", None, nullable) | ("group", alts, nullable)
+
+
+class _GbnfParser:
+    """A checker following llama.cpp's GBNF parser (llama-grammar.cpp), rule by rule."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.pos = 0
+        self.rules: dict[str, list[list[_Item]]] = {}
+        self.refs: set[str] = set()
+        self.symbols = 0  # rules llama.cpp creates (names, groups, repetitions): bounds nested repeats
+
+    def fail(self, why: str) -> GrammarError:
+        line = self.src.count("\n", 0, self.pos) + 1
+        return GrammarError(f"{why} (line {line})")
+
+    def peek(self, k: int = 0) -> str:
+        i = self.pos + k
+        return self.src[i] if i < len(self.src) else ""
+
+    def space(self, newline_ok: bool) -> None:
+        while True:
+            c = self.peek()
+            if c in (" ", "\t") or (newline_ok and c in ("\r", "\n")):
+                self.pos += 1
+            elif c == "#":
+                while self.peek() not in ("", "\r", "\n"):
+                    self.pos += 1
+            else:
+                return
+
+    def name(self) -> str:
+        m = re.compile(r"[a-zA-Z0-9-]+").match(self.src, self.pos)
+        if not m:
+            raise self.fail("expecting a rule name")
+        self.pos = m.end()
+        if m.group() not in self.rules and m.group() not in self.refs:
+            self.symbols += 1
+        return m.group()
+
+    def char(self) -> str:
+        c = self.peek()
+        if c == "":
+            raise self.fail("unexpected end of input")
+        if c != "\\":
+            self.pos += 1
+            return c
+        e = self.peek(1)
+        sizes = {"x": 2, "u": 4, "U": 8}
+        if e in sizes:
+            digits = self.src[self.pos + 2 : self.pos + 2 + sizes[e]]
+            if len(digits) != sizes[e] or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise self.fail(f"expecting {sizes[e]} hex digits after \\{e}")
+            self.pos += 2 + sizes[e]
+            code = int(digits, 16)
+            if code > 0x10FFFF:
+                raise self.fail("code point out of range")
+            return chr(code)
+        if e in ("t", "r", "n", "\\", '"', "[", "]", "-"):
+            self.pos += 2
+            return {"t": "\t", "r": "\r", "n": "\n"}.get(e, e)
+        raise self.fail(f"unknown escape \\{e}")
+
+    def parse(self) -> None:
+        self.space(True)
+        while self.pos < len(self.src):
+            name = self.name()
+            self.space(False)
+            if not self.src.startswith("::=", self.pos):
+                raise self.fail(f"expecting ::= after {name}")
+            self.pos += 3
+            self.space(True)
+            alts = self.alternates(nested=False)
+            if name in self.rules:
+                raise self.fail(f"rule {name} is defined twice")
+            self.rules[name] = alts
+            c = self.peek()
+            if c == "\r":
+                self.pos += 2 if self.peek(1) == "\n" else 1
+            elif c == "\n":
+                self.pos += 1
+            elif c:
+                raise self.fail(f"expecting newline or end, found {c!r}")
+            self.space(True)
+
+    def alternates(self, nested: bool) -> list[list[_Item]]:
+        alts = [self.sequence(nested)]
+        while self.peek() == "|":
+            self.pos += 1
+            self.space(True)
+            alts.append(self.sequence(nested))
+        return alts
+
+    def sequence(self, nested: bool) -> list[_Item]:
+        items: list[_Item] = []
+        n_prev = 1  # rules behind the last item, as llama.cpp counts them for a repetition
+        while True:
+            c = self.peek()
+            if c not in ("*", "+", "?", "{"):
+                n_prev = 1
+            if c == '"':
+                self.pos += 1
+                n = 0
+                while self.peek() != '"':
+                    self.char()
+                    n += 1
+                self.pos += 1
+                items.append(("term", None, n == 0))
+            elif c == "[":
+                self.pos += 1
+                if self.peek() == "^":
+                    self.pos += 1
+                n = 0
+                while self.peek() != "]":
+                    first = self.char()
+                    if self.peek() == "-" and self.peek(1) not in ("]", ""):
+                        self.pos += 1
+                        last = self.char()
+                        if last < first:
+                            raise self.fail(f"bad character range {first!r}-{last!r}")
+                    n += 1
+                if n == 0:
+                    raise self.fail("empty character class")
+                self.pos += 1
+                items.append(("term", None, False))
+            elif c in ("<", "!"):
+                raise self.fail("token references are not allowed")
+            elif c and (c.isascii() and (c.isalnum() or c == "-")):
+                ref = self.name()
+                self.refs.add(ref)
+                items.append(("ref", ref, False))
+            elif c == "(":
+                self.pos += 1
+                self.space(True)
+                before = self.symbols
+                self.symbols += 1
+                alts = self.alternates(nested=True)
+                n_prev = max(1, self.symbols - before)
+                if self.peek() != ")":
+                    raise self.fail("expecting ')'")
+                self.pos += 1
+                items.append(("group", alts, False))
+            elif c == ".":
+                self.pos += 1
+                items.append(("term", None, False))
+            elif c in ("*", "+", "?", "{"):
+                if not items:
+                    raise self.fail(f"nothing to repeat before {c!r}")
+                lo, hi = self.repetition()
+                total = hi if hi else (lo or 1)
+                if n_prev * total > MAX_REPEAT:
+                    raise self.fail(f"a repetition expands to more than {MAX_REPEAT} rules")
+                n_prev *= total
+                self.symbols += 1 if hi is None else hi - lo
+                if lo == 0:
+                    kind, what, _ = items[-1]
+                    items[-1] = (kind, what, True)
+            else:
+                break
+            self.space(nested)
+        return items
+
+    def repetition(self) -> tuple[int, int | None]:
+        c = self.peek()
+        self.pos += 1
+        if c != "{":
+            return {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+        self.space(False)
+        m = re.compile(r"(\d+)\s*(?:(,)\s*(\d+)?\s*)?\}").match(self.src, self.pos)
+        if not m:
+            raise self.fail("bad repetition {m,n}")
+        lo = int(m.group(1))
+        hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+        if lo > MAX_REPEAT or (hi is not None and hi > MAX_REPEAT):
+            raise self.fail(f"repetition count above {MAX_REPEAT}")
+        if hi is not None and hi < lo:
+            raise self.fail(f"repetition {{{lo},{hi}}} has its maximum below its minimum")
+        self.pos = m.end()
+        return lo, hi
+
+
+def check_gbnf(text: str, root: str = "root") -> None:
+    """Raise `GrammarError` unless llama.cpp will parse `text` as we mean it.
+
+    Checks the syntax, that every referenced rule and `root` exist, repetition
+    bounds, and that no rule is left-recursive (llama.cpp refuses those).
+    """
+    p = _GbnfParser(text)
+    p.parse()
+    if root not in p.rules:
+        raise GrammarError(f"the grammar has no '{root}' rule")
+    missing = sorted(p.refs - p.rules.keys())
+    if missing:
+        raise GrammarError(f"undefined rule '{missing[0]}'")
+
+    nullable: dict[str, bool] = dict.fromkeys(p.rules, False)
+
+    def item_nullable(item: _Item) -> bool:
+        kind, what, rep_nullable = item
+        if rep_nullable:
+            return True
+        if kind == "ref":
+            return nullable[what]
+        if kind == "group":
+            return any(all(item_nullable(i) for i in alt) for alt in what)
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for name, alts in p.rules.items():
+            if not nullable[name] and any(all(item_nullable(i) for i in alt) for alt in alts):
+                nullable[name] = changed = True
+
+    def leftmost(alts: list[list[_Item]], out: set[str]) -> None:
+        for alt in alts:
+            for item in alt:
+                kind, what, _ = item
+                if kind == "ref":
+                    out.add(what)
+                elif kind == "group":
+                    leftmost(what, out)
+                if not item_nullable(item):
+                    break
+
+    edges = {}
+    for name, alts in p.rules.items():
+        out: set[str] = set()
+        leftmost(alts, out)
+        edges[name] = out
+    state: dict[str, int] = {}
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        for nxt in edges[name]:
+            if state.get(nxt) == 1:
+                raise GrammarError(f"rule '{nxt}' is left-recursive")
+            if nxt not in state:
+                visit(nxt)
+        state[name] = 2
+
+    for name in p.rules:
+        if name not in state:
+            visit(name)

@@ -1,0 +1,182 @@
+"""Preparing requests on the caller's thread: chat template, tokens, limits and output plan.
+
+`Preparer.prepare` turns a request into a job the decode loop can run at
+once, or raises the typed error (`InvalidRequest`, `ContextLengthExceeded`)
+before anything is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spark.engine.native import Model
+from spark.engine.output import PLAIN, OutputPlan, plan_output, tools_enabled
+from spark.engine.reasoning import think_syntax
+from spark.engine.sampling import resolve
+from spark.engine.template import ChatTemplate
+from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
+from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
+from spark.errors import ContextLengthExceeded, InvalidRequest
+from spark.types import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Event,
+    GenerationRequest,
+    ImagePart,
+    LoadOptions,
+    Request,
+    SamplingParams,
+)
+
+Emit = Callable[[Event], None]
+
+
+@dataclass(slots=True, eq=False)
+class GenerationJob:
+    """A chat or completion request waiting for a slot."""
+
+    request_id: str
+    request: GenerationRequest
+    emit: Emit
+    prompt: list[int]
+    params: SamplingParams
+    plan: OutputPlan
+    media: PromptMedia | None  # the prompt's images, if it has any
+
+
+@dataclass(slots=True, eq=False)
+class EmbeddingJob:
+    """An embedding request waiting for its turn."""
+
+    request_id: str
+    request: EmbeddingRequest
+    emit: Emit
+    inputs: list[list[int]]  # tokens of each input text
+
+
+Job = GenerationJob | EmbeddingJob
+
+
+class Preparer:
+    """Prepares the requests of one loaded model (its template, tokens, context per slot)."""
+
+    def __init__(self, model: Model, options: LoadOptions, *, n_ctx: int, projector: Projector | None) -> None:
+        self._model = model
+        self._options = options
+        self._n_ctx = n_ctx
+        self._embedding = options.embedding
+        self._projector = projector
+        self.template = ChatTemplate(
+            model.chat_template(),
+            bos_token=model.token_text(model.bos),
+            eos_token=model.token_text(model.eos),
+        )
+        self._bos_text = model.token_text(model.bos)
+        source = None if self.template.is_fallback else self.template.source
+        self.think = think_syntax(source)
+        self.tools = tool_syntax(source)
+
+    def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
+        """The prompt's tokens, its images (if any) and its text."""
+        if self._embedding:
+            raise InvalidRequest(
+                f"{self._options.model_id} is an embedding model; it cannot generate text",
+                param="model",
+            )
+        images: list[ImagePart] = []
+        if isinstance(request, ChatRequest):
+            text, images = self._render(request)
+            param = "messages"
+        else:
+            text = request.prompt
+            param = "prompt"
+        model = self._model
+        # Templates often write the BOS text themselves: never add a second one.
+        add_bos = model.add_bos and model.bos >= 0 and not (self._bos_text and text.startswith(self._bos_text))
+        if images:
+            assert self._projector is not None
+            media = self._projector.tokenize(text, images, add_special=add_bos)
+            if media.tokens[-1] == IMAGE_TOKEN:
+                media.close()
+                raise InvalidRequest("the chat template put no text after the last image", param="messages")
+            return media.tokens, media, text
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        if add_bos:
+            tokens.insert(0, model.bos)
+        if not tokens:
+            if model.bos < 0:
+                raise InvalidRequest("the prompt is empty", param=param)
+            tokens = [model.bos]
+        return tokens, None, text
+
+    def _render(self, request: ChatRequest) -> tuple[str, list[ImagePart]]:
+        """The chat's prompt text, and its image parts in order."""
+        if not request.messages:
+            raise InvalidRequest("messages must not be empty", param="messages")
+        images = [
+            p for m in request.messages if isinstance(m.content, list) for p in m.content if isinstance(p, ImagePart)
+        ]
+        if images and self._projector is None:
+            raise InvalidRequest(
+                f"model {self._options.model_id} cannot read images (no vision projector attached)",
+                param="messages",
+            )
+        messages, tools = request.messages, request.tools if tools_enabled(request) else None
+        if not self.tools.renders_tools:
+            messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
+            tools = None
+        variables: dict[str, object] = {}
+        if request.reasoning is not None:
+            variables["enable_thinking"] = request.reasoning.enabled
+            if request.reasoning.effort is not None:
+                variables["reasoning_effort"] = request.reasoning.effort
+        text = self.template.render(
+            messages,
+            tools=tools,
+            system_prompt=self._options.system_prompt,
+            image_marker=self._projector.marker if self._projector else "",
+            variables=variables,
+        )
+        return text, images
+
+    def prepare(self, request_id: str, request: Request, emit: Emit) -> Job:
+        """The job for `request`; raises a `SparkError` for a request that cannot run here."""
+        if isinstance(request, EmbeddingRequest):
+            return EmbeddingJob(request_id, request, emit, self._embedding_inputs(request))
+        tokens, media, text = self.prompt(request)
+        try:
+            if len(tokens) > self._n_ctx:
+                raise ContextLengthExceeded(len(tokens), self._n_ctx)
+            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab)
+            plan = plan_output(request, text, self.think, self.tools) if isinstance(request, ChatRequest) else PLAIN
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
+        return GenerationJob(request_id, request, emit, tokens, params, plan, media)
+
+    def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
+        if not self._embedding:
+            raise InvalidRequest(f"{self._options.model_id} is not loaded as an embedding model", param="model")
+        if not request.input:
+            raise InvalidRequest("input must hold at least one text", param="input")
+        n_embd = self._model.n_embd_out
+        if request.dimensions is not None and not 1 <= request.dimensions <= n_embd:
+            raise InvalidRequest(
+                f"dimensions must be between 1 and {n_embd} for this model, not {request.dimensions}",
+                param="dimensions",
+            )
+        model = self._model
+        inputs = []
+        for text in request.input:
+            tokens = model.tokenize(text, add_special=True, parse_special=False)
+            if not tokens:
+                if model.bos < 0:
+                    raise InvalidRequest("input holds an empty text", param="input")
+                tokens = [model.bos]
+            if len(tokens) > self._n_ctx:
+                raise ContextLengthExceeded(len(tokens), self._n_ctx)
+            inputs.append(tokens)
+        return inputs

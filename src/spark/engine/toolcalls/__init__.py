@@ -1,0 +1,56 @@
+"""Tool calls: each template family's call syntax, parsed from the output as it streams,
+and the grammars that force or constrain calls.
+
+Families, recognised from the chat template's text:
+
+- hermes (Hermes 2/3, Qwen 2.5/3, ...): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+- llama3 (Llama 3.1+): an answer that is `{"name": ..., "parameters": {...}}`, or
+  `<|python_tag|>` followed by such JSON or by `tool.call(key=value, ...)`
+- mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`, or the newer
+  `[TOOL_CALLS]name[ARGS]{...}` (optionally `[CALL_ID]id` before `[ARGS]`)
+- generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
+  A template that does not render tools at all gets them described in the system message.
+
+Modules:
+
+- `syntax`: which family a template uses, and the prompt side (tool lists, earlier calls)
+- `jsonscan`: JSON checked one character at a time
+- `parser`: the streaming parser of every family's calls
+- `grammar`: the grammars that force or constrain calls
+"""
+
+from spark.engine.toolcalls.grammar import call_rule, lazy_grammar
+from spark.engine.toolcalls.parser import ToolCallParser, python_call
+from spark.engine.toolcalls.syntax import (
+    HERMES_CLOSE,
+    HERMES_OPEN,
+    JSON_START,
+    MISTRAL_ARGS,
+    MISTRAL_CALL_ID,
+    MISTRAL_CALLS,
+    PYTHON_TAG,
+    ToolSyntax,
+    calls_as_text,
+    describe_tools,
+    new_call_id,
+    tool_syntax,
+)
+
+__all__ = [
+    "HERMES_CLOSE",
+    "HERMES_OPEN",
+    "JSON_START",
+    "MISTRAL_ARGS",
+    "MISTRAL_CALLS",
+    "MISTRAL_CALL_ID",
+    "PYTHON_TAG",
+    "ToolCallParser",
+    "ToolSyntax",
+    "call_rule",
+    "calls_as_text",
+    "describe_tools",
+    "lazy_grammar",
+    "new_call_id",
+    "python_call",
+    "tool_syntax",
+]

@@ -1,0 +1,114 @@
+"""Tool-call syntax: each template family's markers, recognised from the chat template's text,
+and the prompt side of tools for templates that cannot render them."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from spark.types import Message, Tool
+
+Family = Literal["hermes", "llama3", "mistral", "generic"]
+
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+PYTHON_TAG = "<|python_tag|>"
+MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+# A lazy grammar for answers that are bare JSON calls starts at an opening brace that
+# begins the output; what may follow it in the same token is what the grammar allows there.
+JSON_START = '^[ \\t\\r\\n]*(\\{)( |\\n[ \\t]{0,20})?"?$'
+_ALNUM = string.ascii_letters + string.digits
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSyntax:
+    """How a model writes tool calls."""
+
+    family: Family
+    renders_tools: bool  # the template writes the tool list itself
+    mistral_args: bool = False  # [TOOL_CALLS]name[ARGS]{...} rather than a JSON list
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The marker texts of this family (often special tokens)."""
+        return {
+            "hermes": (HERMES_OPEN, HERMES_CLOSE),
+            "llama3": (PYTHON_TAG,),
+            "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
+            "generic": (),
+        }[self.family]
+
+    @property
+    def args_key(self) -> str:
+        return "parameters" if self.family == "llama3" else "arguments"
+
+
+def tool_syntax(template: str | None) -> ToolSyntax:
+    """The tool-call syntax of a chat template (None: the fallback template)."""
+    src = template or ""
+    renders = "tools" in src
+    if MISTRAL_CALLS in src:
+        return ToolSyntax("mistral", renders, mistral_args=MISTRAL_ARGS in src)
+    if HERMES_OPEN in src:
+        return ToolSyntax("hermes", renders)
+    if PYTHON_TAG in src:
+        return ToolSyntax("llama3", renders)
+    return ToolSyntax("generic", renders)
+
+
+def new_call_id(family: Family) -> str:
+    """An id for a call; Mistral templates only accept 9 letters or digits when it comes back."""
+    if family == "mistral":
+        return "".join(secrets.choice(_ALNUM) for _ in range(9))
+    return "call_" + secrets.token_hex(12)
+
+
+def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
+    """The conversation for a template that cannot render tools.
+
+    The tools and the call format go into the system message; earlier calls
+    become the JSON text the model is asked to write.
+    """
+    listing = "\n".join(
+        json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters}, ensure_ascii=False)
+        for t in tools
+    )
+    guide = (
+        "You can call these tools (their parameters are JSON Schemas):\n"
+        f"{listing}\n"
+        'To call a tool, answer with only a JSON object: {"name": "<tool name>", "arguments": {<arguments>}}. '
+        "Otherwise, answer normally."
+    )
+    out = calls_as_text(messages)
+    if out and out[0].role in ("system", "developer"):
+        out[0] = Message(out[0].role, f"{out[0].text()}\n\n{guide}")
+    else:
+        out.insert(0, Message("system", guide))
+    return out
+
+
+def calls_as_text(messages: list[Message]) -> list[Message]:
+    """The conversation for a template that cannot render tools: earlier calls become the
+    JSON text the model is asked to write (with or without tools in this request, so that
+    the history reads the same when tool_choice is "none")."""
+    out: list[Message] = []
+    for m in messages:
+        if not m.tool_calls:
+            out.append(m)
+            continue
+        calls = "\n".join(
+            json.dumps({"name": c.name, "arguments": _json_or_text(c.arguments)}, ensure_ascii=False)
+            for c in m.tool_calls
+        )
+        text = f"{m.text()}\n{calls}" if m.text() else calls
+        out.append(Message(m.role, text, name=m.name, reasoning_content=m.reasoning_content))
+    return out
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
