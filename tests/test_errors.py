@@ -29,7 +29,10 @@ def test_every_error_is_rebuilt_from_its_info(cls: type[SparkError]) -> None:
         error = cls("went wrong", param="p")
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(error.info()), type=ErrorInfo)
     back = from_info(wire)
-    assert type(back) is cls
+    owner = next(
+        c for c in cls.__mro__ if "code" in c.__dict__
+    )  # a subclass without its own code is sent as its parent
+    assert type(back) is owner
     assert (back.message, back.param, back.data()) == (error.message, error.param, error.data())
 
 
