@@ -66,6 +66,13 @@ class SettingsError(SparkError):
     code = "settings_error"
 
 
+class Forbidden(SparkError):
+    """A request the credentials allow but the circumstances do not (e.g. a cross-site change)."""
+
+    status = 403
+    code = "forbidden"
+
+
 class ModelNotFound(SparkError):
     status = 404
     code = "model_not_found"
@@ -147,6 +154,20 @@ class RequestNotFound(SparkError):
     code = "request_not_found"
 
 
+class KeyNotFound(SparkError):
+    """No API key has the name asked for (admin API, `spark keys`)."""
+
+    status = 404
+    code = "key_not_found"
+
+
+class RunnerNotFound(SparkError):
+    """The model asked for is installed but not loaded (admin API)."""
+
+    status = 404
+    code = "runner_not_found"
+
+
 class MethodNotAllowed(SparkError):
     status = 405
     code = "method_not_allowed"
@@ -172,6 +193,7 @@ _BY_CODE: dict[str, type[SparkError]] = {
         SparkError,
         InvalidRequest,
         Unauthorized,
+        Forbidden,
         SettingsError,
         ModelNotFound,
         ModelFileError,
@@ -183,6 +205,8 @@ _BY_CODE: dict[str, type[SparkError]] = {
         Cancelled,
         RouteNotFound,
         RequestNotFound,
+        KeyNotFound,
+        RunnerNotFound,
         MethodNotAllowed,
         RequestTooLarge,
         RequestTimeout,

@@ -7,7 +7,7 @@ import re
 from typer.testing import CliRunner, Result
 
 from spark.cli import app
-from spark.errors import InvalidRequest
+from spark.errors import InvalidRequest, KeyNotFound
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, KeyTable
@@ -47,13 +47,15 @@ def test_create_ls_rm() -> None:
 
 def test_errors_name_the_problem() -> None:
     assert spark("keys", "create", "dup").exit_code == 0
-    for args, message in (
-        (("keys", "create", "dup"), "already exists"),
-        (("keys", "create", "bad name"), "not a valid key name"),
-        (("keys", "rm", "nobody"), "no key named 'nobody'"),
+    for args, error, message in (
+        (("keys", "create", "dup"), InvalidRequest, "already exists"),
+        (("keys", "create", "bad name"), InvalidRequest, "not a valid key name"),
+        (("keys", "rm", "nobody"), KeyNotFound, "no key named 'nobody'"),
+        (("keys", "rename", "nobody", "someone"), KeyNotFound, "no key named 'nobody'"),
+        (("keys", "rename", "dup", "bad name"), InvalidRequest, "not a valid key name"),
     ):
         result = spark(*args)
-        assert isinstance(result.exception, InvalidRequest) and message in str(result.exception)
+        assert isinstance(result.exception, error) and message in str(result.exception)
 
 
 def test_ls_without_keys_says_how_to_create_one() -> None:
