@@ -14,15 +14,17 @@ complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull
 complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
 complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings.'
 complete -c spark -n 'not __fish_seen_subcommand_from attach keys log ls ps pull rm run search serve show stop' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a create
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a list
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a revoke
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a create
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a list
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a rename
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a revoke
 complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy the projector into Sparks models folder instead of using it in place.'
 complete -c spark -n '__fish_seen_subcommand_from attach' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from attach' -a '(__spark_models)'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l zero-retention -d 'Log this keys requests without their prompts or output.'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from list' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from rename' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from revoke' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from log' -l model -r -d 'Only requests for this model.'

@@ -44,6 +44,8 @@ def update_config(path: Path, changes: Mapping[str, Any]) -> None:
     if pending:
         head = [_assignment(key, value, "") for key, value in pending.items()]
         top = next((n for n, line in enumerate(out) if line.strip().startswith("[")), len(out))
+        while top and not out[top - 1].strip():  # before the blank lines that set a table apart
+            top -= 1
         if top and not out[top - 1].endswith("\n"):
             out[top - 1] += "\n"
         out[top:top] = head

@@ -102,18 +102,19 @@ class KeyTable:
         return record, secret
 
     def list(self) -> list[ApiKey]:
-        """Every key, oldest first (with uses noted but not yet written)."""
+        """Every key, oldest first."""
         rows = self.db.execute(f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, name").fetchall()
-        return [self._with_pending_use(_from_row(r)) for r in rows]
+        return [_from_row(r) for r in rows]
 
     def get(self, name: str) -> ApiKey:
         """The key named `name`; `KeyNotFound` when there is none."""
         row = self.db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise _not_found(name)
-        return self._with_pending_use(_from_row(row))
+        return _from_row(row)
 
-    def _with_pending_use(self, key: ApiKey) -> ApiKey:
+    def with_pending_use(self, key: ApiKey) -> ApiKey:
+        """`key` with its last use noted but not yet written (what a live view shows)."""
         pending = self._uses.get(key.name)
         if pending is None or (key.last_used_at or 0) >= pending:
             return key

@@ -55,7 +55,8 @@ class RevokedKey(msgspec.Struct, frozen=True):
     revoked: bool = True
 
 
-def _view(key: ApiKey, usage: dict[str, KeyUsage]) -> KeyView:
+def _view(state: ServerState, key: ApiKey, usage: dict[str, KeyUsage]) -> KeyView:
+    key = state.keys.with_pending_use(key)
     used = usage.get(key.name, KeyUsage())
     return KeyView(
         name=key.name,
@@ -80,7 +81,7 @@ async def list_keys(request: Request[Any, Any, Any]) -> list[KeyView]:
     state = state_of(request)
     keys = await asyncio.to_thread(state.keys.list)
     usage = await _usage(state)
-    return [_view(k, usage) for k in keys]
+    return [_view(state, k, usage) for k in keys]
 
 
 @post("/keys", status_code=201)
@@ -88,14 +89,14 @@ async def create_key(request: Request[Any, Any, Any], data: JSONBody[NewKey]) ->
     """A new key; the response holds the key itself, which is never shown again."""
     state = state_of(request)
     record, secret = await asyncio.to_thread(state.keys.create, data.name, zero_retention=data.zero_retention)
-    return CreatedKey(key=secret, record=_view(record, {}))
+    return CreatedKey(key=secret, record=_view(state, record, {}))
 
 
 @get("/keys/{name:str}")
 async def get_key(request: Request[Any, Any, Any], name: FromPath[str]) -> KeyView:
     state = state_of(request)
     key = await asyncio.to_thread(state.keys.get, name)
-    return _view(key, await _usage(state))
+    return _view(state, key, await _usage(state))
 
 
 @patch("/keys/{name:str}")
@@ -103,7 +104,7 @@ async def rename_key(request: Request[Any, Any, Any], name: FromPath[str], data:
     """Rename a key; the key and its request history stay the same."""
     state = state_of(request)
     key = await asyncio.to_thread(state.keys.rename, name, data.name)
-    return _view(key, await _usage(state))
+    return _view(state, key, await _usage(state))
 
 
 @delete("/keys/{name:str}", status_code=200)
