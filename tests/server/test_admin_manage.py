@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -248,5 +249,12 @@ def test_the_openapi_schema_covers_every_admin_route(live: LiveServer) -> None:
     created = paths["/api/keys"]["post"]
     assert created["requestBody"]["content"]["application/json"]["schema"]
     assert "201" in created["responses"]
+
+    def blank(text: str) -> str:  # path parameters may have other names in the docs
+        return re.sub(r"\{[^}]*\}", "{}", text)
+
+    documented = blank((Path(__file__).parents[2] / "docs" / "admin-api.md").read_text())
+    for _, path in routes:
+        assert blank(path) + "`" in documented, f"{path} is missing from docs/admin-api.md"
     runner = schema["components"]["schemas"]["RunnerState"]["properties"]
     assert {"pid", "status", "slots_free", "decode_tokens_per_second", "measured_bytes"} <= set(runner)
