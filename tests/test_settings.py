@@ -124,6 +124,7 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
     }
     assert {n for n, x in f.items() if SECRET in x.traits} == {"admin_password", "hf_token"}
     assert RESTART in f["port"].traits and RESTART not in f["keep_alive"].traits
+    assert (f["port"].ge, f["port"].le, f["parallel"].ge, f["threads"].ge, f["host"].ge) == (1, 65535, 1, 0, None)
 
 
 def test_durations_and_sizes_may_be_plain_numbers(spark_home: Path) -> None:

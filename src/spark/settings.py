@@ -46,6 +46,12 @@ def _doc(text: str) -> msgspec.Meta:
     return msgspec.Meta(description=text)
 
 
+# bounds of whole-number settings, checked by load_settings
+NOT_NEGATIVE = msgspec.Meta(ge=0)
+POSITIVE = msgspec.Meta(ge=1)
+PORT = msgspec.Meta(ge=1, le=65535)
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """All of Spark's settings. Read them with `load_settings()`."""
 
@@ -60,7 +66,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ),
         RESTART,
     ] = "127.0.0.1"
-    port: Annotated[int, _doc("Port of the HTTP server (APIs and web console)."), RESTART] = 8080
+    port: Annotated[int, PORT, _doc("Port of the HTTP server (APIs and web console)."), RESTART] = 8080
     max_body_size: Annotated[
         str,
         _doc("Largest request body the API accepts (e.g. 32MiB); a larger one is refused with 413. 0: no limit."),
@@ -69,6 +75,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = "32MiB"
     max_tokens_limit: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc(
             "Most tokens one API request may ask to generate (max_tokens); more is refused with 400. "
             "0: no limit beyond the context length."
@@ -102,13 +109,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = ""
     context_length: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc(
             "Context tokens per request slot, unless a model's own settings say otherwise. "
             "0 uses the model's training context."
         ),
     ] = 4096
-    parallel: Annotated[int, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
-    threads: Annotated[int, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
+    parallel: Annotated[int, POSITIVE, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
+    threads: Annotated[int, NOT_NEGATIVE, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
     kv_type: Annotated[KVType, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
     keep_alive: Annotated[
         str,
@@ -118,9 +126,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ),
         DURATION,
     ] = "5m"
-    max_loaded_models: Annotated[int, _doc("Most models loaded at once. 0: as many as fit.")] = 0
+    max_loaded_models: Annotated[int, NOT_NEGATIVE, _doc("Most models loaded at once. 0: as many as fit.")] = 0
     max_queue: Annotated[
-        int, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
+        int, POSITIVE, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
     ] = 64
     load_wait: Annotated[
         str,
@@ -146,11 +154,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_level: Annotated[LogLevel, _doc("Server log level: debug, info, warning or error.")] = "info"
     log_retention_days: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc("Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log."),
         RESTART,
     ] = 30
     log_max_mb: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc(
             "Most megabytes (MiB) the request log may take; past it the oldest requests are pruned. 0: no size limit."
         ),
@@ -251,14 +261,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-_NOT_NEGATIVE = (
-    "context_length",
-    "threads",
-    "max_loaded_models",
-    "max_tokens_limit",
-    "log_retention_days",
-    "log_max_mb",
-)
 _NOT_NEGATIVE_DURATIONS = ("request_timeout", "load_wait")
 
 
@@ -270,6 +272,8 @@ class Field(msgspec.Struct, frozen=True):
     description: str
     default: Any
     traits: frozenset[Trait]
+    ge: float | None = None  # the least value allowed, for a whole number
+    le: float | None = None  # the greatest
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -288,7 +292,9 @@ def fields() -> dict[str, Field]:
             base, *extras = typing.get_args(hints[name])
             description = next(m.description or "" for m in extras if isinstance(m, msgspec.Meta))
             traits = frozenset(m for m in extras if isinstance(m, Trait))
-            _FIELDS[name] = Field(name, base, description, getattr(defaults, name), traits)
+            ge = next((m.ge for m in extras if isinstance(m, msgspec.Meta) and m.ge is not None), None)
+            le = next((m.le for m in extras if isinstance(m, msgspec.Meta) and m.le is not None), None)
+            _FIELDS[name] = Field(name, base, description, getattr(defaults, name), traits, ge, le)
     return _FIELDS
 
 
@@ -336,15 +342,14 @@ def _validate(s: Settings, source_of: typing.Mapping[str, str], fallback: str = 
     def fail(key: str, why: str) -> None:
         raise SettingsError(_where(source_of.get(key, fallback), f"{key} {why}"), param=key)
 
-    if not 0 < s.port < 65536:
-        fail("port", f"must be between 1 and 65535, not {s.port}")
-    if s.parallel < 1:
-        fail("parallel", f"must be at least 1, not {s.parallel}")
-    for key in _NOT_NEGATIVE:
-        if getattr(s, key) < 0:
-            fail(key, f"must not be negative, not {getattr(s, key)}")
-    if s.max_queue < 1:
-        fail("max_queue", f"must be at least 1, not {s.max_queue}")
+    for field in fields().values():
+        value = getattr(s, field.name)
+        if field.ge is not None and field.le is not None and not field.ge <= value <= field.le:
+            fail(field.name, f"must be between {field.ge} and {field.le}, not {value}")
+        elif field.ge == 0 and value < 0:
+            fail(field.name, f"must not be negative, not {value}")
+        elif field.ge is not None and value < field.ge:
+            fail(field.name, f"must be at least {field.ge}, not {value}")
     for field in fields().values():
         if not field.traits & {DURATION, SIZE}:
             continue
