@@ -134,6 +134,12 @@ def test_bad_changes_are_refused_naming_the_setting_and_nothing_is_written(tmp_p
         assert openai_error(http.patch("/api/settings", json={"port": [1]}), 400)["type"] == "invalid_request_error"
         assert openai_error(http.patch("/api/settings", content=b"[1, 2]"), 400)
         assert live.state.settings == settings
+        (home / "config.toml").write_text("port = = 1\n")  # broken by hand while the server runs
+        for response in (http.get("/api/settings"), http.patch("/api/settings", json={"max_queue": 3})):
+            error = openai_error(response, 400)
+            assert error["param"] == "config.toml" and "not valid TOML" in error["message"]
+        assert (home / "config.toml").read_text() == "port = = 1\n", "a broken file is not written over"
+        (home / "config.toml").write_text(CONFIG)
         assert openai_error(live.http(key=None).get("/api/settings"), 401)
         assert openai_error(live.http(key=None).patch("/api/settings", json={"max_queue": 3}), 401)
     assert (home / "config.toml").read_text() == CONFIG

@@ -118,10 +118,12 @@ async def get_settings(request: Request[Any, Any, Any]) -> SettingsView:
 
 
 def _read_sources(settings: Settings) -> tuple[dict[str, Source], dict[str, Any]]:
+    """Each setting's source, and what config.toml holds now (`InvalidRequest` naming the file
+    when it was broken by hand since the server started: it is not written over)."""
     try:
         return setting_sources(settings), read_config(settings.config_file)
-    except SettingsError as e:  # config.toml was broken by hand since the server started
-        raise InvalidRequest(e.message, param="config.toml") from None
+    except SettingsError as e:
+        raise InvalidRequest(f"{e.message}; fix or remove it first", param="config.toml") from None
 
 
 @patch("/settings")
@@ -137,6 +139,7 @@ async def change_settings(request: Request[Any, Any, Any], data: JSONBody[dict[s
         except SettingsError as e:
             raise InvalidRequest(e.message, param=e.param) from None
         values = {name: getattr(wanted, name) for name in data}
+        await asyncio.to_thread(_read_sources, current)
         await asyncio.to_thread(update_config, current.config_file, values)
         changed, live = [], {}
         for name in data:
