@@ -106,6 +106,7 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
     from spark.settings import DURATION, RESTART, SECRET, SIZE, fields
 
     f = fields()
+    assert all(x.description for x in f.values())
     assert f["kv_type"].choices == ("f16", "q8_0", "q4_0")
     assert f["log_level"].choices == ("debug", "info", "warning", "error")
     assert f["metrics_auth"].choices == ("key", "admin", "none")

@@ -290,7 +290,7 @@ def fields() -> dict[str, Field]:
         _FIELDS = {}
         for name in Settings.__struct_fields__:
             base, *extras = typing.get_args(hints[name])
-            description = next(m.description or "" for m in extras if isinstance(m, msgspec.Meta))
+            description = next(m.description for m in extras if isinstance(m, msgspec.Meta) and m.description)
             traits = frozenset(m for m in extras if isinstance(m, Trait))
             ge = next((m.ge for m in extras if isinstance(m, msgspec.Meta) and m.ge is not None), None)
             le = next((m.le for m in extras if isinstance(m, msgspec.Meta) and m.le is not None), None)
