@@ -9,7 +9,7 @@ _spark() {
   case "$cmd" in
     keys)
       if [[ $COMP_CWORD -eq 2 ]]; then
-        COMPREPLY=($(compgen -W "create list revoke" -- "$cur")); return
+        COMPREPLY=($(compgen -W "create list rename revoke" -- "$cur")); return
       fi
       path="$cmd ${COMP_WORDS[2]}";;
   esac
@@ -18,6 +18,7 @@ _spark() {
     "doctor") opts="--json --self-test --no-self-test --help";;
     "keys create") opts="--zero-retention --help";;
     "keys list") opts="--help";;
+    "keys rename") opts="--help";;
     "keys revoke") opts="--help";;
     "keys") opts="--help";;
     "log") opts="--model --key --status --since --limit -n --follow -f --help";;

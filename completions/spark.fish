@@ -6,18 +6,19 @@ complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls 
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a doctor -d 'Check this machine and Sparks setup: build, GPUs, memory, folders, server,...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a ls -d 'List installed models.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a ls -d 'List installed models (this machines local library; no server needed).'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a rm -d 'Remove models from the library (deleting the files Spark downloaded or copied).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a rm -d 'Remove models from this machines local library, deleting the files Spark...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a show -d 'Show a models metadata, files, projector and settings (from this machines...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a create
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a list
-complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list revoke' -a revoke
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a create
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a list
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a rename
+complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a revoke
 complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy the projector into Sparks models folder instead of using it in place.'
 complete -c spark -n '__fish_seen_subcommand_from attach' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from attach' -a '(__spark_models)'
@@ -28,6 +29,7 @@ complete -c spark -n '__fish_seen_subcommand_from doctor' -l help -d 'Show help 
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l zero-retention -d 'Log this keys requests without their prompts or output.'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from create' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from list' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from rename' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcommand_from revoke' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from keys' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from log' -l model -r -d 'Only requests for this model.'

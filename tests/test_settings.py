@@ -100,3 +100,83 @@ def test_bad_switch_names_the_variable(monkeypatch) -> None:
     monkeypatch.setenv("SPARK_ALLOW_REMOTE_IMAGES", "maybe")
     with pytest.raises(SettingsError, match="SPARK_ALLOW_REMOTE_IMAGES: allow_remote_images must be true or false"):
         load_settings()
+
+
+def test_fixed_sets_and_traits_come_from_the_definition() -> None:
+    from spark.settings import DURATION, RESTART, SECRET, SIZE, fields
+
+    f = fields()
+    assert all(x.description for x in f.values())
+    assert f["kv_type"].choices == ("f16", "q8_0", "q4_0")
+    assert f["log_level"].choices == ("debug", "info", "warning", "error")
+    assert f["metrics_auth"].choices == ("key", "admin", "none")
+    assert {n for n, x in f.items() if DURATION in x.traits} == {
+        "request_timeout",
+        "keep_alive",
+        "load_wait",
+        "hang_timeout",
+        "load_timeout",
+    }
+    assert {n for n, x in f.items() if SIZE in x.traits} == {
+        "max_body_size",
+        "max_image_size",
+        "max_ram",
+        "gpu_reserve",
+    }
+    assert {n for n, x in f.items() if SECRET in x.traits} == {"admin_password", "hf_token"}
+    assert RESTART in f["port"].traits and RESTART not in f["keep_alive"].traits
+    assert (f["port"].ge, f["port"].le, f["parallel"].ge, f["threads"].ge, f["host"].ge) == (1, 65535, 1, 0, None)
+
+
+def test_durations_and_sizes_may_be_plain_numbers(spark_home: Path) -> None:
+    (spark_home / "config.toml").write_text("keep_alive = 90\nmax_ram = 1073741824\n")
+    s = load_settings()
+    assert s.keep_alive_seconds == 90 and s.max_ram_bytes == 2**30
+
+
+def test_changed_settings_are_checked_and_name_the_key() -> None:
+    from spark.settings import changed_settings
+
+    s = changed_settings(load_settings(), {"keep_alive": "1h", "parallel": "2", "allow_remote_images": "on"})
+    assert (s.keep_alive_seconds, s.parallel, s.allow_remote_images) == (3600, 2, True)
+    for changes, key in (({"parallel": 0}, "parallel"), ({"home": "/x"}, "home"), ({"nope": 1}, "nope")):
+        with pytest.raises(SettingsError) as info:
+            changed_settings(load_settings(), changes)
+        assert info.value.param == key and not info.value.message.startswith(":")
+
+
+CONFIG = """# Spark's settings
+port = 9000  # the port, with a # in the comment
+name_like = "a # b"   # a value with a hash
+arr = [
+  1,
+  2,
+]
+
+[table]
+keep_alive = "1m"  # not a top-level key: left alone
+"""
+
+
+def test_config_edits_are_in_place(tmp_path: Path) -> None:
+    import tomllib
+
+    from spark.config_file import update_config
+
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG)
+    update_config(path, {"port": 9100, "name_like": "c # d", "arr": [3], "keep_alive": "10m", "flag": True})
+    text = path.read_text()
+    assert text.startswith("# Spark's settings\nport = 9100  # the port, with a # in the comment\n")
+    assert 'name_like = "c # d"  # a value with a hash\n' in text
+    assert "arr = [\n    3,\n]\n" in text or "arr = [3]\n" in text
+    data = tomllib.loads(text)
+    assert data["table"] == {"keep_alive": "1m"}, "tables and unknown keys are kept"
+    assert (data["keep_alive"], data["flag"], data["port"], data["arr"]) == ("10m", True, 9100, [3])
+    assert text.index('keep_alive = "10m"') < text.index("[table]"), "new keys go before the first table"
+    assert text.endswith('flag = true\n\n[table]\nkeep_alive = "1m"  # not a top-level key: left alone\n')
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")], "no temporary file is left"
+
+    fresh = tmp_path / "new" / "config.toml"
+    update_config(fresh, {"port": 1234})
+    assert fresh.read_text() == "port = 1234\n" and fresh.stat().st_mode & 0o777 == 0o600

@@ -84,6 +84,13 @@ class SettingsError(SparkError):
     code = "settings_error"
 
 
+class Forbidden(SparkError):
+    """A request the credentials allow but the circumstances do not (e.g. a cross-site change)."""
+
+    status = 403
+    code = "forbidden"
+
+
 class ModelNotFound(SparkError):
     status = 404
     code = "model_not_found"
@@ -185,6 +192,20 @@ class PullNotFound(SparkError):
 
     status = 404
     code = "pull_not_found"
+
+
+class KeyNotFound(SparkError):
+    """No API key has the name asked for (admin API, `spark keys`)."""
+
+    status = 404
+    code = "key_not_found"
+
+
+class RunnerNotFound(SparkError):
+    """The model asked for is installed but not loaded (admin API)."""
+
+    status = 404
+    code = "runner_not_found"
 
 
 class MethodNotAllowed(SparkError):

@@ -25,6 +25,16 @@ RUNNER_STATE: Final = "runner.state"  # loading, ready, failed (with reason), un
 PULL_PROGRESS: Final = "pull.progress"
 PULL_FINISHED: Final = "pull.finished"  # done, failed (with error) or cancelled
 NODE_STATE: Final = "node.state"
+KINDS: Final = (
+    REQUEST_RECEIVED,
+    REQUEST_FIRST_TOKEN,
+    REQUEST_FINISHED,
+    RUNNER_STATE,
+    PULL_PROGRESS,
+    PULL_FINISHED,
+    NODE_STATE,
+)
+GROUPS: Final = frozenset(kind.split(".")[0] for kind in KINDS)  # a group takes all its kinds, e.g. "request"
 
 DEFAULT_QUEUE_SIZE = 1000
 
@@ -81,11 +91,14 @@ class Subscription:
     def close(self) -> None:
         self._bus.unsubscribe(self)
 
+    async def next(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None once the stream has ended (dropped or closed); `TimeoutError`
+        when none comes within `timeout` seconds (the subscription goes on)."""
+        async with asyncio.timeout(timeout):
+            return await self._queue.get()
+
     async def __aiter__(self) -> AsyncIterator[Event]:
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
+        while (event := await self.next()) is not None:
             yield event
 
 

@@ -7,11 +7,12 @@ platformdirs and all move under `SPARK_HOME` when it is set.
 
 from __future__ import annotations
 
+import enum
 import os
 import tomllib
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import platformdirs
@@ -23,15 +24,39 @@ ENV_PREFIX = "SPARK_"
 CONFIG_FILE = "config.toml"
 
 
+class Trait(enum.Enum):
+    """What a setting is, beyond its type: markers in its `Annotated` metadata."""
+
+    DURATION = "duration"  # text such as 30s or 5m (a plain number is seconds)
+    SIZE = "size"  # text such as 512MiB (a plain number is bytes)
+    SECRET = "secret"  # never shown by the admin API, which says only whether it is set
+    RESTART = "restart"  # a change takes effect when the server restarts
+    FIXED = "fixed"  # not a config.toml key, so not changeable through the admin API
+
+
+DURATION, SIZE, SECRET, RESTART, FIXED = Trait.DURATION, Trait.SIZE, Trait.SECRET, Trait.RESTART, Trait.FIXED
+
+Source = Literal["default", "config.toml", "env", "argument"]
+KVType = Literal["f16", "q8_0", "q4_0"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+MetricsAuth = Literal["key", "admin", "none"]
+
+
 def _doc(text: str) -> msgspec.Meta:
     return msgspec.Meta(description=text)
+
+
+# bounds of whole-number settings, checked by load_settings
+NOT_NEGATIVE = msgspec.Meta(ge=0)
+POSITIVE = msgspec.Meta(ge=1)
+PORT = msgspec.Meta(ge=1, le=65535)
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """All of Spark's settings. Read them with `load_settings()`."""
 
     home: Annotated[
-        str, _doc("Folder that holds Spark's config, data and cache. Empty: the platform's usual folders.")
+        str, _doc("Folder that holds Spark's config, data and cache. Empty: the platform's usual folders."), FIXED
     ] = ""
     host: Annotated[
         str,
@@ -39,13 +64,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "Address the server listens on. Loopback by default, so nothing is exposed until you "
             "choose to; use 0.0.0.0 to serve the network (API keys are required either way)."
         ),
+        RESTART,
     ] = "127.0.0.1"
-    port: Annotated[int, _doc("Port of the HTTP server (APIs and web console).")] = 8080
+    port: Annotated[int, PORT, _doc("Port of the HTTP server (APIs and web console)."), RESTART] = 8080
     max_body_size: Annotated[
-        str, _doc("Largest request body the API accepts (e.g. 32MiB); a larger one is refused with 413. 0: no limit.")
+        str,
+        _doc("Largest request body the API accepts (e.g. 32MiB); a larger one is refused with 413. 0: no limit."),
+        SIZE,
+        RESTART,
     ] = "32MiB"
     max_tokens_limit: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc(
             "Most tokens one API request may ask to generate (max_tokens); more is refused with 400. "
             "0: no limit beyond the context length."
@@ -57,6 +87,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "Longest one API request may run (e.g. 10m); a generation still running then ends with "
             "a timeout error. 0: no limit."
         ),
+        DURATION,
     ] = "10m"
     allow_remote_images: Annotated[
         bool,
@@ -66,7 +97,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = False
     max_image_size: Annotated[
-        str, _doc("Largest image one request may carry or fetch (e.g. 20MiB); a larger one is refused with 400.")
+        str, _doc("Largest image one request may carry or fetch (e.g. 20MiB); a larger one is refused with 400."), SIZE
     ] = "20MiB"
     cors_origins: Annotated[
         str,
@@ -74,27 +105,30 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "Web origins allowed to call the API from a browser, comma-separated "
             "(e.g. https://app.example.com; * for any). Empty: CORS off."
         ),
+        RESTART,
     ] = ""
     context_length: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc(
             "Context tokens per request slot, unless a model's own settings say otherwise. "
             "0 uses the model's training context."
         ),
     ] = 4096
-    parallel: Annotated[int, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
-    threads: Annotated[int, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
-    kv_type: Annotated[str, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
+    parallel: Annotated[int, POSITIVE, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
+    threads: Annotated[int, NOT_NEGATIVE, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
+    kv_type: Annotated[KVType, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
     keep_alive: Annotated[
         str,
         _doc(
             "How long an idle model stays loaded (e.g. 30s, 5m, 1h; 0 unloads at once; "
             "a negative value keeps it loaded)."
         ),
+        DURATION,
     ] = "5m"
-    max_loaded_models: Annotated[int, _doc("Most models loaded at once. 0: as many as fit.")] = 0
+    max_loaded_models: Annotated[int, NOT_NEGATIVE, _doc("Most models loaded at once. 0: as many as fit.")] = 0
     max_queue: Annotated[
-        int, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
+        int, POSITIVE, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
     ] = 64
     load_wait: Annotated[
         str,
@@ -102,25 +136,35 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "Longest a request waits for busy models to finish when its model only fits once they "
             "are unloaded; then it is refused with the memory arithmetic. 0: refuse at once."
         ),
+        DURATION,
     ] = "5m"
-    max_ram: Annotated[str, _doc("Most RAM models may use (e.g. 8GiB). Empty or 0: the memory available.")] = ""
-    gpu_reserve: Annotated[str, _doc("Memory kept free on each GPU.")] = "512MiB"
-    hang_timeout: Annotated[str, _doc("A runner with work in flight and no progress for this long is restarted.")] = (
-        "60s"
+    max_ram: Annotated[str, _doc("Most RAM models may use (e.g. 8GiB). Empty or 0: the memory available."), SIZE] = ""
+    gpu_reserve: Annotated[str, _doc("Memory kept free on each GPU."), SIZE] = "512MiB"
+    hang_timeout: Annotated[
+        str,
+        _doc("A runner with work in flight and no progress for this long is restarted (runners started from then on)."),
+        DURATION,
+    ] = "60s"
+    load_timeout: Annotated[str, _doc("Longest a runner may take to load its model."), DURATION] = "5m"
+    hf_endpoint: Annotated[str, _doc("Hugging Face Hub address used by pull and search."), RESTART] = (
+        "https://huggingface.co"
     )
-    load_timeout: Annotated[str, _doc("Longest a runner may take to load its model.")] = "5m"
-    hf_endpoint: Annotated[str, _doc("Hugging Face Hub address used by pull and search.")] = "https://huggingface.co"
-    hf_token: Annotated[str, _doc("Hugging Face token for gated or private repositories.")] = ""
+    hf_token: Annotated[str, _doc("Hugging Face token for gated or private repositories."), SECRET, RESTART] = ""
     default_model: Annotated[str, _doc("Model used when none is named.")] = "smollm2-135m-instruct-q4_1"
-    log_level: Annotated[str, _doc("Server log level: debug, info, warning or error.")] = "info"
+    log_level: Annotated[LogLevel, _doc("Server log level: debug, info, warning or error.")] = "info"
     log_retention_days: Annotated[
-        int, _doc("Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log.")
+        int,
+        NOT_NEGATIVE,
+        _doc("Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log."),
+        RESTART,
     ] = 30
     log_max_mb: Annotated[
         int,
+        NOT_NEGATIVE,
         _doc(
             "Most megabytes (MiB) the request log may take; past it the oldest requests are pruned. 0: no size limit."
         ),
+        RESTART,
     ] = 512
     admin_password: Annotated[
         str,
@@ -129,19 +173,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "or HTTP Basic). Empty: only commands run on the server's machine (with its local admin token) "
             "may use the admin API."
         ),
+        SECRET,
+        RESTART,
     ] = ""
     metrics_auth: Annotated[
-        str,
+        MetricsAuth,
         _doc(
             "Who may read GET /metrics: key (any API key), admin (the admin password or local admin token) "
             "or none (anyone who can connect)."
         ),
+        RESTART,
     ] = "key"
 
     # --- derived paths ------------------------------------------------------
     @property
     def config_dir(self) -> Path:
         return Path(self.home) if self.home else Path(platformdirs.user_config_dir("spark"))
+
+    @property
+    def config_file(self) -> Path:
+        return self.config_dir / CONFIG_FILE
 
     @property
     def data_dir(self) -> Path:
@@ -208,100 +259,106 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return parse_size(self.gpu_reserve, "gpu_reserve")
 
 
-_KV_TYPES = ("f16", "q8_0", "q4_0")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-_NUMBER_AS_TEXT = (
-    "keep_alive",
-    "hang_timeout",
-    "load_timeout",
-    "load_wait",
-    "max_ram",
-    "gpu_reserve",
-    "max_body_size",
-    "request_timeout",
-    "max_image_size",
-)
-_LOG_LEVELS = ("debug", "info", "warning", "error")
-_METRICS_AUTH = ("key", "admin", "none")
+_NOT_NEGATIVE_DURATIONS = ("request_timeout", "load_wait")
 
 
-def _fields() -> dict[str, tuple[type, str, Any]]:
-    """name -> (type, description, default) for every setting."""
-    hints = typing.get_type_hints(Settings, include_extras=True)
-    defaults = Settings()
-    out = {}
-    for name in Settings.__struct_fields__:
-        hint = hints[name]
-        base, meta = typing.get_args(hint)[0], typing.get_args(hint)[1]
-        out[name] = (base, meta.description, getattr(defaults, name))
-    return out
+class Field(msgspec.Struct, frozen=True):
+    """One setting as the `Settings` definition describes it."""
+
+    name: str
+    type: Any  # bool, int, str or a Literal of the values allowed
+    description: str
+    default: Any
+    traits: frozenset[Trait]
+    ge: float | None = None  # the least value allowed, for a whole number
+    le: float | None = None  # the greatest
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The values allowed, for a setting whose values are a fixed set; else ()."""
+        return typing.get_args(self.type) if typing.get_origin(self.type) is Literal else ()
 
 
-def _convert(name: str, base: type, raw: Any, source: str) -> Any:
-    if base is bool:
+def fields() -> dict[str, Field]:
+    """Every setting by name, in definition order, derived from `Settings`."""
+    global _FIELDS
+    if _FIELDS is None:
+        hints = typing.get_type_hints(Settings, include_extras=True)
+        defaults = Settings()
+        _FIELDS = {}
+        for name in Settings.__struct_fields__:
+            base, *extras = typing.get_args(hints[name])
+            description = next(m.description for m in extras if isinstance(m, msgspec.Meta) and m.description)
+            traits = frozenset(m for m in extras if isinstance(m, Trait))
+            ge = next((m.ge for m in extras if isinstance(m, msgspec.Meta) and m.ge is not None), None)
+            le = next((m.le for m in extras if isinstance(m, msgspec.Meta) and m.le is not None), None)
+            _FIELDS[name] = Field(name, base, description, getattr(defaults, name), traits, ge, le)
+    return _FIELDS
+
+
+_FIELDS: dict[str, Field] | None = None
+
+
+def _where(source: str, text: str) -> str:
+    return f"{source}: {text}" if source else text
+
+
+def convert(field: Field, raw: Any, source: str = "") -> Any:
+    """`raw` (from TOML, an environment variable or JSON) as `field`'s type; `SettingsError` naming
+    the key (after `source`, e.g. the file) when it is not one."""
+    name = field.name
+
+    def fail(why: str) -> SettingsError:
+        return SettingsError(_where(source, f"{name} {why}, not {raw!r}"), param=name)
+
+    if field.type is bool:
         if isinstance(raw, bool):
             return raw
         text = str(raw).strip().lower()
         if text in _TRUE or text in _FALSE:
             return text in _TRUE
-        raise SettingsError(f"{source}: {name} must be true or false, not {raw!r}", param=name)
-    if base is int:
+        raise fail("must be true or false")
+    if field.type is int:
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-            raise SettingsError(f"{source}: {name} must be a whole number, not {raw!r}", param=name)
+            raise fail("must be a whole number")
         try:
             return int(raw)
         except ValueError:
-            raise SettingsError(f"{source}: {name} must be a whole number, not {raw!r}", param=name) from None
-    if name in _NUMBER_AS_TEXT and isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return str(raw)  # durations and sizes may be written as plain numbers in TOML
+            raise fail("must be a whole number") from None
+    if field.traits & {DURATION, SIZE} and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return str(raw)  # durations and sizes may be written as plain numbers
     if not isinstance(raw, str):
-        raise SettingsError(f"{source}: {name} must be text, not {raw!r}", param=name)
+        raise fail("must be text")
+    if field.choices and raw not in field.choices:
+        raise fail(f"must be one of {', '.join(field.choices)}")
     return raw
 
 
-def _validate(s: Settings, source_of: dict[str, str]) -> None:
-    def fail(key: str, why: str) -> None:
-        raise SettingsError(f"{source_of.get(key, 'default')}: {key} {why}", param=key)
+def _validate(s: Settings, source_of: typing.Mapping[str, str], fallback: str = "default") -> None:
+    """Check the ranges and the durations and sizes of `s`; errors name the key after its source."""
 
-    if not 0 < s.port < 65536:
-        fail("port", f"must be between 1 and 65535, not {s.port}")
-    if s.parallel < 1:
-        fail("parallel", f"must be at least 1, not {s.parallel}")
-    for key in (
-        "context_length",
-        "threads",
-        "max_loaded_models",
-        "max_tokens_limit",
-        "log_retention_days",
-        "log_max_mb",
-    ):
-        if getattr(s, key) < 0:
-            fail(key, f"must not be negative, not {getattr(s, key)}")
-    if s.max_queue < 1:
-        fail("max_queue", f"must be at least 1, not {s.max_queue}")
-    if s.kv_type not in _KV_TYPES:
-        fail("kv_type", f"must be one of {', '.join(_KV_TYPES)}, not {s.kv_type!r}")
-    if s.log_level not in _LOG_LEVELS:
-        fail("log_level", f"must be one of {', '.join(_LOG_LEVELS)}, not {s.log_level!r}")
-    if s.metrics_auth not in _METRICS_AUTH:
-        fail("metrics_auth", f"must be one of {', '.join(_METRICS_AUTH)}, not {s.metrics_auth!r}")
-    for key, parse in (
-        ("keep_alive", parse_duration),
-        ("hang_timeout", parse_duration),
-        ("load_timeout", parse_duration),
-        ("load_wait", parse_duration),
-        ("max_ram", parse_size),
-        ("gpu_reserve", parse_size),
-        ("max_body_size", parse_size),
-        ("request_timeout", parse_duration),
-        ("max_image_size", parse_size),
-    ):
+    def fail(key: str, why: str) -> None:
+        raise SettingsError(_where(source_of.get(key, fallback), f"{key} {why}"), param=key)
+
+    for field in fields().values():
+        value = getattr(s, field.name)
+        if field.ge is not None and field.le is not None and not field.ge <= value <= field.le:
+            fail(field.name, f"must be between {field.ge} and {field.le}, not {value}")
+        elif field.ge == 0 and value < 0:
+            fail(field.name, f"must not be negative, not {value}")
+        elif field.ge is not None and value < field.ge:
+            fail(field.name, f"must be at least {field.ge}, not {value}")
+    for field in fields().values():
+        if not field.traits & {DURATION, SIZE}:
+            continue
+        parse = parse_duration if DURATION in field.traits else parse_size
         try:
-            parse(getattr(s, key), key)
+            parse(getattr(s, field.name), field.name)
         except SettingsError as e:
-            raise SettingsError(f"{source_of.get(key, 'default')}: {e.message}", param=key) from None
-    for key in ("request_timeout", "load_wait"):
+            raise SettingsError(_where(source_of.get(field.name, fallback), e.message), param=field.name) from None
+    for key in _NOT_NEGATIVE_DURATIONS:
         if parse_duration(getattr(s, key), key) < 0:
             fail(key, f"must not be negative, not {getattr(s, key)!r}")
 
@@ -313,42 +370,85 @@ def config_path(env: typing.Mapping[str, str] | None = None) -> Path:
     return Settings(home=home).config_dir / CONFIG_FILE
 
 
+def env_var(name: str) -> str:
+    """The environment variable of setting `name`, e.g. SPARK_PORT."""
+    return ENV_PREFIX + name.upper()
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The settings in config.toml at `path` (converted, checked by key), or {} when there is none."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SettingsError(f"{path} is not valid TOML: {e}", param=str(path)) from None
+    known = fields()
+    values = {}
+    for key, raw in data.items():
+        if key not in known or FIXED in known[key].traits:
+            raise SettingsError(f"{path}: unknown setting '{key}'", param=key)
+        values[key] = convert(known[key], raw, str(path))
+    return values
+
+
+def _layers(env: typing.Mapping[str, str], path: Path) -> tuple[dict[str, Any], dict[str, Source], dict[str, str]]:
+    """Values from config.toml at `path` and the environment, each value's source, and where it came from."""
+    values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+    where: dict[str, str] = {}
+    for key, value in read_config(path).items():
+        values[key], sources[key], where[key] = value, "config.toml", str(path)
+    for key, field in fields().items():
+        var = env_var(key)
+        if var in env:
+            values[key], sources[key], where[key] = convert(field, env[var], var), "env", var
+    return values, sources, where
+
+
 def load_settings(env: typing.Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Settings from defaults, then config.toml, then SPARK_* variables, then `overrides`.
 
     Raises `SettingsError` naming the key for a malformed file or a bad value.
     """
     env = os.environ if env is None else env
-    fields = _fields()
-    values: dict[str, Any] = {}
-    source_of: dict[str, str] = {}
-
-    path = config_path(env)
-    if path.is_file():
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise SettingsError(f"{path} is not valid TOML: {e}", param=str(path)) from None
-        for key, raw in data.items():
-            if key not in fields or key == "home":
-                raise SettingsError(f"{path}: unknown setting '{key}'", param=key)
-            values[key] = _convert(key, fields[key][0], raw, str(path))
-            source_of[key] = str(path)
-
-    for key, (base, _, _) in fields.items():
-        var = ENV_PREFIX + key.upper()
-        if var in env:
-            values[key] = _convert(key, base, env[var], var)
-            source_of[key] = var
-
+    values, _, where = _layers(env, config_path(env))
     for key, raw in overrides.items():
-        if key not in fields:
+        if key not in fields():
             raise SettingsError(f"unknown setting '{key}'", param=key)
-        values[key] = raw
-        source_of[key] = "argument"
-
+        values[key], where[key] = raw, "argument"
     settings = Settings(**values)
-    _validate(settings, source_of)
+    _validate(settings, where)
+    return settings
+
+
+def setting_sources(settings: Settings, env: typing.Mapping[str, str] | None = None) -> dict[str, Source]:
+    """Where each value of `settings` came from: the default, its config.toml, the environment `env`,
+    or an argument (a value none of those gives now, e.g. `spark serve --port`)."""
+    values, sources, _ = _layers(os.environ if env is None else env, settings.config_file)
+    out: dict[str, Source] = {}
+    for key, field in fields().items():
+        layered = values.get(key, field.default)
+        out[key] = sources.get(key, "default") if getattr(settings, key) == layered else "argument"
+    return out
+
+
+def changed_settings(current: Settings, changes: typing.Mapping[str, Any]) -> Settings:
+    """`current` with `changes` (raw values by key, e.g. from JSON) applied and checked.
+
+    Raises `SettingsError` naming the key for an unknown or fixed key or a bad value.
+    """
+    known = fields()
+    values = {}
+    for key, raw in changes.items():
+        field = known.get(key)
+        if field is None:
+            raise SettingsError(f"unknown setting '{key}'", param=key)
+        if FIXED in field.traits:
+            raise SettingsError(f"{key} cannot be changed here (set {env_var(key)} instead)", param=key)
+        values[key] = convert(field, raw)
+    settings = msgspec.structs.replace(current, **values)
+    _validate(settings, {}, fallback="")
     return settings
 
 
@@ -364,11 +464,18 @@ def settings_markdown() -> str:
         "",
         "This file is generated from `spark/settings.py`; `tests/test_settings.py` fails when it is stale.",
         "",
-        "| variable | config.toml key | default | meaning |",
-        "|---|---|---|---|",
+        "The admin API changes settings at run time (`PATCH /api/settings`, see admin-api.md): a setting",
+        "marked *restart* takes effect when the server restarts, the others at once (those that shape a",
+        "loaded model, such as `context_length`, reload it on its next request).",
+        "",
+        "| variable | config.toml key | default | change | meaning |",
+        "|---|---|---|---|---|",
     ]
-    for name, (_, description, default) in _fields().items():
+    for name, field in fields().items():
+        default = field.default
         value = ("true" if default else "false") if isinstance(default, bool) else default
         shown = f"`{value}`" if value != "" else "(empty)"
-        lines.append(f"| `{ENV_PREFIX}{name.upper()}` | `{name}` | {shown} | {description} |")
+        key = "—" if FIXED in field.traits else f"`{name}`"
+        change = "—" if FIXED in field.traits else "restart" if RESTART in field.traits else "live"
+        lines.append(f"| `{env_var(name)}` | {key} | {shown} | {change} | {field.description} |")
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import re
 from typer.testing import CliRunner, Result
 
 from spark.cli import app
-from spark.errors import InvalidRequest
+from spark.errors import InvalidRequest, KeyNotFound
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, KeyTable
@@ -47,15 +47,52 @@ def test_create_ls_rm() -> None:
 
 def test_errors_name_the_problem() -> None:
     assert spark("keys", "create", "dup").exit_code == 0
-    for args, message in (
-        (("keys", "create", "dup"), "already exists"),
-        (("keys", "create", "bad name"), "not a valid key name"),
-        (("keys", "rm", "nobody"), "no key named 'nobody'"),
+    for args, error, message in (
+        (("keys", "create", "dup"), InvalidRequest, "already exists"),
+        (("keys", "create", "bad name"), InvalidRequest, "not a valid key name"),
+        (("keys", "rm", "nobody"), KeyNotFound, "no key named 'nobody'"),
+        (("keys", "rename", "nobody", "someone"), KeyNotFound, "no key named 'nobody'"),
+        (("keys", "rename", "dup", "bad name"), InvalidRequest, "not a valid key name"),
     ):
         result = spark(*args)
-        assert isinstance(result.exception, InvalidRequest) and message in str(result.exception)
+        assert isinstance(result.exception, error) and message in str(result.exception)
 
 
 def test_ls_without_keys_says_how_to_create_one() -> None:
     result = spark("keys", "ls")
     assert result.exit_code == 0 and "spark keys create NAME" in result.output
+
+
+def test_rename_keeps_the_key_and_its_use() -> None:
+    import time
+
+    from spark.store.requests import RequestRecord, RequestTable
+
+    secret = spark("keys", "create", "old-name").stdout.strip()
+    db = Database(load_settings().db_path)
+    record = RequestRecord(
+        id="r1",
+        request_id="req_r1",
+        started_at=time.time() - 60,
+        route="/v1/chat/completions",
+        status=200,
+        duration_ms=5.0,
+        key_name="old-name",
+        prompt_tokens=7,
+        completion_tokens=3,
+    )
+    RequestTable(db).insert_many([record])
+
+    renamed = spark("keys", "rename", "old-name", "new-name")
+    assert renamed.exit_code == 0 and "Renamed the key 'old-name' to 'new-name'" in renamed.output
+    assert KeyTable(db).verify(secret) is not None and KeyTable(db).verify(secret).name == "new-name"  # type: ignore[union-attr]
+    listing = spark("keys", "list").output
+    row = next(line.split() for line in listing.splitlines() if line.startswith("new-name"))
+    assert row[-3:] == ["1", "10", "no"], "requests and tokens of the last 24 h follow the key"
+    assert "old-name" not in listing
+
+
+def test_help_says_the_keys_are_local() -> None:
+    assert "local database" in spark("keys", "--help").output
+    assert "server" in spark("ps", "--help").output and "server" in spark("stop", "--help").output
+    assert "local database" in spark("log", "--help").output

@@ -159,3 +159,39 @@ def test_load_options_from_model_and_server_settings() -> None:
     trained = load_options(_entry(32768, ModelSettings()), load_settings(context_length=0))
     assert trained.n_ctx == 32768, "0 means the training context"
     assert load_options(_entry(0, ModelSettings()), load_settings(context_length=0)).n_ctx == 4096
+
+
+def test_runner_state_changes_are_published(library: Library, tiny_llama: Path) -> None:
+    import os
+    import signal
+
+    from spark.events import EventBus
+
+    model = library.add_local(tiny_llama).id
+
+    async def scenario() -> list[dict[str, object]]:
+        bus = EventBus()
+        subscription = bus.subscribe(frozenset({"runner"}))
+        scheduler = Scheduler(load_settings(), library, bus)
+        try:
+            state = await scheduler.warm(model, keep_alive=30)
+            assert state.status == "ready" and state.keep_alive == 30 and state.pid is not None
+            os.kill(state.pid, signal.SIGKILL)
+            assert isinstance(final(await collect(scheduler.stream(short_chat(model)))), Done)
+            assert await scheduler.unload(model) is True
+        finally:
+            await scheduler.close()
+        seen = []
+        while True:
+            try:
+                event = await subscription.next(timeout=0.2)
+            except TimeoutError:
+                return seen
+            assert event is not None and event.kind == "runner.state"
+            seen.append(event.data)
+
+    events = run(scenario())
+    assert [e["state"] for e in events] == ["loading", "ready", "restarting", "ready", "unloaded"]
+    assert all(e["model"] == model for e in events)
+    assert "SIGKILL" in str(events[3]["reason"]) and events[3]["restarts"] == 1
+    assert events[4]["reason"] == "unloaded on request"

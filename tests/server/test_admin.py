@@ -101,7 +101,16 @@ def test_keys_never_show_a_secret(live: LiveServer) -> None:
     KeyTable(Database(live.settings.db_path)).create("private", zero_retention=True)
     keys = as_admin(live).get("/api/keys").json()
     assert [k["name"] for k in keys] == ["tests", "private"]
-    assert set(keys[0]) == {"name", "prefix", "created_at", "last_used_at", "zero_retention"}
+    assert set(keys[0]) == {
+        "name",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "zero_retention",
+        "requests_24h",
+        "prompt_tokens_24h",
+        "completion_tokens_24h",
+    }
     assert keys[1]["zero_retention"] is True
     assert live.key is not None and live.key not in str(keys) and live.key.startswith(keys[0]["prefix"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark.errors import InvalidRequest
+from spark.errors import InvalidRequest, KeyNotFound
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, KeyTable
 
@@ -58,7 +58,7 @@ def test_remove(keys: KeyTable) -> None:
     _, secret = keys.create("old")
     keys.remove("old")
     assert keys.verify(secret) is None and keys.list() == []
-    with pytest.raises(InvalidRequest, match="no key named 'old'"):
+    with pytest.raises(KeyNotFound, match="no key named 'old'"):
         keys.remove("old")
 
 

@@ -1,7 +1,13 @@
-"""`spark keys create/ls/rm`: the API keys every /v1 request must carry."""
+"""`spark keys create/list/rename/revoke`: the API keys every /v1 request must carry.
+
+These act on the local database directly (a running server sees each change
+at once), so they work whether or not a server runs; the admin API's
+`/api/keys` routes do the same over HTTP.
+"""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import typer
@@ -11,14 +17,25 @@ from rich.table import Table
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
+from spark.store.requests import RequestTable
+
+DAY_SECONDS = 86400
 
 keys_app = typer.Typer(
-    help="Manage API keys (clients send one as `Authorization: Bearer KEY` or `x-api-key: KEY`).", no_args_is_help=True
+    help=(
+        "Manage API keys (clients send one as `Authorization: Bearer KEY` or `x-api-key: KEY`). "
+        "Acts on the local database, with or without a running server."
+    ),
+    no_args_is_help=True,
 )
 
 
+def _database() -> Database:
+    return Database(load_settings().db_path)
+
+
 def _table() -> KeyTable:
-    return KeyTable(Database(load_settings().db_path))
+    return KeyTable(_database())
 
 
 def _when(timestamp: float | None) -> str:
@@ -41,21 +58,27 @@ def create(
 
 
 def list_keys() -> None:
-    """List the keys (names and prefixes; the keys themselves are not stored)."""
-    keys = _table().list()
+    """List the keys (names and prefixes; the keys themselves are not stored), with their requests
+    and tokens of the last 24 hours from the request log."""
+    db = _database()
+    keys = KeyTable(db).list()
     console = Console()
     if not keys:
         console.print("No API keys yet. Create one with `spark keys create NAME`.", highlight=False)
         return
+    usage = RequestTable(db).usage_by_key(time.time() - DAY_SECONDS)
     table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "KEY", "CREATED", "LAST USED", "ZERO RETENTION"):
+    for column in ("NAME", "KEY", "CREATED", "LAST USED", "REQUESTS 24H", "TOKENS 24H", "ZERO RETENTION"):
         table.add_column(column)
     for key in keys:
+        used = usage.get(key.name)
         table.add_row(
             key.name,
             key.prefix + "…",
             _when(key.created_at),
             _when(key.last_used_at),
+            str(used.requests if used else 0),
+            str(used.prompt_tokens + used.completion_tokens if used else 0),
             "yes" if key.zero_retention else "no",
         )
     console.print(table, highlight=False)
@@ -67,7 +90,17 @@ def revoke(name: str = typer.Argument(..., help="The key's name (see `spark keys
     typer.echo(f"Revoked the key '{name}'.")
 
 
+def rename(
+    name: str = typer.Argument(..., help="The key's name (see `spark keys list`)."),
+    new_name: str = typer.Argument(..., help="Its new name (letters, digits, . _ -)."),
+) -> None:
+    """Rename a key; the key itself and its request history stay the same."""
+    _table().rename(name, new_name)
+    typer.echo(f"Renamed the key '{name}' to '{new_name}'.")
+
+
 keys_app.command("list")(list_keys)
+keys_app.command("rename")(rename)
 keys_app.command("ls", hidden=True)(list_keys)
 keys_app.command("revoke")(revoke)
 keys_app.command("rm", hidden=True)(revoke)

@@ -305,7 +305,10 @@ def log_command(
     limit: int = typer.Option(20, "--limit", "-n", help="How many requests to list."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new requests as they finish."),
 ) -> None:
-    """List recent API requests, show one with its timeline, or follow new ones (-f)."""
+    """List recent API requests, show one with its timeline, or follow new ones (-f).
+
+    Reads the running server's log through its admin API, or the local database when no server runs.
+    """
     console = Console()
     source = open_log()
     if request_id is not None:

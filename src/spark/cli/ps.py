@@ -7,6 +7,7 @@ over its runner admin routes, with the local admin token it writes at start.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -45,11 +46,11 @@ class AdminClient:
 
     def runners(self) -> list[RunnerState]:
         """Every runner of the server."""
-        return msgspec.json.decode(self._call("GET", "/api/ps"), type=list[RunnerState])
+        return msgspec.json.decode(self._call("GET", "/api/runners"), type=list[RunnerState])
 
     def stop(self, model: str) -> bool:
         """Unload `model` now; False when it was not loaded."""
-        return bool(msgspec.json.decode(self._call("POST", f"/api/ps/{model}/stop"))["stopped"])
+        return bool(msgspec.json.decode(self._call("DELETE", f"/api/runners/{quote(model, safe='')}"))["stopped"])
 
     def get(self, path: str, params: dict[str, str | int | float] | None = None) -> bytes:
         """The body of an admin route (`SparkError` with the server's message when it refuses)."""
@@ -143,7 +144,10 @@ def runners_table(states: list[RunnerState]) -> Table:
 
 
 def ps() -> None:
-    """Show the models the running server has loaded: device, memory, slots, queue, when they unload."""
+    """Show the models the running server has loaded: device, memory, slots, queue, when they unload.
+
+    Asks the server running on this machine (its admin API); local files are not read.
+    """
     console = Console()
     client = connect(load_settings())
     if client is None:
@@ -157,7 +161,10 @@ def ps() -> None:
 
 
 def stop(model: str = typer.Argument(..., help="Model id (see `spark ps`).")) -> None:
-    """Unload MODEL from the running server now (requests still running on it end with an error)."""
+    """Unload MODEL from the running server now (requests still running on it end with an error).
+
+    Acts on the server running on this machine, through its admin API.
+    """
     settings = load_settings()
     client = connect(settings)
     if client is None:

@@ -16,8 +16,12 @@ runner's own FIFO queue (or, before the model is loaded, for its load).
 
 A model with no work unloads after its keep-alive: the latest request's
 `keep_alive` (seconds; 0 unloads right after it, negative keeps the model
-loaded), else `settings.keep_alive`. Changed model settings (context, slots,
-...) load a new runner; the old one finishes the requests it has and then stops.
+loaded), else the one an admin set for it (`warm`, `set_keep_alive`), else the
+model's own setting, else `settings.keep_alive`. Changed model settings (context, slots, ...) load a new
+runner; the old one finishes the requests it has and then stops.
+
+Every runner state change (loading, ready, restarting, failed with the reason,
+unloaded) is published on the event bus as `runner.state`.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from spark.errors import (
     Overloaded,
     PlacementRefused,
     RunnerFailed,
+    RunnerNotFound,
     SparkError,
 )
+from spark.events import RUNNER_STATE, EventBus
 from spark.library import Library, ModelEntry
 from spark.library.metadata import read_gguf_info
 from spark.placement import (
@@ -94,11 +100,15 @@ class RunnerState(msgspec.Struct, frozen=True):
     measured_bytes: int | None = None  # the same, measured (peak RSS less an idle runner's); None until known
     device_bytes: dict[str, int] = {}  # what placement counts per device: measured where known, runner included
     slots_busy: int = 0
+    slots_free: int = 0
     queued: int = 0  # requests waiting beyond its slots
     idle_seconds: float | None = None  # None while it has work
     keep_alive: float = 0.0  # seconds it stays loaded once idle; negative: forever
     unloads_in: float | None = None  # None while it has work or when kept loaded forever
     reason: str = ""  # why it was loaded, or why it is stopping
+    error: str | None = None  # why it failed (status "failed")
+    prompt_tokens_per_second: float | None = None  # over its recent requests; None before any
+    decode_tokens_per_second: float | None = None  # one stream's speed over its recent requests
 
 
 def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
@@ -113,7 +123,7 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         n_ctx=n_ctx,
         n_parallel=entry.settings.parallel or settings.parallel,
         n_threads=settings.threads,
-        kv_type=entry.settings.kv_type or settings.kv_type,  # type: ignore[arg-type]  # validated by load_settings
+        kv_type=entry.settings.kv_type or settings.kv_type,
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,
         system_prompt=entry.settings.system_prompt,
@@ -152,6 +162,7 @@ class _Runner:
         self.plan = plan
         self.reason = reason
         self.keep_alive = keep_alive
+        self.admin_keep_alive: float | None = None  # set by an admin; requests without their own keep it
         self.active = 0  # requests using it (streaming, queued in it, or counting tokens)
         self.retiring = False  # replaced after a settings change; stops once idle
         self.peak_rss = 0
@@ -190,9 +201,11 @@ class _Runner:
 class Scheduler:
     """Routes requests to runner processes: places and loads models, queues, unloads idle ones."""
 
-    def __init__(self, settings: Settings, library: Library) -> None:
+    def __init__(self, settings: Settings, library: Library, events: EventBus | None = None) -> None:
         self._settings = settings
         self._library = library
+        self._events = events if events is not None else EventBus()
+        self._failed: dict[str, _Runner] = {}  # loads that failed, shown until the model loads again
         self._runners: dict[str, _Runner] = {}  # the current runner of each model
         self._retiring: list[_Runner] = []  # replaced runners finishing their requests
         self._loading: dict[str, asyncio.Task[_Runner]] = {}
@@ -217,14 +230,48 @@ class Scheduler:
         Closing the generator early cancels the request in its runner. `trace`
         gets the steps of its timeline the scheduler sees (queue, placement, load).
         """
-        async with self._use(request, trace) as runner, aclosing(runner.process.stream(request)) as events:
+        async with (
+            self._use(request.model, request.keep_alive, trace) as runner,
+            aclosing(runner.process.stream(request)) as events,
+        ):
             async for event in events:
                 yield event
 
     async def count_tokens(self, request: Request, trace: Trace = NO_TRACE) -> int:
         """Prompt tokens of `request` on its model (loading the model if needed)."""
-        async with self._use(request, trace) as runner:
+        async with self._use(request.model, request.keep_alive, trace) as runner:
             return await runner.process.count_tokens(request)
+
+    async def warm(self, model: str, keep_alive: float | None = None) -> RunnerState:
+        """Load `model` now unless it is loaded; with `keep_alive` (seconds, negative: forever) it stays
+        loaded that long once idle, whatever requests without their own keep-alive say.
+
+        Raises as `stream` does before a request reaches its runner.
+        """
+        async with self._use(model, keep_alive, NO_TRACE) as runner:
+            if keep_alive is not None:
+                runner.admin_keep_alive = keep_alive
+            runner.process.touch()  # idle from now, not from when the load began
+        return self._state(runner, monotonic())
+
+    def set_keep_alive(self, model: str, keep_alive: float) -> RunnerState:
+        """Keep the loaded `model` for `keep_alive` seconds once idle (negative: forever), until a
+        request names its own. `ModelNotFound` for an unknown model, `RunnerNotFound` when not loaded."""
+        self._keep_alive(keep_alive)
+        entry = self._library.get(model)
+        runner = self._runners.get(entry.id)
+        if runner is None or runner.process.status in ("failed", "stopped"):
+            raise RunnerNotFound(f"The model {entry.id} is not loaded (load it with POST /api/runners).", param="model")
+        runner.keep_alive = runner.admin_keep_alive = keep_alive
+        self._wake.set()
+        return self._state(runner, monotonic())
+
+    def use_settings(self, settings: Settings) -> None:
+        """Use `settings` from now on: queue and memory limits at once, load options from the next
+        request (a model whose options change reloads), keep-alive from the next request or load."""
+        self._settings = settings
+        self._devices = None
+        self._wake.set()
 
     async def unload(self, model_id: str) -> bool:
         """Stop the runner(s) of `model_id` now (after its load, if one is under way); False if none.
@@ -234,6 +281,7 @@ class Scheduler:
         key = model_id if model_id in self._runners or model_id in self._loading else self._canonical(model_id)
         if key is None:
             return False
+        failed = self._failed.pop(key, None) is not None
         task = self._loading.get(key)
         if task is not None:
             await asyncio.wait({task})
@@ -242,12 +290,17 @@ class Scheduler:
             self._stop(runner, "unloaded on request")
         if targets:
             await self._settle_stops()
-        return bool(targets)
+        return bool(targets) or failed
 
     def loaded(self) -> list[RunnerState]:
         """Every runner, loading, loaded or finishing its requests after a settings change."""
         now = monotonic()
         return [self._state(r, now) for r in (*self._runners.values(), *self._retiring)]
+
+    def runners(self) -> list[RunnerState]:
+        """`loaded`, and the models whose last load failed (status "failed", with the error)."""
+        now = monotonic()
+        return [*self.loaded(), *(self._state(r, now) for r in self._failed.values())]
 
     async def close(self) -> None:
         """Stop every runner (and abandon loads under way); new requests are refused."""
@@ -266,12 +319,14 @@ class Scheduler:
 
     # --- admission ------------------------------------------------------------
     @asynccontextmanager
-    async def _use(self, request: Request, trace: Trace) -> AsyncIterator[_Runner]:
-        """The runner for `request`, held busy (never unloaded) until the block ends."""
+    async def _use(self, model_name: str, keep_alive: float | None, trace: Trace) -> AsyncIterator[_Runner]:
+        """The runner for a request for `model_name`, held busy (never unloaded) until the block ends;
+        `keep_alive` is the request's own (None: the admin's for the model, else the settings')."""
         if self._closed:
             raise Overloaded("The server is shutting down and takes no new requests.")
-        entry = self._library.get(request.model)
-        keep_alive = self._keep_alive(request, entry)
+        if keep_alive is not None:
+            self._keep_alive(keep_alive)
+        entry = self._library.get(model_name)
         options = load_options(entry, self._settings)
         model = entry.id
         waiting = self._pending[model] - options.n_parallel
@@ -289,7 +344,15 @@ class Scheduler:
         try:
             runner = await self._runner_for(entry, options, trace)
             runner.active += 1  # no await since the load finished: nothing can have unloaded it
-            runner.keep_alive = keep_alive  # the latest request's keep-alive wins
+            # the latest request's keep-alive wins; without one, the admin's or the settings'
+            if keep_alive is not None:
+                runner.keep_alive = keep_alive
+            elif runner.admin_keep_alive is not None:
+                runner.keep_alive = runner.admin_keep_alive
+            elif entry.settings.keep_alive is not None:
+                runner.keep_alive = entry.settings.keep_alive
+            else:
+                runner.keep_alive = self._settings.keep_alive_seconds
             yield runner
         finally:
             self._pending[model] -= 1
@@ -302,17 +365,10 @@ class Scheduler:
             self._changed.set()
             self._wake.set()
 
-    def _keep_alive(self, request: Request, entry: ModelEntry) -> float:
-        """The request's keep-alive, else the model's own, else the server's."""
-        if request.keep_alive is None:
-            return (
-                entry.settings.keep_alive
-                if entry.settings.keep_alive is not None
-                else self._settings.keep_alive_seconds
-            )
-        if math.isnan(request.keep_alive):
+    @staticmethod
+    def _keep_alive(seconds: float) -> None:
+        if math.isnan(seconds):
             raise InvalidRequest("keep_alive must be a number of seconds (negative: keep loaded)", param="keep_alive")
-        return request.keep_alive
 
     async def _runner_for(self, entry: ModelEntry, options: LoadOptions, trace: Trace) -> _Runner:
         model = entry.id
@@ -369,9 +425,10 @@ class Scheduler:
             for eviction in plan.evictions:
                 self._stop(runners[eviction.model_id], f"evicted to make room for {entry.id}: {eviction.reason}")
             await self._settle_stops()
-            process = RunnerProcess(plan.load_options(options), self._settings)
+            process = RunnerProcess(plan.load_options(options), self._settings, self._publish_status)
             runner = _Runner(process, options, estimate, plan, reason, self._settings.keep_alive_seconds)
             self._runners[entry.id] = runner
+            self._failed.pop(entry.id, None)
             trace.step(steps.LOAD_STARTED, reason=reason)
             started = monotonic()
             try:
@@ -379,6 +436,8 @@ class Scheduler:
             except BaseException:
                 if self._runners.get(entry.id) is runner:
                     del self._runners[entry.id]
+                    if process.error is not None:
+                        self._failed[entry.id] = runner
                 raise
             finally:
                 self._devices = None  # free memory has changed
@@ -487,7 +546,7 @@ class Scheduler:
         if runner in self._retiring:
             self._retiring.remove(runner)
         log.info("unloading %s (pid %s): %s", runner.model_id, runner.process.pid, why)
-        task = asyncio.create_task(runner.process.stop(), name=f"stop {runner.model_id}")
+        task = asyncio.create_task(runner.process.stop(why), name=f"stop {runner.model_id}")
         self._stopping.add(task)
         task.add_done_callback(self._stopped)
 
@@ -524,6 +583,12 @@ class Scheduler:
             log.warning("loaded models are counted at their estimates: %s", e.message)
 
     # --- reporting ------------------------------------------------------------
+    def _publish_status(self, process: RunnerProcess, reason: str) -> None:
+        state = "unloaded" if process.status == "stopped" else process.status
+        self._events.publish(
+            RUNNER_STATE, model=process.model_id, pid=process.pid, state=state, reason=reason, restarts=process.restarts
+        )
+
     def _unloads_in(self, runner: _Runner, now: float) -> float | None:
         """Seconds until `runner` unloads for being idle; None while it has work or is kept forever."""
         busy = runner.active or (not runner.retiring and self._pending[runner.model_id])
@@ -570,11 +635,15 @@ class Scheduler:
             measured_bytes=runner.measured_bytes(self._baseline),
             device_bytes=runner.device_bytes(self._baseline),
             slots_busy=min(runner.active, slots),
+            slots_free=max(0, slots - runner.active),
             queued=max(0, requests - slots),
             idle_seconds=None if runner.active else max(0.0, now - process.last_used),
             keep_alive=runner.keep_alive,
             unloads_in=None if unloads_in is None else max(0.0, unloads_in),
             reason=runner.reason,
+            error=None if process.error is None else process.error.message,
+            prompt_tokens_per_second=process.rates.prompt_tokens_per_second,
+            decode_tokens_per_second=process.rates.decode_tokens_per_second,
         )
 
     def _canonical(self, model_id: str) -> str | None:

@@ -23,7 +23,7 @@ import struct
 import sys
 import tempfile
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from pathlib import Path
 from time import monotonic
@@ -50,6 +50,7 @@ from spark.runners.protocol import (
     Submit,
     encode_frame,
 )
+from spark.runners.stats import RecentRates
 from spark.settings import Settings
 from spark.types import (
     Done,
@@ -57,6 +58,7 @@ from spark.types import (
     Event,
     Failed,
     LoadOptions,
+    PromptDone,
     ReasoningDelta,
     Request,
     TextDelta,
@@ -73,6 +75,7 @@ MAX_ATTEMPTS = 2  # a request in flight during two failures is not sent a third 
 OUTPUT_TAIL_LINES = 40
 
 RunnerStatus = Literal["new", "loading", "ready", "restarting", "failed", "stopped"]
+StatusListener = Callable[["RunnerProcess", str], None]  # called with the process and the reason on each change
 
 _OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)
 _FINAL_EVENTS = (Done, Embeddings, Failed)
@@ -88,13 +91,14 @@ class _Lost(Exception):
 class _Request:
     """A generation or embedding request owned by one consumer of `stream`."""
 
-    __slots__ = ("attempts", "chunks", "done", "id", "queue", "request", "sent")
+    __slots__ = ("attempts", "chunks", "done", "first_output_at", "id", "queue", "request", "sent")
 
     def __init__(self, request_id: str, request: Request) -> None:
         self.id = request_id
         self.request = request
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         self.chunks = 0  # output events received (text, reasoning, tool call pieces)
+        self.first_output_at = 0.0  # time.monotonic() of the first of them
         self.attempts = 0  # times submitted to a runner process
         self.sent = False  # submitted to the current process
         self.done = False  # its final event is queued
@@ -136,9 +140,11 @@ class _Connection(asyncio.Protocol):
 class RunnerProcess:
     """One `spark-runner` process with one loaded model, restarted when it crashes or hangs."""
 
-    def __init__(self, options: LoadOptions, settings: Settings) -> None:
+    def __init__(self, options: LoadOptions, settings: Settings, on_status: StatusListener | None = None) -> None:
         self.options = options
         self._settings = settings
+        self._on_status = on_status
+        self.rates = RecentRates()
         self._status: RunnerStatus = "new"
         self._error: SparkError | None = None  # why it is "failed"
         self._proc: asyncio.subprocess.Process | None = None
@@ -174,6 +180,11 @@ class RunnerProcess:
         """The process id while the process runs."""
         proc = self._proc
         return proc.pid if proc is not None and proc.returncode is None else None
+
+    @property
+    def error(self) -> SparkError | None:
+        """Why it failed (None unless its status is "failed")."""
+        return self._error if self._status == "failed" else None
 
     @property
     def returncode(self) -> int | None:
@@ -224,30 +235,31 @@ class RunnerProcess:
         """
         if self._status != "new":
             raise RuntimeError(f"runner for {self.model_id} was already started")
-        self._status = "loading"
+        self._set_status("loading")
         try:
             await self._launch()
-        except SparkError:
+        except SparkError as e:
             if self.status == "stopped":  # stop() was called while we waited
                 raise RunnerFailed(f"The model {self.model_id} was unloaded before it finished loading.") from None
-            self._status = "failed"
+            self._error = e
+            self._set_status("failed", e.message)
             raise
         except BaseException:
-            if self._status == "loading":
-                self._status = "failed"
+            if self.status == "loading":
+                self._set_status("failed", "the load was abandoned")
             raise
-        self._status = "ready"
+        self._set_status("ready")
         if self._settings.hang_timeout_seconds > 0:
             self._watch_task = asyncio.create_task(self._watch(), name=f"watch runner {self.model_id}")
 
-    async def stop(self) -> None:
+    async def stop(self, reason: str = "") -> None:
         """Ask the runner to shut down, kill it after a grace period, and reap it.
 
-        Requests still running end with `Failed(RunnerFailed)`.
+        Requests still running end with `Failed(RunnerFailed)`; `reason` says why, to status listeners.
         """
         if self._status == "stopped":
             return
-        self._status = "stopped"
+        self._set_status("stopped", reason)
         for task in (self._watch_task, self._recovery):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
@@ -301,6 +313,10 @@ class RunnerProcess:
             self._counts.pop(count_id, None)
             self._last_used = monotonic()
 
+    def touch(self) -> None:
+        """Count it as used now (its keep-alive starts again)."""
+        self._last_used = monotonic()
+
     def _check_usable(self) -> None:
         if self._status == "failed":
             raise RunnerFailed(self._error.message if self._error else f"The runner for model {self.model_id} failed.")
@@ -345,10 +361,16 @@ class RunnerProcess:
                 return  # cancelled by its consumer
             event = frame.event
             if isinstance(event, _OUTPUT_EVENTS):
+                if not r.chunks:
+                    r.first_output_at = self._progress_at
                 r.chunks += 1
             elif isinstance(event, _FINAL_EVENTS):
                 del self._requests[frame.id]
                 r.done = True
+                if isinstance(event, Done) and r.chunks:
+                    self.rates.decode(event.usage.completion_tokens - 1, self._progress_at - r.first_output_at)
+            elif isinstance(event, PromptDone):
+                self.rates.prompt(event.evaluated_tokens, event.seconds)
             r.queue.put_nowait(event)
             return
         match frame:
@@ -404,7 +426,7 @@ class RunnerProcess:
                 self._begin_recovery(f"hung (no progress for {stalled:.0f} s with work in flight) and was killed")
 
     def _begin_recovery(self, reason: str | None) -> None:
-        self._status = "restarting"
+        self._set_status("restarting", reason or "its connection was lost")
         if self._conn is not None:
             conn, self._conn = self._conn, None
             conn.close()
@@ -470,7 +492,7 @@ class RunnerProcess:
             self._give_up(RunnerFailed(f"The runner for model {model} {why} and could not be restarted: {e.message}"))
             return
         self._restarts += 1
-        self._status = "ready"
+        self._set_status("ready", f"restarted after it {why}")
         log.info("runner for %s restarted (pid %s)", model, self.pid)
         for r in list(self._requests.values()):
             self._submit(r)
@@ -480,9 +502,17 @@ class RunnerProcess:
 
     def _give_up(self, error: RunnerFailed) -> None:
         log.error("%s", error.message)
-        self._status = "failed"
         self._error = error
+        self._set_status("failed", error.message)
         self._fail_all(error)
+
+    def _set_status(self, status: RunnerStatus, reason: str = "") -> None:
+        self._status = status
+        if self._on_status is not None:
+            try:
+                self._on_status(self, reason)
+            except Exception:  # a listener's bug must not break the runner
+                log.exception("a runner status listener failed")
 
     # --- the process ------------------------------------------------------
     async def _launch(self) -> None:

@@ -10,24 +10,32 @@ from contextlib import asynccontextmanager, suppress
 from litestar import Litestar, Router
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 
+import spark
 from spark.server.admin_auth import AdminAuth, write_admin_token
 from spark.server.auth import require_key
 from spark.server.console import ConsoleAuth, console_routes
+from spark.server.csrf import same_origin_guard
 from spark.server.errors import EXCEPTION_HANDLERS
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
 from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
 from spark.server.routes.admin import ADMIN_ROUTES
+from spark.server.routes.events import EVENT_ROUTES
+from spark.server.routes.keys import KEY_ROUTES
 from spark.server.routes.library import LIBRARY_ROUTES
 from spark.server.routes.metrics import metrics_route
 from spark.server.routes.runners import RUNNER_ROUTES
+from spark.server.routes.settings import SETTINGS_ROUTES
 from spark.server.state import ServerState
 from spark.settings import Settings
 
 log = logging.getLogger("spark.server")
 
 KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys list`'s "last used" may be
+ADMIN_API_ROUTES = [*RUNNER_ROUTES, *ADMIN_ROUTES, *KEY_ROUTES, *SETTINGS_ROUTES, *EVENT_ROUTES, *LIBRARY_ROUTES]
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -50,9 +58,19 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES],
         guards=[require_key],
         middleware=[log_requests],
+        include_in_schema=False,  # OpenAI's and Anthropic's references describe them
     )
     admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
-    admin_api = Router("/api", route_handlers=[*RUNNER_ROUTES, *ADMIN_ROUTES, *LIBRARY_ROUTES], guards=[admin.guard])
+    admin_api = Router("/api", route_handlers=ADMIN_API_ROUTES, guards=[admin.guard, same_origin_guard])
+    # the OpenAPI schema of /api/ only, for the admin API's users (same guard)
+    openapi = OpenAPIConfig(
+        title="Spark admin API",
+        version=spark.__version__,
+        description="Everything a person manages on a Spark server: see docs/admin-api.md.",
+        render_plugins=[JsonRenderPlugin()],
+        openapi_router=Router("/api/schema", route_handlers=[], guards=[admin.guard], include_in_schema=False),
+        use_handler_docstrings=True,
+    )
     origins = settings.cors_origin_list
     cors = (
         CORSConfig(
@@ -72,7 +90,7 @@ def create_app(settings: Settings) -> Litestar:
         before_send=[add_request_id_headers],
         request_max_body_size=settings.max_body_bytes,
         cors_config=cors,
-        openapi_config=None,
+        openapi_config=openapi,
         logging_config=None,  # the server's entry point configures logging
     )
 

@@ -11,8 +11,9 @@ import logging
 import traceback
 from typing import Any
 
+import msgspec
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import (
     HTTP_404_NOT_FOUND,
     HTTP_405_METHOD_NOT_ALLOWED,
@@ -21,6 +22,7 @@ from litestar.status_codes import (
 from litestar.types import ExceptionHandlersMap, Scope
 
 from spark.api import anthropic, openai
+from spark.api.common import invalid_from_validation
 from spark.errors import (
     InvalidRequest,
     MethodNotAllowed,
@@ -86,12 +88,30 @@ def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
         error = RequestTooLarge(
             f"The request body is larger than this server accepts ({limit}, the max_body_size setting)."
         )
+    elif isinstance(exc, ValidationException):
+        error = _invalid_input(exc)
     elif exc.status_code < 500:
         error = InvalidRequest(exc.detail)
     else:
         log_unexpected(request.scope, exc)
         error = internal_error(request.scope)
     return error_response(request.scope, error, headers=exc.headers)
+
+
+def _invalid_input(exc: ValidationException) -> InvalidRequest:
+    """Litestar's check of a typed body, query or path parameter (the admin API's), naming the field.
+
+    Litestar names the parameter (`key`, "data" for the whole body) and passes on msgspec's
+    message, which for the body names a missing field; the one reader of msgspec's text
+    (`invalid_from_validation`) turns that into the field's name.
+    """
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    first = problems[0] if problems and isinstance(problems[0], dict) else {}
+    message, key = first.get("message"), first.get("key")
+    if not isinstance(message, str):
+        return InvalidRequest(exc.detail)
+    where = "$" if key in (None, "data") else f"$.{key}"
+    return invalid_from_validation(msgspec.ValidationError(f"{message} - at `{where}`"))
 
 
 def _unexpected(request: AnyRequest, exc: Exception) -> Response[bytes]:

@@ -43,7 +43,7 @@ def remote_fit(settings: Settings, info: GGUFInfo, projector_bytes: int, loaded:
         model_shape(info),
         n_ctx=min(n_ctx, trained) if trained else n_ctx,
         n_parallel=settings.parallel,
-        kv_type=settings.kv_type,  # type: ignore[arg-type]  # validated by load_settings
+        kv_type=settings.kv_type,
         embedding=info.is_embedding,
         mmproj_bytes=0 if info.is_embedding else projector_bytes,
     )

@@ -5,7 +5,9 @@
 request goes: who sent it, what it asked, the runner's events, its error.
 When the response is sent the recorder becomes one `RequestRecord`, which
 updates the metrics and is queued for the log writer; the request itself
-never waits on the database.
+never waits on the database. Its steps are also published as live events
+(`request.received`, `request.first_token`, `request.finished`: ids and
+numbers, never content) for `/api/events`.
 
 For a zero-retention key nothing of the prompt or the output is kept, not
 even the text of an error (which may quote the input): only the error's code.
@@ -16,11 +18,13 @@ from __future__ import annotations
 import time
 
 import msgspec
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from spark import trace as steps
 from spark.collect import ChatCollector
 from spark.errors import Cancelled, SparkError, from_info
+from spark.events import REQUEST_FINISHED, REQUEST_FIRST_TOKEN, REQUEST_RECEIVED, EventBus
 from spark.server.request_ids import request_ids
 from spark.server.state import ServerState
 from spark.store.keys import ApiKey
@@ -54,7 +58,8 @@ _OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
 class RequestRecorder:
     """What the server learns about one API request while it runs."""
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope, events: EventBus | None = None) -> None:
+        self._events = events
         self.trace = Trace()
         self.trace.step(steps.RECEIVED)
         self.started_at = time.time()
@@ -95,6 +100,16 @@ class RequestRecorder:
         self._body.clear()
         if self.keeps_content and not isinstance(request, EmbeddingRequest):
             self._output = ChatCollector()
+        if self._events is not None:
+            self._events.publish(
+                REQUEST_RECEIVED,
+                id=self.ids.id,
+                request_id=self.ids.header,
+                route=self.route,
+                model=request.model,
+                key=self.key.name if self.key is not None else None,
+                stream=bool(getattr(request, "stream", False)),
+            )
 
     def event(self, event: Event) -> None:
         """One event of the request's stream, as the route receives it."""
@@ -102,6 +117,13 @@ class RequestRecorder:
             if self._first_token_ms is None:
                 self._first_token_ms = self.trace.elapsed_ms()
                 self.trace.step(steps.FIRST_TOKEN)
+                if self._events is not None and self.request is not None:
+                    self._events.publish(
+                        REQUEST_FIRST_TOKEN,
+                        id=self.ids.id,
+                        model=self.request.model,
+                        ttft_ms=round(self._first_token_ms, 3),
+                    )
             if self._output is not None:
                 self._output.add(event)
         elif isinstance(event, SlotInfo):
@@ -213,17 +235,19 @@ def _without_images(request: Request) -> Request:
 
 def recorder_of(scope: Scope) -> RequestRecorder | None:
     """The recorder of the request in `scope`; None for requests that are not logged."""
-    return scope.get("state", {}).get(_STATE_KEY)  # type: ignore[no-any-return]
+    recorder = scope.get("state", {}).get(_STATE_KEY)
+    return recorder if isinstance(recorder, RequestRecorder) else None
 
 
 def log_requests(app: ASGIApp) -> ASGIApp:
     """Middleware: record every POST (the API calls that reach a model) for the log and metrics."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if scope["type"] != ScopeType.HTTP or scope.get("method") != "POST":
             await app(scope, receive, send)
             return
-        recorder = RequestRecorder(scope)
+        state: ServerState = scope["app"].state.spark
+        recorder = RequestRecorder(scope, state.events)
         scope.setdefault("state", {})[_STATE_KEY] = recorder
         status = 500  # answered when the app ends without starting a response
 
@@ -242,13 +266,27 @@ def log_requests(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive_body, send_status)  # type: ignore[arg-type]
         finally:
-            _record(scope["app"].state.spark, recorder.finish(status))
+            _record(state, recorder.finish(status))
 
     return middleware
 
 
 def _record(state: ServerState, record: RequestRecord) -> None:
     state.metrics.observe(record)
+    state.events.publish(
+        REQUEST_FINISHED,
+        id=record.id,
+        model=record.model,
+        status=record.status,
+        finish_reason=record.finish_reason,
+        error_type=record.error_type,
+        duration_ms=record.duration_ms,
+        ttft_ms=record.ttft_ms,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        cached_tokens=record.cached_tokens,
+        tokens_per_second=record.tokens_per_second,
+    )
     if state.request_log is not None:
         state.request_log.submit(record)
 

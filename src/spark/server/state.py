@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, cast
 
 from litestar.connection import ASGIConnection
@@ -18,18 +19,21 @@ from spark.store.keys import KeyTable
 from spark.store.requests import RequestTable
 from spark.store.writer import LogWriter
 
+FLUSH_WAIT_SECONDS = 1.0  # how long a read of the request log waits for the writer
+
 
 class ServerState:
     """The server's long-lived objects, made once by `create_app`."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.settings_lock = asyncio.Lock()  # one settings change at a time, file and state alike
         self.events = EventBus()  # live events for /api/events
         self.db = Database(settings.db_path)  # one connection pool for the library, keys and request log
         self.library = Library(settings, db=self.db)
         self.keys = KeyTable(self.db)
         self.pulls = PullJobs(self.library, self.events)  # resumes the pulls a previous run left unfinished
-        self.scheduler = Scheduler(settings, self.library)
+        self.scheduler = Scheduler(settings, self.library, self.events)
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
         self.metrics = Metrics()
@@ -44,6 +48,20 @@ class ServerState:
             if settings.log_retention_days
             else None
         )
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Use `settings` from now on; only values that can apply while the server runs may differ
+        from the current ones (the caller keeps the others for the next start)."""
+        self.settings = settings
+        self.max_tokens_limit = settings.max_tokens_limit or None
+        self.timeout = settings.request_timeout_seconds
+        self.scheduler.use_settings(settings)
+        logging.getLogger("spark").setLevel(settings.log_level.upper())
+
+    async def flush_log(self) -> None:
+        """Wait (briefly) until the request log has written what it was given, so reads see it."""
+        if self.request_log is not None:
+            await asyncio.to_thread(self.request_log.flush, FLUSH_WAIT_SECONDS)
 
     async def close(self) -> None:
         """Stop every runner, write the pending request log and key uses, close the database."""

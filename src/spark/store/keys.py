@@ -20,7 +20,7 @@ import time
 
 import msgspec
 
-from spark.errors import InvalidRequest
+from spark.errors import InvalidRequest, KeyNotFound
 from spark.store.db import Database
 
 KEY_PREFIX = "sk-spark-"
@@ -67,6 +67,10 @@ def _from_row(row: sqlite3.Row) -> ApiKey:
 _COLUMNS = "name, prefix, created_at, last_used_at, zero_retention"
 
 
+def _not_found(name: str) -> KeyNotFound:
+    return KeyNotFound(f"there is no key named '{name}' (see `spark keys list`)", param="name")
+
+
 class KeyTable:
     """Creates, lists, removes and verifies the API keys in `db`."""
 
@@ -102,14 +106,46 @@ class KeyTable:
         rows = self.db.execute(f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, name").fetchall()
         return [_from_row(r) for r in rows]
 
+    def get(self, name: str) -> ApiKey:
+        """The key named `name`; `KeyNotFound` when there is none."""
+        row = self.db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise _not_found(name)
+        return _from_row(row)
+
+    def with_pending_use(self, key: ApiKey) -> ApiKey:
+        """`key` with its last use noted but not yet written (what a live view shows)."""
+        pending = self._uses.get(key.name)
+        if pending is None or (key.last_used_at or 0) >= pending:
+            return key
+        return msgspec.structs.replace(key, last_used_at=pending)
+
     def count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM api_keys").fetchone()[0])
 
     def remove(self, name: str) -> None:
-        """Revoke the key `name`; requests using it are refused from now on."""
+        """Revoke the key `name`; requests using it are refused from now on (`KeyNotFound` if none)."""
         if self.db.execute("DELETE FROM api_keys WHERE name = ?", (name,)).rowcount == 0:
-            raise InvalidRequest(f"there is no key named '{name}' (see `spark keys list`)", param="name")
+            raise _not_found(name)
         self._uses.pop(name, None)
+
+    def rename(self, name: str, new_name: str) -> ApiKey:
+        """Give the key `name` the name `new_name`; its logged requests follow it, so its history
+        stays its own. `KeyNotFound` when there is no such key, `InvalidRequest` when the name is
+        taken or not a valid name."""
+        check_key_name(new_name)
+        try:
+            with self.db.transaction() as conn:
+                if conn.execute("UPDATE api_keys SET name = ? WHERE name = ?", (new_name, name)).rowcount == 0:
+                    raise _not_found(name)
+                conn.execute("UPDATE requests SET key_name = ? WHERE key_name = ?", (new_name, name))
+        except sqlite3.IntegrityError:
+            raise InvalidRequest(
+                f"a key named '{new_name}' already exists; choose another name", param="name"
+            ) from None
+        if name in self._uses:
+            self._uses[new_name] = self._uses.pop(name)
+        return self.get(new_name)
 
     def verify(self, secret: str) -> ApiKey | None:
         """The key's record when `secret` is a valid key, else None."""

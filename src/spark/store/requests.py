@@ -112,6 +112,14 @@ class ActivityBucket(msgspec.Struct, frozen=True):
     completion_tokens: int
 
 
+class KeyUsage(msgspec.Struct, frozen=True):
+    """What one API key's requests amounted to over a period."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 class Activity(msgspec.Struct, frozen=True):
     since: float
     bucket_seconds: int
@@ -299,6 +307,16 @@ class RequestTable:
                 for r in rows
             ],
         )
+
+    def usage_by_key(self, since: float) -> dict[str, KeyUsage]:
+        """Requests and tokens per key name since Unix time `since` (keys without requests left out)."""
+        rows = self.db.execute(
+            "SELECT key_name, count(*) AS requests, sum(prompt_tokens) AS prompt_tokens, "
+            "sum(completion_tokens) AS completion_tokens FROM requests "
+            "WHERE started_at >= ? AND key_name IS NOT NULL GROUP BY key_name",
+            (since,),
+        ).fetchall()
+        return {r["key_name"]: KeyUsage(r["requests"], r["prompt_tokens"], r["completion_tokens"]) for r in rows}
 
     def size_bytes(self) -> int:
         """What the log takes, as counted for pruning."""

@@ -1,6 +1,6 @@
-"""The admin API's request log, activity and keys (docs/admin-api.md), for `spark log`, the console and the TUI.
+"""The admin API's request log and activity (docs/admin-api.md), for `spark log`, the console and the TUI.
 
-`GET /api/requests`, `GET /api/requests/{id}`, `GET /api/activity`, `GET /api/keys`.
+`GET /api/requests`, `GET /api/requests/{id}`, `GET /api/activity`.
 The routes are guarded with the rest of /api/ (spark.server.admin_auth). Reads
 first wait (briefly) for the log writer, so a request that was just answered
 is listed.
@@ -12,21 +12,16 @@ import asyncio
 import time
 from typing import Any
 
-import msgspec
-from litestar import Request, Response, get
+from litestar import Request, get
 from litestar.params import FromPath
 
 from spark.errors import InvalidRequest, SettingsError
-from spark.server.responses import json_response
-from spark.server.state import ServerState, state_of
-from spark.store.requests import RequestFilter, check_filter, parse_since
+from spark.server.state import state_of
+from spark.store.requests import Activity, RequestFilter, RequestPage, RequestRecord, check_filter, parse_since
 from spark.units import parse_duration
 
-FLUSH_WAIT_SECONDS = 1.0
 DEFAULT_WINDOW = "1h"
 MAX_BUCKETS = 10_000
-
-_encode = msgspec.json.Encoder().encode
 
 
 def _query(request: Request[Any, Any, Any], name: str) -> str | None:
@@ -63,13 +58,8 @@ def _seconds(request: Request[Any, Any, Any], name: str, default: str) -> float:
     return seconds
 
 
-async def _flushed(state: ServerState) -> None:
-    if state.request_log is not None:
-        await asyncio.to_thread(state.request_log.flush, FLUSH_WAIT_SECONDS)
-
-
 @get("/requests")
-async def list_requests(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def list_requests(request: Request[Any, Any, Any]) -> RequestPage:
     """Logged requests, newest first (filters: model, key, status, since; paging: limit, offset),
     or with `after` those written after that `seq`, oldest first."""
     since = _query(request, "since")
@@ -85,20 +75,20 @@ async def list_requests(request: Request[Any, Any, Any]) -> Response[bytes]:
         )
     )
     state = state_of(request)
-    await _flushed(state)
-    return json_response(_encode(await asyncio.to_thread(state.requests.page, query)))
+    await state.flush_log()
+    return await asyncio.to_thread(state.requests.page, query)
 
 
 @get("/requests/{request_id:str}")
-async def get_request(request: Request[Any, Any, Any], request_id: FromPath[str]) -> Response[bytes]:
+async def get_request(request: Request[Any, Any, Any], request_id: FromPath[str]) -> RequestRecord:
     """One request with its timeline and content (none for zero-retention keys)."""
     state = state_of(request)
-    await _flushed(state)
-    return json_response(_encode(await asyncio.to_thread(state.requests.get, request_id)))
+    await state.flush_log()
+    return await asyncio.to_thread(state.requests.get, request_id)
 
 
 @get("/activity")
-async def activity(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def activity(request: Request[Any, Any, Any]) -> Activity:
     """Requests, errors and tokens per model per bucket (default 60 s) over a window (default 1 h)."""
     window = _seconds(request, "window", DEFAULT_WINDOW)
     bucket = _seconds(request, "bucket", "60")
@@ -107,16 +97,8 @@ async def activity(request: Request[Any, Any, Any]) -> Response[bytes]:
             f"bucket must be at least 1 s and at most {MAX_BUCKETS} buckets per window", param="bucket"
         )
     state = state_of(request)
-    await _flushed(state)
-    report = await asyncio.to_thread(state.requests.activity, time.time() - window, int(bucket))
-    return json_response(_encode(report))
+    await state.flush_log()
+    return await asyncio.to_thread(state.requests.activity, time.time() - window, int(bucket))
 
 
-@get("/keys")
-async def list_keys(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """The API keys: name, prefix, created, last used, zero retention (never the keys themselves)."""
-    keys = state_of(request).keys
-    return json_response(_encode(await asyncio.to_thread(keys.list)))
-
-
-ADMIN_ROUTES = [list_requests, get_request, activity, list_keys]
+ADMIN_ROUTES = [list_requests, get_request, activity]

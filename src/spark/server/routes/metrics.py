@@ -25,4 +25,4 @@ async def _metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
 def metrics_route(settings: Settings, admin: AdminAuth) -> HTTPRouteHandler:
     """The /metrics handler, guarded as `settings.metrics_auth` says."""
     guards: Sequence[Guard] = {"key": [require_key], "admin": [admin.guard], "none": []}[settings.metrics_auth]
-    return get("/metrics", guards=guards)(_metrics)
+    return get("/metrics", guards=guards, include_in_schema=False)(_metrics)
