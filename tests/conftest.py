@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -21,6 +22,13 @@ def spark_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPARK_HOME", str(home))
     monkeypatch.setenv("SPARK_THREADS", "1")  # tiny models: OpenMP spinning on 2 cores is 100x slower
     return home
+
+
+@pytest.fixture(autouse=True)
+def spark_logs_reach_caplog() -> None:
+    """A server started by an earlier test applied uvicorn's logging setup, in which Spark's logger
+    stops propagating; undo that so that `caplog` sees Spark's records in every test."""
+    logging.getLogger("spark").propagate = True
 
 
 @pytest.fixture(scope="session")

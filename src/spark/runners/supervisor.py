@@ -15,21 +15,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
-import re
 import signal
 import socket
-import struct
 import sys
-import tempfile
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
-from pathlib import Path
 from time import monotonic
 from typing import Any, Literal
-
-import psutil
 
 from spark.engine import EngineInfo
 from spark.errors import RunnerFailed, SparkError, from_info
@@ -50,6 +43,7 @@ from spark.runners.protocol import (
     Submit,
     encode_frame,
 )
+from spark.runners.sockets import listen, peer_pid
 from spark.runners.stats import RecentRates
 from spark.settings import Settings
 from spark.types import (
@@ -79,9 +73,6 @@ StatusListener = Callable[["RunnerProcess", str], None]  # called with the proce
 
 _OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)
 _FINAL_EVENTS = (Done, Embeddings, Failed)
-_SUN_PATH_MAX = 107  # AF_UNIX path limit on Linux, less the terminating NUL
-_SOCKET_NAME = re.compile(r"runner-(\d+)-\d+\.sock")
-_socket_numbers = itertools.count()
 
 
 class _Lost(Exception):
@@ -524,7 +515,7 @@ class RunnerProcess:
         timeout = self._settings.load_timeout_seconds
         try:
             async with asyncio.timeout(timeout if timeout > 0 else None):
-                listener, path, temp_dir = _listen(self._settings.run_dir)
+                listener, path, temp_dir = listen(self._settings.run_dir)
                 try:
                     self._proc = await asyncio.create_subprocess_exec(
                         sys.executable,
@@ -642,38 +633,6 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _listen(run_dir: Path) -> tuple[socket.socket, Path, Path | None]:
-    """A listening socket at a fresh path; the third item is a temp dir to remove after use."""
-    name = f"runner-{os.getpid()}-{next(_socket_numbers)}.sock"
-    temp_dir: Path | None = None
-    path = run_dir / name
-    if len(os.fsencode(path)) > _SUN_PATH_MAX:
-        temp_dir = Path(tempfile.mkdtemp(prefix="spark-"))  # private (0700), short
-        path = temp_dir / name
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _remove_stale_sockets(run_dir)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        listener.listen(1)
-        listener.setblocking(False)
-    except OSError:
-        listener.close()
-        if temp_dir is not None:
-            temp_dir.rmdir()
-        raise
-    return listener, path, temp_dir
-
-
-def _remove_stale_sockets(run_dir: Path) -> None:
-    """Remove sockets left by a server that died while one of its runners was loading."""
-    for entry in run_dir.iterdir():
-        m = _SOCKET_NAME.fullmatch(entry.name)
-        if m and not psutil.pid_exists(int(m.group(1))):
-            entry.unlink(missing_ok=True)
-
-
 async def _accept(listener: socket.socket, proc: asyncio.subprocess.Process) -> socket.socket:
     """The runner's connection; raises `_Lost` if the process exits before connecting."""
     loop = asyncio.get_running_loop()
@@ -686,18 +645,10 @@ async def _accept(listener: socket.socket, proc: asyncio.subprocess.Process) -> 
             if not accept.done():
                 raise _Lost(None)
             sock, _ = accept.result()
-            if _peer_pid(sock) in (None, proc.pid):
+            if peer_pid(sock) in (None, proc.pid):
                 return sock
             sock.close()  # not our child
     finally:
         exited.cancel()
         if accept is not None:
             accept.cancel()
-
-
-def _peer_pid(sock: socket.socket) -> int | None:
-    if not hasattr(socket, "SO_PEERCRED"):
-        return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid: int = struct.unpack("3i", creds)[0]
-    return pid
