@@ -41,6 +41,11 @@ _FENCE_INFO = re.compile(r"[A-Za-z0-9_+-]{0,20}[ \t]{0,4}\r?")  # what may follo
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
 _ARGS_KEYS = ("arguments", "parameters")
 _MAX_WRAPPERS = 2  # e.g. a code fence around a tag
+# `<function=get_weather>{...}</function>` or `<function name="get_weather">{...}</function>`
+# (llama.cpp reads both for Hermes 2 Pro and Llama 3.1 models).
+FUNCTION_TAG, FUNCTION_CLOSE = "<function", "</function>"
+_FUNCTION_NAME = re.compile(r'=([A-Za-z0-9_.:-]{1,64})|\s+name="([A-Za-z0-9_.:-]{1,64})"\s*')
+_MAX_FUNCTION_TAG = 80
 
 _Action = tuple[Literal["start"], str, str | None] | tuple[Literal["args"], str]
 
@@ -192,7 +197,7 @@ class ToolCallParser:
         family = {"hermes": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}
         self._markers = family.get(syntax.family, ())
         self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
-        self._openers = (*self._markers, *self._wrappers, FENCE, "{", "[")
+        self._openers = (*self._markers, *self._wrappers, FUNCTION_TAG, FENCE, "{", "[")
         self._long_openers = tuple(o for o in self._openers if len(o) > 1)
         self._reader: _CallReader | None = None
         self._eager = False  # calls of the current group follow a marker
@@ -200,7 +205,7 @@ class ToolCallParser:
         self._closers: list[str] = []  # closing tags, fences or brackets the group may still write
         self._mistral_name = ""
         self._mistral_id: str | None = None
-        self._scanner: JsonScanner | None = None  # Mistral arguments
+        self._scanner: JsonScanner | None = None  # arguments of a call named outside its JSON
         self._args_sent = False
         self._n_calls = 0
         self._said_anything = False  # leading whitespace before a call is not content
@@ -292,7 +297,7 @@ class ToolCallParser:
                 self._args(reader.args_text() or "{}")
         elif mode == "object":
             self._give_back("".join(reader.raw if reader else []) + buf)
-        elif mode in ("text", "open", "fence", "tag", "mistral", "mistral_name", "mistral_id"):
+        elif mode in ("text", "open", "fence", "tag", "function", "mistral", "mistral_name", "mistral_id"):
             self._give_back(buf)
         elif mode == "python":
             call = python_call(buf)
@@ -301,7 +306,7 @@ class ToolCallParser:
             else:
                 self._call_start(call[0], None)
                 self._args(call[1])
-        elif mode == "mistral_args" and not self._args_sent:
+        elif mode == "args" and not self._args_sent:
             self._args("{}")
         events, self._events = self._events, []
         return events
@@ -338,6 +343,8 @@ class ToolCallParser:
         self._held = lead + opener
         if opener == FENCE:
             self._mode = "fence"
+        elif opener == FUNCTION_TAG:
+            self._mode = "function"
         elif opener in (HERMES_OPEN, *self._wrappers):
             self._closers.append(_closing_tag(opener))
             self._mode = "open"
@@ -358,6 +365,28 @@ class ToolCallParser:
         self._buf = rest
         self._closers.append(FENCE)
         self._mode = "open"
+        return True
+
+    def _on_function(self) -> bool:
+        """After `<function`: `=name>` or ` name="name">`, then the arguments object."""
+        tag, gt, rest = self._buf.partition(">")
+        if not gt:
+            if len(tag) > _MAX_FUNCTION_TAG:
+                self._give_back()
+                return True
+            return False
+        found = _FUNCTION_NAME.fullmatch(tag)
+        name = found and (found.group(1) or found.group(2))
+        head = rest.lstrip(WS)
+        if not name or name not in self._names or (head and head[0] != "{"):
+            self._give_back()
+            return True
+        if not head:
+            return False  # the arguments have not begun
+        self._buf = head
+        self._call_start(name, None)
+        self._closers = [FUNCTION_CLOSE]
+        self._scanner, self._mode = JsonScanner(), "args"
         return True
 
     def _on_open(self) -> bool:
@@ -491,10 +520,10 @@ class ToolCallParser:
             self._mode = "mistral_id"
         else:
             self._call_start(self._mistral_name, self._mistral_id)
-            self._scanner, self._mode = JsonScanner(), "mistral_args"
+            self._scanner, self._mode = JsonScanner(), "args"
         return True
 
-    def _on_mistral_args(self) -> bool:
+    def _on_args(self) -> bool:
         scanner = self._scanner
         assert scanner is not None
         for i, ch in enumerate(self._buf):
