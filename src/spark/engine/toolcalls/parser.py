@@ -3,9 +3,10 @@
 Besides its family's own syntax, every parser reads the calls small models
 write whatever their template says: a bare JSON call object
 (`{"name": ..., "arguments": {...}}`, or `"parameters"`), several in a row or
-in a JSON array, inside a markdown code fence or a tag such as `<tool_call>`,
-with text before them. A bare call counts only when it names one of the
-request's tools; anything else comes out as text, exactly as written.
+in a JSON array, inside a markdown code fence, a tag such as `<tool_call>` or
+another family's marker, `<function=name>{...}</function>`, with text before
+them. A bare call counts only when it names one of the request's tools;
+anything else comes out as text, exactly as written.
 
 Text streams as it comes: the parser holds back only what could still
 become a call (a possible marker at the end of the text, or a JSON value
@@ -197,7 +198,9 @@ class ToolCallParser:
         family = {"hermes": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}
         self._markers = family.get(syntax.family, ())
         self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
-        self._openers = (*self._markers, *self._wrappers, FUNCTION_TAG, FENCE, "{", "[")
+        # Other families' markers before JSON: a model may write them under another template.
+        self._foreign = tuple(m for m in (PYTHON_TAG, MISTRAL_CALLS) if m not in self._markers)
+        self._openers = (*self._markers, *self._wrappers, *self._foreign, FUNCTION_TAG, FENCE, "{", "[")
         self._long_openers = tuple(o for o in self._openers if len(o) > 1)
         self._reader: _CallReader | None = None
         self._eager = False  # calls of the current group follow a marker
@@ -347,6 +350,8 @@ class ToolCallParser:
             self._mode = "function"
         elif opener in (HERMES_OPEN, *self._wrappers):
             self._closers.append(_closing_tag(opener))
+            self._mode = "open"
+        elif opener in self._foreign:
             self._mode = "open"
         else:
             self._mistral_name, self._mistral_id = "", None
