@@ -1,9 +1,11 @@
 """Tool calling end to end: the official `openai` and `anthropic` SDKs against a real server.
 
 The tiny random model only calls a tool when a grammar forces it to (a named
-tool_choice). What is checked is the wire shape, that the arguments match the
-tool's schema, that a call's text never leaks into the content, and that a
-full round trip (call, result, answer) goes through.
+tool_choice), or when its sampling defaults make it answer with a brace (a bare
+JSON call, as small models write them whatever their template says). What is
+checked is the wire shape, that the arguments match the tool's schema, that a
+call's text never leaks into the content, and that a full round trip (call,
+result, answer) goes through.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import pytest
 
 import tiny_gguf
 from server.helpers import LiveServer, Models
+from spark.library import ModelSettings
+from spark.types import SamplingParams
 
 WEATHER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -254,3 +258,87 @@ def test_anthropic_streamed_tool_call(live: LiveServer, families: dict[str, Fami
     assert final.stop_reason == "tool_use"
     assert [(b.type, b.id) for b in final.content] == [("tool_use", block.id)]  # type: ignore[union-attr]
     assert final.content[0].input == json.loads("".join(fragments))  # type: ignore[union-attr]
+
+
+# --- a bare JSON call from a model whose template asks for <tool_call> tags -----------------
+
+WEATHER_ONLY_OPENAI: list[Any] = OPENAI_TOOLS[:1]
+WEATHER_ONLY_ANTHROPIC: list[Any] = ANTHROPIC_TOOLS[:1]
+
+
+@pytest.fixture(scope="module")
+def bare_json_model(served: tuple[LiveServer, Models], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Hermes-template tiny model, whose own sampling defaults (so that both SDKs get them)
+    push up the opening brace and the end token: with tools offered and no tool_choice it
+    answers `{"name": "get_weather", "arguments": {...}}` with no tags, as the small Qwen
+    models of issue 18 did, and ends where the call does. The tools' lazy grammar takes
+    over at the brace; the parser reads the bare object as a call."""
+    path = tiny_gguf.write_tiny_llama(
+        tmp_path_factory.mktemp("bare") / "weather-bare.gguf", template="tools", n_ctx=2048
+    )
+    fields = gguf.GGUFReader(path).fields
+    brace = list(fields["tokenizer.ggml.tokens"].contents()).index("{")
+    eos = fields["tokenizer.ggml.eos_token_id"].contents()
+    library = served[0].state.library
+    model = library.add_local(path, model_id="weather-bare").id
+    library.update_settings(model, ModelSettings(sampling=SamplingParams(logit_bias={brace: 60.0, eos: 100.0})))
+    return model
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_openai_bare_json_call(live: LiveServer, bare_json_model: str, seed: int) -> None:
+    client = live.openai()
+    answer = client.chat.completions.create(
+        model=bare_json_model, messages=[QUESTION], tools=WEATHER_ONLY_OPENAI, max_tokens=CALL_TOKENS, seed=seed
+    )
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert not choice.message.content, "the bare call does not show as text"
+    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    check_arguments(call.function.arguments)
+    assert answer.usage is not None and answer.usage.completion_tokens < CALL_TOKENS // 2
+
+    chunks = list(
+        client.chat.completions.create(
+            model=bare_json_model,
+            messages=[QUESTION],
+            tools=WEATHER_ONLY_OPENAI,
+            max_tokens=CALL_TOKENS,
+            seed=seed,
+            stream=True,
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert not "".join(d.content or "" for d in deltas)
+    head, *rest = [p for d in deltas for p in d.tool_calls or ()]
+    assert head.function is not None and head.function.name == "get_weather"
+    streamed = (head.function.arguments or "") + "".join(p.function.arguments or "" for p in rest if p.function)
+    assert json.loads(streamed) == json.loads(call.function.arguments), "streamed as answered whole"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_anthropic_bare_json_call(live: LiveServer, bare_json_model: str) -> None:
+    client = live.anthropic()
+    answer = client.messages.create(
+        model=bare_json_model, max_tokens=CALL_TOKENS, messages=[QUESTION], tools=WEATHER_ONLY_ANTHROPIC
+    )
+    assert answer.stop_reason == "tool_use"
+    assert [b.type for b in answer.content] == ["tool_use"], "no text block for a bare call"
+    use = answer.content[0]
+    assert use.type == "tool_use" and use.name == "get_weather" and isinstance(use.input, dict)
+    jsonschema.validate(use.input, WEATHER_SCHEMA)
+    assert answer.usage.output_tokens < CALL_TOKENS // 2
+
+    with client.messages.stream(
+        model=bare_json_model, max_tokens=CALL_TOKENS, messages=[QUESTION], tools=WEATHER_ONLY_ANTHROPIC
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    assert [e.content_block.type for e in events if e.type == "content_block_start"] == ["tool_use"]
+    fragments = [
+        e.delta.partial_json for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    jsonschema.validate(json.loads("".join(fragments)), WEATHER_SCHEMA)
+    assert final.stop_reason == "tool_use"

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Self
 
+import numpy as np
 import psutil
 
 from spark.engine import embeddings, snapshots
@@ -356,6 +357,7 @@ class Engine:
             started=time.perf_counter(),
             n_evaluated=n_keep,
             media=job.media,
+            logit_bias=params.logit_bias,
             budget=(
                 ThinkBudget(plan.reasoning_budget, self._think_close)
                 if plan.reasoning_budget is not None and self._think_close
@@ -470,6 +472,9 @@ class Engine:
                 continue
             row, gen.row = gen.row, -1
             try:
+                if gen.parser.call_ended and not gen.forced and not self._goes_on(gen, row):
+                    self._finish(slot, "stop")  # ends with its calls: "tool_calls"
+                    continue
                 if gen.forced and not gen.sampler.allows(gen.forced[0]):
                     gen.forced.clear()  # the grammar has moved on (e.g. into a call): let it lead
                 if gen.forced:  # tokens the engine writes for the model (closing a thinking block)
@@ -480,6 +485,22 @@ class Engine:
                 self._on_token(slot, gen, token)
             except Exception as e:
                 self._fail(slot, e)
+
+    def _goes_on(self, gen: Generation, row: int) -> bool:
+        """After a whole tool call: whether the model's own most likely next token (with the
+        request's logit_bias) goes on in a way its grammar allows, e.g. another call.
+
+        A grammar decides what a call looks like, not whether another one follows: a
+        model that would end here, or write what the grammar forbids after a call,
+        ends with the calls it made instead of being led on to max_tokens.
+        """
+        logits = self._ctx.logits(row, self._model.n_vocab)
+        if gen.logit_bias:
+            logits = logits.copy()
+            for token, bias in gen.logit_bias.items():
+                logits[token] += bias
+        best = int(np.argmax(logits))
+        return not self._model.is_eog(best) and gen.sampler.allows(best)
 
     def _evaluate_images(self, slot: Slot, gen: Generation) -> bool:
         """Evaluate the images the slot's prompt has reached, if any; False when the slot failed."""
@@ -515,7 +536,8 @@ class Engine:
         elif (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens) or (
             len(slot.cached) + 1 >= self._n_ctx  # prompt + completion fill the slot's context
         ):
-            self._finish(slot, "length")
+            # Calls made whole by the last token allowed end the answer as calls.
+            self._finish(slot, "stop" if gen.parser.call_ended else "length")
         else:
             gen.token = token
 

@@ -315,6 +315,10 @@ class Context:
         """Put a state from `save` into sequence `seq` (which should be empty); False when refused."""
         return bool(lc.llama_state_seq_set_data(self.ptr, data, len(data), seq) != 0)
 
+    def logits(self, row: int, n_vocab: int) -> npt.NDArray[np.float32]:
+        """The logits of output row `row` of the last decode (a view, valid until the next one)."""
+        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ptr, row), shape=(n_vocab,))
+
     def embedding(self, seq: int, n_embd: int) -> npt.NDArray[np.float32] | None:
         """The pooled embedding of sequence `seq` after the last decode (a view, valid until the next one)."""
         ptr = lc.llama_get_embeddings_seq(self.ptr, seq)

@@ -46,6 +46,11 @@ class OutputParser(Protocol):
         """Whether the output is whole (the one call allowed is made): generation ends here."""
         ...
 
+    @property
+    def call_ended(self) -> bool:
+        """Whether the output so far ends with a whole tool call (it may end here)."""
+        ...
+
 
 class PlainText:
     """Every piece of text becomes one `TextDelta`."""
@@ -53,6 +58,7 @@ class PlainText:
     in_reasoning = False
     made_tool_calls = False
     complete = False
+    call_ended = False
 
     def feed(self, text: str) -> list[Event]:
         return [TextDelta(text)] if text else []
@@ -156,6 +162,10 @@ class StructuredOutput:
     @property
     def complete(self) -> bool:
         return self._tools is not None and self._tools.complete
+
+    @property
+    def call_ended(self) -> bool:
+        return self._tools is not None and self._tools.call_ended
 
     def feed(self, text: str) -> list[Event]:
         parts: Sequence[Part] = self._think.feed(text) if self._think else [("content", text)]

@@ -35,6 +35,7 @@ class Generation:
     media: PromptMedia | None = None  # the prompt's images (IMAGE_TOKEN in `prompt`)
     budget: ThinkBudget | None = None  # closes a thinking block that runs too long
     forced: list[int] = field(default_factory=list)  # next output tokens, written instead of sampled
+    logit_bias: dict[int, float] | None = None  # the request's, for the model's own next choice
 
     @property
     def prompt_done(self) -> bool:

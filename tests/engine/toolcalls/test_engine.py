@@ -112,3 +112,38 @@ def test_a_forced_call_naming_an_unknown_tool_is_refused_by_the_api_layer_not_he
     c = run(engine, request(ToolChoice("required", "nope"), 0, logit_bias=eos_bias(engine)))
     assert isinstance(c.final, Failed) and c.final.error.param == "tool_choice"
     assert "'nope', which is not among the tools" in c.final.error.message
+
+
+WEATHER_TOOLS = [
+    Tool(
+        "get_weather",
+        "Weather in a city",
+        {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]},
+    ),
+    Tool("get_time", "Local time in a city", {"type": "object", "properties": {"city": {"type": "string"}}}),
+]
+
+
+def test_a_forced_call_ends_when_its_json_is_whole(engine: Engine) -> None:
+    # Issue 18: these went on after the call to max_tokens and said "length" with 60 tokens.
+    ends: dict[bool, list[int]] = {}
+    for parallel in (True, False):
+        for seed in range(4):
+            req = ChatRequest(
+                model="tools",
+                messages=[Message("user", "What is the weather in Paris?")],
+                tools=WEATHER_TOOLS,
+                tool_choice=ToolChoice("required", "get_weather"),
+                parallel_tool_calls=parallel,
+                sampling=SamplingParams(seed=seed, max_tokens=60),
+            )
+            c = run(engine, req)
+            assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls", c.final
+            content, calls = content_and_calls(c.events)
+            assert content == "" and [name for name, _ in calls] == ["get_weather"]
+            jsonschema.validate(calls[0][1], WEATHER_TOOLS[0].parameters)
+            ends.setdefault(parallel, []).append(c.final.usage.completion_tokens)
+    assert max(ends[True]) < 60, "only the tokens generated up to the call's end are counted"
+    # The same tokens either way: with parallel calls allowed the answer still ends with the
+    # call's last token, since the model's own next token would not start another.
+    assert ends[True] == ends[False]

@@ -11,11 +11,12 @@ import pytest
 from llama_cpp import llama_cpp as lc
 
 from engine.grammar.driver import Driver
-from engine.toolcalls.templates import QWEN25, SCHEMAS, TOOLS, content_and_calls, parse
-from spark.engine.grammar import Grammar, create_sampler, literal
+from engine.toolcalls.templates import MISTRAL_NEMO, QWEN25, SCHEMAS, TOOLS, content_and_calls, parse
+from spark.engine.grammar import Grammar, Rules, create_sampler, finish, literal
 from spark.engine.native import Model
 from spark.engine.toolcalls import (
     JSON_START,
+    call_rule,
     lazy_grammar,
     tool_syntax,
 )
@@ -76,3 +77,29 @@ def test_a_trigger_fires_only_where_a_token_ends_it(driver: Driver) -> None:
 
     assert state_after("<tool_", "call>{") == (False, True)  # triggered: only "{" may follow
     assert state_after("<tool_cal", "X") == (True, True)  # ends inside "ll": never triggers, text stays free
+
+
+@pytest.mark.parametrize("template", ["hermes", "mistral"])
+def test_lazy_grammars_of_tagged_families_also_constrain_a_bare_json_call(driver: Driver, template: str) -> None:
+    syntax = tool_syntax(QWEN25 if template == "hermes" else MISTRAL_NEMO)
+    grammar = lazy_grammar(syntax, TOOLS)
+    assert grammar.trigger_patterns == (JSON_START,) and grammar.trigger_words == syntax.markers[:1]
+    assert not driver.accepts(grammar, '{"answer": 42}', complete=False)
+    for seed in range(4):
+        text = "{" + driver.walk(grammar, seed, prefix="{")
+        content, calls = content_and_calls(parse(syntax, text, 3))
+        assert content == "" and len(calls) == 1, text
+        jsonschema.validate(calls[0][1], SCHEMAS[calls[0][0]])
+
+
+def test_a_forced_call_cannot_wander_through_whitespace(driver: Driver) -> None:
+    # As llama.cpp's grammars: between JSON tokens one space, or one newline and at most 20
+    # spaces or tabs; never a run that lets a model spend its tokens on nothing.
+    rules = Rules()
+    grammar = finish(rules, call_rule(rules, tool_syntax(QWEN25), TOOLS, "add"), "tool_choice")
+    head = '<tool_call>{"name": "add", "arguments": {"a":'
+    assert driver.accepts(grammar, head + ' 1, "b":\n' + " " * 20 + "2}}</tool_call>")
+    assert not driver.accepts(grammar, head + "\n" + " " * 21, complete=False)
+    assert not driver.accepts(grammar, head + "\n\n", complete=False)
+    assert not driver.accepts(grammar, head + "  ", complete=False)
+    assert not driver.accepts(grammar, '<tool_call>      {"name"', complete=False)

@@ -11,6 +11,11 @@ Families, recognised from the chat template's text:
 - generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
   A template that does not render tools at all gets them described in the system message.
 
+Whatever the family, the parser also reads the calls small models write instead: bare
+JSON call objects naming one of the request's tools (alone, in a row, in an array, after
+text), in a markdown code fence or a tag such as `<tool_call>`. Anything else stays text.
+The engine ends an answer after a whole call unless the model's own next token goes on.
+
 Modules:
 
 - `syntax`: which family a template uses, and the prompt side (tool lists, earlier calls)

@@ -84,9 +84,15 @@ def call_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | N
 
 def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True) -> Grammar:
     """A grammar that leaves the output free until a call starts, then constrains the call
-    (with `parallel` off, the one call)."""
+    (with `parallel` off, the one call).
+
+    A call starts at the family's marker, or, in every family, at an opening brace that
+    begins the answer: small models often answer with a bare JSON call whatever their
+    template says, and the parser reads it as a call.
+    """
     rules = Rules()
     calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
+    if syntax.family in ("hermes", "mistral"):
+        calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
     words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS))
-    patterns = (JSON_START,) if syntax.family in ("llama3", "generic") else ()
-    return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=patterns)
+    return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

@@ -1,8 +1,17 @@
 """Parsing tool calls from streamed output, for every family (see `spark.engine.toolcalls`).
 
-The parser streams text before a call as it comes, holding back only what
-could still be the start of a call marker, and streams each call as a
-`ToolCallDelta` with its id and name, then argument fragments.
+Besides its family's own syntax, every parser reads the calls small models
+write whatever their template says: a bare JSON call object
+(`{"name": ..., "arguments": {...}}`, or `"parameters"`), several in a row or
+in a JSON array, inside a markdown code fence, a tag such as `<tool_call>` or
+another family's marker, `<function=name>{...}</function>`, with text before
+them. A bare call counts only when it names one of the request's tools;
+anything else comes out as text, exactly as written.
+
+Text streams as it comes: the parser holds back only what could still
+become a call (a possible marker at the end of the text, or a JSON value
+that still reads like a call). Each call streams as a `ToolCallDelta` with
+its id and name, then argument fragments.
 """
 
 from __future__ import annotations
@@ -16,18 +25,28 @@ from typing import Any, Literal
 from spark.engine.text import partial_marker
 from spark.engine.toolcalls.jsonscan import WS, JsonScanner
 from spark.engine.toolcalls.syntax import (
-    HERMES_CLOSE,
+    FENCE,
     HERMES_OPEN,
     MISTRAL_ARGS,
     MISTRAL_CALL_ID,
     MISTRAL_CALLS,
     PYTHON_TAG,
+    WRAPPER_TAGS,
     ToolSyntax,
     new_call_id,
 )
 from spark.types import Event, TextDelta, ToolCallDelta
 
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_FENCE_INFO = re.compile(r"[A-Za-z0-9_+-]{0,20}[ \t]{0,4}\r?")  # what may follow ``` on its line
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
+_ARGS_KEYS = ("arguments", "parameters")
+_MAX_WRAPPERS = 2  # e.g. a code fence around a tag
+# `<function=get_weather>{...}</function>` or `<function name="get_weather">{...}</function>`
+# (llama.cpp reads both for Hermes 2 Pro and Llama 3.1 models).
+FUNCTION_TAG, FUNCTION_CLOSE = "<function", "</function>"
+_FUNCTION_NAME = re.compile(r'=([A-Za-z0-9_.:-]{1,64})|\s+name="([A-Za-z0-9_.:-]{1,64})"\s*')
+_MAX_FUNCTION_TAG = 80
 
 _Action = tuple[Literal["start"], str, str | None] | tuple[Literal["args"], str]
 
@@ -36,14 +55,15 @@ class _CallReader:
     """Reads one streamed call object: `{"name": ..., "arguments": {...}, "id": ...}`.
 
     Eager readers announce the call as soon as its name is read (a marker
-    already said it is a call); the others wait until the arguments begin and
-    the name is one of the request's tools, since a bare JSON answer may be
-    just an answer. Arguments stream when they come after the name as an
+    already said it is a call). The others read a bare JSON value that may be
+    just an answer: they give up as soon as a key no call has appears or the
+    name is none of the request's tools, and announce the call once its
+    arguments begin. Arguments stream when they come after the name as an
     object; otherwise they are sent whole at the end. `raw` holds every
     character accepted, to give back as text when it turns out not to be a call.
     """
 
-    def __init__(self, args_keys: tuple[str, ...], *, eager: bool, names: frozenset[str]) -> None:
+    def __init__(self, *, eager: bool, names: frozenset[str]) -> None:
         self.scanner = JsonScanner()
         self.raw: list[str] = []
         self.name: str | None = None
@@ -52,7 +72,6 @@ class _CallReader:
         self.started = False
         self.streamed = False
         self.failed = False
-        self._args_keys = args_keys
         self._names = names
         self._members: dict[str, list[str]] = {}
 
@@ -62,7 +81,7 @@ class _CallReader:
 
     def args_text(self) -> str:
         """The arguments as read so far (the first arguments key present)."""
-        return "".join(next((self._members[k] for k in self._args_keys if k in self._members), []))
+        return "".join(next((self._members[k] for k in _ARGS_KEYS if k in self._members), []))
 
     def push(self, ch: str) -> list[_Action]:
         """Read one character (`failed` is set when it cannot belong to a call)."""
@@ -76,11 +95,14 @@ class _CallReader:
         self.raw.append(ch)
         out: list[_Action] = []
         if isinstance(owner, str):
+            if not self.eager and owner not in _CALL_KEYS:
+                self.failed = True  # a key no call has: an answer in JSON
+                return []
             chars = self._members.setdefault(owner, [])
-            if owner in self._args_keys and not chars and self.name is not None and ch == "{":
+            if owner in _ARGS_KEYS and not chars and self.name is not None and ch == "{":
                 self.streamed = self._start(out)
             chars.append(ch)
-            if owner in self._args_keys and self.streamed:
+            if owner in _ARGS_KEYS and self.streamed:
                 out.append(("args", ch))
             if self.scanner.owner != owner and owner in ("name", "id"):  # that value just ended
                 value = _loads("".join(chars))
@@ -88,6 +110,9 @@ class _CallReader:
                     self.name = value
                     if self.eager:
                         self._start(out)
+                    elif value not in self._names:
+                        self.failed = True
+                        return []
                 elif isinstance(value, str):
                     self.call_id = value
         if self.scanner.done:
@@ -102,7 +127,7 @@ class _CallReader:
         return self.started
 
     def _complete(self, out: list[_Action]) -> None:
-        has_args = any(k in self._members for k in self._args_keys)
+        has_args = any(k in self._members for k in _ARGS_KEYS)
         if not (self.eager or has_args) or not self._start(out):
             self.failed = True
             return
@@ -144,11 +169,22 @@ def python_call(text: str) -> tuple[str, str] | None:
     return name, json.dumps(args, ensure_ascii=False)
 
 
+def _starts(text: str, marker: str) -> bool:
+    """Whether `text` starts with `marker`, or may (it is a start of it)."""
+    return text.startswith(marker) or marker.startswith(text)
+
+
+def _closing_tag(tag: str) -> str:
+    return "</" + tag[1:]
+
+
 class ToolCallParser:
     """Turns streamed content into `TextDelta`s and `ToolCallDelta`s for one family.
 
     With `max_calls`, the parser is `complete` once that many calls are whole
     (their arguments read to the end) and drops anything fed after that.
+    `call_ended` says that the text so far ends with a whole call (and at most
+    the whitespace, closing tags or fences that may follow one).
     """
 
     def __init__(self, syntax: ToolSyntax, names: Iterable[str], *, max_calls: int | None = None) -> None:
@@ -157,19 +193,26 @@ class ToolCallParser:
         self._n_whole = 0
         self._names = frozenset(names)
         self._buf = ""
-        self._mode = "start" if syntax.family in ("llama3", "generic") else "text"
-        self._opens = {"hermes": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}.get(
-            syntax.family, ()
-        )
+        self._mode = "text"
+        # What starts a call, or may: the family's markers, then what any model may write.
+        family = {"hermes": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}
+        self._markers = family.get(syntax.family, ())
+        self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
+        # Other families' markers before JSON: a model may write them under another template.
+        self._foreign = tuple(m for m in (PYTHON_TAG, MISTRAL_CALLS) if m not in self._markers)
+        self._openers = (*self._markers, *self._wrappers, *self._foreign, FUNCTION_TAG, FENCE, "{", "[")
+        self._long_openers = tuple(o for o in self._openers if len(o) > 1)
         self._reader: _CallReader | None = None
-        self._eager = False  # whether the last call object followed a marker
-        self._fallback = ""  # the marker to give back as text if what follows is no call
-        self._scanner: JsonScanner | None = None  # Mistral arguments or list of calls
-        self._readers: dict[int, _CallReader] = {}
+        self._eager = False  # calls of the current group follow a marker
+        self._held = ""  # text read since the current group began, given back if it holds no call
+        self._closers: list[str] = []  # closing tags, fences or brackets the group may still write
         self._mistral_name = ""
         self._mistral_id: str | None = None
+        self._scanner: JsonScanner | None = None  # arguments of a call named outside its JSON
         self._args_sent = False
         self._n_calls = 0
+        self._said_anything = False  # leading whitespace before a call is not content
+        self._call_ended = False
         self._events: list[Event] = []
 
     @property
@@ -181,11 +224,18 @@ class ToolCallParser:
         """Whether `max_calls` calls are whole: the output should end here."""
         return self._mode == "done"
 
+    @property
+    def call_ended(self) -> bool:
+        """Whether the output so far ends with a whole call: it may end here."""
+        return self._call_ended
+
     # --- events ---
 
     def _text(self, text: str) -> None:
         if not text:
             return
+        self._said_anything = True
+        self._call_ended = False
         last = self._events[-1] if self._events else None
         if isinstance(last, TextDelta):
             self._events[-1] = TextDelta(last.text + text)
@@ -195,6 +245,9 @@ class ToolCallParser:
     def _call_start(self, name: str, call_id: str | None) -> None:
         self._n_calls += 1
         self._args_sent = False
+        self._said_anything = True
+        self._call_ended = False
+        self._held = ""  # a call: what led to it is syntax, not content
         cid = call_id if call_id and self._syntax.family == "mistral" else new_call_id(self._syntax.family)
         self._events.append(ToolCallDelta(self._n_calls - 1, id=cid, name=name))
 
@@ -213,13 +266,19 @@ class ToolCallParser:
             else:
                 self._args(action[1])
 
-    def _call_whole(self) -> bool:
-        """The current call's arguments are complete; with `max_calls` of them, stop reading
-        (True)."""
+    def _call_whole(self) -> None:
+        """The current call's arguments are complete; with `max_calls` of them, stop reading."""
         self._n_whole += 1
+        self._call_ended = True
+        self._mode = "after"
         if self._max_calls is not None and self._n_whole >= self._max_calls:
             self._buf, self._mode = "", "done"
-        return self.complete
+
+    def _give_back(self, text: str = "") -> None:
+        """The current group holds no (further) call: what it read is text."""
+        self._text(self._held + text)
+        self._held, self._closers, self._reader = "", [], None
+        self._mode = "text"
 
     # --- feeding ---
 
@@ -236,65 +295,136 @@ class ToolCallParser:
         mode, buf = self._mode, self._buf
         self._buf = ""
         reader = self._reader
-        if mode in ("start", "text"):
-            self._text(buf)
-        elif mode == "object" and reader is not None and reader.started:
+        if mode == "object" and reader is not None and reader.started:
             if not reader.streamed:  # cut short: send what there is
                 self._args(reader.args_text() or "{}")
-        elif mode in ("object", "tag"):
-            self._text(self._fallback + "".join(reader.raw if reader else []) + buf)
+        elif mode == "object":
+            self._give_back("".join(reader.raw if reader else []) + buf)
+        elif mode in ("text", "open", "fence", "tag", "function", "mistral", "mistral_name", "mistral_id"):
+            self._give_back(buf)
         elif mode == "python":
             call = python_call(buf)
             if call is None:
-                self._text(PYTHON_TAG + buf)
+                self._give_back(buf)
             else:
                 self._call_start(call[0], None)
                 self._args(call[1])
-        elif mode in ("mistral", "mistral_name", "mistral_id"):
-            self._mistral_fail()
-            self._text(buf)
-        elif mode == "mistral_args" and not self._args_sent:
+        elif mode == "args" and not self._args_sent:
             self._args("{}")
         events, self._events = self._events, []
         return events
 
     # Each `_on_<mode>` reads from the start of `_buf`; True means "call again".
 
-    def _on_start(self) -> bool:
-        head = self._buf.lstrip()
+    def _on_text(self) -> bool:
+        buf, lead = self._buf, ""
+        if not self._said_anything:  # leading whitespace: dropped if a call follows
+            head = buf.lstrip(WS)
+            if not head:
+                return False
+            lead, buf = buf[: len(buf) - len(head)], head
+        hits = [(buf.find(o), -len(o), o) for o in self._openers if o in buf]
+        at, _, opener = min(hits) if hits else (len(buf), 0, "")
+        keep = len(buf) - at
+        if not hits:
+            keep = partial_marker(buf, self._long_openers)
+        elif any(o != opener and o.startswith(buf[at:]) for o in self._long_openers):
+            opener = ""  # the opener may be the start of a longer one: wait
+        before = buf[: len(buf) - keep]
+        if before:
+            self._text(lead + before)
+            lead = ""
+        if not opener:
+            self._buf = lead + buf[len(buf) - keep :]
+            return False
+        self._buf, self._closers = buf[at + len(opener) :], []
+        self._eager = opener in self._markers
+        if opener in ("{", "["):
+            self._held, self._buf = lead, opener + self._buf
+            self._mode = "open"
+            return True
+        self._held = lead + opener
+        if opener == FENCE:
+            self._mode = "fence"
+        elif opener == FUNCTION_TAG:
+            self._mode = "function"
+        elif opener in (HERMES_OPEN, *self._wrappers):
+            self._closers.append(_closing_tag(opener))
+            self._mode = "open"
+        elif opener in self._foreign:
+            self._mode = "open"
+        else:
+            self._mistral_name, self._mistral_id = "", None
+            self._mode = "tag" if opener == PYTHON_TAG else "mistral"
+        return True
+
+    def _on_fence(self) -> bool:
+        """After ```: the info string (`json`, ...) and the end of its line."""
+        line, nl, rest = self._buf.partition("\n")
+        if not _FENCE_INFO.fullmatch(line):
+            self._give_back()
+            return True
+        if not nl:
+            return False
+        self._held += line + nl
+        self._buf = rest
+        self._closers.append(FENCE)
+        self._mode = "open"
+        return True
+
+    def _on_function(self) -> bool:
+        """After `<function`: `=name>` or ` name="name">`, then the arguments object."""
+        tag, gt, rest = self._buf.partition(">")
+        if not gt:
+            if len(tag) > _MAX_FUNCTION_TAG:
+                self._give_back()
+                return True
+            return False
+        found = _FUNCTION_NAME.fullmatch(tag)
+        name = found and (found.group(1) or found.group(2))
+        head = rest.lstrip(WS)
+        if not name or name not in self._names or (head and head[0] != "{"):
+            self._give_back()
+            return True
+        if not head:
+            return False  # the arguments have not begun
+        self._buf = head
+        self._call_start(name, None)
+        self._closers = [FUNCTION_CLOSE]
+        self._scanner, self._mode = JsonScanner(), "args"
+        return True
+
+    def _on_open(self) -> bool:
+        """Inside the wrappers of a group: the next call, an array of them, or another wrapper."""
+        head = self._buf.lstrip(WS)
+        self._held += self._buf[: len(self._buf) - len(head)]
+        self._buf = head
         if not head:
             return False
+        in_array = "]" in self._closers
         if head[0] == "{":
-            lead = self._buf[: len(self._buf) - len(head)]
-            self._buf = head
-            self._begin_object(eager=False, fallback=lead)
-        else:
-            self._mode = "text"
+            self._reader = _CallReader(eager=self._eager, names=self._names)
+            self._mode = "object"
+            return True
+        if head[0] == "[" and not in_array:
+            self._held += "["
+            self._buf = head[1:]
+            self._closers.append("]")
+            return True
+        if not in_array and len(self._closers) < _MAX_WRAPPERS:
+            for tag in (FENCE, *WRAPPER_TAGS):
+                if head.startswith(tag):
+                    self._held += tag
+                    self._buf = head[len(tag) :]
+                    if tag == FENCE:
+                        self._mode = "fence"
+                    else:
+                        self._closers.append(_closing_tag(tag))
+                    return True
+                if tag.startswith(head):
+                    return False  # may still become this wrapper
+        self._give_back()
         return True
-
-    def _on_text(self) -> bool:
-        found = [(self._buf.find(m), m) for m in self._opens if m in self._buf]
-        if not found:
-            keep = partial_marker(self._buf, self._opens)
-            self._text(self._buf[: len(self._buf) - keep])
-            self._buf = self._buf[len(self._buf) - keep :]
-            return False
-        at, marker = min(found)
-        self._text(self._buf[:at])
-        self._buf = self._buf[at + len(marker) :]
-        if marker == HERMES_OPEN:
-            self._begin_object(eager=True, fallback=marker)
-        else:
-            self._fallback = marker
-            self._mistral_name, self._mistral_id = "", None
-            self._mode = "tag" if marker == PYTHON_TAG else "mistral"
-        return True
-
-    def _begin_object(self, *, eager: bool, fallback: str) -> None:
-        self._reader = _CallReader(("arguments", "parameters"), eager=eager, names=self._names)
-        self._eager = eager
-        self._fallback = fallback
-        self._mode = "object"
 
     def _on_object(self) -> bool:
         reader = self._reader
@@ -304,12 +434,14 @@ class ToolCallParser:
             self._apply(reader.push(ch))
             rest = self._buf[i + (len(reader.raw) > n) :]
             if reader.failed:
-                if not reader.started:
-                    self._text(self._fallback + "".join(reader.raw))
-                self._buf, self._reader, self._mode = rest, None, "text"
+                self._buf = rest
+                if reader.started:  # a call that broke: the rest is text
+                    self._held, self._closers, self._reader, self._mode = "", [], None, "text"
+                else:
+                    self._give_back("".join(reader.raw))
                 return True
             if reader.done:
-                self._buf, self._reader, self._mode = rest, None, "after"
+                self._buf, self._reader = rest, None
                 self._call_whole()
                 return True
         self._buf = ""
@@ -320,81 +452,71 @@ class ToolCallParser:
         return False
 
     def _on_after(self) -> bool:
-        if self._syntax.family == "hermes":
-            head = self._buf.lstrip()
-            if not head or (HERMES_CLOSE.startswith(head) and head != HERMES_CLOSE):
-                return False
-            if head.startswith(HERMES_CLOSE):
-                self._buf = head[len(HERMES_CLOSE) :]
-                self._mode = "gap"
-            else:
-                self._mode = "text"
+        """After a call: its closing tags and fences, a separator, the next call, or text."""
+        head = self._buf.lstrip(WS)
+        self._buf = head
+        if not head:
+            return False
+        closer = self._closers[-1] if self._closers else None
+        if closer is not None and head.startswith(closer):
+            self._buf = head[len(closer) :]
+            self._closers.pop()
             return True
-        head = self._buf.lstrip(WS + ";")
-        if not head:
-            return False
-        if head[0] == "{" and self._syntax.family in ("llama3", "generic"):
-            self._buf = head
-            self._begin_object(eager=self._eager, fallback="")
-        else:
-            self._mode = "text"
-        return True
-
-    def _on_gap(self) -> bool:
-        """Whitespace after a call is not content."""
-        head = self._buf.lstrip()
-        if not head:
-            return False
-        self._buf, self._mode = head, "text"
+        if closer is not None and closer.startswith(head):
+            return False  # may still become the closer
+        if head[0] in ",;" and (closer == "]" or not self._closers):
+            self._held, self._buf, self._mode = head[0], head[1:], "open"
+            return True
+        if head[0] in "{[" and closer != "]" and not any(_starts(head, o) for o in self._long_openers):
+            self._held, self._mode = "", "open"
+            return True
+        self._closers, self._mode = [], "text"
         return True
 
     def _on_tag(self) -> bool:
-        head = self._buf.lstrip()
+        head = self._buf.lstrip(WS)
         if not head:
             return False
+        self._held += self._buf[: len(self._buf) - len(head)]
         self._buf = head
-        if head[0] == "{":
-            self._begin_object(eager=True, fallback=PYTHON_TAG)
-        else:
-            self._mode = "python"
+        self._mode = "open" if head[0] in "{[" else "python"
         return True
 
     def _on_python(self) -> bool:
         return False  # the call is read whole when generation ends
 
     def _on_mistral(self) -> bool:
-        head = self._buf.lstrip()
+        head = self._buf.lstrip(WS)
         if not head:
             return False
+        self._held += self._buf[: len(self._buf) - len(head)]
         self._buf = head
-        if head[0] == "[":
-            self._scanner, self._readers = JsonScanner(), {}
-            self._mode = "mistral_array"
-        else:
-            self._mode = "mistral_name"
+        self._mode = "open" if head[0] in "{[" else "mistral_name"
         return True
 
     def _on_mistral_name(self) -> bool:
-        return self._mistral_until((MISTRAL_ARGS, MISTRAL_CALL_ID))
+        return self._mistral_until((MISTRAL_ARGS, MISTRAL_CALL_ID, "{"))
 
     def _on_mistral_id(self) -> bool:
-        return self._mistral_until((MISTRAL_ARGS,))
+        return self._mistral_until((MISTRAL_ARGS, "{"))
 
     def _mistral_until(self, ends: tuple[str, ...]) -> bool:
-        """Read a call's name (or its id) up to the marker that ends it."""
+        """Read a call's name (or its id) up to the marker that ends it (or the arguments' brace)."""
         found = [(self._buf.find(m), m) for m in ends if m in self._buf]
         if not found:
             keep = partial_marker(self._buf, ends)
             if _NAME.fullmatch(self._buf[: len(self._buf) - keep].strip() or "x"):
                 return False
-            self._mistral_fail()
+            self._give_back()
             return True
         at, marker = min(found)
         value = self._buf[:at].strip()
         if not _NAME.fullmatch(value):
-            self._mistral_fail()
+            self._give_back()
             return True
-        self._buf = self._buf[at + len(marker) :]
+        end = at + len(marker) if marker != "{" else at
+        self._held += self._buf[:end]
+        self._buf = self._buf[end:]
         if self._mode == "mistral_name":
             self._mistral_name = value
         else:
@@ -403,18 +525,10 @@ class ToolCallParser:
             self._mode = "mistral_id"
         else:
             self._call_start(self._mistral_name, self._mistral_id)
-            self._scanner, self._mode = JsonScanner(), "mistral_args"
+            self._scanner, self._mode = JsonScanner(), "args"
         return True
 
-    def _mistral_fail(self) -> None:
-        """What followed [TOOL_CALLS] is no call: give the text back."""
-        parts = [MISTRAL_CALLS, self._mistral_name]
-        if self._mode == "mistral_id" or self._mistral_id is not None:
-            parts += [MISTRAL_CALL_ID, self._mistral_id or ""]
-        self._text("".join(parts))
-        self._mode = "text"
-
-    def _on_mistral_args(self) -> bool:
+    def _on_args(self) -> bool:
         scanner = self._scanner
         assert scanner is not None
         for i, ch in enumerate(self._buf):
@@ -428,28 +542,8 @@ class ToolCallParser:
                 return True
             self._args(ch)
             if scanner.done:
-                self._buf, self._mode = self._buf[i + 1 :], "gap"
+                self._buf = self._buf[i + 1 :]
                 self._call_whole()
-                return True
-        self._buf = ""
-        return False
-
-    def _on_mistral_array(self) -> bool:
-        outer = self._scanner
-        assert outer is not None
-        for i, ch in enumerate(self._buf):
-            owner = outer.push(ch)
-            if outer.failed:
-                self._buf, self._mode = self._buf[i:], "text"
-                return True
-            if isinstance(owner, int):
-                reader = self._readers.setdefault(owner, _CallReader(("arguments",), eager=True, names=self._names))
-                if not reader.failed:
-                    self._apply(reader.push(ch))
-                    if reader.done and not reader.failed and self._call_whole():
-                        return True
-            if outer.done:
-                self._buf, self._mode = self._buf[i + 1 :], "gap"
                 return True
         self._buf = ""
         return False

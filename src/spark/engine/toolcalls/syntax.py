@@ -16,6 +16,10 @@ Family = Literal["hermes", "llama3", "mistral", "generic"]
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+# Tags and fences that models of any family put around a JSON call (llama.cpp's Hermes 2 Pro
+# parser knows the same set); what they wrap counts only when it names one of the tools.
+WRAPPER_TAGS = (HERMES_OPEN, "<function_call>", "<tools>", "<tool>", "<response>", "<json>", "<JSON>")
+FENCE = "```"
 # A lazy grammar for answers that are bare JSON calls starts at an opening brace that
 # begins the output; what may follow it in the same token is what the grammar allows there.
 JSON_START = '^[ \\t\\r\\n]*(\\{)( |\\n[ \\t]{0,20})?"?$'
