@@ -112,8 +112,8 @@ def test_live_rows_follow_the_filters(page: Any, console: LiveServer) -> None:
 
 def test_a_request_page_draws_the_timeline_and_shows_content_as_text(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/requests/made00902")
-    assert page.locator("svg.waterfall rect").count() == 7
-    labels = page.locator("svg.waterfall text.label").all_text_contents()
+    assert page.locator("table.timeline svg.bar rect").count() == 7
+    labels = page.locator("table.timeline tbody td:first-child").all_inner_texts()
     assert labels == ["received", "authenticated", "queued", "slot", "prompt", "first_token", "finished"]
     assert page.locator("#output").inner_text() == f"sure: {HOSTILE}"
     assert f"say {HOSTILE}" in page.locator(".content").inner_text()
@@ -124,7 +124,7 @@ def test_an_error_and_a_zero_retention_request(page: Any, console: LiveServer) -
     sign_in(page, console, "/requests/made00900")
     error = page.get_by_role("alert").inner_text()
     assert "context_length_exceeded" in error and HOSTILE in error
-    assert page.locator("svg.waterfall rect.bad").count() == 1
+    assert page.locator("table.timeline svg.bar rect.bad").count() == 1
     assert page.evaluate("typeof window.pwned") == "undefined"
     page.goto(f"{console.url}/requests/made00901")
     assert "zero-retention key" in page.locator(".content").inner_text()

@@ -34,12 +34,11 @@ def _nice_ceiling(value: float) -> float:
 
 
 def _number(value: float) -> str:
-    if value >= 1e9:
-        return f"{value / 1e9:.1f}G"
-    if value >= 1e6:
-        return f"{value / 1e6:.1f}M"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f}k"
+    """A short label for an axis: 0.25, 7.5, 750, 1.5k, 20k, 150M."""
+    for power, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= power:
+            scaled = value / power
+            return f"{scaled:.0f}{suffix}" if scaled >= 10 else f"{scaled:.1f}{suffix}"
     return f"{value:g}" if value == int(value) else f"{value:.2g}" if value < 1 else f"{value:.1f}"
 
 
@@ -122,31 +121,28 @@ def _id(title: str) -> str:
     return "chart-" + "".join(c if c.isalnum() else "-" for c in title.lower())
 
 
-ROW = 24  # height of one step in the waterfall
-LABEL_W = 130
-TIME_W = 90
+BAR_SPAN = 1000  # the waterfall's bars are drawn in a 1000-wide box stretched to their column
 
 
-def waterfall(timeline: Sequence[Step]) -> Markup:
-    """A request's timeline as a waterfall: a row per step, its bar from the step before to this one."""
+def waterfall(timeline: Sequence[Step]) -> list[Markup]:
+    """A request's timeline as a waterfall: for each step a bar from the step before to this one, on one
+    scale from `received` to the last step (an SVG per step, for the timeline table's rows)."""
     total = max((s.at_ms for s in timeline), default=0.0) or 1.0
-    bar_w = WIDTH - LABEL_W - TIME_W
-    height = ROW * len(timeline) + 8
-    parts = [
-        f'<svg class="waterfall" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="Timeline as a waterfall">',
-    ]
+    bars = []
     previous = 0.0
-    for i, step in enumerate(timeline):
-        y = 4 + i * ROW
-        x0 = LABEL_W + previous / total * bar_w
-        width = max((step.at_ms - previous) / total * bar_w, 2.0)  # an instant step is still visible
+    for step in timeline:
+        x0 = previous / total * BAR_SPAN
+        width = max((step.at_ms - previous) / total * BAR_SPAN, 3.0)  # an instant step is still visible
         kind = "bad" if step.name == "failed" else "step"
-        parts.append(f'<text class="label" x="0" y="{y + 16}">{escape(step.name)}</text>')
-        parts.append(f'<rect class="{kind}" x="{x0:.1f}" y="{y + 4}" width="{width:.1f}" height="{ROW - 8}" rx="2"/>')
-        parts.append(f'<text class="axis" x="{WIDTH}" y="{y + 16}" text-anchor="end">{_duration(step.at_ms)}</text>')
+        bars.append(
+            Markup(
+                f'<svg class="bar" viewBox="0 0 {BAR_SPAN} 10" preserveAspectRatio="none" role="img" '
+                f'aria-label="{escape(step.name)}: {_duration(previous)} to {_duration(step.at_ms)}">'
+                f'<rect class="{kind}" x="{min(x0, BAR_SPAN - width):.1f}" y="0" width="{width:.1f}" height="10"/></svg>'
+            )
+        )
         previous = step.at_ms
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return bars
 
 
 def _duration(ms: float) -> str:

@@ -197,7 +197,7 @@ async def request_page(request: Request[Any, Any, Any], request_id: FromPath[str
         session=session,
         active="requests",
         r=record,
-        chart=waterfall(record.timeline),
+        bars=waterfall(record.timeline),
         messages=_messages(content.request if content else None),
         parameters=_parameters(content.request if content else None),
     )
