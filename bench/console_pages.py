@@ -42,7 +42,6 @@ def prepare(home: Path, logged: int) -> dict[str, str]:
     sys.path.insert(0, str(ROOT / "tests"))
     import tiny_gguf  # the test suite's own generator
     from server.console.records import made_up, write
-
     from spark.library import Library
     from spark.settings import load_settings
 

@@ -138,7 +138,8 @@ def waterfall(timeline: Sequence[Step]) -> list[Markup]:
             Markup(
                 f'<svg class="bar" viewBox="0 0 {BAR_SPAN} 10" preserveAspectRatio="none" role="img" '
                 f'aria-label="{escape(step.name)}: {_duration(previous)} to {_duration(step.at_ms)}">'
-                f'<rect class="{kind}" x="{min(x0, BAR_SPAN - width):.1f}" y="0" width="{width:.1f}" height="10"/></svg>'
+                f'<rect class="{kind}" x="{min(x0, BAR_SPAN - width):.1f}" y="0" width="{width:.1f}" '
+                'height="10"/></svg>'
             )
         )
         previous = step.at_ms
