@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+import tiny_gguf
 from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer
 from spark.library import Library
@@ -113,10 +114,22 @@ def test_errors_are_shown_in_the_page(page: Any, console: LiveServer) -> None:
     assert page.locator(".turn.answer").count() == 0
 
 
-def test_the_image_upload_shows_for_models_with_a_projector(page: Any, console: LiveServer) -> None:
+def test_an_image_goes_with_the_message_to_a_model_with_a_projector(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/playground")
+    assert page.locator("#pg-image-box").is_hidden() or page.get_by_label("Model", exact=True).input_value() == (
+        "tiny-vision"
+    )
     page.get_by_label("Model", exact=True).select_option("tiny-vision")
-    assert page.get_by_label("Image (this model has a vision projector)").is_visible()
+    image = page.get_by_label("Image (this model has a vision projector)")
+    assert image.is_visible()
+    image.set_input_files(files=[{"name": "cat.png", "mimeType": "image/png", "buffer": tiny_gguf.tiny_png()}])
+    page.get_by_label("Max tokens").fill("3")
+    _chat(page, "What is in the picture?")
+    page.locator("#pg-request-link").click()
+    page.wait_for_url(f"{console.url}/requests/**")
+    assert "What is in the picture?\n[image]" in page.locator(".content .turn").first.inner_text()
+    assert "tiny-vision" in page.locator("dl.facts").inner_text()
+    page.goto(f"{console.url}/playground")
     page.get_by_label("Model", exact=True).select_option("tiny-chat")
     assert page.locator("#pg-image-box").is_hidden()
 
