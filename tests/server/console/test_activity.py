@@ -27,7 +27,7 @@ def busy_hour(console: LiveServer) -> None:
     """Two models' requests spread over the last hour (and one of them a day ago), and a real one."""
     now = time.time()
     records = [made_up(2000 + n, at=now - 60 * n - 30) for n in range(50)]
-    records += [made_up(3000 + n, at=now - 90 * n - 45, model="other-model") for n in range(20)]
+    records += [made_up(3000 + n, at=now - 90 * n - 45, model="second-model") for n in range(20)]
     records += [made_up(4000 + n, at=now - 6 * 3600 - 600 * n, model="yesterday-model") for n in range(10)]
     write(console.settings.db_path, records)
     answer = console.openai().chat.completions.create(
@@ -42,9 +42,9 @@ def test_the_charts_show_the_last_hour_and_day_per_model(page: Any, console: Liv
     assert titles == ["Requests per minute", "Tokens generated per second", "Time to first token", "Queue", "Memory"]
     assert page.locator("svg.chart").count() == 5
     first = page.locator(".chart-card").first
-    assert {"tiny-chat", "other-model"} <= set(first.locator(".legend li").all_inner_texts())
+    assert {"tiny-chat", "second-model"} <= set(first.locator(".legend li").all_inner_texts())
     assert first.locator("polyline.series").count() >= 2
-    row = page.locator("table.totals tbody tr", has_text="other-model")
+    row = page.locator("table.totals tbody tr", has_text="second-model")
     assert row.locator("td[data-label=Requests]").inner_text() == "20"
     assert "yesterday-model" not in page.locator("table.totals").inner_text()  # not in the last hour
     page.get_by_role("link", name="Last day").click()
