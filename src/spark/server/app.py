@@ -19,6 +19,7 @@ from spark.server.auth import require_key
 from spark.server.console import ConsoleAuth, console_routes
 from spark.server.csrf import same_origin_guard
 from spark.server.errors import EXCEPTION_HANDLERS
+from spark.server.memory_history import MemorySampler, sample_memory
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
 from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
@@ -26,6 +27,7 @@ from spark.server.routes.admin import ADMIN_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
 from spark.server.routes.keys import KEY_ROUTES
 from spark.server.routes.library import LIBRARY_ROUTES
+from spark.server.routes.memory import MEMORY_ROUTES
 from spark.server.routes.metrics import metrics_route
 from spark.server.routes.runners import RUNNER_ROUTES
 from spark.server.routes.settings import SETTINGS_ROUTES
@@ -35,7 +37,15 @@ from spark.settings import Settings
 log = logging.getLogger("spark.server")
 
 KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys list`'s "last used" may be
-ADMIN_API_ROUTES = [*RUNNER_ROUTES, *ADMIN_ROUTES, *KEY_ROUTES, *SETTINGS_ROUTES, *EVENT_ROUTES, *LIBRARY_ROUTES]
+ADMIN_API_ROUTES = [
+    *RUNNER_ROUTES,
+    *ADMIN_ROUTES,
+    *KEY_ROUTES,
+    *SETTINGS_ROUTES,
+    *EVENT_ROUTES,
+    *LIBRARY_ROUTES,
+    *MEMORY_ROUTES,
+]
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -84,8 +94,8 @@ def create_app(settings: Settings) -> Litestar:
     )
     return Litestar(
         route_handlers=[health, api, admin_api, metrics_route(settings, admin), *console_routes()],
-        state=State({"spark": state, "console": ConsoleAuth(settings)}),
-        lifespan=[lifespan],
+        state=State({"spark": state, "console": ConsoleAuth(settings), "memory": MemorySampler(state.scheduler)}),
+        lifespan=[lifespan, sample_memory],
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[add_request_id_headers],
         request_max_body_size=settings.max_body_bytes,

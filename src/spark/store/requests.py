@@ -110,6 +110,9 @@ class ActivityBucket(msgspec.Struct, frozen=True):
     errors: int
     prompt_tokens: int
     completion_tokens: int
+    ttft_ms: float | None = None  # mean time to first token of the bucket's requests that produced one
+    tokens_per_second: float | None = None  # mean output speed of its requests (after the first token)
+    max_queue: int = 0  # the most requests one of them found waiting ahead of it for a slot
 
 
 class KeyUsage(msgspec.Struct, frozen=True):
@@ -282,14 +285,16 @@ class RequestTable:
         return int(self.db.execute("SELECT coalesce(max(rowid), 0) FROM requests").fetchone()[0])
 
     def activity(self, since: float, bucket_seconds: int = 60) -> Activity:
-        """Requests, errors and tokens per model per `bucket_seconds` since `since`, oldest first."""
+        """Requests, errors, tokens, speed and queueing per model per `bucket_seconds` since `since`, oldest first."""
         if bucket_seconds < 1:
             raise InvalidRequest(f"bucket must be at least 1 second, not {bucket_seconds}", param="bucket")
         rows = self.db.execute(
             "SELECT CAST(started_at / :b AS INTEGER) * :b AS start, model, count(*) AS requests, "
             "sum(status >= 400 OR error_type IS NOT NULL) AS errors, sum(prompt_tokens) AS prompt_tokens, "
-            "sum(completion_tokens) AS completion_tokens FROM requests WHERE started_at >= :since "
-            "GROUP BY start, model ORDER BY start, model",
+            "sum(completion_tokens) AS completion_tokens, avg(ttft_ms) AS ttft_ms, "
+            "avg(tokens_per_second) AS tokens_per_second, coalesce(max((SELECT json_extract(s.details, "
+            "'$.position') FROM request_steps s WHERE s.request = requests.id AND s.name = 'queued')), 0) "
+            "AS max_queue FROM requests WHERE started_at >= :since GROUP BY start, model ORDER BY start, model",
             {"b": bucket_seconds, "since": since},
         ).fetchall()
         return Activity(
@@ -303,6 +308,9 @@ class RequestTable:
                     r["errors"],
                     r["prompt_tokens"],
                     r["completion_tokens"],
+                    None if r["ttft_ms"] is None else round(r["ttft_ms"], 3),
+                    None if r["tokens_per_second"] is None else round(r["tokens_per_second"], 2),
+                    int(r["max_queue"]),
                 )
                 for r in rows
             ],

@@ -4,6 +4,10 @@
     sessions.py   the session and throttle bookkeeping
     signin.py     /login, /logout, and the session every page needs
     pages.py      the pages, each drawing what the admin API serves
+    playground.py the playground, and its forwarding of chats to /v1 with the console's own key
+    requests.py   the request log: list, filters, live rows, one request's timeline
+    activity.py   requests, tokens, TTFT, queue and memory over time
+    charts.py     line charts and the waterfall as inline SVG
     render.py     the sandboxed template environment and the security headers
     templates/    the pages' Jinja templates
     static/       every script and stylesheet, vendored (nothing comes from another host)
@@ -20,8 +24,11 @@ from litestar import Router
 from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
+from spark.server.console.activity import ACTIVITY_ROUTES
 from spark.server.console.auth import ConsoleAuth
 from spark.server.console.pages import PAGE_ROUTES
+from spark.server.console.playground import PLAYGROUND_ROUTES
+from spark.server.console.requests import REQUEST_ROUTES
 from spark.server.console.signin import SignInNeeded, login, login_page, logout, sign_in_needed
 
 STATIC = Path(__file__).parent / "static"
@@ -33,7 +40,15 @@ def console_routes() -> list[Router]:
     """The console's pages and its static files (mounted at the root of the app)."""
     pages = Router(
         "/",
-        route_handlers=[login_page, login, logout, *PAGE_ROUTES],
+        route_handlers=[
+            login_page,
+            login,
+            logout,
+            *PAGE_ROUTES,
+            *PLAYGROUND_ROUTES,
+            *REQUEST_ROUTES,
+            *ACTIVITY_ROUTES,
+        ],
         exception_handlers={SignInNeeded: sign_in_needed},
         include_in_schema=False,
     )

@@ -29,6 +29,9 @@ SECURITY_HEADERS = {
 # The pages, in the order of the navigation bar.
 NAV = [
     ("models", "Models", "/models"),
+    ("playground", "Playground", "/playground"),
+    ("requests", "Requests", "/requests"),
+    ("activity", "Activity", "/activity"),
 ]
 
 
@@ -36,6 +39,19 @@ def _when(timestamp: float | None) -> str:
     if not timestamp:
         return "never"
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+
+
+def _clock(timestamp: float) -> str:
+    """The time of day, with the date unless it is today."""
+    moment = datetime.datetime.fromtimestamp(timestamp)
+    same_day = moment.date() == datetime.date.today()
+    return moment.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
 
 
 _env = SandboxedEnvironment(
@@ -47,6 +63,8 @@ _env = SandboxedEnvironment(
 )
 _env.filters["bytes"] = format_bytes
 _env.filters["when"] = _when
+_env.filters["clock"] = _clock
+_env.filters["ms"] = _ms
 
 
 def render(
@@ -70,3 +88,8 @@ def render(
     return Response(
         html, media_type=MediaType.HTML, status_code=status_code, headers={**SECURITY_HEADERS, **(headers or {})}
     )
+
+
+def render_fragment(template: str, **context: Any) -> str:
+    """A piece of a page (e.g. one table row for a live update), rendered with the same environment."""
+    return _env.get_template(template).render(**context)

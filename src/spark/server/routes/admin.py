@@ -47,7 +47,8 @@ def _since(value: str) -> float:
         return parse_since(value)
 
 
-def _seconds(request: Request[Any, Any, Any], name: str, default: str) -> float:
+def duration_query(request: Request[Any, Any, Any], name: str, default: str) -> float:
+    """The query parameter `name` as positive seconds (60, 5m, 1h); `InvalidRequest` naming it otherwise."""
     text = _query(request, name) or default
     try:
         seconds = parse_duration(text, name)
@@ -90,8 +91,8 @@ async def get_request(request: Request[Any, Any, Any], request_id: FromPath[str]
 @get("/activity")
 async def activity(request: Request[Any, Any, Any]) -> Activity:
     """Requests, errors and tokens per model per bucket (default 60 s) over a window (default 1 h)."""
-    window = _seconds(request, "window", DEFAULT_WINDOW)
-    bucket = _seconds(request, "bucket", "60")
+    window = duration_query(request, "window", DEFAULT_WINDOW)
+    bucket = duration_query(request, "bucket", "60")
     if bucket < 1 or window / bucket > MAX_BUCKETS:
         raise InvalidRequest(
             f"bucket must be at least 1 s and at most {MAX_BUCKETS} buckets per window", param="bucket"

@@ -1,0 +1,180 @@
+"""The Activity page: requests per minute, tokens per second, time to first token and queueing per
+model over the last hour or day (from the request log, as `GET /api/activity` serves it), and memory
+over time (from the sampler behind `GET /api/memory`), drawn as inline SVG (spark.server.console.charts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response, get
+from markupsafe import Markup
+
+from spark.server.console.charts import Point, legend, line_chart
+from spark.server.console.render import render
+from spark.server.console.signin import require_session
+from spark.server.memory_history import MemoryHistory, memory_sampler_of
+from spark.server.state import state_of
+from spark.store.requests import Activity, ActivityBucket
+
+# window name -> (seconds, bucket seconds)
+WINDOWS = {"1h": (3600, 60), "24h": (86400, 900)}
+MAX_MEMORY_POINTS = 360  # a day of 10 s samples is thinned to this many per line
+SERVER_LINE = "spark server"
+
+
+class Chart(msgspec.Struct, frozen=True):
+    title: str
+    unit: str
+    svg: Markup
+    legend: Markup
+
+
+class ModelTotals(msgspec.Struct, frozen=True):
+    model: str
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_ms: float | None  # mean over the window
+    max_queue: int
+
+
+def _label(model: str | None) -> str:
+    return model or "(undecoded)"
+
+
+def _series(buckets: list[ActivityBucket], value: Any) -> dict[str, list[Point]]:
+    """One line per model of `value(bucket)` (None: no point there)."""
+    lines: dict[str, list[Point]] = defaultdict(list)
+    for b in buckets:
+        v = value(b)
+        if v is not None:
+            lines[_label(b.model)].append((b.start, float(v)))
+    return dict(sorted(lines.items()))
+
+
+def _zero_filled(series: dict[str, list[Point]], start: float, end: float, step: int) -> dict[str, list[Point]]:
+    """Counts are zero where a model had no request: every bucket of the window gets a point."""
+    first = int(start // step) * step
+    filled = {}
+    for name, points in series.items():
+        known = dict(points)
+        filled[name] = [(float(t), known.get(float(t), 0.0)) for t in range(first, int(end) + 1, step)]
+    return filled
+
+
+def _chart(title: str, unit: str, series: dict[str, list[Point]], start: float, end: float, gap: float) -> Chart:
+    return Chart(title, unit, line_chart(title, series, start, end, unit, gap), legend(list(series)))
+
+
+def _totals(activity: Activity) -> list[ModelTotals]:
+    by_model: dict[str, list[ActivityBucket]] = defaultdict(list)
+    for b in activity.buckets:
+        by_model[_label(b.model)].append(b)
+    totals = []
+    for model, buckets in sorted(by_model.items()):
+        timed = [(b.ttft_ms, b.requests) for b in buckets if b.ttft_ms is not None]
+        weight = sum(n for _, n in timed)
+        totals.append(
+            ModelTotals(
+                model,
+                sum(b.requests for b in buckets),
+                sum(b.errors for b in buckets),
+                sum(b.prompt_tokens for b in buckets),
+                sum(b.completion_tokens for b in buckets),
+                sum(t * n for t, n in timed) / weight if weight else None,
+                max(b.max_queue for b in buckets),
+            )
+        )
+    return totals
+
+
+def _memory_series(history: MemoryHistory) -> dict[str, list[Point]]:
+    samples = history.samples
+    stride = max(1, len(samples) // MAX_MEMORY_POINTS)
+    lines: dict[str, list[Point]] = defaultdict(list)
+    for s in samples[::stride]:
+        lines[SERVER_LINE].append((s.at, float(s.server_bytes)))
+        for model, used in s.models.items():
+            lines[model].append((s.at, float(used)))
+    return dict(lines)
+
+
+@get("/activity", media_type=MediaType.HTML)
+async def activity_page(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Charts of the last hour (per minute) or day (per 15 minutes), per model, and memory over time."""
+    session = require_session(request)
+    window = request.query_params.get("window") or "1h"
+    if window not in WINDOWS:
+        return render(
+            request,
+            "missing.html",
+            session=session,
+            active="activity",
+            status_code=400,
+            what=f"activity window '{window}' (use {' or '.join(WINDOWS)})",
+        )
+    seconds, step = WINDOWS[window]
+    state = state_of(request)
+    end = time.time()
+    start = end - seconds
+    await state.flush_log()
+    activity = await asyncio.to_thread(state.requests.activity, start, step)
+    memory = memory_sampler_of(request.app).since(start)
+    buckets = activity.buckets
+    per_minute = step / 60
+    gap = step * 1.5
+    charts = [
+        _chart(
+            "Requests per minute",
+            "requests/min",
+            _zero_filled(_series(buckets, lambda b: b.requests / per_minute), start, end, step),
+            start,
+            end,
+            gap,
+        ),
+        _chart(
+            "Tokens generated per second",
+            "tokens/s",
+            _zero_filled(_series(buckets, lambda b: b.completion_tokens / step), start, end, step),
+            start,
+            end,
+            gap,
+        ),
+        _chart("Time to first token", "ms, mean", _series(buckets, lambda b: b.ttft_ms), start, end, gap),
+        _chart(
+            "Queue",
+            "requests waiting, most seen",
+            _zero_filled(_series(buckets, lambda b: b.max_queue), start, end, step),
+            start,
+            end,
+            gap,
+        ),
+        _chart(
+            "Memory",
+            "bytes resident",
+            _memory_series(memory),
+            start,
+            end,
+            memory.interval_seconds * 3,
+        ),
+    ]
+    return render(
+        request,
+        "activity.html",
+        session=session,
+        active="activity",
+        window=window,
+        windows=list(WINDOWS),
+        charts=charts,
+        totals=_totals(activity),
+        memory_since=memory.samples[0].at if memory.samples else None,
+    )
+
+
+ACTIVITY_ROUTES = [activity_page]

@@ -1,0 +1,228 @@
+// Spark console playground: sends the conversation to POST /playground/chat (which forwards it to
+// /v1/chat/completions with the console's key) and shows the streamed answer as it arrives.
+// Everything from the model or the user is written with textContent: it is shown, never run.
+// Copyright the Spark authors; part of Spark, same licence.
+"use strict";
+
+(function () {
+  const settings = document.getElementById("chat-form");
+  if (!settings) return;
+  const $ = (id) => document.getElementById(id);
+  const log = $("pg-log"), errorBox = $("pg-error"), prompt = $("pg-prompt");
+  const submit = $("pg-submit"), stop = $("pg-stop"), model = $("pg-model");
+  let history = [];  // the conversation so far, as OpenAI messages
+  let controller = null;
+
+  function showError(message) {
+    errorBox.textContent = message;
+    errorBox.hidden = !message;
+  }
+
+  function syncPanels() {
+    const option = model.options[model.selectedIndex];
+    $("pg-image-box").hidden = !option || option.dataset.vision !== "yes";
+    $("pg-schema-box").hidden = !$("pg-json").checked;
+  }
+  model.addEventListener("change", () => { syncPanels(); newChat(); });
+  $("pg-json").addEventListener("change", syncPanels);
+  syncPanels();
+
+  function turn(role, text) {
+    const box = document.createElement("div");
+    box.className = "turn " + (role === "assistant" ? "answer" : "question");
+    const who = document.createElement("div");
+    who.className = "role";
+    who.textContent = role;
+    const body = document.createElement("div");
+    body.className = "text";
+    body.textContent = text;
+    box.append(who, body);
+    log.append(box);
+    return box;
+  }
+
+  function newChat() {
+    history = [];
+    log.replaceChildren();
+    showError("");
+  }
+  $("pg-clear").addEventListener("click", newChat);
+
+  function readImage(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(reader.result);
+      reader.onerror = () => reject(new Error("could not read the image file"));
+      reader.readAsDataURL(file);
+    });
+  }
+
+  function number(name) {
+    const value = settings.elements[name].value;
+    return value === "" ? undefined : Number(value);
+  }
+
+  async function body(text) {
+    const image = $("pg-image");
+    let content = text;
+    if (!$("pg-image-box").hidden && image.files.length) {
+      content = [{ type: "text", text }, { type: "image_url", image_url: { url: await readImage(image.files[0]) } }];
+    }
+    const messages = [];
+    const system = $("pg-system").value.trim();
+    if (system) messages.push({ role: "system", content: system });
+    const user = { role: "user", content };
+    const request = {
+      model: model.value,
+      messages: [...messages, ...history, user],
+      stream: true,
+      stream_options: { include_usage: true },
+      temperature: number("temperature"),
+      top_p: number("top_p"),
+      max_tokens: number("max_tokens"),
+    };
+    if ($("pg-json").checked) {
+      let schema;
+      try {
+        schema = JSON.parse($("pg-schema").value);
+      } catch (e) {
+        throw new Error("The JSON schema is not valid JSON: " + e.message);
+      }
+      request.response_format = { type: "json_schema", json_schema: { name: "playground", schema } };
+    }
+    return { request, user };
+  }
+
+  function setStat(id, text) { $(id).textContent = text; }
+
+  async function send(event) {
+    event.preventDefault();
+    const text = prompt.value.trim();
+    if (!text || controller) return;
+    showError("");
+    let call;
+    try {
+      call = await body(text);
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
+    turn("user", text);
+    const answerBox = turn("assistant", "");
+    const answer = answerBox.querySelector(".text");
+    answerBox.setAttribute("aria-busy", "true");
+    prompt.value = "";
+    controller = new AbortController();
+    submit.disabled = true;
+    stop.disabled = false;
+    for (const id of ["pg-ttft", "pg-speed", "pg-tokens", "pg-cached"]) setStat(id, "…");
+    const sent = performance.now();
+    let first = null, usage = null, reasoning = null, output = "";
+    try {
+      const response = await fetch("/playground/chat", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": settings.dataset.csrf },
+        body: JSON.stringify(call.request),
+        signal: controller.signal,
+      });
+      showRequest(response.headers.get("x-request-id"));
+      if (!response.ok || !response.body) {
+        let message = "HTTP " + response.status;
+        try { message = (await response.json()).error.message; } catch (e) { /* not JSON */ }
+        throw new Error(message);
+      }
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          for (const line of frame.split("\n")) {
+            if (!line.startsWith("data: ")) continue;
+            const data = line.slice(6);
+            if (data === "[DONE]") continue;
+            const chunk = JSON.parse(data);
+            if (chunk.error) throw new Error(chunk.error.message);
+            if (chunk.usage) usage = chunk.usage;
+            const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+            if (!delta) continue;
+            if (first === null && (delta.content || delta.reasoning_content || delta.tool_calls)) {
+              first = performance.now();
+              setStat("pg-ttft", Math.round(first - sent) + " ms");
+            }
+            if (delta.reasoning_content) {
+              if (!reasoning) {
+                const fold = document.createElement("details");
+                fold.className = "reasoning";
+                const summary = document.createElement("summary");
+                summary.textContent = "Reasoning";
+                reasoning = document.createElement("div");
+                reasoning.className = "text";
+                fold.append(summary, reasoning);
+                answerBox.insertBefore(fold, answer);
+              }
+              reasoning.textContent += delta.reasoning_content;
+            }
+            if (delta.content) {
+              output += delta.content;
+              answer.textContent = output;
+            }
+            for (const call of delta.tool_calls || []) {
+              const tool = document.createElement("div");
+              tool.className = "tool-call";
+              tool.textContent = call.function && call.function.name
+                ? "tool call: " + call.function.name + "(" + (call.function.arguments || "") + ")"
+                : (call.function && call.function.arguments) || "";
+              answerBox.append(tool);
+            }
+          }
+        }
+      }
+      history.push(call.user, { role: "assistant", content: output });
+      showStats(sent, first, performance.now(), usage);
+    } catch (e) {
+      if (e.name === "AbortError") {
+        showError("Stopped.");
+      } else {
+        showError(e.message);
+      }
+      if (!output) answerBox.remove();
+    } finally {
+      answerBox.removeAttribute("aria-busy");
+      controller = null;
+      submit.disabled = false;
+      stop.disabled = true;
+    }
+  }
+
+  function showRequest(id) {
+    const cell = $("pg-request");
+    cell.replaceChildren();
+    if (!id) { cell.textContent = "–"; return; }
+    const link = document.createElement("a");
+    link.href = "/requests/" + encodeURIComponent(id);
+    link.textContent = id;
+    link.id = "pg-request-link";
+    cell.append(link);
+  }
+
+  function showStats(sent, first, end, usage) {
+    if (first === null) setStat("pg-ttft", "–");
+    const out = usage ? usage.completion_tokens : 0;
+    setStat("pg-speed", first !== null && out > 1 && end > first
+      ? ((out - 1) / ((end - first) / 1000)).toFixed(1) + " tokens/s" : "–");
+    setStat("pg-tokens", usage ? usage.prompt_tokens + " in, " + out + " out" : "–");
+    const details = usage && usage.prompt_tokens_details;
+    setStat("pg-cached", details ? String(details.cached_tokens || 0) : "0");
+  }
+
+  $("pg-send").addEventListener("submit", send);
+  stop.addEventListener("click", () => { if (controller) controller.abort(); });
+  prompt.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("pg-send").requestSubmit();
+  });
+})();

@@ -1,0 +1,106 @@
+"""The Activity page in a real browser, its figures from the request log, and memory over time."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from markupsafe import Markup
+
+from server.console.helpers import PASSWORD, screenshot, sign_in, signed_in_client
+from server.console.records import made_up, write
+from server.helpers import LiveServer, wait_for
+from spark.server.console.charts import legend, line_chart, waterfall
+from spark.server.memory_history import MemorySampler
+from spark.store.db import Database
+from spark.store.requests import RequestTable
+from spark.trace import Step
+
+HOSTILE = "<script>window.pwned = 1</script>"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def busy_hour(console: LiveServer) -> None:
+    """Two models' requests spread over the last hour (and one of them a day ago), and a real one."""
+    now = time.time()
+    records = [made_up(2000 + n, at=now - 60 * n - 30) for n in range(50)]
+    records += [made_up(3000 + n, at=now - 90 * n - 45, model="second-model") for n in range(20)]
+    records += [made_up(4000 + n, at=now - 6 * 3600 - 600 * n, model="yesterday-model") for n in range(10)]
+    write(console.settings.db_path, records)
+    answer = console.openai().chat.completions.create(
+        model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=4
+    )
+    assert answer.usage is not None
+
+
+def test_the_charts_show_the_last_hour_and_day_per_model(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/activity")
+    titles = page.locator(".chart-card figcaption strong").all_inner_texts()
+    assert titles == ["Requests per minute", "Tokens generated per second", "Time to first token", "Queue", "Memory"]
+    assert page.locator("svg.chart").count() == 5
+    first = page.locator(".chart-card").first
+    assert {"tiny-chat", "second-model"} <= set(first.locator(".legend li").all_inner_texts())
+    assert first.locator("polyline.series").count() >= 2
+    row = page.locator("table.totals tbody tr", has_text="second-model")
+    assert row.locator("td[data-label=Requests]").inner_text() == "20"
+    assert "yesterday-model" not in page.locator("table.totals").inner_text()  # not in the last hour
+    page.get_by_role("link", name="Last day").click()
+    page.wait_for_url("**/activity?window=24h")
+    assert "yesterday-model" in page.locator("table.totals").inner_text()
+    assert page.get_by_role("link", name="Last day").get_attribute("aria-current") == "page"
+
+
+def test_memory_over_time_comes_from_the_sampler(console: LiveServer) -> None:
+    sampler: MemorySampler = console.app.state.memory
+    wait_for(lambda: bool(sampler.since(0).samples), 15, "a first memory sample")
+    sample = sampler.sample()
+    assert sample.server_bytes > 10 * 2**20 and sample.system_available_bytes > 0
+    assert sample.models.get("tiny-chat", 0) > 0  # loaded by the request above
+    with httpx.Client(base_url=console.url, timeout=30, headers={"authorization": f"Bearer {PASSWORD}"}) as api:
+        history = api.get("/api/memory", params={"window": "5m"}).json()
+        assert history["interval_seconds"] == 10 and history["samples"][-1]["at"] >= sample.at
+        bad = api.get("/api/memory", params={"window": "soon"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "window"
+        assert httpx.get(f"{console.url}/api/memory").status_code == 401
+    with signed_in_client(console) as client:
+        assert "tiny-chat" in client.get("/activity").text.split("<strong>Memory</strong>")[1]
+
+
+def test_activity_buckets_carry_ttft_speed_and_queue(tmp_path: Path) -> None:
+    db = Database(tmp_path / "spark.db")
+    table = RequestTable(db)
+    at = 1_800_000_000.0
+    table.insert_many([made_up(n, at=at + n) for n in (0, 1, 2)] + [made_up(5, at=at + 3, ttft_ms=None)])
+    (bucket,) = table.activity(at - 1, 60).buckets
+    assert bucket.requests == 4 and bucket.ttft_ms == 41.0  # the mean of 40, 41 and 42; the one without is left out
+    assert bucket.tokens_per_second == pytest.approx((80 + 81 + 82 + 85) / 4)
+    assert bucket.max_queue == 2  # made_up(n) found n % 3 requests ahead of it
+    db.close()
+
+
+def test_charts_escape_their_text_and_break_lines_where_data_is_missing() -> None:
+    svg = line_chart(HOSTILE, {HOSTILE: [(0, 1), (60, 2), (600, 3)]}, 0, 660, "<b>", gap=90)
+    assert isinstance(svg, Markup) and "<script>" not in svg and "&lt;script&gt;" in svg
+    assert svg.count("<polyline") == 1 and svg.count("<circle") == 1  # 0–60 joined; 600 alone
+    assert "<script>" not in legend([HOSTILE])
+    bars = waterfall([Step("received", 0.0), Step("slot", 10.0), Step("failed", 40.0)])
+    assert len(bars) == 3 and 'class="bad"' in bars[2] and 'width="750.0"' in bars[2]
+
+
+def test_the_activity_page_needs_a_session_and_a_known_window(console: LiveServer) -> None:
+    with httpx.Client(base_url=console.url, timeout=30) as client:
+        r = client.get("/activity")
+        assert r.status_code == 303 and r.headers["location"] == "/login?next=/activity"
+        assert client.get("/activity", headers={"HX-Request": "true"}).status_code == 401
+    with signed_in_client(console) as client:
+        r = client.get("/activity?window=2h")
+        assert r.status_code == 400 and "activity window &#39;2h&#39;" in r.text
+
+
+def test_screenshots_of_activity(browser: Any, console: LiveServer) -> None:
+    for window, name in (("1h", "activity"), ("24h", "activity-day")):
+        for shot in screenshot(browser, console, f"/activity?window={window}", name):
+            assert shot.stat().st_size > 5_000

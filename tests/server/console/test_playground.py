@@ -1,0 +1,187 @@
+"""The playground in a real browser: a streamed chat over /v1 with the console's key, its request in the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import tiny_gguf
+from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
+from server.helpers import LiveServer
+from spark.library import Library
+from spark.server.console.playground import CONSOLE_KEY_NAME, ConsoleKey
+from spark.store.keys import KeyTable
+
+SMOLLM2 = "smollm2-135m-instruct-q4_1"
+HOSTILE = "<script>window.pwned = 1</script>"
+
+# counts every change of the answer's text, to tell a streamed answer from one that arrives whole
+WATCH_ANSWER = """() => {
+  window.answerChanges = 0;
+  new MutationObserver(() => { window.answerChanges += 1; })
+    .observe(document.getElementById("pg-log"), {subtree: true, characterData: true, childList: true});
+}"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vision_model(console: LiveServer, tiny_llama: Path, tiny_mmproj: Path) -> None:
+    """A model with a vision projector in the console's library."""
+    with Library(console.settings) as library:
+        if "tiny-vision" not in {m.id for m in library.list()}:
+            library.add_local(tiny_llama, model_id="tiny-vision", mmproj=tiny_mmproj)
+
+
+def _chat(page: Any, prompt: str) -> str:
+    """Send `prompt` and wait for the answer; returns the answer's text."""
+    page.get_by_label("Message").fill(prompt)
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function(
+        "() => document.getElementById('pg-submit').disabled === false && "
+        "document.getElementById('pg-request-link') !== null",
+        timeout=120_000,
+    )
+    page.wait_for_function("() => !document.querySelector('.turn.answer[aria-busy]')", timeout=120_000)
+    assert page.locator("#pg-error").is_hidden(), page.locator("#pg-error").inner_text()
+    return str(page.locator(".turn.answer .text").last.inner_text())
+
+
+def test_a_chat_streams_token_by_token_and_links_to_its_request(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(SMOLLM2)
+    page.get_by_label("System prompt").fill("You are a geography teacher.")
+    page.get_by_label("Temperature").fill("0")
+    page.get_by_label("Max tokens").fill("24")
+    page.evaluate(WATCH_ANSWER)
+    answer = _chat(page, "What is the capital of France?")
+    assert len(answer) > 10
+    assert page.evaluate("window.answerChanges") > 5  # the text grew piece by piece, not in one go
+    assert page.locator("#pg-ttft").inner_text().endswith(" ms")
+    assert "tokens/s" in page.locator("#pg-speed").inner_text()
+    assert page.locator("#pg-tokens").inner_text().endswith(" out")
+    assert page.locator("#pg-cached").inner_text().isdigit()
+
+    # the next turn carries the conversation, so the model's cache serves its start
+    second = _chat(page, "And of Italy?")
+    assert int(page.locator("#pg-cached").inner_text()) > 0
+    assert page.locator(".turn.question").count() == 2
+
+    page.locator("#pg-request-link").click()
+    page.wait_for_url(f"{console.url}/requests/**")
+    facts = page.locator("dl.facts").inner_text()
+    assert f"Key\n{CONSOLE_KEY_NAME}" in facts and SMOLLM2 in facts and "(streamed)" in facts
+    steps = page.locator("table.timeline tbody tr td:first-child").all_inner_texts()
+    assert steps[0] == "received" and steps[-1] == "finished" and "first_token" in steps
+    assert page.locator("table.timeline svg.bar rect").count() == len(steps)
+    turns = page.locator(".content .turn").all_inner_texts()
+    assert any("geography teacher" in t for t in turns) and any("And of Italy?" in t for t in turns)
+    assert page.locator("#output").inner_text() == second  # what the page showed is what was logged
+
+
+def test_a_script_in_the_prompt_or_the_output_is_shown_not_run(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(SMOLLM2)
+    page.get_by_label("Max tokens").fill("40")
+    page.get_by_label("JSON schema mode").check()
+    # the grammar makes the model write the script: the output is hostile for sure
+    schema = {"type": "object", "properties": {"answer": {"enum": [HOSTILE]}}, "required": ["answer"]}
+    page.get_by_label("JSON schema", exact=True).fill(json.dumps(schema))
+    answer = _chat(page, f"Say {HOSTILE}")
+    assert json.loads(answer) == {"answer": HOSTILE}
+    assert HOSTILE in page.locator(".turn.question .text").last.inner_text()
+    assert page.evaluate("typeof window.pwned") == "undefined"
+    page.locator("#pg-request-link").click()
+    page.wait_for_url(f"{console.url}/requests/**")
+    assert HOSTILE in page.locator("#output").inner_text()
+    assert f"Say {HOSTILE}" in page.locator(".content").inner_text()
+    assert page.evaluate("typeof window.pwned") == "undefined"
+
+
+def test_errors_are_shown_in_the_page(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/playground")
+    page.get_by_label("JSON schema mode").check()
+    page.get_by_label("JSON schema", exact=True).fill("{not json")
+    page.get_by_label("Message").fill("hello")
+    page.get_by_role("button", name="Send").click()
+    assert "not valid JSON" in page.get_by_role("alert").inner_text()
+    page.get_by_label("JSON schema mode").uncheck()
+    page.get_by_label("Temperature").fill("7")  # the /v1 route refuses it, naming the parameter
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function("() => document.getElementById('pg-error').textContent.includes('temperature')")
+    assert page.locator(".turn.answer").count() == 0
+
+
+def test_an_image_goes_with_the_message_to_a_model_with_a_projector(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/playground")
+    assert page.locator("#pg-image-box").is_hidden() or page.get_by_label("Model", exact=True).input_value() == (
+        "tiny-vision"
+    )
+    page.get_by_label("Model", exact=True).select_option("tiny-vision")
+    image = page.get_by_label("Image (this model has a vision projector)")
+    assert image.is_visible()
+    image.set_input_files(files=[{"name": "cat.png", "mimeType": "image/png", "buffer": tiny_gguf.tiny_png()}])
+    page.get_by_label("Max tokens").fill("3")
+    _chat(page, "What is in the picture?")
+    page.locator("#pg-request-link").click()
+    page.wait_for_url(f"{console.url}/requests/**")
+    assert "What is in the picture?\n[image]" in page.locator(".content .turn").first.inner_text()
+    assert "tiny-vision" in page.locator("dl.facts").inner_text()
+    page.goto(f"{console.url}/playground")
+    page.get_by_label("Model", exact=True).select_option("tiny-chat")
+    assert page.locator("#pg-image-box").is_hidden()
+
+
+def test_the_chat_route_needs_a_session_and_the_csrf_token(console: LiveServer) -> None:
+    body = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with httpx.Client(base_url=console.url, timeout=30) as anonymous:
+        r = anonymous.post("/playground/chat", json=body)
+        assert r.status_code == 401 and "Sign in to the console" in r.json()["error"]["message"]
+        assert anonymous.get("/playground").status_code == 303
+        # an API key is no console session either
+        r = anonymous.post("/playground/chat", json=body, headers={"authorization": f"Bearer {console.key}"})
+        assert r.status_code == 401
+    with signed_in_client(console) as client:
+        r = client.post("/playground/chat", json=body, headers={"x-csrf-token": "forged"})
+        assert r.status_code == 403 and r.json()["error"]["param"] == "x-csrf-token"
+        assert client.get("/playground/chat").status_code == 405
+
+
+def test_the_console_key_stays_on_the_server_and_is_remade_when_revoked(console: LiveServer) -> None:
+    with signed_in_client(console) as client:
+        page = client.get("/playground").text
+        csrf = page.split('data-csrf="')[1].split('"')[0]
+        body = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        first = client.post("/playground/chat", json=body, headers={"x-csrf-token": csrf})
+        assert first.status_code == 200 and first.json()["object"] == "chat.completion"
+        holder: ConsoleKey = console.app.state.console_key
+        secret = holder.secret()
+        keys = KeyTable(console.state.db)
+        assert CONSOLE_KEY_NAME in {k.name for k in keys.list()}
+        for path in ("/playground", "/requests", f"/requests/{first.headers['x-request-id']}", "/activity"):
+            assert secret not in client.get(path).text, path
+        assert secret not in first.text and "authorization" not in first.headers
+        keys.remove(CONSOLE_KEY_NAME)  # revoked from the Keys page or `spark keys revoke console`
+        again = client.post("/playground/chat", json=body, headers={"x-csrf-token": csrf})
+        assert again.status_code == 200 and holder.secret() != secret
+        logged = client.get(f"/requests/{again.headers['x-request-id']}")
+        assert logged.status_code == 200 and f"<dd>{CONSOLE_KEY_NAME} (" in logged.text
+        # the answer carries one request id, the one of the logged request
+        assert len(again.headers.get_list("x-request-id")) == 1
+
+
+def test_screenshots_of_the_playground(browser: Any, console: LiveServer) -> None:
+    for shot in screenshot(browser, console, "/playground", "playground"):
+        assert shot.stat().st_size > 5_000
+
+
+def test_screenshot_of_a_chat(console: LiveServer, page: Any) -> None:
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(SMOLLM2)
+    page.get_by_label("Temperature").fill("0")
+    page.get_by_label("Max tokens").fill("40")
+    _chat(page, "Write a haiku about the sea.")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "playground-chat-light.png"), full_page=True)
