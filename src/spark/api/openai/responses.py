@@ -1,0 +1,451 @@
+"""spark.types results and events -> OpenAI JSON bodies and SSE streams."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from spark.api.common import (
+    ModelEntry,
+    new_tool_call_id,
+    sse,
+)
+from spark.errors import SparkError, from_info
+from spark.types import (
+    ChatResult,
+    Done,
+    EmbeddingResult,
+    Event,
+    Failed,
+    FinishReason,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+
+# --- responses ------------------------------------------------------------------
+
+
+class _PromptDetails(msgspec.Struct, frozen=True):
+    cached_tokens: int
+
+
+class _Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: _PromptDetails
+
+
+class _EmbeddingUsage(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    total_tokens: int
+
+
+def _usage(usage: Usage) -> _Usage:
+    return _Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, _PromptDetails(usage.cached_tokens))
+
+
+class _OutFunction(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _OutToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A whole tool call (response body) or one streamed piece of it (`index` set)."""
+
+    function: _OutFunction
+    id: str | None = None
+    type: Literal["function"] | None = None
+    index: int | None = None
+
+
+class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: Literal["assistant"]  # required fields are always written, even with omit_defaults
+    content: str | None  # null with tool calls
+    tool_calls: list[_OutToolCall] | None = None
+    reasoning_content: str | None = None
+
+
+class _ChatChoice(msgspec.Struct, frozen=True):
+    message: _OutMessage
+    finish_reason: str
+    index: int = 0
+    logprobs: None = None
+
+
+class _ChatCompletion(msgspec.Struct, frozen=True):
+    id: str
+    created: int
+    model: str
+    choices: list[_ChatChoice]
+    usage: _Usage
+    object: Literal["chat.completion"] = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+class _TextChoice(msgspec.Struct, frozen=True):
+    text: str
+    finish_reason: str
+    index: int = 0
+    logprobs: None = None
+
+
+class _TextCompletion(msgspec.Struct, frozen=True):
+    id: str
+    created: int
+    model: str
+    choices: list[_TextChoice]
+    usage: _Usage
+    object: Literal["text_completion"] = "text_completion"
+    system_fingerprint: str | None = None
+
+
+class _UsageChunk(msgspec.Struct, frozen=True):
+    """The last chunk with `include_usage`: no choices, the request's usage."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: tuple[()]
+    usage: _Usage
+    system_fingerprint: str | None = None
+
+
+class _Embedding(msgspec.Struct, frozen=True):
+    embedding: list[float] | str
+    index: int
+    object: Literal["embedding"] = "embedding"
+
+
+class _EmbeddingList(msgspec.Struct, frozen=True):
+    data: list[_Embedding]
+    model: str
+    usage: _EmbeddingUsage
+    object: Literal["list"] = "list"
+
+
+class _Model(msgspec.Struct, frozen=True):
+    id: str
+    created: int
+    loaded: bool
+    spark: dict[str, Any]
+    object: Literal["model"] = "model"
+    owned_by: Literal["spark"] = "spark"
+
+
+class _ModelList(msgspec.Struct, frozen=True):
+    data: list[_Model]
+    object: Literal["list"] = "list"
+
+
+class _ErrorObject(msgspec.Struct, frozen=True):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class _ErrorEnvelope(msgspec.Struct, frozen=True):
+    error: _ErrorObject
+
+
+_encode = msgspec.json.encode
+
+_FINISH: dict[FinishReason, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    # OpenAI has no words for these; an ended stream reads as a normal stop.
+    "cancelled": "stop",
+    "error": "stop",
+}
+
+
+def chat_completion_id(request_id: str) -> str:
+    return "chatcmpl-" + request_id
+
+
+def completion_id(request_id: str) -> str:
+    return "cmpl-" + request_id
+
+
+def chat_completion_body(
+    request_id: str, model: str, created: int, result: ChatResult, *, system_fingerprint: str | None = None
+) -> bytes:
+    """The `chat.completion` JSON body for a finished, non-streamed request."""
+    calls = [_OutToolCall(_OutFunction(c.name, c.arguments), id=c.id, type="function") for c in result.tool_calls]
+    message = _OutMessage(
+        role="assistant",
+        content=None if calls and not result.text else result.text,
+        tool_calls=calls or None,
+        reasoning_content=result.reasoning or None,
+    )
+    return _encode(
+        _ChatCompletion(
+            id=chat_completion_id(request_id),
+            created=created,
+            model=model,
+            choices=[_ChatChoice(message, _FINISH[result.finish_reason])],
+            usage=_usage(result.usage),
+            system_fingerprint=system_fingerprint,
+        )
+    )
+
+
+def completion_body(
+    request_id: str, model: str, created: int, result: ChatResult, *, system_fingerprint: str | None = None
+) -> bytes:
+    """The `text_completion` JSON body for a finished, non-streamed request."""
+    finish = "length" if result.finish_reason == "length" else "stop"
+    return _encode(
+        _TextCompletion(
+            id=completion_id(request_id),
+            created=created,
+            model=model,
+            choices=[_TextChoice(result.text, finish)],
+            usage=_usage(result.usage),
+            system_fingerprint=system_fingerprint,
+        )
+    )
+
+
+def embeddings_body(
+    model: str, result: EmbeddingResult, encoding_format: Literal["float", "base64"] = "float"
+) -> bytes:
+    """The embeddings list body; base64 is little-endian float32, as OpenAI sends it."""
+
+    def vector(v: list[float]) -> list[float] | str:
+        if encoding_format == "float":
+            return v
+        return base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+
+    return _encode(
+        _EmbeddingList(
+            data=[_Embedding(vector(v), i) for i, v in enumerate(result.vectors)],
+            model=model,
+            usage=_EmbeddingUsage(result.usage.prompt_tokens, result.usage.prompt_tokens),
+        )
+    )
+
+
+def _model(entry: ModelEntry) -> _Model:
+    return _Model(entry.id, entry.created, entry.loaded, entry.info)
+
+
+def model_body(entry: ModelEntry) -> bytes:
+    """`GET /v1/models/{id}`: one model object, with Spark's `loaded` and `spark` extensions."""
+    return _encode(_model(entry))
+
+
+def model_list_body(entries: list[ModelEntry]) -> bytes:
+    """`GET /v1/models`."""
+    return _encode(_ModelList([_model(e) for e in entries]))
+
+
+def _error_object(error: SparkError) -> _ErrorObject:
+    kind = "invalid_request_error" if error.status < 500 else "server_error"
+    code = "invalid_api_key" if error.code == "unauthorized" else error.code
+    return _ErrorObject(error.message, kind, error.param, code)
+
+
+def error_body(error: SparkError) -> tuple[int, bytes]:
+    """HTTP status and OpenAI's `{"error": {message, type, param, code}}` body."""
+    return error.status, _encode(_ErrorEnvelope(_error_object(error)))
+
+
+# --- streaming ------------------------------------------------------------------
+
+_DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class _ContentDelta(msgspec.Struct, frozen=True):
+    content: str
+
+
+class _ReasoningDelta(msgspec.Struct, frozen=True):
+    reasoning_content: str
+
+
+class _ToolCallsDelta(msgspec.Struct, frozen=True):
+    tool_calls: tuple[_OutToolCall]
+
+
+class _Stream:
+    """SSE chunks of one streamed choice; subclasses say how a choice is written."""
+
+    _object: ClassVar[str]
+    _choice_key: ClassVar[bytes]  # the choice's payload: b"delta" or b"text"
+    _empty: ClassVar[bytes]  # that payload when it carries nothing
+
+    def __init__(
+        self,
+        response_id: str,
+        model: str,
+        created: int,
+        *,
+        include_usage: bool = False,
+        system_fingerprint: str | None = None,
+    ) -> None:
+        self.id = response_id
+        self.model = model
+        self.created = created
+        self.include_usage = include_usage
+        self.system_fingerprint = system_fingerprint
+        self.finished = False
+        fingerprint = b',"system_fingerprint":' + _encode(system_fingerprint) if system_fingerprint else b""
+        # Everything around the per-token payload is encoded once.
+        self._head = (
+            b'data: {"id":'
+            + _encode(response_id)
+            + b',"object":"'
+            + self._object.encode()
+            + b'","created":'
+            + str(created).encode()
+            + b',"model":'
+            + _encode(model)
+            + fingerprint
+            + b',"choices":[{"index":0,"'
+            + self._choice_key
+            + b'":'
+        )
+        self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def _chunk(self, payload: bytes) -> bytes:
+        return self._head + payload + self._tail
+
+    def _finish(self, done: Done, finish_reason: str) -> bytes:
+        self.finished = True
+        out = self._head + self._empty + b',"logprobs":null,"finish_reason":' + _encode(finish_reason) + b"}]}\n\n"
+        if self.include_usage:
+            out += sse(
+                _encode(
+                    _UsageChunk(
+                        self.id,
+                        self._object,
+                        self.created,
+                        self.model,
+                        (),
+                        _usage(done.usage),
+                        system_fingerprint=self.system_fingerprint,
+                    )
+                )
+            )
+        return out + _DONE_FRAME
+
+    def fail(self, error: SparkError) -> bytes:
+        """The error frame (OpenAI's shape) and `[DONE]`; the stream is over."""
+        if self.finished:
+            return b""
+        self.finished = True
+        return sse(_encode(_ErrorEnvelope(_error_object(error)))) + _DONE_FRAME
+
+
+class ChatStream(_Stream):
+    """Turns one request's events into `chat.completion.chunk` SSE frames.
+
+    Call `feed` with every event; write what it returns (possibly b"").
+    The first frame carries `delta.role`; `Done` brings the finish chunk, the
+    usage chunk (when `include_usage`) and `data: [DONE]`; `Failed` (or
+    `fail()` for an error raised outside the runner) an error frame and `[DONE]`.
+    """
+
+    _object = "chat.completion.chunk"
+    _choice_key = b"delta"
+    _empty = b"{}"
+    _ROLE = b'{"role":"assistant","content":""}'
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        created: int,
+        *,
+        include_usage: bool = False,
+        system_fingerprint: str | None = None,
+    ) -> None:
+        super().__init__(
+            chat_completion_id(request_id),
+            model,
+            created,
+            include_usage=include_usage,
+            system_fingerprint=system_fingerprint,
+        )
+        self._started = False
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        return self._chunk(self._ROLE)
+
+    def feed(self, event: Event) -> bytes:
+        """The SSE bytes for one event (empty for events with nothing to send)."""
+        if self.finished:
+            return b""
+        if isinstance(event, TextDelta):
+            if not event.text:
+                return b""
+            return self._start() + self._chunk(_encode(_ContentDelta(event.text)))
+        if isinstance(event, ReasoningDelta):
+            if not event.text:
+                return b""
+            return self._start() + self._chunk(_encode(_ReasoningDelta(event.text)))
+        if isinstance(event, ToolCallDelta):
+            if event.name is not None:  # the start of a call
+                piece = _OutToolCall(
+                    _OutFunction(event.name, event.arguments),
+                    id=event.id or new_tool_call_id("call_"),
+                    type="function",
+                    index=event.index,
+                )
+            else:
+                piece = _OutToolCall(_OutFunction(arguments=event.arguments), index=event.index)
+            return self._start() + self._chunk(_encode(_ToolCallsDelta((piece,))))
+        if isinstance(event, Done):
+            return self._start() + self._finish(event, _FINISH[event.finish_reason])
+        if isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return b""  # SlotInfo, PromptDone: nothing to tell the client
+
+
+class CompletionStream(_Stream):
+    """Turns one raw completion's events into `text_completion` SSE frames (see ChatStream)."""
+
+    _object = "text_completion"
+    _choice_key = b"text"
+    _empty = b'""'
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        created: int,
+        *,
+        include_usage: bool = False,
+        system_fingerprint: str | None = None,
+    ) -> None:
+        super().__init__(
+            completion_id(request_id),
+            model,
+            created,
+            include_usage=include_usage,
+            system_fingerprint=system_fingerprint,
+        )
+
+    def feed(self, event: Event) -> bytes:
+        """The SSE bytes for one event (empty for events with nothing to send)."""
+        if self.finished:
+            return b""
+        if isinstance(event, TextDelta):
+            return self._chunk(_encode(event.text)) if event.text else b""
+        if isinstance(event, Done):
+            return self._finish(event, "length" if event.finish_reason == "length" else "stop")
+        if isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return b""  # raw completions have no reasoning or tool calls to parse
