@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -85,7 +85,7 @@ class Spark:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     # --- generation -----------------------------------------------------------
-    def events(self, request: Request) -> Iterator[Event]:
+    def events(self, request: Request) -> Generator[Event, None, None]:
         """Every event of one request, as it happens. Closing the iterator cancels the request."""
         out: queue.Queue[Event | BaseException | None] = queue.Queue()
 

@@ -98,9 +98,8 @@ def joined(texts: Iterable[str]) -> str:
 
 def collapsed(parts: list[ContentPart]) -> str | list[ContentPart]:
     """Content as a plain string when it is all text; with images, the parts as they are."""
-    if all(isinstance(p, TextPart) for p in parts):
-        return joined(p.text for p in parts)  # type: ignore[union-attr]
-    return parts
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
+    return joined(texts) if len(texts) == len(parts) else parts
 
 
 def decode_base64(data: str, param: str) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import typer
@@ -182,7 +182,7 @@ class Repl:
 
 def stream_answer(spark: Spark, request: ChatRequest, console: Console, sink: Callable[[str], None]) -> Done | None:
     """Print the answer as it streams; a spinner covers the model load and prompt."""
-    events: Iterator[Any] = spark.events(request)
+    events: Generator[Any, None, None] = spark.events(request)
     done: Done | None = None
     try:
         with console.status("[dim]thinking…[/dim]", spinner="dots"):
@@ -192,7 +192,7 @@ def stream_answer(spark: Spark, request: ChatRequest, console: Console, sink: Ca
         for event in events:
             done = _show_event(event, sink) or done
     finally:
-        events.close()  # type: ignore[attr-defined]
+        events.close()
     sys.stdout.write("\n")
     sys.stdout.flush()
     return done

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Headers
@@ -43,7 +43,7 @@ def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHand
 
 def api_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey:
     """The key a request was let in with (set by `require_key`)."""
-    return connection.scope["state"][_STATE_KEY]  # type: ignore[no-any-return]
+    return cast(ApiKey, connection.scope["state"][_STATE_KEY])
 
 
 def _refusal(keys: KeyTable, missing: bool) -> str:

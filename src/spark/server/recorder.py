@@ -19,7 +19,7 @@ import time
 
 import msgspec
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
 from spark import trace as steps
 from spark.collect import ChatCollector
@@ -251,11 +251,11 @@ def log_requests(app: ASGIApp) -> ASGIApp:
         scope.setdefault("state", {})[_STATE_KEY] = recorder
         status = 500  # answered when the app ends without starting a response
 
-        async def receive_body() -> Message:
+        async def receive_body() -> ReceiveMessage:
             message = await receive()
             if message["type"] == "http.request":
                 recorder.body_chunk(message.get("body", b""))
-            return message  # type: ignore[return-value]
+            return message
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -264,7 +264,7 @@ def log_requests(app: ASGIApp) -> ASGIApp:
             await send(message)
 
         try:
-            await app(scope, receive_body, send_status)  # type: ignore[arg-type]
+            await app(scope, receive_body, send_status)
         finally:
             _record(state, recorder.finish(status))
 

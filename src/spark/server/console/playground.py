@@ -60,7 +60,7 @@ def console_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ConsoleKey
     state = connection.app.state
     if "console_key" not in state:
         state["console_key"] = ConsoleKey(state_of(connection).keys)
-    return state["console_key"]  # type: ignore[no-any-return]
+    return cast(ConsoleKey, state["console_key"])
 
 
 @get("/playground", media_type=MediaType.HTML)
@@ -87,7 +87,7 @@ async def playground_chat(scope: Scope, receive: Receive, send: Send) -> None:
     request_ids(scope)  # made now, so that the forwarded request shares them (one id in the log and the answer)
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROPPED]
     headers += [(b"authorization", b"Bearer " + secret.encode())]
-    inner: dict[str, Any] = {k: scope[k] for k in _KEPT if k in scope}  # type: ignore[literal-required]
+    inner: dict[str, Any] = {k: scope[k] for k in _KEPT if k in scope}  # type: ignore[literal-required]  # _KEPT names keys of the scope TypedDict
     inner.update(
         method="POST", path=CHAT_PATH, raw_path=CHAT_PATH.encode(), root_path="", query_string=b"", headers=headers
     )
