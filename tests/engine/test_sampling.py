@@ -87,6 +87,23 @@ def test_the_chain_holds_the_samplers_asked_for(model: Model, fields: dict[str, 
         chain.close()
 
 
+def test_dry_samplers_are_cloned_from_one_per_parameter_set(model: Model) -> None:
+    import ctypes
+
+    from llama_cpp import llama_cpp as lc
+
+    from spark.engine import native
+
+    made = [model.dry_sampler(0.8, 1.75, 2, 64, ("\n",)) for _ in range(2)]
+    for n in range(native._DRY_PROTOTYPES + 2):  # more parameter sets than are kept
+        made.append(model.dry_sampler(0.8, 1.75, 2, 64 + n, ("\n",)))
+    assert len(model._dry) == native._DRY_PROTOTYPES
+    assert len({ctypes.cast(s, ctypes.c_void_p).value for s in made}) == len(made)  # each its own sampler
+    for s in made:
+        assert lc.llama_sampler_name(s) == b"dry"
+        lc.llama_sampler_free(s)
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_llama: Path) -> Iterator[Engine]:
     with Engine(LoadOptions(model_id="tiny", path=str(tiny_llama), n_threads=1, n_ctx=512)) as e:

@@ -94,7 +94,7 @@ def uses_dry(p: SamplingParams) -> bool:
 
 
 def lookback(p: SamplingParams) -> int:
-    """How many tokens before the output the chain looks at (so must see of the prompt's tail)."""
+    """How many of the prompt's last tokens the chain must see: the most its penalties or DRY look back over."""
     return max(
         (p.repeat_last_n or 0) if uses_penalties(p) else 0,
         (p.dry_penalty_last_n or 0) if uses_dry(p) else 0,
@@ -132,16 +132,11 @@ class SamplerChain:
                 )
             )
         if uses_dry(p):
-            breakers = (ctypes.c_char_p * len(DRY_SEQUENCE_BREAKERS))(*(b.encode() for b in DRY_SEQUENCE_BREAKERS))
+            assert p.dry_multiplier is not None and p.dry_base is not None  # resolved
+            assert p.dry_allowed_length is not None and p.dry_penalty_last_n is not None
             self._history.append(
-                lc.llama_sampler_init_dry(
-                    model.vocab,
-                    p.dry_multiplier,
-                    p.dry_base,
-                    p.dry_allowed_length,
-                    p.dry_penalty_last_n,
-                    breakers,
-                    len(DRY_SEQUENCE_BREAKERS),
+                model.dry_sampler(
+                    p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, DRY_SEQUENCE_BREAKERS
                 )
             )
         samplers += self._history
