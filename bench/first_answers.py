@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from serving import free_port, wait_ready
 
 MODEL = "smollm2-135m-instruct-q4_1"
 GOAL_TOKENS = 200
@@ -116,12 +116,6 @@ class Candidate:
     answers: list[Answer] = field(default_factory=list)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     """`spark serve` in its own fresh SPARK_HOME, with one API key."""
 
@@ -148,17 +142,7 @@ class Server:
         self.http = httpx.Client(
             base_url=f"http://127.0.0.1:{port}", timeout=600, headers={"authorization": f"Bearer {key}"}
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"spark serve exited with status {self.proc.returncode}")
-            try:
-                if self.http.get("/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit("spark serve did not start")
+        wait_ready(self.proc, self.http, "spark")
 
     def ask(self, question: str, sampling: dict[str, Any]) -> tuple[str, int, float, str]:
         """The answer's text, its tokens, the round trip's seconds and the finish reason.
