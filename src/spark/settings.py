@@ -505,6 +505,8 @@ _MODEL_SETTINGS = [
     "**No runaway answers.** A chat request that sets no `max_tokens` generates at most the model's",
     "`max_tokens` setting, else `default_max_tokens` (2048) tokens, then ends with finish reason",
     "`length`; a request that sets `max_tokens` gets what it asks for (up to `max_tokens_limit` and",
-    "the context). A repetition guard (DRY, a repeat penalty) is a per-model choice: the bundled",
-    "SmolLM2 comes with one, chosen by measurement (`bench/first_answers.py`).",
+    "the context). A repetition guard (DRY, a repeat penalty) is a per-model choice, off by default.",
+    "The bundled SmolLM2 comes with settings chosen by measurement (`bench/first_answers.py`): a",
+    "system prompt asking for brief English answers, temperature 0, DRY from 4 repeated tokens on",
+    "(`dry_multiplier` 0.8, `dry_allowed_length` 4) and `max_tokens` 200.",
 ]
