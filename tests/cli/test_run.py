@@ -105,6 +105,7 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
 
 def test_repl_ctrl_c_stops_the_answer_and_bye_exits(smollm2: Path) -> None:
     child = _repl("smollm2-135m-instruct-q4_1")
+    child.sendline("/set parameter num_predict 2000")  # longer than the model's default, to be stopped
     child.sendline("Write a very long story about a dragon, with many chapters.")
     child.expect(r"\w+ \w+ \w+")  # the answer is streaming
     child.sendintr()
