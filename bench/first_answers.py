@@ -89,6 +89,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "before: t0.2 top_p0.9": {"system": OLD_SYSTEM, "temperature": 0.2, "top_p": 0.9, "min_p": 0.05},
     "brief t0": {"system": BRIEF_SYSTEM, "temperature": 0.0},
     "brief t0 dry0.8": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8},
+    "brief t0 dry0.8 len4 (chosen)": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8}
+    | {"dry_allowed_length": 4},
     "brief t0.2 top_p0.9": {"system": BRIEF_SYSTEM, "temperature": 0.2, "top_p": 0.9, "min_p": 0.05},
     "brief t0.2 min_p0.1 dry0.8": {"system": BRIEF_SYSTEM, "temperature": 0.2, "top_p": 1.0, "min_p": 0.1}
     | {"dry_multiplier": 0.8},
