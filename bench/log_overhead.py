@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,16 +26,11 @@ import time
 from pathlib import Path
 
 import httpx
+from serving import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP = 20
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say one word."}]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tiny_model(folder: Path) -> Path:
@@ -80,17 +74,7 @@ class Server:
         self.latencies: list[float] = []
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"the {self.name} server exited with status {self.proc.returncode}")
-            try:
-                if self.http.get("/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit(f"the {self.name} server did not start")
+        wait_ready(self.proc, self.http, self.name)
 
     def request(self, max_tokens: int) -> float:
         started = time.perf_counter()

@@ -81,6 +81,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "0: no limit beyond the context length."
         ),
     ] = 0
+    default_max_tokens: Annotated[
+        int,
+        NOT_NEGATIVE,
+        _doc(
+            "Most tokens a chat answer runs to when the request sets no max_tokens and the model's own "
+            "settings set none: a generation caught in a loop stops here instead of at the context's end "
+            "(finish reason length). A request that asks for more gets it. 0: up to the context's end."
+        ),
+    ] = 2048
     request_timeout: Annotated[
         str,
         _doc(
@@ -478,4 +487,26 @@ def settings_markdown() -> str:
         key = "—" if FIXED in field.traits else f"`{name}`"
         change = "—" if FIXED in field.traits else "restart" if RESTART in field.traits else "live"
         lines.append(f"| `{env_var(name)}` | {key} | {shown} | {change} | {field.description} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _MODEL_SETTINGS) + "\n"
+
+
+_MODEL_SETTINGS = [
+    "",
+    "## Per-model settings",
+    "",
+    "Each installed model has its own settings besides these (`spark show MODEL`, `GET` and",
+    "`PATCH /api/models/{id}/settings`): `system_prompt`, `context_length`, `parallel`, `keep_alive`,",
+    "`kv_type`, and sampling defaults: `temperature`, `top_p`, `top_k`, `min_p`, `presence_penalty`,",
+    "`frequency_penalty`, `repeat_penalty`, `repeat_last_n`, `dry_multiplier`, `dry_base`,",
+    "`dry_allowed_length`, `dry_penalty_last_n`, `seed`, `stop`, `logit_bias` and `max_tokens`.",
+    "A request's own value wins over the model's, the model's over Spark's built-in defaults",
+    "(llama-server's: temperature 0.8, top_p 0.95, top_k 40, min_p 0.05, no penalties, DRY off).",
+    "",
+    "**No runaway answers.** A chat request that sets no `max_tokens` generates at most the model's",
+    "`max_tokens` setting, else `default_max_tokens` (2048) tokens, then ends with finish reason",
+    "`length`; a request that sets `max_tokens` gets what it asks for (up to `max_tokens_limit` and",
+    "the context). A repetition guard (DRY, a repeat penalty) is a per-model choice, off by default.",
+    "The bundled SmolLM2 comes with settings chosen by measurement (`bench/first_answers.py`): a",
+    "system prompt asking for brief English answers, temperature 0, DRY from 4 repeated tokens on",
+    "(`dry_multiplier` 0.8, `dry_allowed_length` 4) and `max_tokens` 200.",
+]

@@ -64,6 +64,13 @@ class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repeat_penalty: float | None = None
+    repeat_last_n: int | None = None  # tokens the penalties look back over; -1: the whole context
+    # DRY ("don't repeat yourself"): penalizes a token that would extend a sequence already
+    # seen by multiplier * base ** (length - allowed_length); multiplier 0 turns it off.
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None  # tokens DRY looks back over; -1: the whole context
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] | None = None
@@ -87,7 +94,13 @@ DEFAULT_SAMPLING = SamplingParams(
     presence_penalty=0.0,
     frequency_penalty=0.0,
     repeat_penalty=1.0,
-    max_tokens=None,  # up to the context's end
+    repeat_last_n=64,
+    # llama-server's defaults: DRY off
+    dry_multiplier=0.0,
+    dry_base=1.75,
+    dry_allowed_length=2,
+    dry_penalty_last_n=64,
+    max_tokens=None,  # up to the context's end (the server passes its default_max_tokens)
     stop=[],
 )
 

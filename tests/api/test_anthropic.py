@@ -157,6 +157,12 @@ def test_minimal_request() -> None:
     assert request.parallel_tool_calls is True
 
 
+def test_llama_server_sampling_extensions() -> None:
+    fields = {"min_p": 0.1, "repeat_penalty": 1.1, "repeat_last_n": 32, "dry_multiplier": 0.8, "dry_base": 2.0}
+    fields |= {"dry_allowed_length": 3, "dry_penalty_last_n": -1}
+    assert parse(**fields).sampling == SamplingParams(max_tokens=100, **fields)  # type: ignore[arg-type]
+
+
 def test_tool_results_keep_their_order_and_errors() -> None:
     content = [
         {
@@ -340,6 +346,10 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
         ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
         ({"keep_alive": "forever-ish"}, "keep_alive"),
+        ({"dry_multiplier": -1}, "dry_multiplier"),
+        ({"dry_base": 0}, "dry_base"),
+        ({"repeat_penalty": 0}, "repeat_penalty"),
+        ({"min_p": 2}, "min_p"),
     ],
 )
 def test_bad_requests_name_the_param(fields: dict, param: str) -> None:

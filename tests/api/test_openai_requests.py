@@ -143,6 +143,21 @@ def test_sdk_request_with_every_parameter(openai_client) -> None:
     assert request.keep_alive == 300
 
 
+def test_llama_server_sampling_extensions() -> None:
+    fields = {
+        "min_p": 0.1,
+        "repeat_penalty": 1.1,
+        "repeat_last_n": -1,
+        "dry_multiplier": 0.8,
+        "dry_base": 1.75,
+        "dry_allowed_length": 2,
+        "dry_penalty_last_n": 128,
+    }
+    assert chat(**fields).request.sampling == SamplingParams(**fields)  # type: ignore[arg-type]
+    completion = api.parse_completion(body(prompt="x", **fields)).request.sampling
+    assert completion == SamplingParams(max_tokens=16, **fields)  # type: ignore[arg-type]
+
+
 def test_minimal_request_leaves_everything_to_the_model() -> None:
     call = chat()
     assert call.request.messages == [Message("user", "hi")]
@@ -241,6 +256,13 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
         ({"frequency_penalty": -3}, "frequency_penalty"),
         ({"repeat_penalty": 0}, "repeat_penalty"),
         ({"repeat_penalty": 1.1, "repetition_penalty": 1.2}, "repeat_penalty"),
+        ({"repeat_last_n": -2}, "repeat_last_n"),
+        ({"dry_multiplier": -0.1}, "dry_multiplier"),
+        ({"dry_base": 0.5}, "dry_base"),
+        ({"dry_allowed_length": -1}, "dry_allowed_length"),
+        ({"dry_allowed_length": 1.5}, "dry_allowed_length"),
+        ({"dry_penalty_last_n": -5}, "dry_penalty_last_n"),
+        ({"dry_multiplier": "lots"}, "dry_multiplier"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_completion_tokens": 0}, "max_completion_tokens"),
         ({"stop": ""}, "stop"),

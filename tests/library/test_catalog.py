@@ -6,11 +6,13 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import tiny_gguf
 from spark.errors import InvalidRequest, ModelFileError, ModelNotFound
 from spark.library import BUNDLED_ID, Library, ModelSettings, bundled_model_path
+from spark.library.bundled import BUNDLED_SETTINGS, EARLIER_BUNDLED_SETTINGS
 from spark.library.catalog import _BUNDLED_REMOVED
 from spark.settings import load_settings
 from spark.store import get_meta
@@ -41,6 +43,24 @@ def test_removing_bundled_model_keeps_its_file_and_sticks(lib: Library, smollm2:
     again = Library(load_settings())
     assert not again.exists(BUNDLED_ID)
     again.close()
+
+
+def test_bundled_model_comes_with_its_settings(lib: Library) -> None:
+    assert lib.get(BUNDLED_ID).settings == BUNDLED_SETTINGS
+
+
+@pytest.mark.parametrize("earlier", EARLIER_BUNDLED_SETTINGS)
+def test_bundled_settings_nobody_changed_follow_the_new_ones(lib: Library, earlier: ModelSettings) -> None:
+    lib.update_settings(BUNDLED_ID, earlier)
+    with Library(load_settings()) as again:
+        assert again.get(BUNDLED_ID).settings == BUNDLED_SETTINGS
+
+
+def test_bundled_settings_a_user_changed_stay(lib: Library) -> None:
+    mine = msgspec.structs.replace(EARLIER_BUNDLED_SETTINGS[0], context_length=1024)
+    lib.update_settings(BUNDLED_ID, mine)
+    with Library(load_settings()) as again:
+        assert again.get(BUNDLED_ID).settings == mine
 
 
 def test_add_local_without_copy_points_at_the_file(lib: Library, tiny_llama: Path) -> None:
@@ -175,6 +195,11 @@ def test_update_settings(lib: Library, tiny_llama: Path) -> None:
         (ModelSettings(sampling=SamplingParams(temperature=float("nan"))), "sampling.temperature"),
         (ModelSettings(sampling=SamplingParams(stop=[""])), "sampling.stop"),
         (ModelSettings(sampling=SamplingParams(logit_bias={1: 500.0})), "sampling.logit_bias"),
+        (ModelSettings(sampling=SamplingParams(dry_multiplier=-1.0)), "sampling.dry_multiplier"),
+        (ModelSettings(sampling=SamplingParams(dry_base=0.5)), "sampling.dry_base"),
+        (ModelSettings(sampling=SamplingParams(dry_allowed_length=-1)), "sampling.dry_allowed_length"),
+        (ModelSettings(sampling=SamplingParams(dry_penalty_last_n=-2)), "sampling.dry_penalty_last_n"),
+        (ModelSettings(sampling=SamplingParams(repeat_last_n=-2)), "sampling.repeat_last_n"),
     ],
 )
 def test_bad_settings_name_the_field(lib: Library, tiny_llama: Path, settings: ModelSettings, param: str) -> None:

@@ -150,7 +150,8 @@ def test_load_options_from_model_and_server_settings() -> None:
 
     opts = load_options(_entry(32768, ModelSettings(system_prompt="be kind", sampling=sampling)), server)
     assert (opts.n_ctx, opts.n_parallel, opts.n_threads, opts.kv_type) == (8192, 3, 2, "q8_0")
-    assert opts.system_prompt == "be kind" and opts.sampling == sampling and opts.mmproj_path == "/p.gguf"
+    assert opts.system_prompt == "be kind" and opts.mmproj_path == "/p.gguf"
+    assert opts.sampling == SamplingParams(temperature=0.2, max_tokens=2048)  # the server's default_max_tokens
     assert opts.model_id == "m" and opts.path == "/m.gguf" and not opts.embedding
 
     own = load_options(_entry(32768, ModelSettings(context_length=2048, parallel=1)), server)
@@ -159,6 +160,19 @@ def test_load_options_from_model_and_server_settings() -> None:
     trained = load_options(_entry(32768, ModelSettings()), load_settings(context_length=0))
     assert trained.n_ctx == 32768, "0 means the training context"
     assert load_options(_entry(0, ModelSettings()), load_settings(context_length=0)).n_ctx == 4096
+
+
+def test_default_answer_length_from_model_then_server_within_the_limit() -> None:
+    def max_tokens(model: int | None, **server: int) -> int | None:
+        settings = ModelSettings(sampling=SamplingParams(max_tokens=model))
+        return load_options(_entry(4096, settings), load_settings(**server)).sampling.max_tokens  # type: ignore[arg-type]
+
+    assert max_tokens(None) == 2048
+    assert max_tokens(None, default_max_tokens=300) == 300
+    assert max_tokens(None, default_max_tokens=0) is None  # up to the context's end
+    assert max_tokens(500, default_max_tokens=300) == 500, "the model's own setting wins"
+    assert max_tokens(None, max_tokens_limit=1000) == 1000, "never past the server's limit"
+    assert max_tokens(5000, max_tokens_limit=1000) == 1000
 
 
 def test_runner_state_changes_are_published(library: Library, tiny_llama: Path) -> None:

@@ -64,6 +64,43 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
         assert error["param"] == "input"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("dry_multiplier", -1),
+        ("dry_base", 0.5),
+        ("dry_allowed_length", -1),
+        ("dry_penalty_last_n", -2),
+        ("repeat_last_n", "all"),
+        ("repeat_penalty", 0),
+        ("min_p", 1.5),
+    ],
+)
+def test_bad_sampling_extensions(live: LiveServer, models: Models, field: str, value: object) -> None:
+    with live.http() as http:
+        body = {"model": models.chat, "messages": CHAT, "max_tokens": 2, field: value}
+        assert openai_error(http.post("/v1/chat/completions", json=body), 400)["param"] == field
+        assert field in anthropic_error(http.post("/v1/messages", json=body), 400)["message"]
+
+
+def test_sampling_extensions_from_the_sdks(live: LiveServer, models: Models) -> None:
+    guard = {"dry_multiplier": 0.8, "dry_penalty_last_n": -1, "repeat_penalty": 1.1, "repeat_last_n": 32, "min_p": 0.1}
+    answer = live.openai().chat.completions.create(
+        model=models.chat,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_tokens=4,
+        extra_body=guard,
+    )
+    assert answer.usage is not None and answer.usage.completion_tokens == 4
+    message = live.anthropic().messages.create(
+        model=models.chat,
+        messages=CHAT,  # type: ignore[arg-type]
+        max_tokens=4,
+        extra_body=guard,
+    )
+    assert message.usage.output_tokens == 4
+
+
 def test_max_tokens_over_the_limit(live: LiveServer, models: Models) -> None:
     too_many = MAX_TOKENS_LIMIT + 1
     with pytest.raises(openai.BadRequestError) as e:

@@ -32,6 +32,7 @@ def served(
             "dotted": lib.add_local(dotted).id,
             "spare": lib.add_local(dotted, model_id="spare", copy=True).id,
             "tuned": lib.add_local(tiny_llama, model_id="tuned").id,
+            "guarded": lib.add_local(tiny_llama, model_id="guarded").id,
         }
     with live_server(settings) as live:
         yield live, models
@@ -125,6 +126,21 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
     assert reset["model"]["settings"] == {}
 
 
+def test_repetition_guard_and_answer_length_are_model_settings(live: LiveServer, models: dict[str, str]) -> None:
+    model, client = models["guarded"], admin(live)
+    guard = {"dry_multiplier": 0.8, "dry_allowed_length": 3, "repeat_penalty": 1.1, "max_tokens": 3}
+    changed = client.patch(f"/api/models/{model}/settings", json={"sampling": guard})
+    assert changed.status_code == 200, changed.text
+    assert client.get(f"/api/models/{model}").json()["model"]["settings"]["sampling"] == guard
+    # a request that sets no max_tokens stops at the model's; one that asks for more gets it
+    unset = live.http().post("/v1/chat/completions", json={"model": model, "messages": CHAT, "temperature": 0})
+    assert unset.status_code == 200, unset.text
+    assert unset.json()["usage"]["completion_tokens"] == 3  # the tiny model never ends by itself
+    more = live.http().post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 12})
+    assert more.json()["usage"]["completion_tokens"] == 12
+    client.patch(f"/api/models/{model}/settings", json={"sampling": None})
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -134,6 +150,9 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
         ({"system_prompt": 3}, "system_prompt"),
         ({"sampling": {"temperature": -1}}, "sampling.temperature"),
         ({"sampling": {"top_p": "high"}}, "sampling.top_p"),
+        ({"sampling": {"dry_multiplier": -1}}, "sampling.dry_multiplier"),
+        ({"sampling": {"dry_base": 0.5}}, "sampling.dry_base"),
+        ({"sampling": {"dry_penalty_last_n": -3}}, "sampling.dry_penalty_last_n"),
         ({"kv_type": "q5_1"}, "kv_type"),
         ({"kv_type": "q8_0"}, "kv_type"),  # the tiny model's heads (16) are too small for its blocks
         ({"keep_alive": "soon"}, "keep_alive"),

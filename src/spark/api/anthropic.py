@@ -21,6 +21,7 @@ import msgspec
 
 from spark.api.common import (
     ImageFetcher,
+    LlamaSampling,
     ModelEntry,
     NonEmptyStr,
     PositiveInt,
@@ -185,7 +186,9 @@ class OutputConfig(msgspec.Struct, frozen=True):
     format: JSONSchemaFormat | None = None
 
 
-class MessagesBody(msgspec.Struct, frozen=True, kw_only=True):
+class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
+    """A Messages API body; llama-server's sampling fields (min_p, DRY, ...) are extensions."""
+
     model: NonEmptyStr
     messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1)]
     max_tokens: PositiveInt | None = None  # required by parse_messages, not by count_tokens
@@ -248,6 +251,7 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
         model=wire.model,
         messages=messages,
         sampling=SamplingParams(
+            **wire.llama_sampling(),
             temperature=wire.temperature,
             top_p=wire.top_p,
             top_k=wire.top_k,

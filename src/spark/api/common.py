@@ -29,6 +29,8 @@ NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 StopList = Annotated[list[NonEmptyStr], msgspec.Meta(max_length=MAX_STOP_SEQUENCES)]
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+LastN = Annotated[int, msgspec.Meta(ge=-1)]  # a look-back window: -1 is the whole context, 0 off
 
 ImageFetcher = Callable[[str, str], ImagePart]
 """Resolves a remote image: called with (url, param), returns the image or raises a
@@ -42,6 +44,22 @@ class ModelEntry(msgspec.Struct, frozen=True):
     created: int  # unix seconds: when it was installed
     loaded: bool = False
     info: dict[str, Any] = {}  # Spark's details (size, quantization, context length, ...)
+
+
+class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
+    """llama-server's sampling fields, which both APIs accept as extensions of their bodies."""
+
+    min_p: Probability | None = None
+    repeat_penalty: PositiveFloat | None = None
+    repeat_last_n: LastN | None = None
+    dry_multiplier: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    dry_base: Annotated[float, msgspec.Meta(ge=1)] | None = None
+    dry_allowed_length: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    dry_penalty_last_n: LastN | None = None
+
+    def llama_sampling(self) -> dict[str, Any]:
+        """These fields as `SamplingParams` keywords."""
+        return {f: getattr(self, f) for f in LlamaSampling.__struct_fields__}
 
 
 # --- decoding -----------------------------------------------------------------

@@ -28,12 +28,19 @@ PARAMETERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "repetition_penalty": ("repeat_penalty", float),
     "presence_penalty": ("presence_penalty", float),
     "frequency_penalty": ("frequency_penalty", float),
+    "repeat_last_n": ("repeat_last_n", int),
+    "dry_multiplier": ("dry_multiplier", float),
+    "dry_base": ("dry_base", float),
+    "dry_allowed_length": ("dry_allowed_length", int),
+    "dry_penalty_last_n": ("dry_penalty_last_n", int),
     "stop": ("stop", str),
 }
 
 HELP = """Available commands:
   /set parameter NAME VALUE   set a sampling parameter (temperature, top_p, top_k, min_p, seed,
-                              num_predict, repeat_penalty, presence_penalty, frequency_penalty, stop)
+                              num_predict, repeat_penalty, repeat_last_n, presence_penalty,
+                              frequency_penalty, dry_multiplier, dry_base, dry_allowed_length,
+                              dry_penalty_last_n, stop)
   /set system TEXT            set the system message
   /set verbose | quiet        show or hide timing after each answer
   /show info | parameters | system

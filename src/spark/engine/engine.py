@@ -27,7 +27,7 @@ from spark.engine.native import Batch, Context, Model
 from spark.engine.output import parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
 from spark.engine.reasoning import ThinkBudget
-from spark.engine.sampling import PENALTY_LAST_N, SamplerChain, uses_penalties
+from spark.engine.sampling import SamplerChain
 from spark.engine.slots import Generation, Slot, common_prefix, pick_slot
 from spark.engine.snapshots import SnapshotStore
 from spark.engine.text import TextStream
@@ -336,15 +336,13 @@ class Engine:
         params, plan = job.params, job.plan
         try:
             grammar = create_sampler(self._model, plan.grammar) if plan.grammar is not None else None
-            sampler = SamplerChain(params, self._model.n_vocab, grammar)
+            sampler = SamplerChain(params, self._model, grammar)
         except Exception as e:
             if job.media is not None:
                 job.media.close()
             _safe_emit(job.emit, Failed(_as_spark_error(e).info()), job.request_id)
             return
-        if uses_penalties(params):
-            for token in prompt[-PENALTY_LAST_N:]:
-                sampler.accept(token)
+        sampler.see_prompt(prompt)
         slot.work = Generation(
             request_id=job.request_id,
             emit=job.emit,

@@ -30,6 +30,7 @@ log = logging.getLogger("spark.engine.llama")
 _GGML_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 # A llama.cpp sampler as the bindings hand it out (typed for checkers only).
 SamplerPointer: TypeAlias = "lc.llama_sampler_p"
+_DRY_PROTOTYPES = 8  # DRY samplers kept per model, one per parameter set
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -112,6 +113,8 @@ class Model:
             raise ModelFileError(f"llama.cpp could not load {path}: {why}", param="path")
         self.ptr = ptr
         self.vocab = lc.llama_model_get_vocab(ptr)
+        self._dry: dict[tuple[object, ...], SamplerPointer] = {}  # DRY prototypes, see dry_sampler
+        self._dry_lock = threading.Lock()
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_embd = lc.llama_model_n_embd(ptr)
         # Width of pooled embeddings; older models report 0 and use n_embd.
@@ -213,7 +216,33 @@ class Model:
             )
         return ptr or None
 
+    def dry_sampler(
+        self, multiplier: float, base: float, allowed_length: int, last_n: int, breakers: Sequence[str]
+    ) -> SamplerPointer:
+        """A fresh DRY sampler over this vocabulary (the caller owns it).
+
+        Building one scans the whole vocabulary for the sequence breakers (a tenth of a
+        second on a small model), so one per parameter set is kept and cloned.
+        """
+        key = (multiplier, base, allowed_length, last_n, tuple(breakers))
+        with self._dry_lock:
+            proto = self._dry.pop(key, None)
+            if proto is None:
+                c_breakers = (ctypes.c_char_p * max(1, len(breakers)))(*(b.encode() for b in breakers))
+                proto = lc.llama_sampler_init_dry(
+                    self.vocab, multiplier, base, allowed_length, last_n, c_breakers, len(breakers)
+                )
+            self._dry[key] = proto  # the most recently used last
+            while len(self._dry) > _DRY_PROTOTYPES:
+                lc.llama_sampler_free(self._dry.pop(next(iter(self._dry))))
+            clone: SamplerPointer = lc.llama_sampler_clone(proto)
+            return clone
+
     def close(self) -> None:
+        with self._dry_lock:
+            for proto in self._dry.values():
+                lc.llama_sampler_free(proto)
+            self._dry.clear()
         if self.ptr:
             lc.llama_model_free(self.ptr)
             self.ptr = None

@@ -149,7 +149,7 @@ class Preparer:
         try:
             if len(tokens) > self._n_ctx:
                 raise ContextLengthExceeded(len(tokens), self._n_ctx)
-            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab)
+            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab, self._n_ctx)
             plan = plan_output(request, text, self.think, self.tools) if isinstance(request, ChatRequest) else PLAIN
         except BaseException:
             if media is not None:

@@ -10,23 +10,26 @@ import ctypes
 import math
 import secrets
 
+import msgspec
 from llama_cpp import llama_cpp as lc
 
-from spark.engine.native import SamplerPointer
+from spark.engine.native import Model, SamplerPointer
 from spark.errors import InvalidRequest
 from spark.types import DEFAULT_SAMPLING, SamplingParams
 
-# Tokens the repetition penalties look back over (llama.cpp's default).
-PENALTY_LAST_N = 64
+# Where DRY's matching of a repeated sequence stops (llama-server's default breakers):
+# a repeated line start or "key:" is not a loop.
+DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 # llama.cpp reads this seed value as "pick a random seed".
 _RANDOM_SEED = lc.LLAMA_DEFAULT_SEED
 
 
-def resolve(request: SamplingParams, model_defaults: SamplingParams, n_vocab: int) -> SamplingParams:
+def resolve(request: SamplingParams, model_defaults: SamplingParams, n_vocab: int, n_ctx: int) -> SamplingParams:
     """The request's parameters over the model's defaults over Spark's, validated.
 
-    Raises `InvalidRequest` naming the parameter. A missing seed becomes a random one.
+    Raises `InvalidRequest` naming the parameter. A missing seed becomes a random one;
+    look-back windows of -1 (or past the context) become the context's `n_ctx` tokens.
     """
     p = request.merged_over(model_defaults).merged_over(DEFAULT_SAMPLING)
 
@@ -50,6 +53,18 @@ def resolve(request: SamplingParams, model_defaults: SamplingParams, n_vocab: in
     finite("frequency_penalty", p.frequency_penalty)
     if finite("repeat_penalty", p.repeat_penalty) <= 0:
         raise bad("repeat_penalty", f"must be greater than 0, not {p.repeat_penalty}")
+    if finite("dry_multiplier", p.dry_multiplier) < 0:
+        raise bad("dry_multiplier", f"must be 0 (off) or more, not {p.dry_multiplier}")
+    if finite("dry_base", p.dry_base) < 1:
+        raise bad("dry_base", f"must be at least 1, not {p.dry_base}")
+    if p.dry_allowed_length is None or p.dry_allowed_length < 0:
+        raise bad("dry_allowed_length", f"must be 0 or more, not {p.dry_allowed_length}")
+
+    def window(param: str, value: int | None) -> int:
+        if value is None or value < -1:
+            raise bad(param, f"must be -1 (the whole context), 0 (off) or more, not {value}")
+        return n_ctx if value == -1 else min(value, n_ctx)
+
     if p.max_tokens is not None and p.max_tokens < 1:
         raise bad("max_tokens", f"must be at least 1, not {p.max_tokens}")
     for token, bias in (p.logit_bias or {}).items():
@@ -58,23 +73,41 @@ def resolve(request: SamplingParams, model_defaults: SamplingParams, n_vocab: in
         finite("logit_bias", bias)
     seed = p.seed if p.seed is not None else secrets.randbits(32)
     # Seeds are taken modulo 2**32-1 so that no seed means "random" to llama.cpp.
-    return SamplingParams(
-        **{f: getattr(p, f) for f in p.__struct_fields__ if f != "seed"},
+    return msgspec.structs.replace(
+        p,
+        repeat_last_n=window("repeat_last_n", p.repeat_last_n),
+        dry_penalty_last_n=window("dry_penalty_last_n", p.dry_penalty_last_n),
         seed=seed % _RANDOM_SEED,
     )
 
 
 def uses_penalties(p: SamplingParams) -> bool:
-    """Whether the chain looks at earlier tokens (and so must see the prompt's tail)."""
-    return p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    """Whether the repetition penalties are on (resolved parameters)."""
+    return bool(p.repeat_last_n) and (
+        p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    )
+
+
+def uses_dry(p: SamplingParams) -> bool:
+    """Whether DRY is on (resolved parameters)."""
+    return bool(p.dry_multiplier) and bool(p.dry_penalty_last_n)
+
+
+def lookback(p: SamplingParams) -> int:
+    """How many of the prompt's last tokens the chain must see: the most its penalties or DRY look back over."""
+    return max(
+        (p.repeat_last_n or 0) if uses_penalties(p) else 0,
+        (p.dry_penalty_last_n or 0) if uses_dry(p) else 0,
+    )
 
 
 class SamplerChain:
     """A llama.cpp sampler chain built from resolved `SamplingParams`; free it with `close()`."""
 
-    def __init__(self, p: SamplingParams, n_vocab: int, grammar: SamplerPointer | None = None) -> None:
+    def __init__(self, p: SamplingParams, model: Model, grammar: SamplerPointer | None = None) -> None:
         """`grammar` (a grammar sampler, owned by the chain from here on) runs first:
         the other samplers only see the tokens it allows."""
+        n_vocab = model.n_vocab
         params = lc.llama_sampler_chain_default_params()
         params.no_perf = True
         self._chain = lc.llama_sampler_chain_init(params)
@@ -84,22 +117,33 @@ class SamplerChain:
             raise MemoryError("llama.cpp could not allocate a sampler chain")
         samplers = [grammar] if grammar else []
         self._grammar = grammar
-        self._penalties = None
+        self._lookback = lookback(p)
+        self._history: list[SamplerPointer] = []  # the samplers that look back at earlier tokens
         if p.logit_bias:
             arr = (lc.llama_logit_bias * len(p.logit_bias))(
                 *(lc.llama_logit_bias(token=t, bias=b) for t, b in p.logit_bias.items())
             )
             samplers.append(lc.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
+        # The order of llama-server's default chain: penalties, DRY, top-k, top-p, min-p, temperature.
         if uses_penalties(p):
-            self._penalties = lc.llama_sampler_init_penalties(
-                n_vocab, PENALTY_LAST_N, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+            self._history.append(
+                lc.llama_sampler_init_penalties(
+                    n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+                )
             )
-            samplers.append(self._penalties)
+        if uses_dry(p):
+            assert p.dry_multiplier is not None and p.dry_base is not None  # resolved
+            assert p.dry_allowed_length is not None and p.dry_penalty_last_n is not None
+            self._history.append(
+                model.dry_sampler(
+                    p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, DRY_SEQUENCE_BREAKERS
+                )
+            )
+        samplers += self._history
         temperature = p.temperature or 0.0
         if temperature <= 0:
             samplers.append(lc.llama_sampler_init_greedy())
         else:
-            # The order of llama-server's default chain.
             if p.top_k:
                 samplers.append(lc.llama_sampler_init_top_k(p.top_k))
             if p.top_p is not None and p.top_p < 1:
@@ -111,14 +155,22 @@ class SamplerChain:
         for s in samplers:  # the chain owns (and frees) them from here on
             lc.llama_sampler_chain_add(self._chain, s)
 
+    def names(self) -> list[str]:
+        """llama.cpp's names of the chain's samplers, in order (e.g. `["dry", "top-k", ..., "dist"]`)."""
+        n = lc.llama_sampler_chain_n(self._chain) if self._chain else 0
+        return [lc.llama_sampler_name(lc.llama_sampler_chain_get(self._chain, i)).decode() for i in range(n)]
+
+    def see_prompt(self, prompt: list[int]) -> None:
+        """Let the samplers that look back see the prompt's tail (a grammar must not)."""
+        if not self._lookback:
+            return
+        for token in prompt[-self._lookback :]:
+            for s in self._history:
+                lc.llama_sampler_accept(s, token)
+
     def sample(self, ctx: ctypes.c_void_p, index: int) -> int:
         """Sample (and accept) a token from output row `index` of the last decode."""
         return int(lc.llama_sampler_sample(self._chain, ctx, index))
-
-    def accept(self, token: int) -> None:
-        """Let the penalties see a token of the prompt's tail (a grammar must not)."""
-        if self._penalties:
-            lc.llama_sampler_accept(self._penalties, token)
 
     def allows(self, token: int) -> bool:
         """Whether the grammar (if any) lets `token` come next: accepting one it does not aborts."""

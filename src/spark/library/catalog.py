@@ -19,7 +19,13 @@ from typing import Self
 import msgspec
 
 from spark.errors import InvalidRequest, ModelFileError, ModelNotFound
-from spark.library.bundled import BUNDLED_ID, BUNDLED_SETTINGS, BUNDLED_SOURCE, bundled_model_path
+from spark.library.bundled import (
+    BUNDLED_ID,
+    BUNDLED_SETTINGS,
+    BUNDLED_SOURCE,
+    EARLIER_BUNDLED_SETTINGS,
+    bundled_model_path,
+)
 from spark.library.disk import ensure_free_space
 from spark.library.entry import ModelEntry, ModelSettings, check_model_settings
 from spark.library.metadata import GGUFInfo, read_gguf_info
@@ -258,8 +264,16 @@ class Library:
             return
         record = self.table.get(BUNDLED_ID)
         if record is not None:
-            if record.source == BUNDLED_SOURCE and record.path != str(path):
-                self.table.update(msgspec.structs.replace(record, path=str(path), shards=[str(path)]))
+            if record.source != BUNDLED_SOURCE:
+                return
+            changes: dict[str, object] = {}
+            if record.path != str(path):
+                changes.update(path=str(path), shards=[str(path)])
+            # settings nobody changed follow Spark's current choice for the bundled model
+            if any(record.settings == msgspec.to_builtins(s) for s in EARLIER_BUNDLED_SETTINGS):
+                changes["settings"] = msgspec.to_builtins(BUNDLED_SETTINGS)
+            if changes:
+                self.table.update(msgspec.structs.replace(record, **changes))
             return
         if get_meta(self.db, _BUNDLED_REMOVED) == "1":
             return

@@ -48,6 +48,11 @@ _SAMPLING_RANGES: tuple[tuple[str, float, float], ...] = (
     ("presence_penalty", -2.0, 2.0),
     ("frequency_penalty", -2.0, 2.0),
     ("repeat_penalty", 0.0, 100.0),
+    ("repeat_last_n", -1, 10_000_000),
+    ("dry_multiplier", 0.0, 100.0),
+    ("dry_base", 1.0, 100.0),
+    ("dry_allowed_length", 0, 10_000),
+    ("dry_penalty_last_n", -1, 10_000_000),
     ("max_tokens", 1, 10_000_000),
 )
 

@@ -64,7 +64,7 @@ from spark.placement.baseline import idle_runner_bytes
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
 from spark.trace import NO_TRACE, Trace
-from spark.types import Event, LoadOptions, Request
+from spark.types import Event, LoadOptions, Request, SamplingParams
 from spark.units import format_bytes
 
 log = logging.getLogger("spark.runners")
@@ -127,8 +127,17 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,
         system_prompt=entry.settings.system_prompt,
-        sampling=entry.settings.sampling,
+        sampling=_default_sampling(entry.settings.sampling, settings),
     )
+
+
+def _default_sampling(model: SamplingParams, settings: Settings) -> SamplingParams:
+    """A model's sampling defaults with the server's default answer length (`default_max_tokens`)
+    where the model sets none, never past `max_tokens_limit`."""
+    max_tokens = model.max_tokens or settings.default_max_tokens or None
+    if max_tokens is not None and settings.max_tokens_limit:
+        max_tokens = min(max_tokens, settings.max_tokens_limit)
+    return msgspec.structs.replace(model, max_tokens=max_tokens)
 
 
 def settings_changes(old: LoadOptions, new: LoadOptions) -> str:

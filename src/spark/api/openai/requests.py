@@ -8,7 +8,9 @@ import msgspec
 
 from spark.api.common import (
     ImageFetcher,
+    LlamaSampling,
     NonEmptyStr,
+    PositiveFloat,
     PositiveInt,
     Probability,
     StopList,
@@ -160,20 +162,17 @@ class StreamOptions(msgspec.Struct, frozen=True):
 
 
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
-PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 
 
-class _SamplingBody(msgspec.Struct, frozen=True, kw_only=True):
-    """Fields that chat and text completions share."""
+class _SamplingBody(LlamaSampling, frozen=True, kw_only=True):
+    """Fields that chat and text completions share (llama-server's extensions included)."""
 
     model: NonEmptyStr
     temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
     top_p: Probability | None = None
     top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    min_p: Probability | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    repeat_penalty: PositiveFloat | None = None
     repetition_penalty: PositiveFloat | None = None  # alias used by vLLM and TGI clients
     seed: int | None = None
     stop: NonEmptyStr | StopList | None = None
@@ -362,13 +361,15 @@ def _sampling(wire: _SamplingBody, max_tokens: int | None) -> SamplingParams:
         )
     stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
     return SamplingParams(
+        **{
+            **wire.llama_sampling(),
+            "repeat_penalty": wire.repeat_penalty if wire.repeat_penalty is not None else wire.repetition_penalty,
+        },
         temperature=wire.temperature,
         top_p=wire.top_p,
         top_k=wire.top_k,
-        min_p=wire.min_p,
         presence_penalty=wire.presence_penalty,
         frequency_penalty=wire.frequency_penalty,
-        repeat_penalty=wire.repeat_penalty if wire.repeat_penalty is not None else wire.repetition_penalty,
         seed=wire.seed,
         max_tokens=max_tokens,
         stop=stop or None,

@@ -1,0 +1,142 @@
+"""Sampling parameters: validation, defaults, and the llama.cpp sampler chain they build."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.helpers import Collector
+from spark.engine import Engine
+from spark.engine.native import Model
+from spark.engine.sampling import SamplerChain, lookback, resolve
+from spark.errors import InvalidRequest
+from spark.types import ChatRequest, Done, Failed, LoadOptions, Message, SamplingParams
+
+N_VOCAB, N_CTX = 1000, 512
+
+
+def resolved(**fields: object) -> SamplingParams:
+    return resolve(SamplingParams(**fields), SamplingParams(), N_VOCAB, N_CTX)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"dry_multiplier": -0.5}, "dry_multiplier"),
+        ({"dry_multiplier": float("nan")}, "dry_multiplier"),
+        ({"dry_base": 0.9}, "dry_base"),
+        ({"dry_base": float("inf")}, "dry_base"),
+        ({"dry_allowed_length": -1}, "dry_allowed_length"),
+        ({"dry_penalty_last_n": -2}, "dry_penalty_last_n"),
+        ({"repeat_last_n": -2}, "repeat_last_n"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"repeat_penalty": -1.0}, "repeat_penalty"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_param(fields: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        resolved(**fields)
+    assert e.value.param == param and param in e.value.message
+
+
+def test_defaults_are_llama_servers_and_windows_fit_the_context() -> None:
+    p = resolved()
+    assert (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n) == (0.0, 1.75, 2, 64)
+    assert p.repeat_last_n == 64 and p.repeat_penalty == 1.0
+    assert lookback(p) == 0  # nothing looks back: penalties and DRY are off
+    whole = resolved(repeat_last_n=-1, dry_penalty_last_n=-1)
+    assert (whole.repeat_last_n, whole.dry_penalty_last_n) == (N_CTX, N_CTX)
+    assert resolved(dry_penalty_last_n=10**6).dry_penalty_last_n == N_CTX
+    assert lookback(resolved(dry_multiplier=0.8, dry_penalty_last_n=100, repeat_penalty=1.1)) == 100
+    assert lookback(resolved(repeat_penalty=1.1, repeat_last_n=0)) == 0  # a window of 0 turns them off
+
+
+def test_model_defaults_fill_what_the_request_leaves_out() -> None:
+    model = SamplingParams(dry_multiplier=0.8, repeat_penalty=1.1, max_tokens=300)
+    p = resolve(SamplingParams(repeat_penalty=1.0), model, N_VOCAB, N_CTX)
+    assert (p.dry_multiplier, p.repeat_penalty, p.max_tokens) == (0.8, 1.0, 300)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama: Path) -> Iterator[Model]:
+    m = Model(str(tiny_llama), n_gpu_layers=0)
+    yield m
+    m.close()
+
+
+@pytest.mark.parametrize(
+    ("fields", "names"),
+    [
+        ({"temperature": 0}, ["greedy"]),
+        ({"temperature": 0, "dry_multiplier": 0.8}, ["dry", "greedy"]),
+        ({"temperature": 0.5, "top_p": 1.0, "min_p": 0}, ["top-k", "temp", "dist"]),
+        (
+            {"temperature": 0.5, "repeat_penalty": 1.1, "dry_multiplier": 0.8, "top_p": 0.9, "min_p": 0.1},
+            ["penalties", "dry", "top-k", "top-p", "min-p", "temp", "dist"],
+        ),
+        ({"temperature": 0, "dry_multiplier": 0.8, "dry_penalty_last_n": 0}, ["greedy"]),  # window 0: DRY off
+    ],
+)
+def test_the_chain_holds_the_samplers_asked_for(model: Model, fields: dict[str, object], names: list[str]) -> None:
+    chain = SamplerChain(resolve(SamplingParams(**fields), SamplingParams(), model.n_vocab, N_CTX), model)  # type: ignore[arg-type]
+    try:
+        assert chain.names() == names
+    finally:
+        chain.close()
+
+
+def test_dry_samplers_are_cloned_from_one_per_parameter_set(model: Model) -> None:
+    import ctypes
+
+    from llama_cpp import llama_cpp as lc
+
+    from spark.engine import native
+
+    made = [model.dry_sampler(0.8, 1.75, 2, 64, ("\n",)) for _ in range(2)]
+    for n in range(native._DRY_PROTOTYPES + 2):  # more parameter sets than are kept
+        made.append(model.dry_sampler(0.8, 1.75, 2, 64 + n, ("\n",)))
+    assert len(model._dry) == native._DRY_PROTOTYPES
+    assert len({ctypes.cast(s, ctypes.c_void_p).value for s in made}) == len(made)  # each its own sampler
+    for s in made:
+        assert lc.llama_sampler_name(s) == b"dry"
+        lc.llama_sampler_free(s)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama: Path) -> Iterator[Engine]:
+    with Engine(LoadOptions(model_id="tiny", path=str(tiny_llama), n_threads=1, n_ctx=512)) as e:
+        yield e
+
+
+def answer(engine: Engine, **sampling: object) -> Collector:
+    request = ChatRequest(
+        model="tiny",
+        messages=[Message("user", "Hello there")],
+        sampling=SamplingParams(temperature=0.0, max_tokens=60, **sampling),  # type: ignore[arg-type]
+    )
+    c = Collector()
+    engine.submit("r", request, c)
+    c.wait()
+    return c
+
+
+def repeats(text: str, n: int = 8) -> int:
+    """How many times an n-character sequence recurs in `text`."""
+    seen = [text[i : i + n] for i in range(len(text) - n + 1)]
+    return len(seen) - len(set(seen))
+
+
+def test_dry_breaks_the_greedy_loop_of_a_random_model(engine: Engine) -> None:
+    plain, dry = answer(engine), answer(engine, dry_multiplier=2.0, dry_allowed_length=1)
+    assert isinstance(plain.final, Done) and isinstance(dry.final, Done)
+    assert plain.text != dry.text
+    loops = repeats(plain.text)
+    assert loops > 0  # the random model loops at temperature 0 ...
+    assert repeats(dry.text) < loops  # ... less with DRY
+
+
+def test_a_bad_dry_value_fails_the_request_naming_it(engine: Engine) -> None:
+    c = answer(engine, dry_base=0.5)
+    assert isinstance(c.final, Failed) and c.final.error.param == "dry_base"
