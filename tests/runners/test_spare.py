@@ -19,6 +19,8 @@ from spark.runners.supervisor import RunnerProcess
 from spark.settings import Settings, load_settings
 from spark.types import Done, LoadOptions
 
+pytestmark = pytest.mark.slow  # a spare and a runner, each a process
+
 
 def tiny_options(path: Path) -> LoadOptions:
     return LoadOptions(model_id="tiny", path=str(path), n_ctx=256, n_parallel=1, n_threads=1)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from runners.helpers import is_gone, runner_children
 from server.helpers import live_server, server_settings, wait_for
 from spark.library import Library
 
 
+@pytest.mark.slow  # three runner processes
 def test_a_cold_request_runs_on_the_spare_a_new_one_follows_and_shutdown_stops_both(
     tmp_path: Path, tiny_llama: Path, tiny_llama_tools: Path
 ) -> None:
