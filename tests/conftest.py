@@ -21,6 +21,7 @@ def spark_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("SPARK_HOME", str(home))
     monkeypatch.setenv("SPARK_THREADS", "1")  # tiny models: OpenMP spinning on 2 cores is 100x slower
+    monkeypatch.setenv("SPARK_SPARE_RUNNER", "false")  # a test that wants a spare runner asks for one
     return home
 
 

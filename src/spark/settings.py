@@ -155,6 +155,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         DURATION,
     ] = "60s"
     load_timeout: Annotated[str, _doc("Longest a runner may take to load its model."), DURATION] = "5m"
+    spare_runner: Annotated[
+        bool,
+        _doc(
+            "Keep one runner process started ahead of time, with llama.cpp imported, so that a request "
+            "for a model that is not loaded waits only for the model load. Off: one process less while idle."
+        ),
+    ] = True
     hf_endpoint: Annotated[str, _doc("Hugging Face Hub address used by pull and search."), RESTART] = (
         "https://huggingface.co"
     )

@@ -84,8 +84,9 @@ def live_server(settings: Settings, *, key_name: str | None = "tests") -> Iterat
 
 
 def server_settings(home: Path, **env: str) -> Settings:
-    """Settings for a test server in `home`, independent of the test's own environment."""
-    return load_settings(env={"SPARK_HOME": str(home), "SPARK_THREADS": "1", **env})
+    """Settings for a test server in `home`, independent of the test's own environment
+    (no spare runner unless the test asks for one)."""
+    return load_settings(env={"SPARK_HOME": str(home), "SPARK_THREADS": "1", "SPARK_SPARE_RUNNER": "false", **env})
 
 
 @dataclass

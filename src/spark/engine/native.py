@@ -102,6 +102,10 @@ class Model:
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.main_gpu = main_gpu
+        # Mapped, not read: a load touches only the pages it needs, from the page cache that the
+        # runner of the same file before it (or the last download) left warm; never locked.
+        params.use_mmap = bool(lc.llama_supports_mmap())
+        params.use_mlock = False
         if tensor_split:
             n_dev = lc.llama_max_devices()
             split = (ctypes.c_float * n_dev)(*tensor_split[:n_dev])

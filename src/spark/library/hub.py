@@ -2,7 +2,8 @@
 
 Talks to `settings.hf_endpoint` with `huggingface_hub.HfApi`; every failure
 becomes a `DownloadError` that says what went wrong in the user's terms.
-File downloads themselves are in `spark.library.download`.
+File downloads themselves are in `spark.library.download`. `huggingface_hub`
+is imported on first use: a server that never searches or pulls does not hold it.
 """
 
 from __future__ import annotations
@@ -14,14 +15,6 @@ from urllib.parse import quote
 
 import httpx
 import msgspec
-from huggingface_hub import HfApi, get_token
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    RemoteEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
 
 from spark import __version__
 from spark.errors import DownloadError, HubRepoNotFound
@@ -38,9 +31,6 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         pass
     return tuple(errors)
-
-
-_TRANSPORT_ERRORS = _transport_errors()
 
 
 class HubModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +57,8 @@ class Hub:
     """The Hub at `settings.hf_endpoint`, authenticated with `settings.hf_token` when set."""
 
     def __init__(self, settings: Settings) -> None:
+        from huggingface_hub import HfApi, get_token
+
         self.endpoint = settings.hf_endpoint.rstrip("/")
         self.token = settings.hf_token or get_token() or None
         self.api = HfApi(
@@ -124,6 +116,14 @@ class Hub:
 @contextmanager
 def hub_errors(doing: str, endpoint: str, *, repo: str | None = None, revision: str = "main") -> Iterator[None]:
     """Turn huggingface_hub and connection errors into a `DownloadError` about `doing`."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     try:
         yield
     except GatedRepoError:
@@ -142,7 +142,7 @@ def hub_errors(doing: str, endpoint: str, *, repo: str | None = None, revision: 
     except HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else "an error"
         raise DownloadError(f"the Hub answered {status} while {doing}") from None
-    except _TRANSPORT_ERRORS as e:
+    except _transport_errors() as e:
         raise DownloadError(f"cannot reach the Hub at {endpoint} while {doing}: {e}") from None
 
 

@@ -1,8 +1,9 @@
 """GGUF metadata: what a model file is, read from its header once at import time.
 
-The header is parsed here with the `gguf` package's format tables rather than
-`gguf.GGUFReader`: the reader decodes every vocabulary string into numpy
-views, which takes 5-10 s for a 50k-token vocab on a busy machine. Large arrays
+The header is parsed here with the format tables of `spark.library.ggml`, not
+with `gguf.GGUFReader`: that reader decodes every vocabulary string into numpy
+views, which takes 5-10 s for a 50k-token vocab on a busy machine (and the
+`gguf` package imports numpy, which the server otherwise never needs). Large arrays
 (vocab, merges) are skipped, so reading any model's metadata takes milliseconds,
 and every bounds problem is reported as a `ModelFileError`.
 """
@@ -17,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gguf
 import msgspec
 
 from spark.errors import ModelFileError
+from spark.library import ggml
 from spark.library.naming import shard_paths
 
 # Architectures that only make embeddings, whatever their metadata says.
@@ -99,17 +100,17 @@ class _Header(msgspec.Struct, frozen=True):
 
 
 _SCALARS: dict[int, str] = {
-    gguf.GGUFValueType.UINT8: "B",
-    gguf.GGUFValueType.INT8: "b",
-    gguf.GGUFValueType.UINT16: "H",
-    gguf.GGUFValueType.INT16: "h",
-    gguf.GGUFValueType.UINT32: "I",
-    gguf.GGUFValueType.INT32: "i",
-    gguf.GGUFValueType.FLOAT32: "f",
-    gguf.GGUFValueType.BOOL: "?",
-    gguf.GGUFValueType.UINT64: "Q",
-    gguf.GGUFValueType.INT64: "q",
-    gguf.GGUFValueType.FLOAT64: "d",
+    ggml.VALUE_UINT8: "B",
+    ggml.VALUE_INT8: "b",
+    ggml.VALUE_UINT16: "H",
+    ggml.VALUE_INT16: "h",
+    ggml.VALUE_UINT32: "I",
+    ggml.VALUE_INT32: "i",
+    ggml.VALUE_FLOAT32: "f",
+    ggml.VALUE_BOOL: "?",
+    ggml.VALUE_UINT64: "Q",
+    ggml.VALUE_INT64: "q",
+    ggml.VALUE_FLOAT64: "d",
 }
 
 
@@ -155,11 +156,11 @@ class _Cursor:
         return raw.decode("utf-8", errors="replace")
 
     def value(self, type_id: int) -> Any:
-        if type_id == gguf.GGUFValueType.STRING:
+        if type_id == ggml.VALUE_STRING:
             return self.string()
         if type_id in _SCALARS:
             return self.unpack(_SCALARS[type_id])
-        if type_id == gguf.GGUFValueType.ARRAY:
+        if type_id == ggml.VALUE_ARRAY:
             item_type = self.unpack("I")
             length = self.unpack("Q")
             if length > _MAX_DECODED_ARRAY:
@@ -173,7 +174,7 @@ class _Cursor:
             size = struct.calcsize(self.endian + _SCALARS[item_type]) * length
             self._need(size)
             self.pos += size
-        elif item_type == gguf.GGUFValueType.STRING:
+        elif item_type == ggml.VALUE_STRING:
             # a vocabulary holds ~100k strings: keep this loop tight
             unpack, buf, pos, end = struct.Struct(self.endian + "Q").unpack_from, self.buf, self.pos, len(self.buf)
             for _ in range(length):
@@ -237,7 +238,7 @@ def _parse(buf: bytes | mmap.mmap, path: str | Path, size: int) -> _Header:
             n_elements *= cur.unpack("Q")
         tensors.append(_Tensor(name, n_dims, n_elements, cur.unpack("I"), cur.unpack("Q")))
 
-    alignment = fields.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
+    alignment = fields.get("general.alignment", ggml.DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0:
         raise ModelFileError(f"{path} is corrupt: general.alignment is {alignment!r}")
     data_start = -(-cur.pos // alignment) * alignment
@@ -252,29 +253,24 @@ def _parse(buf: bytes | mmap.mmap, path: str | Path, size: int) -> _Header:
 
 
 def _tensor_bytes(t: _Tensor, header: _Header) -> int:
-    try:
-        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.type_id)]
-    except (ValueError, KeyError):
-        # a type newer than this gguf package: the distance to the next tensor is its size
+    known = ggml.TENSOR_TYPES.get(t.type_id)
+    if known is None:
+        # a type newer than the tables: the distance to the next tensor is its size
         later = [o.offset for o in header.tensors if o.offset > t.offset]
         return (min(later) if later else header.file_size - header.data_start) - t.offset
+    _, block, type_size = known
     return t.n_elements // block * type_size
 
 
 def _type_name(type_id: int) -> str:
-    try:
-        return gguf.GGMLQuantizationType(type_id).name
-    except ValueError:
-        return f"TYPE{type_id}"
+    known = ggml.TENSOR_TYPES.get(type_id)
+    return known[0] if known is not None else f"TYPE{type_id}"
 
 
 def _quantization(fields: dict[str, Any], weights: Counter[str]) -> str:
     file_type = fields.get("general.file_type")
     if isinstance(file_type, int):
-        try:
-            name = gguf.LlamaFileType(file_type).name
-        except ValueError:
-            name = ""
+        name = ggml.FILE_TYPES.get(file_type, "")
         if name and name != "GUESSED":
             return name.removeprefix("MOSTLY_").removeprefix("ALL_")
     # no usable file type: the type holding most of the weight bytes

@@ -2,8 +2,9 @@
 
 The supervisor (`spark.runners.supervisor`) listens on a socket and starts
 `python -m spark.runners.child --socket PATH`. The runner connects, reads a `Load`
-frame, loads the engine and answers `Ready` (or `LoadFailed`, then exits 2).
-From then on it forwards `Submit`/`Cancel`/`CountTokens` to the engine, streams
+frame, loads the engine and answers `Ready` (or `LoadFailed`, then exits 2). A
+spare (`--spare`) imports llama.cpp before it connects and may wait long for
+its `Load`. From then on it forwards `Submit`/`Cancel`/`CountTokens` to the engine, streams
 events back, and sends a `Heartbeat` every `HEARTBEAT_SECONDS`. It exits on
 `Shutdown` or as soon as the server side of the socket goes away, so a runner
 never outlives its server.
@@ -192,6 +193,21 @@ def _count(engine: Engine, channel: _Channel, frame: CountTokens) -> None:
         channel.send(Counted(frame.id, error=SparkError(f"Internal error: {e}").info()))
 
 
+def _warm_up() -> None:
+    """Import the engine and start llama.cpp's backend, on CPU time nobody else wants.
+
+    Run in a thread of its own: on Linux a scheduling policy is per thread, so the
+    idle priority ends with it and the threads that later run the model are not
+    slowed (an unprivileged process could not raise its priority back).
+    """
+    with contextlib.suppress(AttributeError, OSError):  # SCHED_IDLE is Linux only
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    from spark.engine import engine  # noqa: F401  (the import is the work)
+    from spark.engine.native import init_backend
+
+    init_backend()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `spark-runner` and `python -m spark.runners.child`."""
     parser = argparse.ArgumentParser(
@@ -199,8 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         description="Serve one model over a Unix socket for a Spark server (started by the server).",
     )
     parser.add_argument("--socket", required=True, help="path of the server's Unix socket to connect to")
+    parser.add_argument(
+        "--spare", action="store_true", help="import llama.cpp and start its backend before connecting (a warm spare)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.spare:
+        warm_up = threading.Thread(target=_warm_up, name="spark-warm-up")
+        warm_up.start()
+        warm_up.join()
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

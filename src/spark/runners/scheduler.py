@@ -61,6 +61,7 @@ from spark.placement import (
     plan_placement,
 )
 from spark.placement.baseline import idle_runner_bytes
+from spark.runners.spare import SpareRunner
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
 from spark.trace import NO_TRACE, Trace
@@ -227,6 +228,8 @@ class Scheduler:
         self._measuring: asyncio.Task[None] | None = None  # measures an idle runner's memory, once
         self._devices: tuple[float, list[Device]] | None = None
         self._baseline: int | None = None
+        self._spare = SpareRunner(settings)
+        self._started = False
         self._closed = False
 
     # --- public API ---------------------------------------------------------
@@ -275,12 +278,28 @@ class Scheduler:
         self._wake.set()
         return self._state(runner, monotonic())
 
+    def start(self) -> None:
+        """Start the background work of a server: a warm spare runner unless `spare_runner` is off.
+
+        Without it (embedded use, most tests) every load starts its runner process from nothing.
+        """
+        self._started = True
+        self._spare.enable(self._settings.spare_runner)
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The pid of the warm spare runner ready for the next load (None when none is ready)."""
+        return self._spare.pid
+
     def use_settings(self, settings: Settings) -> None:
         """Use `settings` from now on: queue and memory limits at once, load options from the next
-        request (a model whose options change reloads), keep-alive from the next request or load."""
+        request (a model whose options change reloads), keep-alive from the next request or load,
+        the spare runner at once."""
         self._settings = settings
         self._devices = None
         self._wake.set()
+        if self._started:
+            self._spare.enable(settings.spare_runner)
 
     async def unload(self, model_id: str) -> bool:
         """Stop the runner(s) of `model_id` now (after its load, if one is under way); False if none.
@@ -324,6 +343,7 @@ class Scheduler:
             await asyncio.wait([*loads, *background])
         for runner in [*self._runners.values(), *self._retiring]:
             self._stop(runner, "server shutting down")
+        await self._spare.close()
         await self._settle_stops()
 
     # --- admission ------------------------------------------------------------
@@ -434,7 +454,7 @@ class Scheduler:
             for eviction in plan.evictions:
                 self._stop(runners[eviction.model_id], f"evicted to make room for {entry.id}: {eviction.reason}")
             await self._settle_stops()
-            process = RunnerProcess(plan.load_options(options), self._settings, self._publish_status)
+            process = RunnerProcess(plan.load_options(options), self._settings, self._publish_status, self._spare)
             runner = _Runner(process, options, estimate, plan, reason, self._settings.keep_alive_seconds)
             self._runners[entry.id] = runner
             self._failed.pop(entry.id, None)
@@ -586,6 +606,10 @@ class Scheduler:
             await _wait_for_event(self._wake, IDLE_CHECK_SECONDS)
 
     async def _measure_baseline(self) -> None:
+        # a warm spare is exactly an idle runner: no process need be started to measure one
+        if (spare := self._spare.warm_rss_bytes) is not None:
+            self._baseline = spare
+            return
         try:
             self._baseline = await idle_runner_bytes()
         except SparkError as e:

@@ -17,12 +17,11 @@ import itertools
 import logging
 import signal
 import socket
-import sys
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from time import monotonic
-from typing import Any, Literal
+from typing import Literal
 
 from spark.engine import EngineInfo
 from spark.errors import RunnerFailed, SparkError, from_info
@@ -43,7 +42,8 @@ from spark.runners.protocol import (
     Submit,
     encode_frame,
 )
-from spark.runners.sockets import listen, peer_pid
+from spark.runners.spare import SpareRunner
+from spark.runners.spawn import RunnerExited, accept_runner, runner_socket, start_runner_process
 from spark.runners.stats import RecentRates
 from spark.settings import Settings
 from spark.types import (
@@ -131,8 +131,16 @@ class _Connection(asyncio.Protocol):
 class RunnerProcess:
     """One `spark-runner` process with one loaded model, restarted when it crashes or hangs."""
 
-    def __init__(self, options: LoadOptions, settings: Settings, on_status: StatusListener | None = None) -> None:
+    def __init__(
+        self,
+        options: LoadOptions,
+        settings: Settings,
+        on_status: StatusListener | None = None,
+        spare: SpareRunner | None = None,
+    ) -> None:
+        """`spare`, when given, supplies a warm process to each start and restart."""
         self.options = options
+        self._spare = spare
         self._settings = settings
         self._on_status = on_status
         self.rates = RecentRates()
@@ -515,27 +523,7 @@ class RunnerProcess:
         timeout = self._settings.load_timeout_seconds
         try:
             async with asyncio.timeout(timeout if timeout > 0 else None):
-                listener, path, temp_dir = listen(self._settings.run_dir)
-                try:
-                    self._proc = await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        "-m",
-                        "spark.runners.child",
-                        "--socket",
-                        str(path),
-                        stdin=asyncio.subprocess.DEVNULL,
-                        stdout=asyncio.subprocess.PIPE,
-                        stderr=asyncio.subprocess.STDOUT,
-                        start_new_session=True,  # the terminal's Ctrl-C goes to the server, which stops us
-                        limit=1 << 20,
-                    )
-                    self._output_task = asyncio.create_task(self._collect_output(self._proc))
-                    sock = await _accept(listener, self._proc)
-                finally:
-                    listener.close()
-                    path.unlink(missing_ok=True)
-                    if temp_dir is not None:
-                        temp_dir.rmdir()
+                sock = await self._connect()
                 _, conn = await loop.connect_accepted_socket(lambda: _Connection(self), sock)
                 self._conn = conn
                 conn.send(Load(self.options, verbose=self._settings.log_level == "debug"))
@@ -570,8 +558,25 @@ class RunnerProcess:
                 ready.cancel()
             elif not ready.cancelled():
                 ready.exception()
+            if self._spare is not None:
+                self._spare.replenish()  # the one taken, or one that died, is replaced now
         self._progress = -1
         self._progress_at = monotonic()
+
+    async def _connect(self) -> socket.socket:
+        """A connected runner process: the warm spare when one is ready, else a new process."""
+        spare = self._spare.take() if self._spare is not None else None
+        if spare is not None:
+            self._proc = spare.proc
+            self._output_task = asyncio.create_task(self._collect_output(spare.proc))
+            return spare.sock
+        with runner_socket(self._settings.run_dir) as (listener, path):
+            self._proc = await start_runner_process(path)
+            self._output_task = asyncio.create_task(self._collect_output(self._proc))
+            try:
+                return await accept_runner(listener, self._proc)
+            except RunnerExited:
+                raise _Lost(None) from None
 
     async def _terminate(self, grace: float) -> int:
         """Let the process exit within `grace` s, then close the socket, kill it and reap it.
@@ -631,24 +636,3 @@ def _describe_exit(code: int) -> str:
     if code == 0:
         return "exited unexpectedly"
     return f"exited with code {code}"
-
-
-async def _accept(listener: socket.socket, proc: asyncio.subprocess.Process) -> socket.socket:
-    """The runner's connection; raises `_Lost` if the process exits before connecting."""
-    loop = asyncio.get_running_loop()
-    exited = asyncio.ensure_future(proc.wait())
-    accept: asyncio.Future[tuple[socket.socket, Any]] | None = None
-    try:
-        while True:
-            accept = asyncio.ensure_future(loop.sock_accept(listener))
-            await asyncio.wait({accept, exited}, return_when=asyncio.FIRST_COMPLETED)
-            if not accept.done():
-                raise _Lost(None)
-            sock, _ = accept.result()
-            if peer_pid(sock) in (None, proc.pid):
-                return sock
-            sock.close()  # not our child
-    finally:
-        exited.cancel()
-        if accept is not None:
-            accept.cancel()

@@ -55,6 +55,7 @@ def create_app(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         flusher = asyncio.create_task(_flush_key_uses(state), name="flush key uses")
+        state.scheduler.start()
         try:
             yield
         finally:
