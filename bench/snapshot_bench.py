@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """KV snapshots: a long chat's next turn after an unload, and conversation A's return after B.
 
-    python bench/snapshot_bench.py [--llama-server PATH] [--threads 2] [--rounds 3] [--model GGUF]
+    python bench/snapshot_bench.py [--llama-server PATH] [--threads 1] [--rounds 3] [--model GGUF]
 
 Spark runs as `spark serve` (one slot, `SPARK_PARALLEL=1`) in a fresh
 SPARK_HOME and is driven over HTTP with streaming, greedy sampling. Two tables:
@@ -66,7 +66,7 @@ WORDS = [
     "yankee",
     "zulu",
 ]
-PROMPT_WORDS = 1900  # about 2,000 prompt tokens with SmolLM2's tokenizer and template
+PROMPT_WORDS = 1050  # about 2,000 prompt tokens with SmolLM2's tokenizer and template
 ANSWER_TOKENS = 16
 CTX = 4096
 
@@ -158,6 +158,8 @@ class SparkServer:
             "SPARK_PARALLEL": "1",
             "SPARK_CONTEXT_LENGTH": str(CTX),
             "SPARK_LOG_LEVEL": "warning",
+            # a shared machine can stall one prompt chunk for long: that is not a hung runner
+            "SPARK_HANG_TIMEOUT": "10m",
         }
         self.settings = load_settings(env=env)
         with Library(self.settings) as library:
@@ -274,7 +276,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-server", default="/tmp/llama-peer/build/bin/llama-server")
     ap.add_argument("--model", default=None)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     model = a.model or _default_model()
