@@ -122,6 +122,8 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
         "max_image_size",
         "max_ram",
         "gpu_reserve",
+        "snapshot_ram",
+        "snapshot_disk",
     }
     assert {n for n, x in f.items() if SECRET in x.traits} == {"admin_password", "hf_token"}
     assert RESTART in f["port"].traits and RESTART not in f["keep_alive"].traits

@@ -127,6 +127,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     parallel: Annotated[int, POSITIVE, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
     threads: Annotated[int, NOT_NEGATIVE, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
     kv_type: Annotated[KVType, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
+    snapshot_ram: Annotated[
+        str,
+        _doc(
+            "RAM each loaded model keeps for KV snapshots of conversations pushed out of their slot "
+            "(e.g. 256MiB); past it the least recently used spill to disk. 0: none in RAM."
+        ),
+        SIZE,
+    ] = "256MiB"
+    snapshot_disk: Annotated[
+        str,
+        _doc(
+            "Disk space for KV snapshots (the snapshots folder under the cache folder, all models together), "
+            "least recently used dropped first: a conversation comes back without re-evaluating its prompt "
+            "after an unload or a restart. Zero-retention requests are never written. 0: none on disk."
+        ),
+        SIZE,
+    ] = "4GiB"
     keep_alive: Annotated[
         str,
         _doc(
@@ -219,6 +236,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return Path(self.home) / "cache" if self.home else Path(platformdirs.user_cache_dir("spark"))
 
     @property
+    def snapshots_dir(self) -> Path:
+        """KV snapshots on disk, one folder per model file and KV layout."""
+        return self.cache_dir / "snapshots"
+
+    @property
     def run_dir(self) -> Path:
         """Runner sockets and the server's pid file."""
         return self.data_dir / "run"
@@ -269,6 +291,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def max_ram_bytes(self) -> int | None:
         return parse_size(self.max_ram, "max_ram") or None
+
+    @property
+    def snapshot_ram_bytes(self) -> int:
+        return parse_size(self.snapshot_ram, "snapshot_ram")
+
+    @property
+    def snapshot_disk_bytes(self) -> int:
+        return parse_size(self.snapshot_disk, "snapshot_disk")
 
     @property
     def gpu_reserve_bytes(self) -> int:

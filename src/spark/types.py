@@ -153,6 +153,9 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     reasoning: Reasoning | None = None
+    # Set by the server for zero-retention keys: nothing of the conversation is written to disk,
+    # not even its KV cache.
+    zero_retention: bool = False
 
 
 class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defaults=True):
@@ -163,6 +166,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     sampling: SamplingParams = SamplingParams(max_tokens=16)
     stream: bool = False
     keep_alive: float | None = None
+    zero_retention: bool = False  # as ChatRequest's
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
@@ -208,13 +212,21 @@ class ToolCallDelta(msgspec.Struct, tag="tool_call", frozen=True, omit_defaults=
     arguments: str = ""
 
 
+CacheSource = Literal["none", "slot", "ram", "disk"]
+
+
 class SlotInfo(msgspec.Struct, tag="slot", frozen=True):
-    """The request got a slot; `cached_tokens` of its prompt were reused."""
+    """The request got a slot; `cached_tokens` of its prompt were reused.
+
+    `cache` says where they came from: the slot itself, a KV snapshot in RAM,
+    or one on disk (then `restore_seconds` is how long putting it back took).
+    """
 
     slot: int
     prompt_tokens: int
     cached_tokens: int
-    snapshot_restored: bool = False  # the cached tokens came back from a KV snapshot
+    cache: CacheSource = "none"
+    restore_seconds: float | None = None
 
 
 class PromptDone(msgspec.Struct, tag="prompt_done", frozen=True):
@@ -282,3 +294,5 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     sampling: SamplingParams = SamplingParams()  # the model's defaults
     n_batch: int = 512
     snapshot_ram_bytes: int = 256 * 1024 * 1024  # KV snapshots of conversations pushed out of a slot
+    snapshot_disk_bytes: int = 0  # the disk budget of KV snapshots (all models together); 0: none on disk
+    snapshot_dir: str | None = None  # where they go (one folder per model file and KV layout)

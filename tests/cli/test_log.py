@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from server.helpers import LiveServer, live_server
 from spark.cli import app
-from spark.cli.log import LocalLog, ServerLog, ms, open_log
+from spark.cli.log import LocalLog, ServerLog, describe_step, ms, open_log
 from spark.errors import SparkError
 from spark.library import Library
 from spark.server.discovery import remove_server_info, write_server_info
@@ -157,6 +157,26 @@ def test_one_request_as_a_waterfall(table: RequestTable) -> None:
 
     private = invoke("log", "req_0002")
     assert "Content not kept: the request used a zero-retention key." in private and "capital" not in private
+
+
+@pytest.mark.parametrize(
+    ("details", "says"),
+    [
+        ({"cache": "slot"}, "12 of 40 prompt tokens reused from the slot's cache"),
+        (
+            {"cache": "ram", "restore_seconds": 0.0042},
+            "12 of 40 prompt tokens reused from a KV snapshot in RAM (restored in 4.2 ms)",
+        ),
+        (
+            {"cache": "disk", "restore_seconds": 0.0381},
+            "12 of 40 prompt tokens reused from a KV snapshot on disk (restored in 38.1 ms)",
+        ),
+        ({}, "12 of 40 prompt tokens reused from the slot's cache"),  # logged before the source was
+    ],
+)
+def test_the_slot_step_says_where_the_cache_came_from(details: dict[str, object], says: str) -> None:
+    label, text = describe_step(Step("slot", 3.0, {"slot": 1, "prompt_tokens": 40, "cached_tokens": 12, **details}))
+    assert label == "slot assigned" and text == f"slot 1: {says}"
 
 
 def test_follow_prints_new_requests(table: RequestTable) -> None:

@@ -60,10 +60,10 @@ def test_a_conversation_pushed_out_comes_back_exactly(engine: Engine, tiny_llama
     n_a = engine.count_tokens(complete(P_A, 1))
     run(engine, complete(P_A, 1), "a")  # the slot now holds exactly A's prompt
     b = run(engine, complete(P_B, 4), "b")
-    assert not slot_info(b).snapshot_restored
+    assert slot_info(b).cache == "none"
     c = run(engine, complete(P_C, 12), "c")
     info = slot_info(c)
-    assert info.snapshot_restored and info.cached_tokens == n_a
+    assert info.cache == "ram" and info.cached_tokens == n_a and info.restore_seconds is not None
     prompt_done = c.events[1]
     assert isinstance(prompt_done, PromptDone) and prompt_done.evaluated_tokens == info.prompt_tokens - n_a
     done = c.final
@@ -85,7 +85,7 @@ def test_a_chat_with_its_answer_comes_back_as_it_would_from_its_slot(engine: Eng
     with Engine(options(tiny_llama)) as fresh:  # the same turns with nothing in between
         run(fresh, ChatRequest(model="tiny", messages=turn1, sampling=sampling), "a")
         kept = run(fresh, req2, "a2")
-    assert slot_info(back).snapshot_restored and not slot_info(kept).snapshot_restored
+    assert slot_info(back).cache == "ram" and slot_info(kept).cache == "slot"
     assert slot_info(back).cached_tokens == slot_info(kept).cached_tokens
     assert slot_info(back).cached_tokens > engine.count_tokens(ChatRequest(model="tiny", messages=turn1))
     assert back.text == kept.text
@@ -99,7 +99,7 @@ def test_a_budget_too_small_keeps_nothing_and_answers_the_same(tiny_llama: Path)
         again = run(e, complete(P_C, 12), "c2")  # its own slot still works as before
     with Engine(options(tiny_llama, snapshot_ram_bytes=0)) as cold_engine:
         cold = run(cold_engine, complete(P_C, 12), "cold")
-    assert not slot_info(c).snapshot_restored and slot_info(c).cached_tokens < 4
+    assert slot_info(c).cache != "ram" and slot_info(c).cached_tokens < 4
     assert c.text == cold.text
     assert slot_info(again).cached_tokens == slot_info(again).prompt_tokens - 1 and again.text == cold.text
 
@@ -107,7 +107,7 @@ def test_a_budget_too_small_keeps_nothing_and_answers_the_same(tiny_llama: Path)
 def test_a_snapshot_that_cannot_be_restored_falls_back_to_evaluation(engine: Engine, tiny_llama: Path) -> None:
     run(engine, complete(P_A, 1), "a")
     run(engine, complete(P_B, 4), "b")
-    store = engine._snapshots
+    store = engine._snapshots.ram
     assert len(store) == 1
     snapshot, _ = store.best(engine._prep.prompt(complete(P_A, 1))[0])
     assert snapshot is not None
@@ -115,7 +115,7 @@ def test_a_snapshot_that_cannot_be_restored_falls_back_to_evaluation(engine: Eng
     c = run(engine, complete(P_C, 12), "c")
     with Engine(options(tiny_llama)) as fresh:
         cold = run(fresh, complete(P_C, 12), "cold")
-    assert not slot_info(c).snapshot_restored and slot_info(c).cached_tokens < 4
+    assert slot_info(c).cache != "ram" and slot_info(c).cached_tokens < 4
     assert c.text == cold.text
 
 
@@ -126,16 +126,17 @@ def snap(tokens: list[int], nbytes: int) -> Snapshot:
 def test_store_drops_the_least_recently_stored_past_its_budget() -> None:
     store = SnapshotStore(250)
     a, b, c = snap([1, 2, 3], 100), snap([4, 5, 6], 100), snap([7, 8], 100)
-    assert store.put(a) and store.put(b)
+    assert store.put(a) == [] and store.put(b) == []
     assert store.used == 200
-    assert store.put(c)  # a goes
+    assert store.put(c) == [a]  # a goes (to disk, where there is one)
     assert len(store) == 2 and store.used == 200
     assert store.best([1, 2, 3, 9]) == (None, 0)
     assert store.best([4, 5, 9]) == (b, 2)
     assert store.best([7, 8, 9]) == (c, 2)
     store.take(b)
     assert len(store) == 1 and store.used == 100 and store.best([4, 5]) == (None, 0)
-    assert not store.put(snap([1], 251))  # alone over the budget: not kept, nothing dropped
+    big = snap([1], 251)
+    assert store.put(big) == [big]  # alone over the budget: not kept, nothing dropped
     assert store.best([7, 8]) == (c, 2)
 
 
@@ -150,4 +151,17 @@ def test_store_picks_the_longest_prefix_and_drops_what_a_new_snapshot_extends() 
     store.put(longer)  # holds everything `short` holds
     assert len(store) == 2 and store.used == 20
     assert store.best([1, 2, 3]) == (longer, 3)
-    assert SnapshotStore(-5).budget == 0 and not SnapshotStore(0).put(snap([1], 1))
+    one = snap([1], 1)
+    assert SnapshotStore(-5).budget == 0 and SnapshotStore(0).put(one) == [one]
+
+
+def test_a_private_snapshot_does_not_replace_one_that_may_go_to_disk() -> None:
+    store = SnapshotStore(10_000)
+    shared, private = snap([1, 2], 10), snap([1, 2, 3], 10)
+    private.private = True
+    store.put(shared)
+    store.put(private)
+    assert store.items() == [shared, private]
+    longer = snap([1, 2, 3, 4], 10)
+    store.put(longer)  # not private: it replaces both
+    assert store.items() == [longer]

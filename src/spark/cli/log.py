@@ -164,6 +164,14 @@ def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
     return table
 
 
+_CACHE_SOURCES = {
+    "none": "the cache",
+    "slot": "the slot's cache",
+    "ram": "a KV snapshot in RAM",
+    "disk": "a KV snapshot on disk",
+}
+
+
 def describe_step(step: Step) -> tuple[str, str]:
     """A step's label and what its details say, e.g. ("slot assigned", "slot 0, 12 of 40 prompt tokens reused")."""
     d: dict[str, Any] = dict(step.details)
@@ -186,11 +194,14 @@ def describe_step(step: Step) -> tuple[str, str]:
             took = f"took {ms(d['seconds'] * 1000)}, " if "seconds" in d else ""
             return "model loaded", f"{took}runner pid {d.get('pid', '?')}"
         case steps.SLOT:
-            source = "a saved snapshot" if d.pop("snapshot_restored", False) else "the cache"
+            source = _CACHE_SOURCES.get(d.pop("cache", "slot"), "the cache")
+            restore = d.pop("restore_seconds", None)
             reused = (
                 f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
                 f"prompt tokens reused from {source}"
             )
+            if restore is not None:
+                reused += f" (restored in {ms(restore * 1000)})"
             return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
         case steps.PROMPT:
             rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""

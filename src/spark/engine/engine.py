@@ -15,20 +15,23 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Self
 
 import numpy as np
 import psutil
 
-from spark.engine import embeddings, snapshots
+from spark.engine import embeddings
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
-from spark.engine.native import Batch, Context, Model
+from spark.engine.native import Batch, Context, Model, runtime_version
 from spark.engine.output import parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
-from spark.engine.slots import Generation, Slot, common_prefix, pick_slot
+from spark.engine.slots import Generation, Slot, pick_slot
+from spark.engine.snapshot_cache import PERSIST_IDLE_SECONDS, SnapshotCache
+from spark.engine.snapshot_disk import DiskSnapshots, layout_identity
 from spark.engine.snapshots import SnapshotStore
 from spark.engine.text import TextStream
 from spark.engine.vision import Projector
@@ -147,7 +150,10 @@ class Engine:
         self._batch = Batch(self._ctx.n_batch)
         self._prompt_budget = self._batch.capacity
         self._slots = [Slot(i) for i in range(self._n_slots)]
-        self._snapshots = SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes)
+        self._snapshots = SnapshotCache(
+            SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes),
+            _disk_store(options, per_slot),
+        )
         self._prep = Preparer(model, options, n_ctx=per_slot, projector=self._projector)
         think = self._prep.think
         # Markers the output parsers look for that are control tokens here: llama.cpp
@@ -256,10 +262,19 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cv:
+                persist = False
                 while not (self._stopping or self._queue or self._cancels or self._n_active):
-                    self._cv.wait()
+                    if not self._snapshots.unsaved(self._slots):
+                        self._cv.wait()
+                    elif not self._cv.wait(PERSIST_IDLE_SECONDS):
+                        persist = True  # idle for a while: write what a crash would lose
+                        break
                 if self._stopping:
                     break
+            if persist:
+                self._persist()
+                continue
+            with self._cv:
                 cancels, self._cancels = self._cancels, set()
                 cancelled_jobs = [j for j in self._queue if j.request_id in cancels]
                 for job in cancelled_jobs:
@@ -297,6 +312,10 @@ class Engine:
             if slot.work is not None:
                 gen = self._release(slot)
                 _safe_emit(gen.emit, Failed(gone), gen.request_id)
+        try:
+            self._snapshots.close(self._ctx, self._slots)
+        except Exception:
+            log.exception("writing KV snapshots at unload failed")
         with self._model_lock:
             if self._projector is not None:
                 self._projector.close()
@@ -319,12 +338,19 @@ class Engine:
             else:
                 self._start(job, free)
 
+    def _persist(self) -> None:
+        try:
+            self._snapshots.persist(self._ctx, self._slots)
+        except Exception:
+            log.exception("writing KV snapshots failed")
+
     def _start(self, job: GenerationJob, free: list[Slot]) -> None:
         prompt = job.prompt
         slot, n_keep = pick_slot(free, prompt)
-        restored = self._use_snapshot(slot, free, job)
-        if restored is not None:
-            n_keep = restored
+        limit = job.media.first_image if job.media is not None else len(prompt)
+        reuse = self._snapshots.use(self._ctx, slot, free, prompt, limit)
+        if reuse is not None:
+            n_keep = reuse.n_tokens
         # Re-evaluate at least the last prompt token: its logits start the generation.
         n_keep = min(n_keep, len(prompt) - 1)
         if job.media is not None:  # cached image positions may hold another image
@@ -333,6 +359,8 @@ class Engine:
             self._ctx.forget(slot.id)
             n_keep = 0
         del slot.cached[n_keep:]
+        # The cache now holds this request's tokens only: private (never on disk) exactly when it is.
+        slot.private = job.request.zero_retention
         params, plan = job.params, job.plan
         try:
             grammar = create_sampler(self._model, plan.grammar) if plan.grammar is not None else None
@@ -369,46 +397,12 @@ class Engine:
                     slot=slot.id,
                     prompt_tokens=len(prompt),
                     cached_tokens=n_keep,
-                    snapshot_restored=restored is not None and n_keep > 0,
+                    cache="none" if n_keep == 0 else reuse.source if reuse is not None else "slot",
+                    restore_seconds=None if reuse is None else round(reuse.seconds, 6),
                 )
             )
         except Exception as e:
             self._fail(slot, e)
-
-    def _use_snapshot(self, slot: Slot, free: list[Slot], job: GenerationJob) -> int | None:
-        """Save what `slot` would lose to `job`, and restore a snapshot that serves `job` better.
-
-        Returns how many prompt tokens a restored snapshot put in the slot, or
-        None when nothing was restored (the slot is then as it was). A failed
-        save or restore only costs the reuse, never the request.
-        """
-        store = self._snapshots
-        if store.budget == 0:
-            return None
-        prompt = job.prompt
-        limit = job.media.first_image if job.media is not None else len(prompt)
-        snapshot, n_snap = store.best(prompt[:limit])
-        if snapshot is not None and n_snap <= max(common_prefix(s.cached, prompt) for s in free):
-            snapshot = None
-        if snapshot is not None:
-            # The slot's cache is replaced whole: keep it unless the snapshot already holds it.
-            loses = len(slot.cached) > 0 and common_prefix(slot.cached, snapshot.tokens) < len(slot.cached)
-        else:
-            # A prompt the cache holds whole is a retry: only the answer it replaces is lost.
-            shared = common_prefix(slot.cached, prompt)
-            loses = shared < len(slot.cached) and shared < len(prompt)
-        if loses:
-            saved = snapshots.save(self._ctx, slot.id, slot.cached)
-            if saved is not None:
-                store.put(saved)
-        if snapshot is None:
-            return None
-        store.take(snapshot)
-        slot.cached.clear()
-        if not snapshots.restore(self._ctx, snapshot, slot.id):
-            return 0
-        slot.cached.extend(snapshot.tokens)
-        return n_snap
 
     def _step(self) -> None:
         """Build one batch from all active slots, decode it, sample."""
@@ -615,3 +609,13 @@ class Engine:
 
     def _bump(self) -> None:
         self._progress += 1
+
+
+def _disk_store(options: LoadOptions, n_ctx_per_slot: int) -> DiskSnapshots | None:
+    """The disk store of this model's KV layout, or None when snapshots stay off disk."""
+    if options.embedding or options.snapshot_disk_bytes <= 0 or not options.snapshot_dir:
+        return None
+    identity = layout_identity(
+        options.path, kv_type=options.kv_type, n_ctx_per_slot=n_ctx_per_slot, runtime=runtime_version()
+    )
+    return DiskSnapshots(Path(options.snapshot_dir), identity, options.snapshot_disk_bytes)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias
 
+import llama_cpp
 import numpy as np
 import numpy.typing as npt
 from llama_cpp import llama_cpp as lc
@@ -80,6 +81,11 @@ def init_backend() -> None:
             lc.llama_log_set(_llama_log.callback, ctypes.c_void_p(0))
             lc.llama_backend_init()
             _backend_ready = True
+
+
+def runtime_version() -> str:
+    """The llama.cpp build in use (KV state files are only read back by the same one)."""
+    return f"llama-cpp-python {llama_cpp.__version__}"
 
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}

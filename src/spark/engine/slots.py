@@ -52,12 +52,19 @@ class Generation:
 @dataclass(slots=True, eq=False)
 class Slot:
     """One sequence of the context. `cached` is exactly the tokens in its KV cache, in order
-    (`IMAGE_TOKEN` for image positions, which never match a text prompt)."""
+    (`IMAGE_TOKEN` for image positions, which never match a text prompt).
+
+    `private`: the cache holds part of a zero-retention conversation (never
+    written to disk). `persisted`: the tokens of its cache last written to
+    disk (or restored from there); the cache needs writing while they differ.
+    """
 
     id: int
     cached: list[int] = field(default_factory=list)
     last_used: float = 0.0
     work: Generation | None = None
+    private: bool = False
+    persisted: list[int] = field(default_factory=list)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -2,7 +2,8 @@
 
 A snapshot is one sequence's KV state (`llama_state_seq_get_data`) together
 with the tokens it holds. The store keeps them least recently used first and
-drops the oldest when the budget is exceeded; the engine restores one
+pushes the oldest out when the budget is exceeded (to the disk store,
+`snapshot_disk`, unless private); the engine restores one
 (`llama_state_seq_set_data`) when a new prompt extends it further than any
 free slot's cache does.
 """
@@ -23,14 +24,25 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True, eq=False)
 class Snapshot:
-    """The KV state of one sequence and the tokens it holds, in order."""
+    """The KV state of one sequence and the tokens it holds, in order.
+
+    A `private` snapshot holds a zero-retention conversation: it stays in RAM,
+    never on disk. `on_disk` says the disk store holds it or was offered it already.
+    """
 
     tokens: list[int]
     data: ctypes.Array[ctypes.c_uint8]
+    private: bool = False
+    on_disk: bool = False
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
+
+
+def extends(longer: Sequence[int], shorter: Sequence[int]) -> bool:
+    """Whether `shorter` is a prefix of `longer` (then `longer` answers every prompt `shorter` could)."""
+    return len(shorter) <= len(longer) and common_prefix(shorter, longer) == len(shorter)
 
 
 class SnapshotStore:
@@ -45,25 +57,30 @@ class SnapshotStore:
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, snapshot: Snapshot) -> bool:
-        """Keep `snapshot` as the most recent; False when it alone exceeds the budget.
+    def put(self, snapshot: Snapshot) -> list[Snapshot]:
+        """Keep `snapshot` as the most recent; returns what the budget pushed out, oldest first
+        (`snapshot` itself when it alone exceeds the budget), for the disk to take.
 
         Snapshots it extends (their tokens are a prefix of its tokens) are
-        dropped: it answers every prompt they could.
+        dropped: it answers every prompt they could. A private snapshot does
+        not replace one that is not: that one may still go to disk.
         """
         if snapshot.nbytes > self.budget:
-            return False
+            return [snapshot]
         for key, old in list(self._items.items()):
-            if len(old.tokens) <= len(snapshot.tokens) and common_prefix(old.tokens, snapshot.tokens) == len(
-                old.tokens
-            ):
+            if (old.private or not snapshot.private) and extends(snapshot.tokens, old.tokens):
                 self._drop(key)
         self._items[self._next_key] = snapshot
         self._next_key += 1
         self.used += snapshot.nbytes
+        out: list[Snapshot] = []
         while self.used > self.budget:
-            self._drop(next(iter(self._items)))
-        return True
+            out.append(self._drop(next(iter(self._items))))
+        return out
+
+    def items(self) -> list[Snapshot]:
+        """Every snapshot kept, oldest first."""
+        return list(self._items.values())
 
     def best(self, prompt: Sequence[int]) -> tuple[Snapshot | None, int]:
         """The snapshot sharing the longest prefix with `prompt`, and that length (None, 0 if none)."""
@@ -82,14 +99,16 @@ class SnapshotStore:
                 self._drop(key)
                 return
 
-    def _drop(self, key: int) -> None:
-        self.used -= self._items.pop(key).nbytes
+    def _drop(self, key: int) -> Snapshot:
+        snapshot = self._items.pop(key)
+        self.used -= snapshot.nbytes
+        return snapshot
 
 
-def save(ctx: Context, seq: int, tokens: Sequence[int]) -> Snapshot | None:
+def save(ctx: Context, seq: int, tokens: Sequence[int], *, private: bool) -> Snapshot | None:
     """The KV state of sequence `seq` holding `tokens`, or None when llama.cpp gives none."""
     data = ctx.save(seq)
-    return Snapshot(list(tokens), data) if data is not None else None
+    return Snapshot(list(tokens), data, private=private) if data is not None else None
 
 
 def restore(ctx: Context, snapshot: Snapshot, seq: int) -> bool:

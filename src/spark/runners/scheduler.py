@@ -129,6 +129,9 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         mmproj_path=entry.mmproj_path,
         system_prompt=entry.settings.system_prompt,
         sampling=_default_sampling(entry.settings.sampling, settings),
+        snapshot_ram_bytes=settings.snapshot_ram_bytes,
+        snapshot_disk_bytes=settings.snapshot_disk_bytes,
+        snapshot_dir=str(settings.snapshots_dir),
     )
 
 

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Protocol
 
+import msgspec
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
 from litestar.types import Receive, Scope
@@ -24,7 +25,9 @@ from spark.server.recorder import RequestRecorder
 from spark.server.state import ServerState
 from spark.trace import NO_TRACE, Trace
 from spark.types import (
+    ChatRequest,
     ChatResult,
+    CompletionRequest,
     EmbeddingResult,
     Event,
     Failed,
@@ -74,6 +77,9 @@ class Generation:
         self._recorder = recorder
         if recorder is not None:
             recorder.decoded(request)
+            if recorder.zero_retention and isinstance(request, (ChatRequest, CompletionRequest)):
+                # the runner writes no KV snapshot of it to disk
+                request = msgspec.structs.replace(request, zero_retention=True)
         self._timeout = state.timeout
         self._deadline = None if state.timeout is None else loop.time() + state.timeout
         self._queue: asyncio.Queue[Event | Exception | _End] = asyncio.Queue()

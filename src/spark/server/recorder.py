@@ -82,6 +82,11 @@ class RequestRecorder:
         """Whether the request's content may be kept: it came with a key that is not zero-retention."""
         return self.key is not None and not self.key.zero_retention
 
+    @property
+    def zero_retention(self) -> bool:
+        """Whether the request came with a zero-retention key."""
+        return self.key is not None and self.key.zero_retention
+
     # --- fed by the guard, the routes and the generation --------------------
     def authenticated(self, key: ApiKey) -> None:
         self.key = key
@@ -127,7 +132,8 @@ class RequestRecorder:
             if self._output is not None:
                 self._output.add(event)
         elif isinstance(event, SlotInfo):
-            self.trace.step(steps.SLOT, **msgspec.structs.asdict(event))  # what the engine tells, e.g. cached_tokens
+            # what the engine tells, e.g. cached_tokens and where they came from
+            self.trace.step(steps.SLOT, **{k: v for k, v in msgspec.structs.asdict(event).items() if v is not None})
         elif isinstance(event, PromptDone):
             rate = event.evaluated_tokens / event.seconds if event.seconds > 0 else None
             self.trace.step(
@@ -204,7 +210,7 @@ class RequestRecorder:
             cached_tokens=usage.cached_tokens,
             ttft_ms=None if self._first_token_ms is None else round(self._first_token_ms, 3),
             tokens_per_second=rate,
-            zero_retention=self.key is not None and self.key.zero_retention,
+            zero_retention=self.zero_retention,
             content=self._content() if self.keeps_content else None,
             timeline=list(self.trace.steps),
         )

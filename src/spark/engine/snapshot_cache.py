@@ -1,0 +1,147 @@
+"""Which KV snapshot serves a prompt, and where each snapshot lives: a slot, RAM, disk.
+
+`SnapshotCache` is the engine's policy over the RAM store (`snapshots`) and
+the disk store (`snapshot_disk`), called from the decode loop:
+
+- a slot about to lose its conversation to another prompt is saved to RAM;
+  what the RAM budget pushes out goes to disk;
+- a prompt that a snapshot in RAM or on disk extends further than any free
+  slot's cache is served from that snapshot;
+- once the engine has been idle for `PERSIST_IDLE_SECONDS`, slot caches that
+  changed and RAM snapshots not yet on disk are handed to the disk writer, so
+  a runner that crashes later still leaves them behind; at close, the rest.
+
+Zero-retention conversations (`private`) never reach the disk store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spark.engine import snapshots
+from spark.engine.native import Context
+from spark.engine.slots import Slot, common_prefix
+from spark.engine.snapshot_disk import DiskEntry, DiskSnapshots
+from spark.engine.snapshots import Snapshot, SnapshotStore
+from spark.types import CacheSource
+
+PERSIST_IDLE_SECONDS = 1.0  # idle this long, the engine writes what a crash would lose
+CLOSE_FLUSH_SECONDS = 4.0  # writing at close, within the supervisor's grace before it kills
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """A snapshot put back into a slot: how many prompt tokens it serves, from where, how fast."""
+
+    n_tokens: int
+    source: CacheSource
+    seconds: float
+
+
+class SnapshotCache:
+    """The RAM and disk snapshots of one engine (the disk store is None when there is none)."""
+
+    def __init__(self, ram: SnapshotStore, disk: DiskSnapshots | None) -> None:
+        self.ram = ram
+        self.disk = disk
+
+    @property
+    def enabled(self) -> bool:
+        return self.ram.budget > 0 or self.disk is not None
+
+    def use(self, ctx: Context, slot: Slot, free: list[Slot], prompt: Sequence[int], limit: int) -> Reuse | None:
+        """Save what `slot` would lose to `prompt`, and restore a snapshot that serves it better.
+
+        `limit`: how much of the prompt a snapshot may serve (up to its first
+        image). Returns None when nothing was restored (the slot is then as it
+        was). A failed save, load or restore only costs the reuse.
+        """
+        if not self.enabled:
+            return None
+        prefix = prompt[:limit]
+        in_ram, n_ram = self.ram.best(prefix)
+        on_disk, n_disk = self.disk.best(prefix) if self.disk is not None else (None, 0)
+        n_free = max(common_prefix(s.cached, prompt) for s in free)
+        chosen: Snapshot | DiskEntry | None = None
+        n_snap = 0
+        if in_ram is not None and n_ram >= n_disk and n_ram > n_free:
+            chosen, n_snap = in_ram, n_ram
+        elif on_disk is not None and n_disk > n_free:
+            chosen, n_snap = on_disk, n_disk
+        if chosen is not None:
+            # The slot's cache is replaced whole: keep it unless the snapshot already holds it.
+            loses = len(slot.cached) > 0 and not snapshots.extends(chosen.tokens, slot.cached)
+        else:
+            # A prompt the cache holds whole is a retry: only the answer it replaces is lost.
+            shared = common_prefix(slot.cached, prompt)
+            loses = shared < len(slot.cached) and shared < len(prompt)
+        if loses:
+            saved = snapshots.save(ctx, slot.id, slot.cached, private=slot.private)
+            if saved is not None:
+                saved.on_disk = slot.persisted == slot.cached
+                self.keep(saved)
+        if chosen is None:
+            return None
+        started = time.perf_counter()
+        source: CacheSource
+        if isinstance(chosen, Snapshot):
+            self.ram.take(chosen)
+            snapshot, source = chosen, "ram"
+        else:
+            assert self.disk is not None
+            loaded = self.disk.load(chosen)
+            if loaded is None:
+                return None
+            snapshot, source = loaded, "disk"
+        slot.cached.clear()
+        slot.persisted = []
+        slot.private = False
+        if not snapshots.restore(ctx, snapshot, slot.id):
+            return Reuse(0, source, time.perf_counter() - started)
+        slot.cached.extend(snapshot.tokens)
+        slot.private = snapshot.private
+        if snapshot.on_disk:
+            slot.persisted = list(snapshot.tokens)
+        return Reuse(n_snap, source, time.perf_counter() - started)
+
+    def keep(self, snapshot: Snapshot) -> None:
+        """Keep `snapshot` in RAM; what that pushes out goes to disk (unless private or there already)."""
+        for out in self.ram.put(snapshot):
+            if self.disk is not None and not out.on_disk:
+                self.disk.write(out)
+                out.on_disk = True
+
+    def unsaved(self, slots: Sequence[Slot]) -> bool:
+        """Whether anything would be lost if the runner died now (what `persist` would write)."""
+        if self.disk is None:
+            return False
+        return any(_slot_unsaved(s) for s in slots) or any(not s.on_disk and not s.private for s in self.ram.items())
+
+    def persist(self, ctx: Context, slots: Sequence[Slot]) -> None:
+        """Hand the disk writer every idle slot's cache that changed and every RAM snapshot not there yet."""
+        if self.disk is None:
+            return
+        for slot in slots:
+            if not _slot_unsaved(slot):
+                continue
+            saved = snapshots.save(ctx, slot.id, slot.cached, private=False)
+            slot.persisted = list(slot.cached)  # tried: a state llama.cpp cannot give is not asked again
+            if saved is not None:
+                self.disk.write(saved)
+        for snapshot in self.ram.items():
+            if not snapshot.on_disk and not snapshot.private:
+                self.disk.write(snapshot)
+                snapshot.on_disk = True  # offered: one the disk refuses (too large, no room) is not offered again
+
+    def close(self, ctx: Context, slots: Sequence[Slot]) -> None:
+        """Write what is not on disk yet (within `CLOSE_FLUSH_SECONDS`) and stop the writer."""
+        if self.disk is None:
+            return
+        self.persist(ctx, slots)
+        self.disk.close(CLOSE_FLUSH_SECONDS)
+
+
+def _slot_unsaved(slot: Slot) -> bool:
+    return slot.work is None and not slot.private and bool(slot.cached) and slot.cached != slot.persisted
