@@ -15,11 +15,11 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
+from spark.server.console.changes import after_change
 from spark.server.console.inprocess import call_api
-from spark.server.console.live import live_part
-from spark.server.console.render import render, render_fragment
+from spark.server.console.live import live_template
+from spark.server.console.render import render
 from spark.server.console.signin import require_change, require_session
-from spark.server.state import state_of
 
 SEARCH_LIMIT = "30"
 LIVE_KINDS = frozenset({"pull"})
@@ -27,9 +27,13 @@ REDRAW_SECONDS = 5.0
 VERDICTS = {"fits": "fits", "fits_after_unloading": "fits after unloading", "does_not_fit": "does not fit"}
 
 
-async def _pulls(request: Request[Any, Any, Any], *, error: str = "") -> dict[str, Any]:
+async def _pulls(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
     pulls = await call_api(request, "GET", "/api/pulls")
-    return {"pulls": pulls.body if pulls.ok else [], "pull_error": error or ("" if pulls.ok else pulls.error)}
+    return {
+        "pulls": pulls.body if pulls.ok else [],
+        "pull_message": message,
+        "pull_error": error or ("" if pulls.ok else pulls.error),
+    }
 
 
 @get("/discover", media_type=MediaType.HTML)
@@ -77,21 +81,16 @@ async def repo_page(request: Request[Any, Any, Any], org: FromPath[str], name: F
 @get("/discover/live", media_type="text/event-stream")
 async def pulls_live(request: Request[Any, Any, Any]) -> Stream:
     """The downloads again (event `pulls`) as they move."""
-    session = require_session(request)
-
-    async def draw() -> str:
-        return render_fragment("pulls.html", csrf=session.csrf, **await _pulls(request))
-
-    return live_part(state_of(request), LIVE_KINDS, "pulls", draw, REDRAW_SECONDS)
+    return live_template(request, LIVE_KINDS, "pulls", "pulls.html", _pulls, REDRAW_SECONDS)
 
 
 @post("/discover/pulls", media_type=MediaType.HTML, status_code=200)
 async def start_pull(request: Request[Any, Any, Any]) -> Response[Any]:
     """Start downloading a model (`POST /api/pulls`); the answer is the downloads' list."""
     session, form = await require_change(request)
-    started = await call_api(request, "POST", "/api/pulls", body={"spec": form.get("spec", "")})
-    context = await (_pulls(request) if started.ok else _pulls(request, error=started.error))
-    return render(request, "pulls.html", session=session, status_code=started.status, **context)
+    spec = form.get("spec", "")
+    started = await call_api(request, "POST", "/api/pulls", body={"spec": spec})
+    return await after_change(request, session, started, "pulls.html", _pulls, f"Downloading {spec}.")
 
 
 @post("/discover/pulls/{job_id:str}/cancel", media_type=MediaType.HTML, status_code=200)
@@ -99,8 +98,7 @@ async def cancel_pull(request: Request[Any, Any, Any], job_id: FromPath[str]) ->
     """Cancel a download (`DELETE /api/pulls/{id}`)."""
     session, _ = await require_change(request)
     cancelled = await call_api(request, "DELETE", f"/api/pulls/{job_id}")
-    context = await (_pulls(request) if cancelled.ok else _pulls(request, error=cancelled.error))
-    return render(request, "pulls.html", session=session, status_code=cancelled.status, **context)
+    return await after_change(request, session, cancelled, "pulls.html", _pulls, "Cancelled.")
 
 
 DISCOVER_ROUTES = [discover_page, pulls_live, repo_page, start_pull, cancel_pull]

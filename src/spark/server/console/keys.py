@@ -13,6 +13,7 @@ from typing import Any
 from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 
+from spark.server.console.changes import after_change, shown_once
 from spark.server.console.inprocess import call_api
 from spark.server.console.render import render
 from spark.server.console.signin import require_change, require_session
@@ -52,20 +53,16 @@ async def create_key(request: Request[Any, Any, Any]) -> Response[Any]:
     session, form = await require_change(request)
     body = {"name": form.get("name", "").strip(), "zero_retention": form.get("zero_retention") == "on"}
     created = await call_api(request, "POST", "/api/keys", body=body)
-    if not created.ok:
-        return render(request, "key_created.html", session=session, status_code=created.status, error=created.error)
-    host = request.headers.get("host", "localhost:8080")
-    return render(
-        request,
-        "key_created.html",
-        session=session,
-        headers={"HX-Trigger": "keys-changed"},
-        error="",
-        key=created.body["key"],
-        record=created.body["record"],
-        base_url=f"{request.url.scheme}://{host}/v1",
-        model=await _example_model(request),
-    )
+
+    async def secret() -> dict[str, Any]:
+        return {
+            "key": created.body["key"],
+            "record": created.body["record"],
+            "base_url": f"{request.url.scheme}://{request.headers.get('host', 'localhost:8080')}/v1",
+            "model": await _example_model(request),
+        }
+
+    return await shown_once(request, session, created, "key_created.html", "keys-changed", secret)
 
 
 @post("/keys/{name:str}/revoke", media_type=MediaType.HTML, status_code=200)
@@ -73,11 +70,8 @@ async def revoke_key(request: Request[Any, Any, Any], name: FromPath[str]) -> Re
     """Revoke a key (`DELETE /api/keys/{name}`): requests with it are refused from now on."""
     session, _ = await require_change(request)
     revoked = await call_api(request, "DELETE", f"/api/keys/{name}")
-    if not revoked.ok:
-        context = await _keys(request, error=revoked.error)
-    else:
-        context = await _keys(request, message=f"Revoked {name}: requests with it are refused from now on.")
-    return render(request, "keys_table.html", session=session, status_code=revoked.status, **context)
+    done = f"Revoked {name}: requests with it are refused from now on."
+    return await after_change(request, session, revoked, "keys_table.html", _keys, done)
 
 
 KEY_PAGE_ROUTES = [keys_page, keys_table, create_key, revoke_key]

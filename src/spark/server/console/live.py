@@ -10,12 +10,16 @@ every `every` seconds, for what moves without an event (memory, countdowns).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
 
+from litestar import Request
 from litestar.response import Stream
 
 from spark.events import Subscription
+from spark.server.console.render import render_fragment
+from spark.server.console.signin import require_session
 from spark.server.generation import SSE_HEADERS
-from spark.server.state import ServerState
+from spark.server.state import ServerState, state_of
 
 BURST_SECONDS = 0.2  # events this close together are drawn once,
 BURST_EVENTS = 5  # up to this many (a steady flow of events is still drawn)
@@ -35,6 +39,23 @@ def live_part(
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
+
+
+def live_template(
+    request: Request[Any, Any, Any],
+    kinds: frozenset[str],
+    name: str,
+    template: str,
+    context: Callable[[Request[Any, Any, Any]], Awaitable[dict[str, Any]]],
+    every: float,
+) -> Stream:
+    """The stream of a page part drawn with `template` from `context(request)` (the session needed)."""
+    session = require_session(request)
+
+    async def draw() -> str:
+        return render_fragment(template, csrf=session.csrf, **await context(request))
+
+    return live_part(state_of(request), kinds, name, draw, every)
 
 
 async def _messages(

@@ -13,11 +13,11 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
+from spark.server.console.changes import after_change, shown_once
 from spark.server.console.inprocess import call_api
-from spark.server.console.live import live_part
-from spark.server.console.render import render, render_fragment
+from spark.server.console.live import live_template
+from spark.server.console.render import render
 from spark.server.console.signin import require_change, require_session
-from spark.server.state import state_of
 
 LIVE_KINDS = frozenset({"node"})
 REDRAW_SECONDS = 10.0
@@ -52,12 +52,7 @@ async def nodes_table(request: Request[Any, Any, Any]) -> Response[Any]:
 @get("/nodes/live", media_type="text/event-stream")
 async def nodes_live(request: Request[Any, Any, Any]) -> Stream:
     """The table again (event `nodes`) whenever a node's state changes."""
-    session = require_session(request)
-
-    async def draw() -> str:
-        return render_fragment("nodes_table.html", csrf=session.csrf, **await _nodes(request))
-
-    return live_part(state_of(request), LIVE_KINDS, "nodes", draw, REDRAW_SECONDS)
+    return live_template(request, LIVE_KINDS, "nodes", "nodes_table.html", _nodes, REDRAW_SECONDS)
 
 
 @post("/nodes", media_type=MediaType.HTML, status_code=200)
@@ -65,17 +60,11 @@ async def add_node(request: Request[Any, Any, Any]) -> Response[Any]:
     """Add a node (`POST /api/nodes`): the answer shows its join token, once."""
     session, form = await require_change(request)
     added = await call_api(request, "POST", "/api/nodes", body={"name": form.get("name", "").strip()})
-    if not added.ok:
-        return render(request, "node_added.html", session=session, status_code=added.status, error=added.error)
-    return render(
-        request,
-        "node_added.html",
-        session=session,
-        headers={"HX-Trigger": "nodes-changed"},
-        error="",
-        token=added.body["token"],
-        record=added.body["record"],
-    )
+
+    async def secret() -> dict[str, Any]:
+        return {"token": added.body["token"], "record": added.body["record"]}
+
+    return await shown_once(request, session, added, "node_added.html", "nodes-changed", secret)
 
 
 @post("/nodes/{name:str}/{action:str}", media_type=MediaType.HTML, status_code=200)
@@ -97,8 +86,7 @@ async def change_node(request: Request[Any, Any, Any], name: FromPath[str], acti
             status_code=404,
             **await _nodes(request, error=f"There is no action '{action}' for a node: drain, undrain or remove."),
         )
-    context = await (_nodes(request, message=done) if answer.ok else _nodes(request, error=answer.error))
-    return render(request, "nodes_table.html", session=session, status_code=answer.status, **context)
+    return await after_change(request, session, answer, "nodes_table.html", _nodes, done)
 
 
 NODE_PAGE_ROUTES = [nodes_page, nodes_table, nodes_live, add_node, change_node]

@@ -14,11 +14,11 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
+from spark.server.console.changes import after_change
 from spark.server.console.inprocess import call_api
-from spark.server.console.live import live_part
-from spark.server.console.render import render, render_fragment
+from spark.server.console.live import live_template
+from spark.server.console.render import render
 from spark.server.console.signin import require_change, require_session
-from spark.server.state import state_of
 
 LIVE_KINDS = frozenset({"runner", "request"})
 REDRAW_SECONDS = 5.0
@@ -51,12 +51,7 @@ async def runners_page(request: Request[Any, Any, Any]) -> Response[Any]:
 @get("/runners/live", media_type="text/event-stream")
 async def runners_live(request: Request[Any, Any, Any]) -> Stream:
     """The table again (event `runners`) whenever a runner or a request moves."""
-    session = require_session(request)
-
-    async def draw() -> str:
-        return render_fragment("runners_table.html", csrf=session.csrf, **await _runners(request))
-
-    return live_part(state_of(request), LIVE_KINDS, "runners", draw, REDRAW_SECONDS)
+    return live_template(request, LIVE_KINDS, "runners", "runners_table.html", _runners, REDRAW_SECONDS)
 
 
 @post("/runners", media_type=MediaType.HTML, status_code=200)
@@ -69,10 +64,7 @@ async def load_runner(request: Request[Any, Any, Any]) -> Response[Any]:
     if keep_alive:
         body["keep_alive"] = keep_alive
     loaded = await call_api(request, "POST", "/api/runners", body=body)
-    context = await (
-        _runners(request, message=f"Loaded {model}.") if loaded.ok else _runners(request, error=loaded.error)
-    )
-    return render(request, "runners_table.html", session=session, status_code=loaded.status, **context)
+    return await after_change(request, session, loaded, "runners_table.html", _runners, f"Loaded {model}.")
 
 
 @post("/runners/{model:str}/unload", media_type=MediaType.HTML, status_code=200)
@@ -80,10 +72,7 @@ async def unload_runner(request: Request[Any, Any, Any], model: FromPath[str]) -
     """Unload a model now (`DELETE /api/runners/{model}`)."""
     session, _ = await require_change(request)
     unloaded = await call_api(request, "DELETE", f"/api/runners/{model}")
-    context = await (
-        _runners(request, message=f"Unloaded {model}.") if unloaded.ok else _runners(request, error=unloaded.error)
-    )
-    return render(request, "runners_table.html", session=session, status_code=unloaded.status, **context)
+    return await after_change(request, session, unloaded, "runners_table.html", _runners, f"Unloaded {model}.")
 
 
 RUNNER_PAGE_ROUTES = [runners_page, runners_live, load_runner, unload_runner]
