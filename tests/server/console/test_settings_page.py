@@ -15,6 +15,14 @@ def _config(live: LiveServer) -> dict[str, Any]:
     return tomllib.loads(path.read_text()) if path.exists() else {}
 
 
+def _save(page: Any, name: str, value: str, says: str) -> None:
+    """Type `value` into the setting `name`, save it, and wait for the page to say `says` under it."""
+    form = page.locator(f"#setting-{name}")
+    form.get_by_label(name, exact=True).fill(value)
+    form.get_by_role("button", name=f"Save {name}").click()
+    page.locator(f"#setting-{name}").get_by_text(says).wait_for()
+
+
 def test_every_setting_is_listed_with_its_source_and_restart_mark(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/settings")
     forms = page.locator("form.setting")
@@ -30,10 +38,7 @@ def test_every_setting_is_listed_with_its_source_and_restart_mark(page: Any, con
 
 def test_a_live_setting_changes_now_and_is_written_to_config_toml(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/settings")
-    form = page.locator("#setting-max_image_size")
-    form.get_by_label("max_image_size", exact=True).fill("19MiB")
-    form.get_by_role("button", name="Save max_image_size").click()
-    page.locator("#setting-max_image_size").get_by_text("in effect now").wait_for()
+    _save(page, "max_image_size", "19MiB", "in effect now")
     assert _config(console)["max_image_size"] == "19MiB"
     assert console.state.settings.max_image_bytes == 19 * 1024 * 1024
     assert "config.toml" in page.locator("#setting-max_image_size .setting-head").inner_text()
@@ -41,10 +46,7 @@ def test_a_live_setting_changes_now_and_is_written_to_config_toml(page: Any, con
 
 def test_a_restart_setting_is_saved_for_the_next_start(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/settings")
-    form = page.locator("#setting-log_max_mb")
-    form.get_by_label("log_max_mb", exact=True).fill("600")
-    form.get_by_role("button", name="Save log_max_mb").click()
-    page.locator("#setting-log_max_mb").get_by_text("when the server restarts").wait_for()
+    _save(page, "log_max_mb", "600", "when the server restarts")
     assert _config(console)["log_max_mb"] == 600
     page.reload()
     assert "restart to apply" in page.locator("#setting-log_max_mb").inner_text()

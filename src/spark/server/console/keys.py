@@ -17,6 +17,7 @@ from spark.server.console.changes import after_change, shown_once
 from spark.server.console.inprocess import call_api
 from spark.server.console.render import render
 from spark.server.console.signin import require_change, require_session
+from spark.server.state import state_of
 
 CHAT_EXAMPLE_MODEL = "MODEL"  # in the snippets when no chat model is installed
 
@@ -28,9 +29,11 @@ async def _keys(request: Request[Any, Any, Any], *, message: str = "", error: st
 
 
 async def _example_model(request: Request[Any, Any, Any]) -> str:
+    """The model the snippets name: the server's default model when installed, else the first chat model."""
     models = await call_api(request, "GET", "/api/models")
     chat = [m["id"] for m in models.body or [] if not m.get("embedding")] if models.ok else []
-    return chat[0] if chat else CHAT_EXAMPLE_MODEL
+    default = state_of(request).settings.default_model
+    return default if default in chat else chat[0] if chat else CHAT_EXAMPLE_MODEL
 
 
 @get("/keys", media_type=MediaType.HTML)
