@@ -90,7 +90,7 @@ async def start_pull(request: Request[Any, Any, Any]) -> Response[Any]:
     session, form = await require_change(request)
     spec = form.get("spec", "")
     started = await call_api(request, "POST", "/api/pulls", body={"spec": spec})
-    return await after_change(request, session, started, "pulls.html", _pulls, f"Downloading {spec}.")
+    return await after_change(request, session, started, "pulls_changed.html", _pulls, f"Downloading {spec}.")
 
 
 @post("/discover/pulls/{job_id:str}/cancel", media_type=MediaType.HTML, status_code=200)
@@ -98,7 +98,7 @@ async def cancel_pull(request: Request[Any, Any, Any], job_id: FromPath[str]) ->
     """Cancel a download (`DELETE /api/pulls/{id}`)."""
     session, _ = await require_change(request)
     cancelled = await call_api(request, "DELETE", f"/api/pulls/{job_id}")
-    return await after_change(request, session, cancelled, "pulls.html", _pulls, "Cancelled.")
+    return await after_change(request, session, cancelled, "pulls_changed.html", _pulls, "Cancelled.")
 
 
 DISCOVER_ROUTES = [discover_page, pulls_live, repo_page, start_pull, cancel_pull]

@@ -86,7 +86,7 @@ async def change_node(request: Request[Any, Any, Any], name: FromPath[str], acti
             status_code=404,
             **await _nodes(request, error=f"There is no action '{action}' for a node: drain, undrain or remove."),
         )
-    return await after_change(request, session, answer, "nodes_table.html", _nodes, done)
+    return await after_change(request, session, answer, "nodes_changed.html", _nodes, done)
 
 
 NODE_PAGE_ROUTES = [nodes_page, nodes_table, nodes_live, add_node, change_node]
