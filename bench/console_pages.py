@@ -101,6 +101,12 @@ def main() -> None:
                 assert signed.status_code == 303, signed.text
                 pages = {
                     "Models": "/models",
+                    "A model": "/models/tiny-chat",
+                    "Discover": "/discover",
+                    "Runners": "/runners",
+                    "Keys": "/keys",
+                    "Settings": "/settings",
+                    "Nodes": "/nodes",
                     "Requests": "/requests",
                     "Requests, filtered": "/requests?model=tiny-chat&status=error&since=24h",
                     "A request": "/requests/made00500",

@@ -6,7 +6,9 @@ token is written fresh by the server at start to `run_dir/admin.token`,
 readable by its own user only (0600), and accepted only from this machine
 (loopback): it is how `spark ps`, `spark log` and the TUI on the server's
 machine get in when no password is set. Whoever can read it could as well
-stop the server.
+stop the server. A third credential, `console_secret`, is made at start and
+never leaves the server's memory: the web console calls /api/ routes in
+process with it, after checking the browser's session (spark.server.console.inprocess).
 """
 
 from __future__ import annotations
@@ -92,12 +94,15 @@ class AdminAuth:
         self._settings = settings
         self._password = settings.admin_password
         self._token = token
+        self.console_secret = secrets.token_urlsafe(32)
 
     def allows(self, connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
         secret = presented_secret(connection)
         if secret is None:
             return False
         if self._password and _same(secret, self._password):
+            return True
+        if _same(secret, self.console_secret):
             return True
         host = connection.client.host if connection.client else ""
         return _is_loopback(host) and _same(secret, self._token)

@@ -95,7 +95,14 @@ def create_app(settings: Settings) -> Litestar:
     )
     return Litestar(
         route_handlers=[health, api, admin_api, metrics_route(settings, admin), *console_routes()],
-        state=State({"spark": state, "console": ConsoleAuth(settings), "memory": MemorySampler(state.scheduler)}),
+        state=State(
+            {
+                "spark": state,
+                "admin": admin,
+                "console": ConsoleAuth(settings),
+                "memory": MemorySampler(state.scheduler),
+            }
+        ),
         lifespan=[lifespan, sample_memory],
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[add_request_id_headers],

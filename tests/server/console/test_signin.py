@@ -12,7 +12,34 @@ from spark.server.console.render import CSP
 from spark.server.console.sessions import COOKIE, FREE_FAILURES, LoginThrottle
 from spark.settings import load_settings
 
-PAGES = ["/", "/models", "/models/tiny-chat"]
+PAGES = [
+    "/",
+    "/models",
+    "/models/tiny-chat",
+    "/discover",
+    "/discover?q=tiny",
+    "/discover/tiny/TinyLlama-GGUF",
+    "/runners",
+    "/keys",
+    "/settings",
+    "/nodes",
+]
+# the parts htmx fetches or streams
+PARTIALS = ["/keys/table", "/nodes/table", "/runners/live", "/discover/live", "/nodes/live"]
+# every change the console makes, with a form that would do it
+CHANGES = [
+    ("/keys", {"name": "forged"}),
+    ("/keys/tests/revoke", {}),
+    ("/runners", {"model": "tiny-chat"}),
+    ("/runners/tiny-chat/unload", {}),
+    ("/settings", {"name": "max_queue", "value": "1"}),
+    ("/models/tiny-chat/settings", {"context_length": "128"}),
+    ("/models/tiny-chat/remove", {}),
+    ("/discover/pulls", {"spec": "tiny/TinyLlama-GGUF"}),
+    ("/discover/pulls/x/cancel", {}),
+    ("/nodes", {"name": "forged"}),
+    ("/nodes/x/drain", {}),
+]
 
 
 def test_every_page_needs_a_session(console: LiveServer) -> None:
@@ -25,6 +52,37 @@ def test_every_page_needs_a_session(console: LiveServer) -> None:
         # an htmx partial is told where to go instead of being redirected into the page
         r = client.get("/models", headers={"HX-Request": "true"})
         assert r.status_code == 401 and r.headers["hx-redirect"] == "/login?next=/models"
+        for path in PARTIALS:
+            r = client.get(path, headers={"HX-Request": "true"})
+            assert r.status_code == 401 and r.headers["hx-redirect"].startswith("/login"), path
+        for path, form in CHANGES:
+            r = client.post(path, data=form)
+            assert r.status_code == 303 and r.headers["location"].startswith("/login"), path
+
+
+def test_every_change_needs_the_sessions_csrf_token(console: LiveServer) -> None:
+    before = console.state.library.get("tiny-chat").settings
+    keys = {k.name for k in console.state.keys.list()}
+    max_queue = console.state.settings.max_queue
+    with signed_in_client(console) as client:
+        for path, form in CHANGES:
+            for token in ({}, {"csrf": "forged"}):
+                r = client.post(path, data={**form, **token}, headers={"HX-Request": "true"})
+                assert r.status_code == 401, path  # refused before anything is done
+        assert client.get("/models").status_code == 200  # the session itself stands
+    assert console.state.library.get("tiny-chat").settings == before
+    assert {k.name for k in console.state.keys.list()} == keys
+    assert console.state.settings.max_queue == max_queue
+    assert "tiny-chat" in {m.id for m in console.state.library.list()}
+
+
+def test_the_new_pages_keep_the_strict_policy(console: LiveServer) -> None:
+    with signed_in_client(console) as client:
+        for path in ("/runners", "/keys", "/settings", "/nodes", "/discover"):
+            r = client.get(path)
+            assert r.status_code == 200, path
+            assert r.headers["content-security-policy"] == CSP, path
+            assert "<script>" not in r.text and " style=" not in r.text, path  # no inline script or style
 
 
 def test_signing_in_sets_a_strict_http_only_cookie(console: LiveServer) -> None:

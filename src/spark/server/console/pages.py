@@ -1,26 +1,25 @@
-"""The console's pages. Each draws what the admin API serves; changes go through /api/ routes."""
+"""The Models pages: the library, and one model with its memory estimate, its settings and removal.
+
+They draw `GET /api/models` and `GET /api/models/{id}`, and change a model
+with `PATCH /api/models/{id}/settings` and `DELETE /api/models/{id}`, called
+in process (spark.server.console.inprocess).
+"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from litestar import MediaType, Request, Response, get
+from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect
 
-from spark.errors import ModelNotFound
-from spark.server.console.render import render
-from spark.server.console.signin import require_session
-from spark.server.state import state_of
+from spark.server.console.inprocess import call_api
+from spark.server.console.render import SECURITY_HEADERS, render
+from spark.server.console.signin import require_change, require_session
 
-
-def _params(count: int) -> str:
-    if count >= 10**9:
-        return f"{count / 10**9:.1f} B"
-    if count >= 10**6:
-        return f"{count / 10**6:.0f} M"
-    return f"{count / 10**3:.0f} K"
+KV_TYPES = ("f16", "q8_0", "q4_0")
+# the model's own settings the form edits: an empty field goes back to the server's setting
+NUMBERS = ("context_length", "parallel")
 
 
 @get("/", media_type=MediaType.HTML)
@@ -33,27 +32,85 @@ async def index(request: Request[Any, Any, Any]) -> Response[Any]:
 async def models_page(request: Request[Any, Any, Any]) -> Response[Any]:
     """The library: every installed model, and whether it is loaded."""
     session = require_session(request)
-    state = state_of(request)
-    models = await asyncio.to_thread(state.library.list)
-    loaded = {r.model: r for r in state.scheduler.loaded()}
+    models = await call_api(request, "GET", "/api/models")
     return render(
-        request, "models.html", session=session, active="models", models=models, loaded=loaded, params=_params
+        request,
+        "models.html",
+        session=session,
+        active="models",
+        models=models.body if models.ok else [],
+        error="" if models.ok else models.error,
+    )
+
+
+async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -> Response[Any]:
+    session = require_session(request)
+    detail = await call_api(request, "GET", f"/api/models/{model_id}")
+    if detail.status == 404:
+        return render(
+            request, "missing.html", session=session, active="models", status_code=404, what=f"model '{model_id}'"
+        )
+    body = detail.body
+    runner = next((r for r in body["runners"] if r["status"] not in ("failed", "stopped")), None)
+    context: dict[str, Any] = {"message": "", "error": "", "status_code": 200, **extra}
+    return render(
+        request,
+        "model.html",
+        session=session,
+        active="models",
+        m=body["model"],
+        runner=runner,
+        memory=body["memory"],
+        memory_error=body.get("memory_error"),
+        kv_types=KV_TYPES,
+        **context,
     )
 
 
 @get("/models/{model_id:str}", media_type=MediaType.HTML)
 async def model_page(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
-    """One model: metadata, files, settings, and whether it is loaded."""
-    session = require_session(request)
-    state = state_of(request)
-    try:
-        entry = await asyncio.to_thread(state.library.get, model_id)
-    except ModelNotFound:
-        return render(
-            request, "missing.html", session=session, active="models", status_code=404, what=f"model '{model_id}'"
-        )
-    runner = next((r for r in state.scheduler.loaded() if r.model == entry.id), None)
-    return render(request, "model.html", session=session, active="models", m=entry, runner=runner, params=_params)
+    """One model: metadata, files, the memory it would take here now, its settings, remove."""
+    return await _model(request, model_id)
 
 
-PAGE_ROUTES = [index, models_page, model_page]
+def _settings_change(form: dict[str, str]) -> dict[str, Any]:
+    """The form's fields as the admin API's settings change; an empty field: the server's setting."""
+    change: dict[str, Any] = {}
+    for name in NUMBERS:
+        text = form.get(name, "").strip()
+        change[name] = (int(text) if text.isdigit() else text) if text else None  # the API names a bad value
+    prompt = form.get("system_prompt", "")
+    change["system_prompt"] = prompt if prompt.strip() else None
+    keep_alive = form.get("keep_alive", "").strip()
+    change["keep_alive"] = keep_alive or None
+    change["kv_type"] = form.get("kv_type") or None
+    return change
+
+
+@post("/models/{model_id:str}/settings", media_type=MediaType.HTML, status_code=200)
+async def change_model_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
+    """Save the model's own settings (`PATCH /api/models/{id}/settings`); the page again, with the outcome."""
+    _, form = await require_change(request)
+    changed = await call_api(request, "PATCH", f"/api/models/{model_id}/settings", body=_settings_change(form))
+    if not changed.ok:
+        return await _model(request, model_id, error=changed.error, status_code=changed.status)
+    result = changed.body
+    message = "Saved."
+    if result["reload_needed"]:
+        message += f" The loaded runner reloads on its next request ({result['changes']})."
+    return await _model(request, model_id, message=message)
+
+
+@post("/models/{model_id:str}/remove", media_type=MediaType.HTML, status_code=200)
+async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
+    """Remove the model (`DELETE /api/models/{id}`), unloading it first; then back to the library."""
+    _, _ = await require_change(request)
+    removed = await call_api(request, "DELETE", f"/api/models/{model_id}")
+    if not removed.ok:
+        return await _model(request, model_id, error=removed.error, status_code=removed.status)
+    if request.headers.get("hx-request"):
+        return Response("", status_code=200, headers={"HX-Redirect": "/models", **SECURITY_HEADERS})
+    return Redirect("/models", status_code=303, headers=SECURITY_HEADERS)
+
+
+PAGE_ROUTES = [index, models_page, model_page, change_model_settings, remove_model]

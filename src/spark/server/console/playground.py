@@ -24,6 +24,7 @@ from litestar.utils.scope.state import CONNECTION_STATE_KEY
 
 from spark.errors import Forbidden, KeyNotFound, MethodNotAllowed, Unauthorized
 from spark.server.console.auth import ConsoleAuth
+from spark.server.console.inprocess import inner_scope
 from spark.server.console.render import render
 from spark.server.console.sessions import CSRF_HEADER, csrf_matches
 from spark.server.console.signin import require_session
@@ -34,7 +35,6 @@ from spark.store.keys import KeyTable
 CONSOLE_KEY_NAME = "console"
 CHAT_PATH = "/v1/chat/completions"
 # headers of the browser's request that the forwarded one must not carry: its credentials
-_KEPT = ("type", "asgi", "http_version", "scheme", "client", "server")  # of the scope, as a server made it
 _DROPPED = {b"cookie", b"authorization", b"x-api-key", CSRF_HEADER.encode(), REQUEST_ID_HEADER.encode()}
 
 
@@ -87,10 +87,7 @@ async def playground_chat(scope: Scope, receive: Receive, send: Send) -> None:
     request_ids(scope)  # made now, so that the forwarded request shares them (one id in the log and the answer)
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROPPED]
     headers += [(b"authorization", b"Bearer " + secret.encode())]
-    inner: dict[str, Any] = {k: scope[k] for k in _KEPT if k in scope}  # type: ignore[literal-required]  # _KEPT names keys of the scope TypedDict
-    inner.update(
-        method="POST", path=CHAT_PATH, raw_path=CHAT_PATH.encode(), root_path="", query_string=b"", headers=headers
-    )
+    inner = inner_scope(scope, method="POST", path=CHAT_PATH, headers=headers)
     inner["state"] = {k: v for k, v in scope.get("state", {}).items() if k != CONNECTION_STATE_KEY}
 
     async def send_once_tagged(message: Message) -> None:
@@ -99,7 +96,7 @@ async def playground_chat(scope: Scope, receive: Receive, send: Send) -> None:
             message["headers"] = [(k, v) for k, v in message.get("headers", ()) if k != REQUEST_ID_HEADER.encode()]
         await send(message)
 
-    await scope["app"](cast(Scope, inner), receive, send_once_tagged)
+    await scope["app"](inner, receive, send_once_tagged)
 
 
 PLAYGROUND_ROUTES = [playground_page, playground_chat]

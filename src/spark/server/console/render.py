@@ -29,9 +29,14 @@ SECURITY_HEADERS = {
 # The pages, in the order of the navigation bar.
 NAV = [
     ("models", "Models", "/models"),
+    ("discover", "Discover", "/discover"),
+    ("runners", "Runners", "/runners"),
+    ("keys", "Keys", "/keys"),
     ("playground", "Playground", "/playground"),
     ("requests", "Requests", "/requests"),
     ("activity", "Activity", "/activity"),
+    ("settings", "Settings", "/settings"),
+    ("nodes", "Nodes", "/nodes"),
 ]
 
 
@@ -54,6 +59,27 @@ def _ms(value: float | None) -> str:
     return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
 
 
+def parameter_count(count: int) -> str:
+    """A model's parameter count as people write it: 135 M, 7.2 B."""
+    if count >= 10**9:
+        return f"{count / 10**9:.1f} B"
+    if count >= 10**6:
+        return f"{count / 10**6:.0f} M"
+    return f"{count / 10**3:.0f} K"
+
+
+def _duration(seconds: float | None) -> str:
+    """A wait as people read it: 45 s, 4 min 12 s, 2 h 5 min."""
+    if seconds is None:
+        return "–"
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
 _env = SandboxedEnvironment(
     loader=PackageLoader("spark.server.console", "templates"),
     autoescape=True,  # model names, prompts and outputs are shown, never run
@@ -65,6 +91,8 @@ _env.filters["bytes"] = format_bytes
 _env.filters["when"] = _when
 _env.filters["clock"] = _clock
 _env.filters["ms"] = _ms
+_env.filters["duration"] = _duration
+_env.globals["params"] = parameter_count
 
 
 def render(

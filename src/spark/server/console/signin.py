@@ -43,6 +43,15 @@ def require_csrf(request: Request[Any, Any, Any], session: Session, form_token: 
         raise SignInNeeded("/")
 
 
+async def require_change(request: Request[Any, Any, Any]) -> tuple[Session, dict[str, str]]:
+    """A console form's post: the session, its CSRF token checked, and the form's fields."""
+    session = require_session(request)
+    form = await request.form()
+    fields = {key: str(value) for key, value in form.items()}
+    require_csrf(request, session, fields.pop("csrf", None))
+    return session, fields
+
+
 def sign_in_needed(request: Request[Any, Any, Any], exc: SignInNeeded) -> Response[Any]:
     """Full pages go to the sign-in page; htmx partials get 401 and are told where to go."""
     target = login_url(exc.next_path)

@@ -1,0 +1,52 @@
+// Spark console: the little every page shares. Copy buttons (data-copy: the id of the element whose
+// text to copy) and keep-alive countdowns (data-countdown: seconds left when the element was drawn).
+// Copyright the Spark authors; part of Spark, same licence.
+"use strict";
+
+(function () {
+  async function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(text);
+      return;
+    }
+    // plain http on another host has no clipboard API: copy a selection instead
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "offscreen";
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("[data-copy]");
+    if (!button) return;
+    const source = document.getElementById(button.dataset.copy);
+    if (!source) return;
+    try {
+      await copyText(source.textContent);
+      button.textContent = "Copied";
+    } catch (error) {
+      button.textContent = "Select and copy";
+    }
+    setTimeout(() => { button.textContent = "Copy"; }, 2000);
+  });
+
+  function clock(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  }
+
+  setInterval(() => {
+    const now = Date.now();
+    for (const el of document.querySelectorAll("[data-countdown]")) {
+      if (!el.dataset.drawnAt) el.dataset.drawnAt = String(now);
+      const left = Number(el.dataset.countdown) - (now - Number(el.dataset.drawnAt)) / 1000;
+      el.textContent = clock(left);
+    }
+  }, 1000);
+})();

@@ -1,0 +1,75 @@
+"""A model's page in a real browser: its memory estimate here, its own settings changed, removing it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from server.console.helpers import screenshot, sign_in, signed_in_client
+from server.helpers import LiveServer
+from spark.library import Library
+
+
+def test_the_page_shows_the_memory_estimate_with_its_arithmetic(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/models/tiny-chat")
+    memory = page.locator("section", has=page.get_by_role("heading", name="Memory on this machine"))
+    text = memory.inner_text()
+    assert "fits" in text and "Weights" in text and "KV cache" in text
+    assert "needs" in memory.locator(".arithmetic").inner_text()
+
+
+def test_changing_a_models_settings_is_saved_and_a_bad_value_named(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/models/tiny-chat")
+    page.get_by_label("System prompt").fill("You answer in French.")
+    page.get_by_label("Context per slot").fill("256")
+    page.get_by_label("Parallel slots").fill("2")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("Saved.").wait_for()
+    saved = console.state.library.get("tiny-chat").settings
+    assert saved.system_prompt == "You answer in French." and saved.context_length == 256 and saved.parallel == 2
+    page.reload()
+    assert page.get_by_label("Context per slot").input_value() == "256"
+
+    page.get_by_label("KV cache type").select_option("q8_0")  # the tiny model's heads are too small for it
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_role("alert").wait_for()
+    assert "kv_type" in page.get_by_role("alert").inner_text()
+    page.reload()
+
+    page.get_by_label("Parallel slots").fill("lots")
+    page.get_by_role("button", name="Save settings").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert "parallel" in alert.inner_text()
+    # back to the server's settings: empty fields
+    for label in ("System prompt", "Context per slot", "Parallel slots"):
+        page.get_by_label(label).fill("")
+    page.get_by_label("KV cache type").select_option("")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("Saved.").wait_for()
+    saved = console.state.library.get("tiny-chat").settings
+    assert saved.system_prompt is None and saved.context_length is None and saved.kv_type is None
+
+
+def test_removing_a_model_returns_to_the_library_without_it(page: Any, console: LiveServer, tiny_llama: Path) -> None:
+    with Library(console.settings) as library:
+        library.add_local(tiny_llama, model_id="throwaway")
+    sign_in(page, console, "/models/throwaway")
+    assert "stays where it is" in page.locator("section", has_text="Remove").last.inner_text()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Remove throwaway").click()
+    page.wait_for_url(f"{console.url}/models")
+    assert page.locator("tbody tr", has_text="throwaway").count() == 0
+    assert tiny_llama.exists()  # a user's own file is kept
+
+
+def test_removing_a_model_that_is_gone_says_so(console: LiveServer) -> None:
+    with signed_in_client(console) as client:
+        csrf = client.get("/models").text.split('name="csrf" value="')[1].split('"')[0]
+        r = client.post("/models/no-such-model/remove", data={"csrf": csrf})
+        assert r.status_code == 404 and "no-such-model" in r.text
+
+
+def test_screenshots_of_a_model_page_with_its_forms(browser: Any, console: LiveServer) -> None:
+    for shot in screenshot(browser, console, "/models/tiny-chat", "model-tiny"):
+        assert shot.stat().st_size > 5_000
