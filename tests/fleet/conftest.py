@@ -3,6 +3,7 @@
 central: its own model `central-llama`.
 alpha:   `shared-llama`, `alpha-llama`.
 beta:    `shared-llama`, `beta-llama`, and `slow-llama` (one slot; generates for as long as asked).
+Both nodes also have `spread-llama`: slow too, with 4 slots, so that streams overlap.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import pytest
 
 import tiny_gguf
 from fleet.helpers import Fleet, Server
+from runners.helpers import control_token_bias
 from server.helpers import SLOW_CONTEXT, add_slow_model, server_settings
-from spark.library import Library
+from spark.library import Library, ModelSettings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
+from spark.types import SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, fleet_slow
     _install(nodes["beta"].home, tiny_llama, ["shared-llama", "beta-llama"])
     with Library(server_settings(nodes["beta"].home)) as library:
         add_slow_model(library, fleet_slow_llama)
+    for node in nodes.values():
+        with Library(server_settings(node.home)) as library:
+            library.add_local(fleet_slow_llama, model_id="spread-llama")
+            banned = SamplingParams(logit_bias=control_token_bias(fleet_slow_llama))
+            library.update_settings("spread-llama", ModelSettings(context_length=4096, parallel=4, sampling=banned))
     servers = [central, *nodes.values()]
     try:
         central.start()

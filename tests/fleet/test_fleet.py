@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -102,23 +102,32 @@ def test_the_next_turn_lands_on_the_same_node_and_reuses_its_cache(fleet: Fleet)
 
 
 def test_eight_concurrent_clients_spread_over_both_nodes(fleet: Fleet) -> None:
-    barrier = threading.Barrier(8)
-    nodes: list[str] = []
-
-    def one(i: int) -> None:
-        barrier.wait()
-        _, record = chat(
-            fleet, "shared-llama", [{"role": "user", "content": f"Client {i}: count to fifty."}], max_tokens=48
-        )
-        nodes.append(record["node"])
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert len(nodes) == 8
-    assert nodes.count("alpha") >= 2 and nodes.count("beta") >= 2, nodes
+    # eight long streams held open at once (the client reads no further, so each stays in flight
+    # on its node), then closed: the client going away cancels them on the nodes
+    ids = [f"spread-{i}-{uuid.uuid4().hex}" for i in range(8)]
+    with fleet.http() as http, ExitStack() as streams:
+        responses = []
+        for i, request_id in enumerate(ids):
+            body = {
+                "model": "spread-llama",
+                "messages": [{"role": "user", "content": f"Client {i}: count to fifty."}],
+                "max_tokens": 4000,
+                "stream": True,
+            }
+            response = streams.enter_context(
+                http.stream("POST", "/v1/chat/completions", json=body, headers={"x-request-id": request_id})
+            )
+            assert response.status_code == 200
+            responses.append((response, response.iter_lines()))
+            next(responses[-1][1])  # its first frame: it is running
+        in_flight = {n: s["in_flight"] for n, s in fleet.node_states().items()}
+    assert in_flight == {"alpha": 4, "beta": 4}
+    deadline = time.monotonic() + 30
+    while any(s["in_flight"] or s["slots_busy"] for s in fleet.node_states().values()):
+        assert time.monotonic() < deadline, fleet.node_states()
+        time.sleep(0.2)
+    nodes = [fleet.logged(request_id)["node"] for request_id in ids]
+    assert nodes.count("alpha") == 4 and nodes.count("beta") == 4, nodes
 
 
 def test_zero_retention_content_is_kept_on_no_machine(fleet: Fleet) -> None:

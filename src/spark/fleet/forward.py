@@ -10,6 +10,7 @@ The central itself (`LOCAL`) ends the search: the caller serves it.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Final
 
 import httpx
@@ -47,11 +48,13 @@ class Opened:
         attempts: list[Attempt],
         response: httpx.Response | None = None,
         first: bytes = b"",
+        rest: AsyncIterator[bytes] | None = None,
     ) -> None:
         self.choice = choice
         self.attempts = attempts
         self.response = response
         self.first = first
+        self.rest = rest  # a stream's bytes after `first`
 
     @property
     def local(self) -> bool:
@@ -116,10 +119,10 @@ async def open_routed(
                 await response.aclose()
                 outcome = f"answered {response.status_code}"
             else:
-                first = await _first_bytes(response, stream)
+                first, rest = await _first_bytes(response, stream)
                 attempts.append(Attempt(choice.name, "ok", _ms(started)))
                 registry.succeeded(choice.name)
-                return Opened(choice, attempts, response, first)
+                return Opened(choice, attempts, response, first, rest)
         except httpx.HTTPError as e:
             outcome, unreachable = why(e), isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
         registry.ended(choice.name)
@@ -130,15 +133,17 @@ async def open_routed(
     raise Unrouted(f"No node could take the request (tried {tried}; {last_error}).", attempts)
 
 
-async def _first_bytes(response: httpx.Response, stream: bool) -> bytes:
-    """A stream's first bytes, or a whole body (an answer that fails here goes elsewhere)."""
+async def _first_bytes(response: httpx.Response, stream: bool) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """A stream's first bytes and the rest to read, or a whole body (an answer that fails here
+    goes elsewhere)."""
     try:
         if not stream or response.status_code != 200:
-            return await response.aread()
-        async for chunk in response.aiter_raw():
+            return await response.aread(), None
+        chunks = response.aiter_raw()
+        async for chunk in chunks:
             if chunk:
-                return chunk
-        return b""
+                return chunk, chunks
+        return b"", None
     except BaseException:
         await response.aclose()
         raise

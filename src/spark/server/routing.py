@@ -13,7 +13,7 @@ request is logged as failed on that node; it is never sent again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -21,6 +21,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
+from litestar.types import Scope
 
 from spark.api.common import finish_reason_in, usage_in
 from spark.errors import NodeUnavailable, SparkError
@@ -28,6 +29,7 @@ from spark.fleet.forward import Opened, Unrouted, open_routed
 from spark.fleet.registry import Registry, why
 from spark.fleet.report import capacity
 from spark.fleet.routing import LOCAL, Choice, Place, affinity_key, choose
+from spark.server.errors import internal_error, log_unexpected
 from spark.server.generation import SSE_HEADERS
 from spark.server.recorder import RequestRecorder, recorder_of
 from spark.server.request_ids import NODE_ID_HEADER, ROUTED_STATE, request_ids
@@ -96,7 +98,7 @@ async def routed_response(
         return None
     if not stream or opened.response is None or opened.response.status_code != 200:
         return _whole(registry, opened, recorder)
-    return _relay(registry, opened, recorder, fail)
+    return _relay(request.scope, registry, opened, recorder, fail)
 
 
 def _whole(registry: Registry, opened: Opened, recorder: RequestRecorder | None) -> Response[bytes]:
@@ -117,7 +119,24 @@ def _whole(registry: Registry, opened: Opened, recorder: RequestRecorder | None)
     )
 
 
+async def _chunks(opened: Opened) -> AsyncIterator[bytes]:
+    """The first bytes, then the rest as the node sends them."""
+    yield b""
+    if opened.rest is not None:
+        async for chunk in opened.rest:
+            yield chunk
+
+
+def _broken_off(scope: Scope, name: str, error: Exception) -> SparkError:
+    """What the client is told when a relayed stream breaks off."""
+    if isinstance(error, httpx.HTTPError):
+        return NodeUnavailable(f"The fleet node '{name}' stopped answering during the response ({why(error)}).")
+    log_unexpected(scope, error)
+    return internal_error(scope)
+
+
 def _relay(
+    scope: Scope,
     registry: Registry,
     opened: Opened,
     recorder: RequestRecorder | None,
@@ -137,32 +156,26 @@ def _relay(
 
     async def frames() -> AsyncGenerator[bytes, None]:
         numbers = _Numbers()
-        pending = b""
-        chunks = response.aiter_raw()
-        chunk = opened.first
+        pending = opened.first
         try:
-            while True:
-                data = pending + chunk
-                cut = data.rfind(b"\n\n") + 2
-                if cut >= 2:
-                    out, pending = data[:cut], data[cut:]
-                    numbers.feed(out)
-                    if recorder is not None:
-                        recorder.relayed_output()
-                    yield out
-                else:
-                    pending = data
-                try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+            async for chunk in _chunks(opened):
+                pending += chunk
+                cut = pending.rfind(b"\n\n") + 2  # whole SSE frames only, so an error frame can follow
+                if cut < 2:
+                    continue
+                out, pending = pending[:cut], pending[cut:]
+                numbers.feed(out)
+                if recorder is not None:
+                    recorder.relayed_output()
+                yield out
             if pending:
                 yield pending
             if recorder is not None:
                 recorder.relayed(numbers.usage, numbers.finish_reason)
-        except httpx.HTTPError as e:
-            error = NodeUnavailable(f"The fleet node '{name}' stopped answering during the response ({why(e)}).")
-            registry.failed(name, why(e), unreachable=True)
+        except Exception as e:
+            error = _broken_off(scope, name, e)
+            if isinstance(e, httpx.HTTPError):
+                registry.failed(name, why(e), unreachable=True)
             if recorder is not None:
                 recorder.failed(error)
             if fail is not None:
