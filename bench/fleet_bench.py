@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fleet.helpers import Fleet, Server  # noqa: E402  (the test suite's own fleet)
+from fleet.helpers import Fleet, Server, stop_all  # noqa: E402  (the test suite's own fleet)
 
 MODEL = "bench-llama"
 WARMUP = 10
@@ -173,8 +173,7 @@ def main() -> None:
             overhead(fleet, node_key, args.requests)
             cache_share(fleet, args.conversations, args.turns)
         finally:
-            for server in (fleet.central, *fleet.nodes.values()):
-                server.stop()
+            stop_all([fleet.central, *fleet.nodes.values()])
 
 
 if __name__ == "__main__":

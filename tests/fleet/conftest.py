@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tiny_gguf
-from fleet.helpers import Fleet, Server
+from fleet.helpers import Fleet, Server, stop_all
 from runners.helpers import control_token_bias
 from server.helpers import SLOW_CONTEXT, add_slow_model, server_settings
 from spark.library import Library, ModelSettings
@@ -42,18 +42,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, fleet_slow
     keys = KeyTable(Database(server_settings(central.home).db_path))
     key, zr_key = keys.create("tests")[1], keys.create("private", zero_retention=True)[1]
     nodes = {name: Server(name, tmp_path_factory.mktemp(name)) for name in ("alpha", "beta")}
-    _install(nodes["alpha"].home, tiny_llama, ["shared-llama", "alpha-llama"])
-    _install(nodes["beta"].home, tiny_llama, ["shared-llama", "beta-llama"])
-    with Library(server_settings(nodes["beta"].home)) as library:
-        add_slow_model(library, fleet_slow_llama)
-    for node in nodes.values():
-        with Library(server_settings(node.home)) as library:
-            library.add_local(fleet_slow_llama, model_id="spread-llama")
-            banned = SamplingParams(logit_bias=control_token_bias(fleet_slow_llama))
-            library.update_settings("spread-llama", ModelSettings(context_length=4096, parallel=4, sampling=banned))
     servers = [central, *nodes.values()]
     try:
-        central.start()
+        central.spawn()  # it starts while the nodes' libraries are filled
+        _install(nodes["alpha"].home, tiny_llama, ["shared-llama", "alpha-llama"])
+        _install(nodes["beta"].home, tiny_llama, ["shared-llama", "beta-llama"])
+        with Library(server_settings(nodes["beta"].home)) as library:
+            add_slow_model(library, fleet_slow_llama)
+        for node in nodes.values():
+            with Library(server_settings(node.home)) as library:
+                library.add_local(fleet_slow_llama, model_id="spread-llama")
+                banned = SamplingParams(logit_bias=control_token_bias(fleet_slow_llama))
+                library.update_settings("spread-llama", ModelSettings(context_length=4096, parallel=4, sampling=banned))
+        central.wait_healthy()
         fleet = Fleet(central, nodes, key, zr_key)
         with central.admin() as admin:
             for name, node in nodes.items():
@@ -61,10 +62,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, fleet_slow
                 assert created.status_code == 201, created.text
                 node.args = ["--join", central.url, "--token", created.json()["token"]]
         for node in nodes.values():
-            node.start()
-        for name in nodes:
+            node.spawn()
+        for name, node in nodes.items():
+            node.wait_healthy()
             fleet.wait_state(name, "ready")
         yield fleet
     finally:
-        for server in servers:
-            server.stop()
+        stop_all(servers)

@@ -51,9 +51,14 @@ class Server:
             "SPARK_ADMIN_PASSWORD": ADMIN_PASSWORD,
             "SPARK_NODE_REPORT_INTERVAL": REPORT_INTERVAL,
             "SPARK_KEEP_ALIVE": "-1",
+            "SPARK_HF_ENDPOINT": "http://127.0.0.1:9",  # nothing listens: pulls fail at once, offline
         }
 
     def start(self) -> None:
+        self.spawn()
+        self.wait_healthy()
+
+    def spawn(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "spark", "serve", "--port", str(self.port), *self.args],
@@ -62,6 +67,9 @@ class Server:
                 env=self.env(),
                 start_new_session=True,
             )
+
+    def wait_healthy(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"{self.name} exited:\n{self.log_path.read_text()}"
@@ -80,15 +88,27 @@ class Server:
             self.proc.wait(10)
 
     def stop(self) -> None:
+        self.terminate()
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def admin(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN_PASSWORD}"}, timeout=60)
+
+
+def stop_all(servers: list[Server]) -> None:
+    """Stop the servers together (each takes a moment to shut down)."""
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.stop()
 
 
 @dataclass

@@ -165,6 +165,20 @@ def test_a_drained_node_gets_no_new_requests(fleet: Fleet) -> None:
         assert undrained.json()["state"] == "ready"
 
 
+def test_a_pull_runs_on_the_node_the_central_names(fleet: Fleet) -> None:
+    with fleet.central.admin() as admin:
+        started = admin.post("/api/nodes/alpha/pulls", json={"spec": "org/repo"})
+        assert started.status_code == 202, started.text
+        job = started.json()
+        with fleet.nodes["alpha"].admin() as node:  # the job is the node's own
+            assert node.get(f"/api/pulls/{job['id']}").status_code == 200
+        followed = admin.get(f"/api/nodes/alpha/pulls/{job['id']}")
+        assert followed.status_code == 200 and followed.json()["id"] == job["id"]
+        assert admin.get("/api/pulls").json() == []  # nothing ran on the central
+        bad = admin.post("/api/nodes/alpha/pulls", json={"nope": 1})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "nope"
+
+
 def test_a_killed_node_is_skipped_before_the_first_byte_and_comes_back(fleet: Fleet) -> None:
     first = [{"role": "system", "content": f"Failover {uuid.uuid4().hex}."}, USER]
     response, record = chat(fleet, "shared-llama", first)
