@@ -14,13 +14,22 @@ from spark.events import NODE_STATE, EventBus
 from spark.fleet.registry import BREAKER_FAILURES, Registry
 from spark.fleet.report import Capacity, InstalledModel
 from spark.store.db import Database
-from spark.store.nodes import NodeTable
+from spark.store.nodes import NodeRecord, NodeTable
 
 REPORT = Capacity(models=[InstalledModel("m", 100)], slots_free=4)
 
 
 def registry(tmp_path: Path, report_seconds: float = 10.0) -> Registry:
     return Registry(NodeTable(Database(tmp_path / "spark.db")), EventBus(), report_seconds)
+
+
+def ready_node(fleet: Registry) -> NodeRecord:
+    """A node 'gpu' that joined and reported."""
+    _, token = fleet.add("gpu")
+    node = fleet.authenticate(token)
+    fleet.join(node, "http://127.0.0.1:9")
+    fleet.report(node, REPORT)
+    return node
 
 
 def test_a_node_is_pending_until_it_joins_then_ready_once_it_reports(tmp_path: Path) -> None:
@@ -77,10 +86,7 @@ def test_missed_reports_make_a_node_not_ready_then_unreachable(tmp_path: Path) -
 
 def test_repeated_failures_open_the_breaker(tmp_path: Path) -> None:
     fleet = registry(tmp_path)
-    _, token = fleet.add("gpu")
-    node = fleet.authenticate(token)
-    fleet.join(node, "http://127.0.0.1:9")
-    fleet.report(node, REPORT)
+    node = ready_node(fleet)
     for _ in range(BREAKER_FAILURES - 1):
         fleet.failed("gpu", "answered 503", unreachable=False)
     assert fleet.view("gpu").state == "ready"
@@ -93,10 +99,7 @@ def test_repeated_failures_open_the_breaker(tmp_path: Path) -> None:
 
 def test_a_connection_failure_marks_it_unreachable_at_once(tmp_path: Path) -> None:
     fleet = registry(tmp_path)
-    _, token = fleet.add("gpu")
-    node = fleet.authenticate(token)
-    fleet.join(node, "http://127.0.0.1:9")
-    fleet.report(node, REPORT)
+    ready_node(fleet)
     fleet.failed("gpu", "cannot connect", unreachable=True)
     assert (fleet.view("gpu").state, fleet.view("gpu").reason) == ("unreachable", "cannot connect")
 
@@ -105,10 +108,7 @@ def test_draining_and_state_events(tmp_path: Path) -> None:
     async def run() -> list[dict[str, object]]:
         fleet = registry(tmp_path)
         events = fleet.events.subscribe(frozenset({NODE_STATE}))
-        _, token = fleet.add("gpu")
-        node = fleet.authenticate(token)
-        fleet.join(node, "http://127.0.0.1:9")
-        fleet.report(node, REPORT)
+        ready_node(fleet)
         assert fleet.set_draining("gpu", True).state == "draining" and fleet.places() == []
         assert fleet.set_draining("gpu", False).state == "ready" and fleet.places()
         fleet.remove("gpu")
@@ -126,12 +126,9 @@ def test_draining_and_state_events(tmp_path: Path) -> None:
 
 def test_nodes_persist_and_need_a_new_report_after_a_restart(tmp_path: Path) -> None:
     fleet = registry(tmp_path)
-    _, token = fleet.add("gpu")
-    node = fleet.authenticate(token)
-    fleet.join(node, "http://127.0.0.1:9")
-    fleet.report(node, REPORT)
+    node = ready_node(fleet)
     fleet.set_draining("gpu", True)
     again = registry(tmp_path)
     view = again.view("gpu")
     assert view.url == "http://127.0.0.1:9" and view.state == "draining"
-    assert again.authenticate(token).name == "gpu"
+    assert again.target("gpu") == fleet.target(node.name)
