@@ -88,6 +88,23 @@ def test_a_request_goes_to_the_node_that_has_its_model(fleet: Fleet) -> None:
             assert record["completion_tokens"] == 8
 
 
+def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> None:
+    request_id = f"test-{uuid.uuid4().hex}"
+    body = {"model": "beta-llama", "messages": [USER], "max_tokens": 8, "stream": True}
+    headers = {"x-api-key": fleet.key, "anthropic-version": "2023-06-01", "x-request-id": request_id}
+    with (
+        httpx.Client(base_url=fleet.central.url, timeout=60) as http,
+        http.stream("POST", "/v1/messages", json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        events = [line.removeprefix("event: ") for line in response.iter_lines() if line.startswith("event:")]
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    record = fleet.logged(request_id)
+    assert record["node"] == "beta" and record["status"] == 200
+    assert record["prompt_tokens"] > 0 and record["completion_tokens"] == 8
+    assert record["finish_reason"] == "max_tokens" and record["ttft_ms"] is not None
+
+
 def test_the_next_turn_lands_on_the_same_node_and_reuses_its_cache(fleet: Fleet) -> None:
     first = [{"role": "system", "content": f"Conversation {uuid.uuid4().hex}."}, USER]
     response, record = chat(fleet, "shared-llama", first, max_tokens=16)
