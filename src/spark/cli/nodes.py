@@ -113,7 +113,7 @@ def pull(
     name: str = typer.Argument(..., help="The node's name."),
     spec: str = typer.Argument(..., help="What to pull: org/repo, org/repo:QUANT, org/repo/file.gguf or a Hub URL."),
 ) -> None:
-    """Pull a model onto the node (a job on the node; its progress: the node's `spark ps` or /api/pulls)."""
+    """Pull a model onto the node: a job that runs there (follow it at /api/nodes/NAME/pulls/ID)."""
     job = _node(_client().post(_path(name, "pulls"), {"spec": spec}))
     typer.echo(f"Pulling {spec} on '{name}' (job {job.get('id')}).")
 
