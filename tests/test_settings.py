@@ -116,6 +116,7 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
         "load_wait",
         "hang_timeout",
         "load_timeout",
+        "node_report_interval",
     }
     assert {n for n, x in f.items() if SIZE in x.traits} == {
         "max_body_size",
@@ -125,9 +126,22 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
         "snapshot_ram",
         "snapshot_disk",
     }
-    assert {n for n, x in f.items() if SECRET in x.traits} == {"admin_password", "hf_token"}
+    assert {n for n, x in f.items() if SECRET in x.traits} == {"admin_password", "hf_token", "node_token"}
     assert RESTART in f["port"].traits and RESTART not in f["keep_alive"].traits
     assert (f["port"].ge, f["port"].le, f["parallel"].ge, f["threads"].ge, f["host"].ge) == (1, 65535, 1, 0, None)
+
+
+def test_a_fleet_node_needs_an_http_central_and_a_token() -> None:
+    with pytest.raises(SettingsError, match="node_token must be set with central") as e:
+        load_settings(env={"SPARK_CENTRAL": "http://127.0.0.1:8080"})
+    assert e.value.param == "node_token"
+    with pytest.raises(SettingsError, match="central must be an http") as e:
+        load_settings(env={"SPARK_CENTRAL": "central:8080", "SPARK_NODE_TOKEN": "t"})
+    assert e.value.param == "central"
+    with pytest.raises(SettingsError, match="advertise_url must be an http"):
+        load_settings(env={"SPARK_ADVERTISE_URL": "gpu-box"})
+    ok = load_settings(env={"SPARK_CENTRAL": "http://127.0.0.1:8080", "SPARK_NODE_TOKEN": "t"})
+    assert ok.central == "http://127.0.0.1:8080" and ok.node_report_seconds == 2.0
 
 
 def test_durations_and_sizes_may_be_plain_numbers(spark_home: Path) -> None:

@@ -201,6 +201,20 @@ class KeyNotFound(SparkError):
     code = "key_not_found"
 
 
+class NodeNotFound(SparkError):
+    """No fleet node has the name asked for (admin API, `spark nodes`)."""
+
+    status = 404
+    code = "node_not_found"
+
+
+class NodeUnavailable(SparkError):
+    """A fleet node could not take a routed request, or stopped answering during it."""
+
+    status = 502
+    code = "node_unavailable"
+
+
 class RunnerNotFound(SparkError):
     """The model asked for is installed but not loaded (admin API)."""
 

@@ -217,6 +217,44 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ),
         RESTART,
     ] = "key"
+    central: Annotated[
+        str,
+        _doc(
+            "URL of the central Spark server this one joins as a fleet node (e.g. http://central:8080), "
+            "with node_token. Empty: not a node."
+        ),
+        RESTART,
+    ] = ""
+    node_token: Annotated[
+        str,
+        _doc("Join token this node presents to its central (from `spark nodes add NAME` on the central)."),
+        SECRET,
+        RESTART,
+    ] = ""
+    advertise_url: Annotated[
+        str,
+        _doc(
+            "URL the central reaches this node at (e.g. http://gpu-box:8080 or an https reverse proxy). "
+            "Empty: this machine's address toward the central and the port it listens on."
+        ),
+        RESTART,
+    ] = ""
+    fleet_affinity: Annotated[
+        bool,
+        _doc(
+            "On a fleet central: send a conversation's next turn to the place that served it last, "
+            "where its KV cache is. Off: every request goes to the best place by load alone."
+        ),
+    ] = True
+    node_report_interval: Annotated[
+        str,
+        _doc(
+            "How often a node reports its models and load to its central; the central marks a node "
+            "not ready after 3 missed reports."
+        ),
+        DURATION,
+        RESTART,
+    ] = "2s"
 
     # --- derived paths ------------------------------------------------------
     @property
@@ -279,6 +317,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def request_timeout_seconds(self) -> float | None:
         """The request time limit; None when there is none."""
         return parse_duration(self.request_timeout, "request_timeout") or None
+
+    @property
+    def node_report_seconds(self) -> float:
+        return max(0.1, parse_duration(self.node_report_interval, "node_report_interval"))
 
     @property
     def max_image_bytes(self) -> int:
@@ -407,6 +449,11 @@ def _validate(s: Settings, source_of: typing.Mapping[str, str], fallback: str = 
     for key in _NOT_NEGATIVE_DURATIONS:
         if parse_duration(getattr(s, key), key) < 0:
             fail(key, f"must not be negative, not {getattr(s, key)!r}")
+    for key in ("central", "advertise_url"):
+        if getattr(s, key) and not getattr(s, key).startswith(("http://", "https://")):
+            fail(key, f"must be an http:// or https:// URL, not {getattr(s, key)!r}")
+    if s.central and not s.node_token:
+        fail("node_token", "must be set with central: the join token from `spark nodes add NAME` on the central")
 
 
 def config_path(env: typing.Mapping[str, str] | None = None) -> Path:

@@ -19,6 +19,7 @@ import msgspec
 # The steps Spark records, in the order they usually happen.
 RECEIVED: Final = "received"
 AUTHENTICATED: Final = "authenticated"
+ROUTED: Final = "routed"  # a fleet central chose a place: `node`, `reason`, and each of its `tries`
 QUEUED: Final = "queued"  # admitted for a model; `position`: requests ahead of it beyond the slots
 MEMORY_WAIT: Final = "memory_wait"  # the model fits only once busy models finish
 PLACEMENT: Final = "placement"  # where the model goes, and what was unloaded to make room

@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from spark.errors import InvalidRequest, SettingsError
-from spark.types import ContentPart, ImagePart, TextPart, Tool, ToolChoice
+from spark.types import ContentPart, ImagePart, TextPart, Tool, ToolChoice, Usage
 from spark.units import parse_duration
 
 T = TypeVar("T")
@@ -44,6 +44,7 @@ class ModelEntry(msgspec.Struct, frozen=True):
     created: int  # unix seconds: when it was installed
     loaded: bool = False
     info: dict[str, Any] = {}  # Spark's details (size, quantization, context length, ...)
+    owned_by: str = "spark"  # on a fleet central, which servers have it ("spark", "spark,gpu-box", ...)
 
 
 class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
@@ -227,3 +228,46 @@ def sse(payload: bytes, event: str | None = None) -> bytes:
     if event is None:
         return b"data: " + payload + b"\n\n"
     return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
+
+
+# --- reading answers (a fleet central relays a node's answer and logs its numbers) --------
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def usage_in(payload: object) -> Usage | None:
+    """The token counts in an OpenAI or Anthropic answer, or in one of their stream events
+    (Anthropic's `message_start` nests them in its message); None when it carries none.
+
+    Anthropic's `input_tokens` excludes the cached prompt tokens, so the prompt is their sum.
+    """
+    if not isinstance(payload, dict):
+        return None
+    usage = payload.get("usage")
+    message = payload.get("message")
+    if not isinstance(usage, dict) and isinstance(message, dict):
+        usage = message.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    if "input_tokens" in usage or "output_tokens" in usage:
+        cached = _count(usage.get("cache_read_input_tokens"))
+        return Usage(_count(usage.get("input_tokens")) + cached, _count(usage.get("output_tokens")), cached)
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), cached)
+
+
+def finish_reason_in(payload: object) -> str | None:
+    """The finish reason an OpenAI or Anthropic answer or stream event gives, if any."""
+    if not isinstance(payload, dict):
+        return None
+    choices = payload.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    for holder in (payload, payload.get("delta")):
+        if isinstance(holder, dict) and isinstance(holder.get("stop_reason"), str):
+            return str(holder["stop_reason"])
+    return None

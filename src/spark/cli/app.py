@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 import spark
-from spark.cli import doctor, keys, log, models, ps, run, serve
+from spark.cli import doctor, keys, log, models, nodes, ps, run, serve
 
 app = typer.Typer(
     name="spark",
@@ -28,6 +28,7 @@ app.command()(models.rm)
 app.command()(ps.ps)
 app.command()(ps.stop)
 app.add_typer(keys.keys_app, name="keys")
+app.add_typer(nodes.nodes_app, name="nodes")
 app.command("log")(log.log_command)
 app.command()(doctor.doctor)
 
@@ -50,4 +51,4 @@ def _root(
     Without a command, starts the server like `spark serve`.
     """
     if ctx.invoked_subcommand is None:
-        serve.serve(host=None, port=None)
+        serve.serve(host=None, port=None, join=None, token=None)

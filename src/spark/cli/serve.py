@@ -14,9 +14,16 @@ def serve(
         None, "--host", help="Address to listen on (default 127.0.0.1; 0.0.0.0 serves the network)."
     ),
     port: int | None = typer.Option(None, "--port", help="Port to listen on (default 8080)."),
+    join: str | None = typer.Option(
+        None, "--join", help="Join the fleet of the central Spark at this URL as a node (SPARK_CENTRAL)."
+    ),
+    token: str | None = typer.Option(
+        None, "--token", help="The join token from `spark nodes add NAME` on the central (SPARK_NODE_TOKEN)."
+    ),
 ) -> None:
     """Start the API server (OpenAI and Anthropic APIs under /v1). Stop it with Ctrl-C."""
-    overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    given = (("host", host), ("port", port), ("central", join), ("node_token", token))
+    overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
     settings = load_settings(**overrides)
     # imported here so that other commands do not pay for loading the web stack
     from spark.server.run import serve as run_server

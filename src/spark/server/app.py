@@ -25,10 +25,12 @@ from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
 from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
 from spark.server.routes.admin import ADMIN_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
+from spark.server.routes.fleet import FLEET_ROUTES
 from spark.server.routes.keys import KEY_ROUTES
 from spark.server.routes.library import LIBRARY_ROUTES
 from spark.server.routes.memory import MEMORY_ROUTES
 from spark.server.routes.metrics import metrics_route
+from spark.server.routes.nodes import NODE_ROUTES
 from spark.server.routes.runners import RUNNER_ROUTES
 from spark.server.routes.settings import SETTINGS_ROUTES
 from spark.server.state import ServerState
@@ -45,6 +47,7 @@ ADMIN_API_ROUTES = [
     *EVENT_ROUTES,
     *LIBRARY_ROUTES,
     *MEMORY_ROUTES,
+    *NODE_ROUTES,
 ]
 
 
@@ -54,14 +57,21 @@ def create_app(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        flusher = asyncio.create_task(_flush_key_uses(state), name="flush key uses")
+        tasks = [
+            asyncio.create_task(_flush_key_uses(state), name="flush key uses"),
+            asyncio.create_task(_sweep_nodes(state), name="fleet health"),
+        ]
+        if state.member is not None:
+            tasks.append(asyncio.create_task(_join_central(state), name="fleet membership"))
         state.scheduler.start()
         try:
             yield
         finally:
-            flusher.cancel()
-            with suppress(asyncio.CancelledError):
-                await flusher
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with suppress(asyncio.CancelledError):
+                    await task
             await state.close()
 
     api = Router(
@@ -71,6 +81,8 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[log_requests],
         include_in_schema=False,  # OpenAI's and Anthropic's references describe them
     )
+    # node <-> central calls: each handler checks the fleet's own credentials (spark.server.routes.fleet)
+    fleet = Router("/fleet", route_handlers=FLEET_ROUTES, include_in_schema=False)
     admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
     admin_api = Router("/api", route_handlers=ADMIN_API_ROUTES, guards=[admin.guard, same_origin_guard])
     # the OpenAPI schema of /api/ only, for the admin API's users (same guard)
@@ -94,7 +106,7 @@ def create_app(settings: Settings) -> Litestar:
         else None
     )
     return Litestar(
-        route_handlers=[health, api, admin_api, metrics_route(settings, admin), *console_routes()],
+        route_handlers=[health, api, admin_api, fleet, metrics_route(settings, admin), *console_routes()],
         state=State(
             {
                 "spark": state,
@@ -120,3 +132,22 @@ async def _flush_key_uses(state: ServerState) -> None:
             await asyncio.to_thread(state.keys.flush_uses)
         except Exception:
             log.exception("could not record API key uses")
+
+
+async def _sweep_nodes(state: ServerState) -> None:
+    """The fleet's health checks, at the nodes' report pace."""
+    while True:
+        await asyncio.sleep(state.settings.node_report_seconds)
+        try:
+            await state.fleet.sweep(state.fleet_client)
+        except Exception:
+            log.exception("could not check the fleet's nodes")
+
+
+async def _join_central(state: ServerState) -> None:
+    assert state.member is not None
+    url = state.settings.advertise_url
+    if not url:
+        log.error("fleet: cannot join %s: advertise_url is not set", state.member.central)
+        return
+    await state.member.run(url)

@@ -9,11 +9,14 @@ from litestar.datastructures import Headers
 from litestar.handlers import BaseRouteHandler
 
 from spark.errors import Unauthorized
+from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
 from spark.server.recorder import recorder_of
-from spark.server.state import state_of
+from spark.server.request_ids import ROUTED_STATE
+from spark.server.state import ServerState, state_of
 from spark.store.keys import ApiKey, KeyTable
 
 _STATE_KEY = "spark.api_key"
+CENTRAL_KEY_NAME = "central"  # how a node's log names requests its central routed to it
 _HOW = "send it as `Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` (Anthropic clients)"
 
 
@@ -29,8 +32,19 @@ def presented_key(headers: Headers) -> str | None:
 
 
 def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: refuse a request without a valid key (`Unauthorized`); attach the key's record."""
-    keys = state_of(connection).keys
+    """Guard: refuse a request without a valid key (`Unauthorized`); attach the key's record.
+
+    On a fleet node, a request routed by its central carries the central's route secret
+    instead, and says whether its client's key is zero-retention.
+    """
+    state = state_of(connection)
+    if (central := _routed_key(state, connection.headers)) is not None:
+        connection.scope["state"][_STATE_KEY] = central
+        connection.scope["state"][ROUTED_STATE] = True
+        if (recorder := recorder_of(connection.scope)) is not None:
+            recorder.authenticated(central)
+        return
+    keys = state.keys
     secret = presented_key(connection.headers)
     record = keys.verify(secret) if secret is not None else None
     if record is None:
@@ -39,6 +53,19 @@ def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHand
     keys.note_use(record.name)
     if (recorder := recorder_of(connection.scope)) is not None:
         recorder.authenticated(record)
+
+
+def _routed_key(state: ServerState, headers: Headers) -> ApiKey | None:
+    """The central's stand-in key, when this node's central sent the request."""
+    member = state.member
+    if member is None or not member.trusts(headers.get(ROUTE_HEADER)):
+        return None
+    return ApiKey(
+        name=CENTRAL_KEY_NAME,
+        prefix=CENTRAL_KEY_NAME,
+        created_at=0.0,
+        zero_retention=headers.get(ZERO_RETENTION_HEADER) == "1",
+    )
 
 
 def api_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey:

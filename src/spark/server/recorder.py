@@ -76,6 +76,8 @@ class RequestRecorder:
         self._finish_reason: FinishReason | None = None
         self._ended = False  # a Done, Embeddings or token count arrived
         self._first_token_ms: float | None = None
+        self.node = LOCAL_NODE  # where it was served: this server, or the fleet node it was routed to
+        self._relayed_reason: str | None = None  # a node's finish reason, in its API's words
 
     @property
     def keeps_content(self) -> bool:
@@ -158,6 +160,26 @@ class RequestRecorder:
         elif isinstance(event, Failed):
             self.failed(from_info(event.error))
 
+    def routed(self, node: str | None, reason: str, attempts: list[dict[str, object]], **details: object) -> None:
+        """The fleet's routing decision (`node` None: no place took it), with every try."""
+        if node is not None:
+            self.node = node
+        self.trace.step(steps.ROUTED, node=node, reason=reason, tries=attempts, **details)
+
+    def relayed_output(self) -> None:
+        """The first bytes of a routed answer reached the client."""
+        if self._first_token_ms is None:
+            self._first_token_ms = self.trace.elapsed_ms()
+            self.trace.step(steps.FIRST_TOKEN, node=self.node)
+
+    def relayed(self, usage: Usage | None, finish_reason: str | None) -> None:
+        """A routed answer ended: the numbers its node gave (tokens; the content stays on the node)."""
+        self._ended = True
+        self._usage, self._relayed_reason = usage or self._usage, finish_reason
+        if self.error is None:
+            completion = usage.completion_tokens if usage is not None else 0
+            self.trace.step(steps.FINISHED, finish_reason=finish_reason, completion_tokens=completion)
+
     def counted(self, tokens: int) -> None:
         """The request only counted its prompt's tokens (Anthropic's count_tokens)."""
         self._ended, self._usage = True, Usage(prompt_tokens=tokens)
@@ -200,8 +222,8 @@ class RequestRecorder:
             model=self.request.model if self.request is not None else None,
             key_name=self.key.name if self.key is not None else None,
             key_prefix=self.key.prefix if self.key is not None else None,
-            node=LOCAL_NODE,
-            finish_reason=self._finish_reason,
+            node=self.node,
+            finish_reason=self._finish_reason or self._relayed_reason,
             error_type=error.code if error is not None else None,
             error_message=None if error is None else (error.message if self.keeps_content else WITHHELD),
             stream=bool(getattr(self.request, "stream", False)),

@@ -16,6 +16,8 @@ from spark.api.common import new_request_id
 from spark.server.family import api_family
 
 REQUEST_ID_HEADER = "x-request-id"
+NODE_ID_HEADER = "x-spark-node-request-id"  # on a fleet node: its own id of a routed request, for the central's log
+ROUTED_STATE = "spark.routed"  # a request this node's central routed here: served here, never routed on
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 _STATE_KEY = "spark.request_ids"
 
@@ -51,4 +53,6 @@ async def add_request_id_headers(message: Message, scope: Scope) -> None:
     extra = [(b"x-request-id", value)]
     if api_family(scope) == "anthropic":
         extra.append((b"request-id", value))
+    if scope.get("state", {}).get(ROUTED_STATE):
+        extra.append((NODE_ID_HEADER.encode(), request_ids(scope).id.encode()))
     message["headers"] = [*message.get("headers", ()), *extra]

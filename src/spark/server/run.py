@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
 import uvicorn
 from litestar import Litestar
 from uvicorn.config import LOGGING_CONFIG
 
 from spark.errors import SparkError
+from spark.fleet.member import advertised_url
 from spark.server.app import create_app
 from spark.server.console import ConsoleAuth
 from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
@@ -77,6 +79,8 @@ def serve(settings: Settings) -> None:
     sock = bind(settings.host, settings.port)
     try:
         host, port = sock.getsockname()[:2]
+        if settings.central:  # a fleet node tells its central where it listens
+            settings = msgspec.structs.replace(settings, advertise_url=advertised_url(settings, host, port))
         app = create_app(settings)
         server = make_server(settings, app)
         info = write_server_info(settings, host, port)
@@ -99,6 +103,8 @@ def _print_banner(info: ServerInfo, state: ServerState, console: ConsoleAuth) ->
         lines.append(f"{n_keys} API key{'s' if n_keys != 1 else ''}; create another with `spark keys create NAME`.")
     if info.host in ("127.0.0.1", "::1", "localhost"):
         lines.append("Only this machine can connect; set SPARK_HOST=0.0.0.0 to serve the network.")
+    if state.member is not None:
+        lines.append(f"Fleet node of {state.member.central}, reached at {state.settings.advertise_url}.")
     if console.password:
         lines.append(f"Web console: {info.url}/ (sign in with the admin password).")
     else:

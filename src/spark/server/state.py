@@ -9,6 +9,10 @@ from typing import Any, cast
 from litestar.connection import ASGIConnection
 
 from spark.events import EventBus
+from spark.fleet.forward import new_client
+from spark.fleet.member import Membership
+from spark.fleet.registry import Registry
+from spark.fleet.report import Capacity, Checksums, DecodeRates, capacity
 from spark.library import Library
 from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
@@ -16,6 +20,7 @@ from spark.server.metrics import Metrics
 from spark.settings import Settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
+from spark.store.nodes import NodeTable
 from spark.store.requests import RequestTable
 from spark.store.writer import LogWriter
 
@@ -37,6 +42,11 @@ class ServerState:
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
         self.metrics = Metrics()
+        # the fleet: this server as a central (its nodes), and as a node of another (with `central`)
+        self.fleet = Registry(NodeTable(self.db), self.events, settings.node_report_seconds)
+        self.fleet_client = new_client()
+        self.member = Membership(settings, self.events, self._node_capacity) if settings.central else None
+        self._checksums = Checksums()
         self.requests = RequestTable(self.db)
         # retention 0 keeps no request log: nothing is written at all
         self.request_log = (
@@ -48,6 +58,10 @@ class ServerState:
             if settings.log_retention_days
             else None
         )
+
+    def _node_capacity(self, rates: DecodeRates) -> Capacity:
+        """What this server reports to its central."""
+        return capacity(self.settings, self.library, self.scheduler, checksums=self._checksums, rates=rates)
 
     def apply_settings(self, settings: Settings) -> None:
         """Use `settings` from now on; only values that can apply while the server runs may differ
@@ -67,6 +81,7 @@ class ServerState:
         """Stop every runner, write the pending request log and key uses, close the database."""
         try:
             await asyncio.to_thread(self.pulls.close)
+            await self.fleet_client.aclose()
             await self.scheduler.close()
         finally:
             self.events.close()

@@ -98,6 +98,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
             job TEXT NOT NULL
         )""",
     ),
+    (
+        # Fleet nodes (spark.store.nodes): the join token only as a hash; `route_secret` is the
+        # credential this server presents to the node on every routed request (the node keeps
+        # only its hash), replaced at each join.
+        """CREATE TABLE nodes (
+            name TEXT PRIMARY KEY,
+            token_hash TEXT NOT NULL UNIQUE,
+            added_at REAL NOT NULL,
+            url TEXT,
+            route_secret TEXT,
+            joined_at REAL,
+            draining INTEGER NOT NULL DEFAULT 0
+        )""",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

@@ -43,11 +43,11 @@ def key_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def check_key_name(name: str) -> str:
-    """`name` when it is a usable key name, else `InvalidRequest` saying what is allowed."""
+def check_key_name(name: str, what: str = "key") -> str:
+    """`name` when it is a usable name for a key (or node), else `InvalidRequest` saying what is allowed."""
     if not _NAME.fullmatch(name):
         raise InvalidRequest(
-            f"'{name}' is not a valid key name: use 1 to 64 letters, digits, '.', '_' or '-', "
+            f"'{name}' is not a valid {what} name: use 1 to 64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit",
             param="name",
         )

@@ -136,7 +136,7 @@ class _Model(msgspec.Struct, frozen=True):
     loaded: bool
     spark: dict[str, Any]
     object: Literal["model"] = "model"
-    owned_by: Literal["spark"] = "spark"
+    owned_by: str = "spark"
 
 
 class _ModelList(msgspec.Struct, frozen=True):
@@ -235,7 +235,7 @@ def embeddings_body(
 
 
 def _model(entry: ModelEntry) -> _Model:
-    return _Model(entry.id, entry.created, entry.loaded, entry.info)
+    return _Model(entry.id, entry.created, entry.loaded, entry.info, owned_by=entry.owned_by)
 
 
 def model_body(entry: ModelEntry) -> bytes:

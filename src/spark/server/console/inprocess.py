@@ -28,7 +28,7 @@ def inner_scope(
     scope: Scope, *, method: str, path: str, headers: list[tuple[bytes, bytes]], query: bytes = b""
 ) -> Scope:
     """A request to `path` of this app, made from the browser's request `scope` (its client, its server)."""
-    inner: dict[str, Any] = {k: scope[k] for k in _KEPT if k in scope}  # type: ignore[literal-required]
+    inner: dict[str, Any] = {k: scope[k] for k in _KEPT if k in scope}  # type: ignore[literal-required]  # _KEPT names keys of the scope TypedDict
     inner.update(
         method=method,
         path=path,

@@ -22,6 +22,7 @@ from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
+from spark.server.routing import routed_response
 from spark.server.state import state_of
 
 
@@ -34,17 +35,23 @@ async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     request_id = request_ids(request.scope).id
     if chat.stream:
         encoder = MessageStream(request_id, chat.model)
+        if (routed := await routed_response(request, chat, stream=True, fail=encoder.fail)) is not None:
+            return routed
         return await stream_response(
             state, request.scope, chat, encoder, ping=encoder.ping, recorder=recorder_of(request.scope)
         )
+    if (routed := await routed_response(request, chat)) is not None:
+        return routed
     result = await run_chat(state, chat, request.receive, recorder_of(request.scope))
     return json_response(message_body(request_id, chat.model, result))
 
 
 @post("/messages/count_tokens", status_code=200)
-async def messages_count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def messages_count_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     chat = await parse_with_images(state.settings, parse_count_tokens, await request.body())
+    if (routed := await routed_response(request, chat)) is not None:
+        return routed
     return json_response(count_tokens_body(await count_tokens(state, chat, recorder_of(request.scope))))
 
 

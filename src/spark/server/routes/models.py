@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, get
 from litestar.params import FromPath
 
 from spark.api import anthropic, openai
 from spark.api.common import ModelEntry as ListedModel
+from spark.fleet.routing import LOCAL
 from spark.library import ModelEntry
 from spark.server.family import api_family
 from spark.server.responses import json_response
@@ -41,19 +43,56 @@ def _loaded(request: Request[Any, Any, Any]) -> set[str]:
     return {runner.model for runner in state_of(request).scheduler.loaded()}
 
 
+def _owners(places: list[str]) -> str:
+    """`owned_by`: "spark" for this server's own models, else the fleet nodes that have it."""
+    return ",".join("spark" if p == LOCAL else p for p in places)
+
+
+def _with_fleet(entries: list[ListedModel], nodes: dict[str, list[str]], loaded_there: set[str]) -> list[ListedModel]:
+    """This server's models and every ready node's, once per id, each naming where it is."""
+    out = []
+    for entry in entries:
+        places = [LOCAL, *nodes.pop(entry.id, [])]
+        out.append(msgspec.structs.replace(entry, info={**entry.info, "nodes": places}, owned_by=_owners(places)))
+    for model_id, places in nodes.items():
+        out.append(
+            ListedModel(
+                id=model_id,
+                created=0,
+                loaded=model_id in loaded_there,
+                info={"nodes": places},
+                owned_by=_owners(places),
+            )
+        )
+    return out
+
+
+def _fleet_models(request: Request[Any, Any, Any], entries: list[ListedModel]) -> list[ListedModel]:
+    registry = state_of(request).fleet
+    if not registry.has_nodes():
+        return entries
+    loaded_there = {r.model for p in registry.places() for r in p.capacity.runners}
+    return _with_fleet(entries, registry.ready_models(), loaded_there)
+
+
 @get("/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     loaded = _loaded(request)
-    entries = [listed(e, loaded) for e in state_of(request).library.list()]
+    entries = _fleet_models(request, [listed(e, loaded) for e in state_of(request).library.list()])
     api = anthropic if api_family(request.scope) == "anthropic" else openai
     return json_response(api.model_list_body(entries))
 
 
 @get("/models/{model_id:str}")
 async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
-    entry = listed(state_of(request).library.get(model_id), _loaded(request))
+    library = state_of(request).library
+    local = [listed(library.get(model_id), _loaded(request))] if library.exists(model_id) else []
+    wanted = local[0].id if local else model_id
+    found = [e for e in _fleet_models(request, local) if e.id == wanted]
+    if not found:
+        library.get(model_id)  # ModelNotFound, with its suggestions
     api = anthropic if api_family(request.scope) == "anthropic" else openai
-    return json_response(api.model_body(entry))
+    return json_response(api.model_body(found[0]))
 
 
 MODEL_ROUTES = [list_models, get_model]

@@ -27,6 +27,7 @@ from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
+from spark.server.routing import routed_response
 from spark.server.state import state_of
 from spark.types import ChatRequest, ChatResult, CompletionRequest
 
@@ -59,15 +60,21 @@ async def _generate(
     request_id, created = request_ids(request.scope).id, int(time.time())
     if generation.stream:
         encoder = stream_class(request_id, generation.model, created, include_usage=include_usage)
+        if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
+            return routed
         return await stream_response(state, request.scope, generation, encoder, recorder=recorder)
+    if (routed := await routed_response(request, generation)) is not None:
+        return routed
     result = await run_chat(state, generation, request.receive, recorder)
     return json_response(body(request_id, generation.model, created, result))
 
 
 @post("/embeddings", status_code=200)
-async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = parse_embeddings(await request.body())
+    if (routed := await routed_response(request, call.request)) is not None:
+        return routed
     result = await run_embeddings(state, call.request, request.receive, recorder_of(request.scope))
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 

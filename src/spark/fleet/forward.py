@@ -1,0 +1,158 @@
+"""Sending a request to the places routing chose, in order, until one takes it.
+
+A place that cannot be reached, refuses (a server error or an unknown model),
+or fails before the first byte of its answer hands the request to the next
+one, at most `MAX_TRIES` places in all, with the same request id. Once a
+place has answered a first byte the request is never sent anywhere else.
+The central itself (`LOCAL`) ends the search: the caller serves it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Final
+
+import httpx
+import msgspec
+
+from spark.errors import NodeUnavailable
+from spark.fleet.registry import Registry, why
+from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
+from spark.fleet.routing import LOCAL, Choice
+
+MAX_TRIES: Final = 3  # the first place and at most 2 retries
+CONNECT_SECONDS: Final = 3.0
+# answers that another place may not give: the node is overloaded, broken, or lacks the model after all
+RETRY_STATUSES: Final = frozenset({404, 500, 502, 503, 504, 507, 529})
+PASSED_HEADERS: Final[tuple[str, ...]] = ("content-type", "anthropic-version", "anthropic-beta", "openai-organization")
+
+
+class Attempt(msgspec.Struct, frozen=True):
+    """One try of a routed request, for the `routed` step of its timeline."""
+
+    node: str
+    outcome: str  # "ok", "answered 503", "connection refused", ...
+    ms: float
+
+
+class Opened:
+    """The answer of the node that took a request: its headers and first bytes, the rest to read.
+
+    `local` instead says the central itself comes next and serves the request.
+    """
+
+    def __init__(
+        self,
+        choice: Choice,
+        attempts: list[Attempt],
+        response: httpx.Response | None = None,
+        first: bytes = b"",
+        rest: AsyncIterator[bytes] | None = None,
+    ) -> None:
+        self.choice = choice
+        self.attempts = attempts
+        self.response = response
+        self.first = first
+        self.rest = rest  # a stream's bytes after `first`
+
+    @property
+    def local(self) -> bool:
+        return self.response is None
+
+
+class Unrouted(NodeUnavailable):
+    """No place took the request; `attempts` says what each one did."""
+
+    def __init__(self, message: str, attempts: list[Attempt]) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+def new_client() -> httpx.AsyncClient:
+    """The central's connection pool to its nodes (no read timeout: the request timeout applies)."""
+    timeout = httpx.Timeout(None, connect=CONNECT_SECONDS)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    # A request goes out as headers then body: without TCP_NODELAY the body waits for the
+    # node's delayed ACK of the headers (tens of milliseconds).
+    transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    return httpx.AsyncClient(timeout=timeout, transport=transport)
+
+
+def routed_headers(headers: dict[str, str], secret: str, request_id: str, zero_retention: bool) -> dict[str, str]:
+    """The headers a node gets: the client's API-shaping ones, the request id, the central's credential."""
+    out: dict[str, str] = {name: headers[name] for name in PASSED_HEADERS if name in headers}
+    out[ROUTE_HEADER] = secret
+    out["x-request-id"] = request_id
+    if zero_retention:
+        out[ZERO_RETENTION_HEADER] = "1"
+    return out
+
+
+async def open_routed(
+    client: httpx.AsyncClient,
+    registry: Registry,
+    choices: list[Choice],
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    request_id: str,
+    zero_retention: bool,
+    stream: bool,
+) -> Opened:
+    """The first place in `choices` that takes the request; `NodeUnavailable` when none does.
+
+    Counts the request as in flight on the node that took it (`registry.ended` when done).
+    """
+    attempts: list[Attempt] = []
+    last_error = "no place has the model"
+    for choice in choices[:MAX_TRIES]:
+        if choice.name == LOCAL:
+            return Opened(choice, attempts)
+        started = time.perf_counter()
+        url, secret = registry.target(choice.name)
+        request = client.build_request(
+            "POST", url + path, content=body, headers=routed_headers(headers, secret, request_id, zero_retention)
+        )
+        registry.started(choice.name)
+        outcome, unreachable = "", False
+        try:
+            response = await client.send(request, stream=True)
+            if response.status_code in RETRY_STATUSES:
+                await response.aclose()
+                outcome = f"answered {response.status_code}"
+            else:
+                first, rest = await _first_bytes(response, stream)
+                attempts.append(Attempt(choice.name, "ok", _ms(started)))
+                registry.succeeded(choice.name)
+                return Opened(choice, attempts, response, first, rest)
+        except httpx.HTTPError as e:
+            outcome, unreachable = why(e), isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+        registry.ended(choice.name)
+        registry.failed(choice.name, outcome, unreachable=unreachable)
+        attempts.append(Attempt(choice.name, outcome, _ms(started)))
+        last_error = f"node {choice.name}: {outcome}"
+    tried = ", ".join(a.node for a in attempts)
+    raise Unrouted(f"No node could take the request (tried {tried}; {last_error}).", attempts)
+
+
+async def _first_bytes(response: httpx.Response, stream: bool) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """A stream's first bytes and the rest to read, or a whole body (an answer that fails here
+    goes elsewhere)."""
+    try:
+        if not stream or response.status_code != 200:
+            return await response.aread(), None
+        chunks = response.aiter_raw()
+        async for chunk in chunks:
+            if chunk:
+                return chunk, chunks
+        return b"", None
+    except BaseException:
+        await response.aclose()
+        raise
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000.0, 3)
