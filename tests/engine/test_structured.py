@@ -182,13 +182,13 @@ def test_forced_tokens_are_checked_against_the_grammar(tiny_llama: Path) -> None
     # Accepting a token the grammar refuses aborts llama.cpp: the engine asks `allows` first.
     model = Model(str(tiny_llama))
     try:
-        params = resolve(SamplingParams(), SamplingParams(), model.n_vocab)
-        chain = SamplerChain(params, model.n_vocab, create_sampler(model, schema_grammar(None)))
+        params = resolve(SamplingParams(), SamplingParams(), model.n_vocab, 4096)
+        chain = SamplerChain(params, model, create_sampler(model, schema_grammar(None)))
         x, brace, quote = (model.tokenize(c, add_special=False, parse_special=False)[0] for c in 'x{"')
         assert not chain.allows(x) and chain.allows(brace)
         chain.force(brace)
         assert not chain.allows(brace) and chain.allows(quote)
         chain.close()
-        assert SamplerChain(params, model.n_vocab).allows(x)  # no grammar: anything goes
+        assert SamplerChain(params, model).allows(x)  # no grammar: anything goes
     finally:
         model.close()

@@ -65,9 +65,9 @@ class Opened:
 class Unrouted(NodeUnavailable):
     """No place took the request; `attempts` says what each one did."""
 
-    def __init__(self, message: str, attempts: list[Attempt]) -> None:
-        super().__init__(message)
-        self.attempts = attempts
+    def __init__(self, message: str, attempts: list[Attempt] | None = None, *, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.attempts = attempts or []
 
 
 def new_client() -> httpx.AsyncClient:

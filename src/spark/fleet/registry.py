@@ -217,7 +217,7 @@ class Registry:
         live = self._live[name]
         capacity = live.capacity
         state, reason = live.state, live.reason
-        if record.draining and state != "pending":
+        if record.draining:  # drained before it joined, too: it will take nothing once it does
             state, reason = "draining", "drained: no new requests" + (f"; {live.reason}" if live.reason else "")
         return NodeView(
             name=record.name,

@@ -1,4 +1,4 @@
-"""The Nodes page: standalone until the fleet's routes answer; the fleet's nodes drawn from their records."""
+"""The Nodes page: standalone until a node is added; nodes added, drained and removed; records drawn."""
 
 from __future__ import annotations
 
@@ -40,18 +40,33 @@ NODES = [
 ]
 
 
-def test_without_the_fleet_the_page_says_this_server_is_standalone(page: Any, console: LiveServer) -> None:
+def test_a_node_is_added_its_token_shown_once_then_drained_and_removed(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/nodes")
     assert "This server is standalone." in page.locator(".standalone").inner_text()
-    assert page.get_by_role("button", name="Add node").count() == 0  # nothing to add nodes to
+    page.get_by_label("Name").fill("gpu-box")
+    page.get_by_role("button", name="Add node", exact=True).click()
+    token = page.locator("#join-token").inner_text()
+    assert len(token) > 20
+    row = page.locator("tr[data-node='gpu-box']")
+    row.wait_for()
+    assert "pending" in row.inner_text()
+    page.reload()
+    assert token not in page.content()  # shown once, at creation
+    page.get_by_role("button", name="Drain gpu-box").click()
+    page.locator("tr[data-node='gpu-box'] .badge", has_text="draining").wait_for()
+    assert page.get_by_role("button", name="Undrain gpu-box").count() == 1
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Remove gpu-box").click()
+    page.locator(".standalone").wait_for()
+    assert page.locator("tr[data-node='gpu-box']").count() == 0
 
 
-def test_a_node_action_without_the_fleet_is_answered_not_failed(console: LiveServer) -> None:
+def test_a_node_action_on_an_unknown_node_is_answered_not_failed(console: LiveServer) -> None:
     with signed_in_client(console) as client:
         csrf = client.get("/nodes").text.split('name="csrf" value="')[1].split('"')[0]
-        r = client.post("/nodes/gpu-box/drain", data={"csrf": csrf}, headers={"HX-Request": "true"})
-        assert r.status_code == 404 and "standalone" in r.text
-        r = client.post("/nodes/gpu-box/explode", data={"csrf": csrf}, headers={"HX-Request": "true"})
+        r = client.post("/nodes/no-such-box/drain", data={"csrf": csrf}, headers={"HX-Request": "true"})
+        assert r.status_code == 404 and "no-such-box" in r.text
+        r = client.post("/nodes/no-such-box/explode", data={"csrf": csrf}, headers={"HX-Request": "true"})
         assert r.status_code == 404 and "drain, undrain or remove" in r.text
 
 

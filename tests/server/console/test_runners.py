@@ -18,7 +18,7 @@ def test_loading_and_unloading_a_model_from_the_page(page: Any, console: LiveSer
     sign_in(page, console, "/runners")
     page.get_by_label("Model", exact=True).select_option("tiny-chat")
     page.get_by_label("Keep loaded when idle").fill("10m")
-    page.get_by_role("button", name="Load").click()
+    page.get_by_role("button", name="Load", exact=True).click()
     row = page.locator("#runners-table tr[data-model='tiny-chat']")
     row.wait_for(timeout=60_000)
     page.get_by_text("Loaded tiny-chat.").wait_for()
