@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 import spark
-from spark.cli import doctor, keys, log, models, ps, run, serve
+from spark.cli import doctor, keys, log, models, ps, run, serve, tui
 
 app = typer.Typer(
     name="spark",
@@ -29,6 +29,7 @@ app.command()(ps.ps)
 app.command()(ps.stop)
 app.add_typer(keys.keys_app, name="keys")
 app.command("log")(log.log_command)
+app.command()(tui.tui)
 app.command()(doctor.doctor)
 
 
