@@ -39,7 +39,7 @@ class HelpDialog(Dialog[None]):
             table.append(description + "\n")
         with Vertical(classes="dialog"):
             yield Label("[b]Keys[/b]")
-            yield Static(table)
+            yield Static(table, id="keys-help")
             yield Label("[dim]Escape closes · the mouse works too[/]")
 
 
