@@ -79,6 +79,7 @@ async def test_a_request_runs_live_then_opens_with_its_timeline(served: Served) 
         assert cells(app, "requests", rows[0])[1] == served.chat  # newest on top
         assert cells(app, "requests", rows[1])[1] == served.slow
         table(app, "requests").focus()
+        table(app, "requests").move_cursor(row=0)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RequestView) and app.screen.record is not None, "a timeline")
         page = shown(app, "#detail")

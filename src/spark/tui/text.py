@@ -54,6 +54,14 @@ def size(n: int | None) -> str:
     return number + unit[0] if unit != "B" else number + "B"
 
 
+def count(n: int) -> str:
+    """`812`, `12.4k`, `3.1M`: a count that fits a narrow column."""
+    for limit, unit in ((1_000_000, "M"), (1_000, "k")):
+        if n >= limit:
+            return f"{n / limit:.1f}".removesuffix(".0") + unit
+    return str(n)
+
+
 def speed(tokens_per_second: float | None) -> str:
     return "-" if tokens_per_second is None else f"{tokens_per_second:.1f}"
 
@@ -69,7 +77,14 @@ def clock(timestamp: float, now: float) -> str:
 
 
 def ago(timestamp: float | None, now: float) -> str:
-    return "never" if timestamp is None else f"{format_duration(now - timestamp)} ago"
+    """`3s ago`, `5m ago`, `2h ago`, `12d ago`: how long ago, to the unit that matters."""
+    if timestamp is None:
+        return "never"
+    seconds = max(0, round(now - timestamp))
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
 
 
 def memory_cell(runner: wire.Runner, width: int = 6) -> Text:

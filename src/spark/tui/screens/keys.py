@@ -29,7 +29,7 @@ class KeysView(View):
         self.filter = ""
 
     def body(self) -> ComposeResult:
-        keys = Table("NAME", "PREFIX", "CREATED", "LAST USED", "ZERO-RET", "REQ 24H", "TOKENS 24H", id="keys")
+        keys = Table("NAME", "PREFIX", "CREATED", "LAST USED", "CONTENT", "24H REQ", "TOKENS", id="keys")
         keys.border_title = "API keys"
         yield keys
         yield Static(id="empty", classes="hint")
@@ -80,9 +80,9 @@ def _cells(k: wire.Key, now: float) -> list[str | Text]:
     return [
         k.name,
         k.prefix,
-        text.clock(k.created_at, now),
+        text.ago(k.created_at, now),
         text.ago(k.last_used_at, now),
-        Text("yes", "yellow") if k.zero_retention else "no",
-        str(k.requests_24h),
-        f"{k.prompt_tokens_24h}→{k.completion_tokens_24h}",
+        Text("not kept", "yellow") if k.zero_retention else "logged",
+        text.count(k.requests_24h),
+        f"{text.count(k.prompt_tokens_24h)}→{text.count(k.completion_tokens_24h)}",
     ]
