@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehub import FakeHub, serve, standard_repos
-from fakehub import hub_files  # noqa: F401  (the fixture, used by name)
+from fakehub import FakeHub, hub_files, serve, standard_repos  # noqa: F401  (hub_files: the fixture)
 from server.helpers import add_slow_model, live_server, server_settings
 from spark.library import Library
 from tui.helpers import PASSWORD, Served
@@ -17,7 +16,10 @@ from tui.helpers import PASSWORD, Served
 
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, slow_llama: Path, hub_files: dict[str, bytes]
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_llama: Path,
+    slow_llama: Path,
+    hub_files: dict[str, bytes],  # noqa: F811  (the fixture imported above)
 ) -> Iterator[Served]:
     """A real server with the tiny chat model and the slow one, an API key, and the fake Hub."""
     hub = FakeHub()
