@@ -38,6 +38,7 @@ async def test_every_screen_shows_the_server(served: Served) -> None:
     assert app.return_code == 0
 
 
+@pytest.mark.slow  # the slow model and the chat model: two runners
 async def test_a_request_runs_live_then_opens_with_its_timeline(served: Served) -> None:
     app = app_for(served.live.url)
     stop = threading.Event()
@@ -88,6 +89,7 @@ async def test_a_request_runs_live_then_opens_with_its_timeline(served: Served) 
         assert app.screen.MODE == "requests" and not isinstance(app.screen, RequestView)
 
 
+@pytest.mark.slow  # a model pulled and loaded beside the others
 async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
     app = app_for(served.live.url)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -34,6 +34,9 @@ from spark.tui.screens.overview import OverviewView
 from spark.tui.screens.requests import RequestsView
 from spark.tui.widgets import VIEWS, StatusLine
 
+# the defaults every Textual screen has, which say nothing about Spark
+_HIDDEN_IN_HELP = frozenset({"screen.copy_text", "app.focus_next", "app.focus_previous", "app.quit"})
+
 POLL_SECONDS = 2.0
 RETRY_SECONDS = 2.0
 SETTLE_SECONDS = 0.25  # after a wake-up, let a burst of events land before reloading
@@ -65,7 +68,7 @@ class SparkApp(App[None]):
         "nodes": NodesView,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit_app", "Quit"),
         Binding("question_mark", "help", "Keys", key_display="?"),
         *(Binding(str(n), f"switch_mode('{mode}')", title, show=False) for n, (mode, title) in enumerate(VIEWS, 1)),
     ]
@@ -168,21 +171,30 @@ class SparkApp(App[None]):
 
     # --- actions ----------------------------------------------------------------------------
 
+    async def action_quit_app(self) -> None:
+        await self.action_quit()
+
     def action_next_view(self, step: int) -> None:
         modes = [mode for mode, _ in VIEWS]
         current = modes.index(self.current_mode) if self.current_mode in modes else 0
         self.switch_mode(modes[(current + step) % len(modes)])
 
     def action_help(self) -> None:
-        rows = []
+        """Every key of the screen on top and of the app (not the tables' own cursor keys)."""
+        rows: list[tuple[str, str]] = []
         seen = set()
-        for key, active in self.screen.active_bindings.items():
+        for active in self.screen.active_bindings.values():
             binding = active.binding
-            if binding.description and key not in seen:
-                seen.add(key)
-                rows.append((binding.key_display or self.get_key_display(binding), binding.description))
-        rows.append(("1-5", "Overview, Requests, Models, Keys, Nodes"))
-        self.push_screen(HelpDialog(rows))
+            owner_is_view = isinstance(active.node, (App, Screen))
+            if not owner_is_view or not binding.description or binding.action in _HIDDEN_IN_HELP:
+                continue
+            key = binding.key_display or self.get_key_display(binding)
+            if (key, binding.description) not in seen:
+                seen.add((key, binding.description))
+                rows.append((key, binding.description))
+        view = self.view()
+        extra = view.HELP if view is not None and view is self.screen else ()
+        self.push_screen(HelpDialog([*rows, *extra, ("1-5", "Overview, Requests, Models, Keys, Nodes")]))
 
     def notify_error(self, error: Exception) -> None:
         """Say what went wrong with an action (the server's own words)."""

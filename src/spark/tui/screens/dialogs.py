@@ -7,7 +7,7 @@ from typing import ClassVar, Generic, NamedTuple, TypeVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
@@ -37,7 +37,7 @@ class HelpDialog(Dialog[None]):
         for key, description in self.rows:
             table.append(f"{key:>10}  ", "bold")
             table.append(description + "\n")
-        with Vertical(classes="dialog"):
+        with VerticalScroll(classes="dialog"):
             yield Label("[b]Keys[/b]")
             yield Static(table, id="keys-help")
             yield Label("[dim]Escape closes · the mouse works too[/]")

@@ -6,11 +6,8 @@ bare word is a model); Enter opens a request's timeline.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from spark.trace import ms
@@ -44,7 +41,7 @@ def parse_filter(line: str) -> dict[str, str]:
 class RequestsView(View):
     MODE = "requests"
     FILTER_HINT = "filter: model:NAME key:NAME status:ok|error|400 (Enter applies, empty clears)"
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "open", "Timeline", show=False)]
+    HELP = (*View.HELP, ("Enter", "The request's timeline and content"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,9 +126,6 @@ class RequestsView(View):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self._open(event.row_key.value)
-
-    def action_open(self) -> None:
-        self._open(self.query_one("#requests", Table).selected_key())
 
     def _open(self, key: str | None) -> None:
         if key is None:
