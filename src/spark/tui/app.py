@@ -37,7 +37,7 @@ from spark.tui.widgets import VIEWS, StatusLine
 # the defaults every Textual screen has, which say nothing about Spark
 _HIDDEN_IN_HELP = frozenset({"screen.copy_text", "app.focus_next", "app.focus_previous", "app.quit"})
 
-POLL_SECONDS = 2.0
+POLL_SECONDS = 5.0  # events wake the poller at once; polling only catches what they do not carry (memory, countdowns)
 RETRY_SECONDS = 2.0
 SETTLE_SECONDS = 0.25  # after a wake-up, let a burst of events land before reloading
 
@@ -193,7 +193,7 @@ class SparkApp(App[None]):
                 seen.add((key, binding.description))
                 rows.append((key, binding.description))
         view = self.view()
-        extra = view.HELP if view is not None and view is self.screen else ()
+        extra = view.KEYS_HELP if view is not None and view is self.screen else ()
         self.push_screen(HelpDialog([*rows, *extra, ("1-5", "Overview, Requests, Models, Keys, Nodes")]))
 
     def notify_error(self, error: Exception) -> None:

@@ -13,15 +13,21 @@ from spark.tui import text, wire
 VIEWS = (("overview", "Overview"), ("requests", "Requests"), ("models", "Models"), ("keys", "Keys"), ("nodes", "Nodes"))
 
 
+def set_text(widget: Static, content: str | Text) -> None:
+    """Show `content` in `widget` unless it shows it already (a redraw costs CPU; idle must not)."""
+    if widget.content != content:
+        widget.update(content)
+
+
 class StatusLine(Static):
     """The first line: which server, and whether it answers (red while it does not)."""
 
     def show(self, label: str, problem: str | None) -> None:
         self.set_class(problem is not None, "-down")
         if problem is None:
-            self.update(Text.assemble(("● ", "green"), ("Spark ", "bold"), label))
+            set_text(self, Text.assemble(("● ", "green"), ("Spark ", "bold"), label))
         else:
-            self.update(Text.assemble(("✖ ", "bold"), problem, " · retrying"))
+            set_text(self, Text.assemble(("✖ ", "bold"), problem, " · retrying"))
 
 
 class NavBar(Static):
@@ -54,7 +60,7 @@ class Table(DataTable[str | Text]):
             self.add_column(column, key=column)
 
     def on_resize(self) -> None:
-        self.replace_rows(self._rows)
+        self.replace_rows(self._rows, force=True)
 
     def selected_key(self) -> str | None:
         """The key of the row under the cursor, None in an empty table."""
@@ -62,8 +68,11 @@ class Table(DataTable[str | Text]):
             return None
         return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
 
-    def replace_rows(self, rows: list[tuple[str, list[str | Text]]]) -> None:
-        """Show `rows` (key, cells), the cursor staying on its row when that row is still there."""
+    def replace_rows(self, rows: list[tuple[str, list[str | Text]]], *, force: bool = False) -> None:
+        """Show `rows` (key, cells), the cursor staying on its row when that row is still there.
+        The same rows again change nothing (an idle screen then costs no drawing)."""
+        if rows == self._rows and not force:
+            return
         self._rows = rows
         keep = self.selected_key()
         self.clear()
@@ -97,6 +106,10 @@ def _width(cell: str | Text) -> int:
 class MemoryPanel(Static):
     """Each device's memory as a bar (RAM, then VRAM per GPU), and what Spark's processes hold."""
 
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: Text | None = None
+
     def show(self, memory: wire.Memory) -> None:
         lines = []
         for device in memory.devices:
@@ -113,7 +126,10 @@ class MemoryPanel(Static):
             lines.append(
                 Text(f"server {text.size(last.server_bytes)} · models {text.size(sum(last.models.values()))}", "dim")
             )
-        self.update(Text("\n").join(lines) if lines else Text("no samples yet", "dim"))
+        drawn = Text("\n").join(lines) if lines else Text("no samples yet", "dim")
+        if drawn != self._shown:
+            self._shown = drawn
+            self.update(drawn)
 
 
 class ActivityPanel(Vertical):
@@ -135,11 +151,15 @@ class ActivityPanel(Vertical):
             if 0 <= i < minutes:
                 requests[i] += bucket.requests
                 completion[i] += bucket.completion_tokens / size
-        self.query_one("#requests-label", Static).update(
-            f"requests/min [b]{requests[-1]:.0f}[/] now · {sum(requests):.0f} in {minutes} min"
+        set_text(
+            self.query_one("#requests-label", Static),
+            f"requests/min [b]{requests[-1]:.0f}[/] now · {sum(requests):.0f} in {minutes} min",
         )
-        self.query_one("#tokens-label", Static).update(
-            f"output tokens/s [b]{completion[-1]:.1f}[/] now · peak {max(completion):.1f}"
+        set_text(
+            self.query_one("#tokens-label", Static),
+            f"output tokens/s [b]{completion[-1]:.1f}[/] now · peak {max(completion):.1f}",
         )
-        self.query_one("#requests-line", Sparkline).data = requests
-        self.query_one("#tokens-line", Sparkline).data = completion
+        for line, data in (("#requests-line", requests), ("#tokens-line", completion)):
+            sparkline = self.query_one(line, Sparkline)
+            if sparkline.data != data:
+                sparkline.data = data

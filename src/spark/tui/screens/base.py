@@ -26,7 +26,7 @@ class View(Screen[None]):
 
     MODE: ClassVar[str] = ""
     FILTER_HINT: ClassVar[str] = ""  # what `/` filters by; empty: the view has no filter
-    HELP: ClassVar[tuple[tuple[str, str], ...]] = (("↑↓ PgUp PgDn", "Move in the table"),)  # keys `?` adds
+    KEYS_HELP: ClassVar[tuple[tuple[str, str], ...]] = (("↑↓ PgUp PgDn", "Move in the table"),)  # keys `?` adds
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter", key_display="/"),
         # Tab switches screens here, as in k9s; dialogs keep Tab for moving between their fields

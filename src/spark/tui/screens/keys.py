@@ -13,7 +13,7 @@ from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
 from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog, SecretDialog
-from spark.tui.widgets import Table
+from spark.tui.widgets import Table, set_text
 
 
 class KeysView(View):
@@ -39,8 +39,9 @@ class KeysView(View):
         now = self.spark.clock()
         shown = [k for k in keys if self.filter in k.name or self.filter in k.prefix]
         self.query_one("#keys", Table).replace_rows([(k.name, _cells(k, now)) for k in shown])
-        self.query_one("#empty", Static).update(
-            "" if keys else "No API keys yet: clients need one. Press n to create one."
+        set_text(
+            self.query_one("#empty", Static),
+            "" if keys else "No API keys yet: clients need one. Press n to create one.",
         )
 
     def apply_filter(self, text_line: str) -> None:

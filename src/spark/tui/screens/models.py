@@ -14,7 +14,7 @@ from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
 from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog
-from spark.tui.widgets import Table
+from spark.tui.widgets import Table, set_text
 
 RUNNING = ("queued", "downloading", "verifying")
 RECENT_PULLS = 4
@@ -53,8 +53,9 @@ class ModelsView(View):
         pulls = self.query_one("#pulls", Table)
         pulls.replace_rows([(j.id, _pull_cells(j)) for j in self.jobs])
         pulls.set_class(not self.jobs, "-none")
-        self.query_one("#empty", Static).update(
-            "" if models else "No model installed yet: press p to pull one from the Hugging Face Hub."
+        set_text(
+            self.query_one("#empty", Static),
+            "" if models else "No model installed yet: press p to pull one from the Hugging Face Hub.",
         )
 
     def apply_filter(self, text_line: str) -> None:

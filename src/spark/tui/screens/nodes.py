@@ -9,7 +9,7 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.widgets import Table
+from spark.tui.widgets import Table, set_text
 
 STANDALONE = "This server is standalone: it has no fleet of nodes."
 
@@ -39,7 +39,7 @@ class NodesView(View):
             hint = "No node has been added to this server's fleet yet."
         else:
             hint = ""
-        self.query_one("#empty", Static).update(hint)
+        set_text(self.query_one("#empty", Static), hint)
 
     def apply_filter(self, text_line: str) -> None:
         self.filter = text_line

@@ -12,7 +12,7 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.widgets import ActivityPanel, MemoryPanel, Table
+from spark.tui.widgets import ActivityPanel, MemoryPanel, Table, set_text
 
 LAST_ERRORS = 5
 MODEL_WIDTH = 20  # in the errors table, where the error message takes the room
@@ -47,8 +47,9 @@ class OverviewView(View):
         self.query_one(MemoryPanel).show(memory)
         self.query_one(ActivityPanel).show(activity, now)
         self.query_one("#errors", Table).replace_rows([(r.id, _error_cells(r, now)) for r in errors.requests])
-        self.query_one("#empty", Static).update(
-            "" if runners else "No model is loaded: load one on the Models screen (3, then l)."
+        set_text(
+            self.query_one("#empty", Static),
+            "" if runners else "No model is loaded: load one on the Models screen (3, then l).",
         )
 
 

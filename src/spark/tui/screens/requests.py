@@ -15,7 +15,7 @@ from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import LiveChanged, View
 from spark.tui.screens.request import RequestView
-from spark.tui.widgets import Table
+from spark.tui.widgets import Table, set_text
 
 PAGE = 200  # the newest requests listed; the log may hold many more
 TICK_SECONDS = 0.5
@@ -41,7 +41,7 @@ def parse_filter(line: str) -> dict[str, str]:
 class RequestsView(View):
     MODE = "requests"
     FILTER_HINT = "filter: model:NAME key:NAME status:ok|error|400 (Enter applies, empty clears)"
-    HELP = (*View.HELP, ("Enter", "The request's timeline and content"))
+    KEYS_HELP = (*View.KEYS_HELP, ("Enter", "The request's timeline and content"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -108,8 +108,9 @@ class RequestsView(View):
         total = page.total if page is not None else 0
         shown = f"newest {len(logged)} of {total}" if total > len(logged) else f"{total} logged"
         where = " ".join(f"{k}:{v}" for k, v in self.filters.items())
-        self.query_one("#summary", Static).update(
-            f"{len(live_ids)} in flight · {shown}" + (f" · filter {where}" if where else "") + " · Enter: timeline"
+        set_text(
+            self.query_one("#summary", Static),
+            f"{len(live_ids)} in flight · {shown}" + (f" · filter {where}" if where else "") + " · Enter: timeline",
         )
 
     def _tick(self) -> None:
