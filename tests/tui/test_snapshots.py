@@ -38,8 +38,8 @@ def settled(app: SparkApp, *keys: str) -> Callable[[Pilot[None]], object]:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize(
     "keys",
-    [("1",), ("2",), ("3",), ("4",), ("5",), ("2", "down", "down", "enter"), ("4", "question_mark")],
-    ids=["overview", "requests", "models", "keys", "nodes", "request", "help"],
+    [("1",), ("2",), ("3",), ("4",), ("5",), ("2", "down", "down", "enter")],
+    ids=["overview", "requests", "models", "keys", "nodes", "request"],
 )
 def test_screen(snap_compare: Callable[..., bool], size: tuple[int, int], keys: tuple[str, ...]) -> None:
     app = fixed_app()
@@ -51,6 +51,11 @@ def test_standalone_server(snap_compare: Callable[..., bool]) -> None:
     assert snap_compare(app, run_before=settled(app, "5"))
 
 
-def test_dialogs(snap_compare: Callable[..., bool]) -> None:
+def test_keys_help(snap_compare: Callable[..., bool]) -> None:
+    app = fixed_app()
+    assert snap_compare(app, run_before=settled(app, "2", "question_mark"))
+
+
+def test_pull_dialog(snap_compare: Callable[..., bool]) -> None:
     app = fixed_app()
     assert snap_compare(app, run_before=settled(app, "3", "p", *"unsloth/Qwen3-4B-GGUF"))

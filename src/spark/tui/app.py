@@ -35,7 +35,7 @@ from spark.tui.screens.requests import RequestsView
 from spark.tui.widgets import VIEWS, StatusLine
 
 # the defaults every Textual screen has, which say nothing about Spark
-_HIDDEN_IN_HELP = frozenset({"screen.copy_text", "app.focus_next", "app.focus_previous", "app.quit"})
+_HIDDEN_IN_HELP = frozenset({"screen.copy_text", "app.focus_next", "app.focus_previous", "quit"})
 
 POLL_SECONDS = 5.0  # events wake the poller at once; polling only catches what they do not carry (memory, countdowns)
 RETRY_SECONDS = 2.0

@@ -58,6 +58,7 @@ class Table(DataTable[str | Text]):
     def on_mount(self) -> None:
         for column in self._columns:
             self.add_column(column, key=column)
+        self.replace_rows(self._rows, force=True)  # any given before the columns were there
 
     def on_resize(self) -> None:
         self.replace_rows(self._rows, force=True)
@@ -74,6 +75,8 @@ class Table(DataTable[str | Text]):
         if rows == self._rows and not force:
             return
         self._rows = rows
+        if not self.columns:
+            return  # not mounted yet: on_mount draws them
         keep = self.selected_key()
         self.clear()
         flex = self._columns.index(self._flex)
