@@ -3,7 +3,7 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "attach doctor keys log ls ps pull rm run search serve show stop" -- "$cur")); return
+    COMPREPLY=($(compgen -W "attach doctor keys log ls ps pull rm run search serve show stop tui" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
@@ -31,6 +31,7 @@ _spark() {
     "serve") opts="--host --port --help";;
     "show") opts="--template --help";;
     "stop") opts="--help";;
+    "tui") opts="--url --help";;
   esac
   if [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W "$opts" -- "$cur")); return
