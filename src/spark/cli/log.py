@@ -178,15 +178,7 @@ def request_view(record: RequestRecord) -> Group:
     if record.error_message:
         parts.append(Text(f"error: {record.error_message}", style="red"))
     parts += [Text(""), text.waterfall(record.timeline, record.duration_ms, BAR_WIDTH), Text("")]
-    totals = [
-        f"total {ms(record.duration_ms)}",
-        f"time to first token {ms(record.ttft_ms)}",
-        f"prompt {record.prompt_tokens} tokens ({record.cached_tokens} cached)",
-        f"output {record.completion_tokens} tokens",
-    ]
-    if record.tokens_per_second is not None:
-        totals[-1] += f" at {record.tokens_per_second:.1f} tokens/s"
-    parts.append(Text(" · ".join(totals)))
+    parts.append(Text(text.totals(record)))
     if (slowest := _slowest(record)) is not None:
         parts.append(Text(f"longest step: {slowest}"))
     kept = msgspec.to_builtins(record.content) if record.content is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -138,6 +138,36 @@ def pull_progress(job: wire.PullJob, width: int = 12) -> Text:
 
 def now() -> float:
     return time.time()
+
+
+class Counted(Protocol):
+    """What `totals` reads: a logged request, as the admin API or the database gives it."""
+
+    @property
+    def duration_ms(self) -> float: ...
+    @property
+    def ttft_ms(self) -> float | None: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def cached_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def tokens_per_second(self) -> float | None: ...
+
+
+def totals(row: Counted) -> str:
+    """A logged request's numbers in one line: total, time to first token, prompt and output tokens."""
+    parts = [
+        f"total {ms(row.duration_ms)}",
+        f"time to first token {ms(row.ttft_ms)}",
+        f"prompt {row.prompt_tokens} tokens ({row.cached_tokens} cached)",
+        f"output {row.completion_tokens} tokens",
+    ]
+    if row.tokens_per_second is not None:
+        parts[-1] += f" at {row.tokens_per_second:.1f} tokens/s"
+    return " · ".join(parts)
 
 
 def waterfall(timeline: list[trace.Step], duration_ms: float, width: int) -> Table:

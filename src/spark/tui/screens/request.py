@@ -11,7 +11,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from spark.trace import ms
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI, APIError
 from spark.tui.screens.base import View
@@ -52,16 +51,8 @@ def request_view(record: wire.RequestDetail, now: float) -> Group:
     parts: list[RenderableType] = [head]
     if record.error_message:
         parts.append(Text(f"error: {record.error_message}", "red"))
-    totals = [
-        f"total {ms(record.duration_ms)}",
-        f"first token {ms(record.ttft_ms)}",
-        f"prompt {record.prompt_tokens} ({record.cached_tokens} cached)",
-        f"output {record.completion_tokens}",
-    ]
-    if record.tokens_per_second is not None:
-        totals[-1] += f" at {record.tokens_per_second:.1f}/s"
     parts += [
-        Text(" · ".join(totals), "dim"),
+        Text(text.totals(record), "dim"),
         Text(""),
         text.waterfall(record.timeline, record.duration_ms, BAR_WIDTH),
         Text(""),
