@@ -15,7 +15,7 @@ import httpx
 from spark.tui.app import SparkApp
 from spark.tui.client import AdminAPI, Endpoint
 
-NOW = 1_796_123_400.0  # 2026-12-01 11:50:00 UTC
+NOW = 1_796_123_400.0  # 2026-12-01 11:10:00 UTC
 GiB = 2**30
 MiB = 2**20
 

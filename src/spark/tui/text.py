@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -134,10 +133,6 @@ def pull_progress(job: wire.PullJob, width: int = 12) -> Text:
         return Text("-" if job.state in ("failed", "cancelled") else "waiting", style="dim")
     fraction = job.bytes_done / job.bytes_total
     return bar(fraction, width) + Text(f" {fraction:4.0%}")
-
-
-def now() -> float:
-    return time.time()
 
 
 class Counted(Protocol):
