@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Input
 
 from spark.tui.app import SparkApp
 from spark.tui.screens.request import RequestView
@@ -30,7 +31,11 @@ def settled(app: SparkApp, *keys: str) -> Callable[[Pilot[None]], object]:
         view = app.view()
         if isinstance(view, RequestView):
             await until(pilot, lambda: view.record is not None, "the request")
+        for line in app.screen.query(Input):
+            line.cursor_blink = False  # a blinking cursor would make the picture depend on the moment
         await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()  # the tables measure their columns when idle
 
     return run_before
 
