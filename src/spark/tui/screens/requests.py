@@ -7,6 +7,7 @@ bare word is a model); Enter opens a request's timeline.
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
@@ -48,6 +49,7 @@ class RequestsView(View):
         self.filters: dict[str, str] = {}
         self._page: wire.RequestPage | None = None
         self._drawn: tuple[object, ...] = ()
+        self._live_dirty = False
 
     def body(self) -> ComposeResult:
         table = Table(*COLUMNS, flex="MODEL", id="requests")
@@ -71,7 +73,7 @@ class RequestsView(View):
         self._drawn = ()
 
     def on_live_changed(self, _: LiveChanged) -> None:
-        self._draw()
+        self._live_dirty = True  # drawn at the next tick: a burst of events costs one redraw
 
     def _live(self) -> list[tuple[str, list[str | Text]]]:
         now = self.spark.clock()
@@ -114,8 +116,14 @@ class RequestsView(View):
         )
 
     def _tick(self) -> None:
-        """Advance the clock of the requests in flight (only their cells change)."""
-        if not self.spark.in_flight or not self.is_current:
+        """Draw what the events changed, else advance the clock of the requests in flight (only their cells)."""
+        if not self.is_current:
+            return
+        if self._live_dirty:
+            self._live_dirty = False
+            self._draw()
+            return
+        if not self.spark.in_flight:
             return
         table = self.query_one("#requests", Table)
         now = self.spark.clock()
@@ -125,7 +133,8 @@ class RequestsView(View):
                 table.update_cell(row, "TOOK", ms((now - r.started_at) * 1000))
                 table.update_cell(row, "TTFT", ms(r.ttft_ms) if r.ttft_ms is not None else "…")
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
         self._open(event.row_key.value)
 
     def _open(self, key: str | None) -> None:
