@@ -50,6 +50,16 @@ def tiny_llama(gguf_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random LLaMA wide enough, with a context long enough, that a generation runs for many
+    seconds: a test can act on a stream that is certainly still running."""
+    from server.helpers import SLOW_CONTEXT
+
+    path = tmp_path_factory.mktemp("slow") / "slow-llama.gguf"
+    return tiny_gguf.write_tiny_llama(path, n_ctx=SLOW_CONTEXT, n_embd=256, n_layer=4, n_ff=512, name="slow-llama")
+
+
+@pytest.fixture(scope="session")
 def tiny_llama_tools(gguf_dir: Path) -> Path:
     return gguf_dir / "tiny-llama-tools.gguf"
 

@@ -67,3 +67,93 @@ class _NoTrace(Trace):
 
 
 NO_TRACE: Final[Trace] = _NoTrace()
+
+
+# --- in words, for the faces (`spark log ID`, the TUI) ------------------------------------
+
+
+def ms(value: float | None) -> str:
+    """`850 ms`, `12.3 ms`, `2.41 s`: a duration for tables."""
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+
+
+_CACHE_SOURCES = {
+    "none": "the cache",
+    "slot": "the slot's cache",
+    "ram": "a KV snapshot in RAM",
+    "disk": "a KV snapshot on disk",
+}
+
+
+def describe_step(step: Step) -> tuple[str, str]:
+    """A step's label and what its details say, e.g. ("slot assigned", "slot 0, 12 of 40 prompt tokens reused")."""
+    d: dict[str, Any] = dict(step.details)
+    match step.name:  # the values of the constants above (a bare name would capture)
+        case "authenticated":
+            return "authenticated", f"key {d.get('key', '?')}"
+        case "queued":
+            position = d.get("position", 0)
+            where = "a slot is free" if not position else f"position {position} in the queue"
+            return "queued", f"{where} ({d.get('slots', '?')} slots on {d.get('model', '?')})"
+        case "memory_wait":
+            return "waiting for memory", str(d.get("reason", ""))
+        case "placement":
+            evicted = "; ".join(f"unloads {e['model']}: {e['reason']}" for e in d.get("evictions", []))
+            return "placement", "; ".join(x for x in (d.get("plan"), d.get("estimate"), evicted) if x)
+        case "load_started":
+            joined = " (already started by another request)" if d.get("joined") else ""
+            return "model load", f"{d.get('reason', '')}{joined}"
+        case "load_finished":
+            took = f"took {ms(d['seconds'] * 1000)}, " if "seconds" in d else ""
+            return "model loaded", f"{took}runner pid {d.get('pid', '?')}"
+        case "slot":
+            source = _CACHE_SOURCES.get(d.pop("cache", "slot"), "the cache")
+            restore = d.pop("restore_seconds", None)
+            reused = (
+                f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
+                f"prompt tokens reused from {source}"
+            )
+            if restore is not None:
+                reused += f" (restored in {ms(restore * 1000)})"
+            return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
+        case "prompt":
+            rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""
+            return "prompt evaluated", f"{d.get('tokens', 0)} tokens in {ms(d.get('seconds', 0) * 1000)}{rate}"
+        case "first_token":
+            return "first token", ""
+        case "finished":
+            return "finished", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items())
+        case "cancelled":
+            return "cancelled", str(d.get("reason", ""))
+        case "failed":
+            return "failed", " ".join(str(d[k]) for k in ("error", "status") if k in d)
+    return step.name.replace("_", " "), ", ".join(f"{k} {v}" for k, v in d.items())
+
+
+class WaterfallRow(msgspec.Struct, frozen=True):
+    """One step of a waterfall: its words, its times, and its bar's columns [start, end)."""
+
+    label: str
+    details: str
+    at_ms: float
+    took_ms: float | None  # until the next step; None for the last one
+    start: int
+    end: int
+
+
+def waterfall(timeline: list[Step], duration_ms: float, width: int) -> list[WaterfallRow]:
+    """The timeline on one scale of `width` columns: each step's bar runs from it to the next step."""
+    total = max([duration_ms, *(s.at_ms for s in timeline)]) or 1.0
+    rows = []
+    for i, step in enumerate(timeline):
+        last = i + 1 == len(timeline)
+        end = step.at_ms if last else timeline[i + 1].at_ms
+        start_col = min(width - 1, int(step.at_ms / total * width))
+        end_col = max(start_col + 1, round(end / total * width))
+        label, details = describe_step(step)
+        rows.append(WaterfallRow(label, details, step.at_ms, None if last else end - step.at_ms, start_col, end_col))
+    return rows

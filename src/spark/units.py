@@ -73,3 +73,13 @@ def format_bytes(n: float) -> str:
         n /= 1024
         i += 1
     return f"{n:.0f} {units[i]}" if i == 0 else f"{n:.1f} {units[i]}"
+
+
+def format_duration(seconds: float) -> str:
+    """`45s`, `4m 10s`, `2h 5m`: a short duration for tables."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
+    return f"{s // 3600}h {(s % 3600) // 60}m"

@@ -7,26 +7,16 @@ from pathlib import Path
 
 import pytest
 
-import tiny_gguf
 from fakehub import fake_hub, hub_files  # noqa: F401  (fixtures)
 from server.helpers import (
     MAX_BODY,
     MAX_TOKENS_LIMIT,
-    SLOW_CONTEXT,
     LiveServer,
     Models,
     add_models,
     live_server,
     server_settings,
 )
-
-
-@pytest.fixture(scope="session")
-def slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random LLaMA wide enough, with a context long enough, that a generation runs for many
-    seconds: a test can act on a stream that is certainly still running."""
-    path = tmp_path_factory.mktemp("slow") / "slow-llama.gguf"
-    return tiny_gguf.write_tiny_llama(path, n_ctx=SLOW_CONTEXT, n_embd=256, n_layer=4, n_ff=512, name="slow-llama")
 
 
 @pytest.fixture(scope="package")

@@ -62,10 +62,10 @@ class LiveServer:
 
 
 @contextmanager
-def live_server(settings: Settings, *, key_name: str | None = "tests") -> Iterator[LiveServer]:
-    """Run the app with uvicorn on a free port until the block ends; runners stop with it."""
+def live_server(settings: Settings, *, key_name: str | None = "tests", port: int = 0) -> Iterator[LiveServer]:
+    """Run the app with uvicorn on `port` (0: a free one) until the block ends; runners stop with it."""
     key = KeyTable(Database(settings.db_path)).create(key_name)[1] if key_name else None
-    sock = bind("127.0.0.1", 0)
+    sock = bind("127.0.0.1", port)
     app = create_app(settings)
     server = make_server(settings, app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="spark-server", daemon=True)

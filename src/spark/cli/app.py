@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 import spark
-from spark.cli import doctor, keys, log, models, nodes, ps, run, serve
+from spark.cli import doctor, keys, log, models, nodes, ps, run, serve, tui
 
 app = typer.Typer(
     name="spark",
@@ -30,6 +30,7 @@ app.command()(ps.stop)
 app.add_typer(keys.keys_app, name="keys")
 app.add_typer(nodes.nodes_app, name="nodes")
 app.command("log")(log.log_command)
+app.command()(tui.tui)
 app.command()(doctor.doctor)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote
 
 import msgspec
@@ -18,7 +18,6 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from spark import trace as steps
 from spark.cli.ps import AdminClient, connect
 from spark.settings import load_settings
 from spark.store.db import Database
@@ -32,7 +31,8 @@ from spark.store.requests import (
     check_filter,
     parse_since,
 )
-from spark.trace import Step
+from spark.trace import describe_step, ms
+from spark.tui import text
 
 FOLLOW_POLL_SECONDS = 1.0
 BAR_WIDTH = 40
@@ -102,15 +102,6 @@ def open_log() -> LogSource:
 # --- formatting ------------------------------------------------------------------
 
 
-def ms(value: float | None) -> str:
-    """`850 ms`, `12.3 ms`, `2.41 s`: a duration for tables."""
-    if value is None:
-        return "-"
-    if value >= 1000:
-        return f"{value / 1000:.2f} s"
-    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
-
-
 def _when(timestamp: float) -> str:
     moment = datetime.fromtimestamp(timestamp)
     same_day = moment.date() == datetime.now().date()
@@ -164,77 +155,6 @@ def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
     return table
 
 
-_CACHE_SOURCES = {
-    "none": "the cache",
-    "slot": "the slot's cache",
-    "ram": "a KV snapshot in RAM",
-    "disk": "a KV snapshot on disk",
-}
-
-
-def describe_step(step: Step) -> tuple[str, str]:
-    """A step's label and what its details say, e.g. ("slot assigned", "slot 0, 12 of 40 prompt tokens reused")."""
-    d: dict[str, Any] = dict(step.details)
-    match step.name:
-        case steps.AUTHENTICATED:
-            return "authenticated", f"key {d.get('key', '?')}"
-        case steps.QUEUED:
-            position = d.get("position", 0)
-            where = "a slot is free" if not position else f"position {position} in the queue"
-            return "queued", f"{where} ({d.get('slots', '?')} slots on {d.get('model', '?')})"
-        case steps.MEMORY_WAIT:
-            return "waiting for memory", str(d.get("reason", ""))
-        case steps.PLACEMENT:
-            evicted = "; ".join(f"unloads {e['model']}: {e['reason']}" for e in d.get("evictions", []))
-            return "placement", "; ".join(x for x in (d.get("plan"), d.get("estimate"), evicted) if x)
-        case steps.LOAD_STARTED:
-            joined = " (already started by another request)" if d.get("joined") else ""
-            return "model load", f"{d.get('reason', '')}{joined}"
-        case steps.LOAD_FINISHED:
-            took = f"took {ms(d['seconds'] * 1000)}, " if "seconds" in d else ""
-            return "model loaded", f"{took}runner pid {d.get('pid', '?')}"
-        case steps.SLOT:
-            source = _CACHE_SOURCES.get(d.pop("cache", "slot"), "the cache")
-            restore = d.pop("restore_seconds", None)
-            reused = (
-                f"slot {d.pop('slot', '?')}: {d.pop('cached_tokens', 0)} of {d.pop('prompt_tokens', 0)} "
-                f"prompt tokens reused from {source}"
-            )
-            if restore is not None:
-                reused += f" (restored in {ms(restore * 1000)})"
-            return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
-        case steps.PROMPT:
-            rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""
-            return "prompt evaluated", f"{d.get('tokens', 0)} tokens in {ms(d.get('seconds', 0) * 1000)}{rate}"
-        case steps.FIRST_TOKEN:
-            return "first token", ""
-        case steps.FINISHED:
-            return "finished", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items())
-        case steps.CANCELLED:
-            return "cancelled", str(d.get("reason", ""))
-        case steps.FAILED:
-            return "failed", " ".join(str(d[k]) for k in ("error", "status") if k in d)
-    return step.name.replace("_", " "), ", ".join(f"{k} {v}" for k, v in d.items())
-
-
-def waterfall(record: RequestRecord) -> Table:
-    """The timeline: one row per step, a bar from the step to the next one, placed by time."""
-    total = max([record.duration_ms, *(s.at_ms for s in record.timeline)]) or 1.0
-    table = Table(box=None, pad_edge=False)
-    for column in ("STEP", "AT", "TOOK", "", "DETAILS"):
-        table.add_column(column, no_wrap=column != "DETAILS")
-    timeline = record.timeline
-    for i, step in enumerate(timeline):
-        end = timeline[i + 1].at_ms if i + 1 < len(timeline) else step.at_ms
-        start_col = min(BAR_WIDTH - 1, int(step.at_ms / total * BAR_WIDTH))
-        end_col = max(start_col + 1, round(end / total * BAR_WIDTH))
-        bar = Text(" " * start_col) + Text("█" * (end_col - start_col), style="cyan")
-        label, details = describe_step(step)
-        took = ms(end - step.at_ms) if i + 1 < len(timeline) else ""
-        table.add_row(label, ms(step.at_ms), took, bar, details)
-    return table
-
-
 def _slowest(record: RequestRecord) -> str | None:
     gaps = [
         (b.at_ms - a.at_ms, describe_step(a)[0], describe_step(b)[0])
@@ -244,37 +164,6 @@ def _slowest(record: RequestRecord) -> str | None:
         return None
     took, start, end = max(gaps)
     return f"{start} -> {end}: {ms(took)} ({took / record.duration_ms:.0%} of the request)"
-
-
-def _content(record: RequestRecord) -> RenderableType:
-    if record.zero_retention:
-        return Text("Content not kept: the request used a zero-retention key.", style="dim")
-    content = record.content
-    if content is None:
-        return Text("No content was kept.", style="dim")
-    lines: list[RenderableType] = []
-    request = content.request or {}
-    for message in request.get("messages", []):
-        lines.append(Text.assemble((f"{message.get('role')}: ", "bold"), _message_text(message.get("content"))))
-    if "prompt" in request:
-        lines.append(Text.assemble(("prompt: ", "bold"), str(request["prompt"])))
-    for text in request.get("input", []):
-        lines.append(Text.assemble(("input: ", "bold"), str(text)))
-    if content.body is not None:
-        lines.append(Text.assemble(("body (not decoded): ", "bold"), content.body))
-    if content.reasoning:
-        lines.append(Text.assemble(("reasoning: ", "bold magenta"), content.reasoning))
-    if content.output:
-        lines.append(Text.assemble(("output: ", "bold green"), content.output))
-    for call in content.tool_calls:
-        lines.append(Text.assemble(("tool call: ", "bold green"), f"{call.name}({call.arguments})"))
-    return Group(*lines)
-
-
-def _message_text(content: object) -> str:
-    if isinstance(content, list):
-        return "".join(p.get("text", "[image]") if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
 
 
 def request_view(record: RequestRecord) -> Group:
@@ -288,19 +177,12 @@ def request_view(record: RequestRecord) -> Group:
     parts: list[RenderableType] = [head]
     if record.error_message:
         parts.append(Text(f"error: {record.error_message}", style="red"))
-    parts += [Text(""), waterfall(record), Text("")]
-    totals = [
-        f"total {ms(record.duration_ms)}",
-        f"time to first token {ms(record.ttft_ms)}",
-        f"prompt {record.prompt_tokens} tokens ({record.cached_tokens} cached)",
-        f"output {record.completion_tokens} tokens",
-    ]
-    if record.tokens_per_second is not None:
-        totals[-1] += f" at {record.tokens_per_second:.1f} tokens/s"
-    parts.append(Text(" · ".join(totals)))
+    parts += [Text(""), text.waterfall(record.timeline, record.duration_ms, BAR_WIDTH), Text("")]
+    parts.append(Text(text.totals(record)))
     if (slowest := _slowest(record)) is not None:
         parts.append(Text(f"longest step: {slowest}"))
-    parts += [Text(""), _content(record)]
+    kept = msgspec.to_builtins(record.content) if record.content is not None else None
+    parts += [Text(""), text.content(record.zero_retention, kept)]
     return Group(*parts)
 
 

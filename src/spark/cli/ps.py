@@ -21,26 +21,37 @@ from spark.library import Library
 from spark.runners.scheduler import RunnerState
 from spark.server.discovery import ServerInfo, read_server_info
 from spark.settings import Settings, load_settings
-from spark.units import format_bytes
+from spark.units import format_bytes, format_duration
 
 NO_SERVER = "No Spark server is running (start one with `spark serve`)."
+
+
+def local_server(settings: Settings) -> tuple[ServerInfo, str] | None:
+    """The server running on this machine and its admin token; None when none runs.
+
+    `SparkError` when one runs but its token cannot be read (another user started it).
+    """
+    from spark.server.admin_auth import (  # the web stack, only now
+        admin_token_path,
+        read_admin_token,
+    )
+
+    server = read_server_info(settings)
+    if server is None:
+        return None
+    token = read_admin_token(settings)
+    if token is None:
+        raise SparkError(
+            f"A Spark server is running (pid {server.pid}), but its admin token "
+            f"{admin_token_path(settings)} cannot be read; run this as the user that started it."
+        )
+    return server, token
 
 
 class AdminClient:
     """The admin API of the server running on this machine."""
 
-    def __init__(self, settings: Settings, server: ServerInfo) -> None:
-        from spark.server.admin_auth import (  # the web stack, only now
-            admin_token_path,
-            read_admin_token,
-        )
-
-        token = read_admin_token(settings)
-        if token is None:
-            raise SparkError(
-                f"A Spark server is running (pid {server.pid}), but its admin token "
-                f"{admin_token_path(settings)} cannot be read; run this as the user that started it."
-            )
+    def __init__(self, server: ServerInfo, token: str) -> None:
         self.server = server
         self._http = httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {token}"}, timeout=60)
 
@@ -83,8 +94,8 @@ class AdminClient:
 
 def connect(settings: Settings) -> AdminClient | None:
     """A client for the server running on this machine, or None when none is running."""
-    server = read_server_info(settings)
-    return AdminClient(settings, server) if server is not None else None
+    found = local_server(settings)
+    return AdminClient(*found) if found is not None else None
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -93,16 +104,6 @@ def _error_message(response: httpx.Response) -> str:
         return str(body["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return f"The server answered {response.status_code}: {response.text[:200]}"
-
-
-def duration(seconds: float) -> str:
-    """`45s`, `4m 10s`, `2h 5m`: a short duration for tables."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
-    return f"{s // 3600}h {(s % 3600) // 60}m"
 
 
 def _estimate(state: RunnerState) -> str:
@@ -119,7 +120,7 @@ def _until(state: RunnerState) -> str:
     if state.status != "ready":
         return state.status  # loading, restarting
     if state.unloads_in is not None:
-        return f"in {duration(state.unloads_in)}"
+        return f"in {format_duration(state.unloads_in)}"
     return "forever" if state.keep_alive < 0 else "when idle"
 
 
@@ -137,7 +138,7 @@ def runners_table(states: list[RunnerState]) -> Table:
             _estimate(s),
             f"{s.slots_busy}/{s.n_parallel}",
             str(s.queued),
-            "busy" if s.idle_seconds is None else duration(s.idle_seconds),
+            "busy" if s.idle_seconds is None else format_duration(s.idle_seconds),
             _until(s),
         )
     return table

@@ -20,6 +20,7 @@ import msgspec
 import psutil
 from litestar import Litestar
 
+from spark.placement import Device
 from spark.runners.scheduler import Scheduler
 
 SAMPLE_SECONDS = 10.0
@@ -40,6 +41,7 @@ class MemorySample(msgspec.Struct, frozen=True):
 class MemoryHistory(msgspec.Struct, frozen=True):
     interval_seconds: float
     samples: list[MemorySample]  # oldest first
+    devices: list[Device] = []  # each device's memory now: CPU RAM, then every GPU's VRAM
 
 
 class MemorySampler:

@@ -62,6 +62,8 @@ def test_memory_over_time_comes_from_the_sampler(console: LiveServer) -> None:
     with httpx.Client(base_url=console.url, timeout=30, headers={"authorization": f"Bearer {PASSWORD}"}) as api:
         history = api.get("/api/memory", params={"window": "5m"}).json()
         assert history["interval_seconds"] == 10 and history["samples"][-1]["at"] >= sample.at
+        cpu = history["devices"][0]
+        assert cpu["id"] == "cpu" and 0 < cpu["free_bytes"] <= cpu["total_bytes"]
         bad = api.get("/api/memory", params={"window": "soon"})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "window"
         assert httpx.get(f"{console.url}/api/memory").status_code == 401

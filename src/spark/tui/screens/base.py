@@ -1,0 +1,86 @@
+"""What every view has: the status line, the tabs, a filter line (`/`) and the footer."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+
+from spark.tui.client import AdminAPI, APIError
+from spark.tui.widgets import NavBar, StatusLine
+
+if TYPE_CHECKING:
+    from spark.tui.app import SparkApp
+
+
+class LiveChanged(Message):
+    """The requests in flight changed (from the events stream)."""
+
+
+class View(Screen[None]):
+    """One view of the server. The app's poller calls `reload` while the view is shown."""
+
+    MODE: ClassVar[str] = ""
+    FILTER_HINT: ClassVar[str] = ""  # what `/` filters by; empty: the view has no filter
+    KEYS_HELP: ClassVar[tuple[tuple[str, str], ...]] = (("↑↓ PgUp PgDn", "Move in the table"),)  # keys `?` adds
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter", key_display="/"),
+        # Tab switches screens here, as in k9s; dialogs keep Tab for moving between their fields
+        Binding("tab", "app.next_view(1)", "Next screen", show=False),
+        Binding("shift+tab", "app.next_view(-1)", "Previous screen", show=False),
+    ]
+
+    @property
+    def spark(self) -> SparkApp:
+        from spark.tui.app import SparkApp
+
+        assert isinstance(self.app, SparkApp)
+        return self.app
+
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        yield NavBar(self.MODE)
+        yield from self.body()
+        if self.FILTER_HINT:
+            yield Input(placeholder=self.FILTER_HINT, id="filter")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def body(self) -> ComposeResult:
+        """The view's own widgets."""
+        yield from ()
+
+    async def reload(self, api: AdminAPI) -> None:
+        """Fetch what the view shows and draw it (`ServerDown` / `APIError` go to the app)."""
+
+    def show_error(self, error: APIError) -> None:
+        """The server answered the view's reload with an error (the app keeps polling)."""
+        self.notify(error.message, severity="error", timeout=8)
+
+    def on_screen_resume(self) -> None:
+        self.spark.show_status(self)
+        self.spark.refresh_now()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "filter":
+            return bool(self.FILTER_HINT)
+        return True
+
+    def action_filter(self) -> None:
+        line = self.query_one("#filter", Input)
+        line.add_class("-shown")
+        line.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self.apply_filter(event.value.strip())
+            if not event.value.strip():
+                event.input.remove_class("-shown")
+            self.focus_next()
+            self.spark.refresh_now()
+
+    def apply_filter(self, text: str) -> None:
+        """Keep only what `text` selects (empty: everything)."""

@@ -1,0 +1,118 @@
+"""Modal dialogs: the bindings (`?`), a question, a line to type, a secret shown once."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Generic, NamedTuple, TypeVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+T = TypeVar("T")
+
+_MODAL_BINDINGS: list[BindingType] = [Binding("escape", "dismiss_none", "Close")]
+
+
+class Dialog(ModalScreen[T | None], Generic[T]):
+    """A box in the middle of the screen; Escape closes it with no answer."""
+
+    BINDINGS: ClassVar[list[BindingType]] = _MODAL_BINDINGS
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
+
+
+class HelpDialog(Dialog[None]):
+    """Every key the current screen answers, and what it does."""
+
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        table = Text()
+        for key, description in self.rows:
+            table.append(f"{key:>10}  ", "bold")
+            table.append(description + "\n")
+        with VerticalScroll(classes="dialog"):
+            yield Label("[b]Keys[/b]")
+            yield Static(table, id="keys-help")
+            yield Label("[dim]Escape closes · the mouse works too[/]")
+
+
+class ConfirmDialog(Dialog[bool]):
+    """A yes/no question; `y` or Enter on Yes says yes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [*_MODAL_BINDINGS, Binding("y", "yes", "Yes"), Binding("n", "no", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question)
+            with Horizontal(classes="buttons"):
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_yes(self) -> None:
+        self.dismiss(True)
+
+    def action_no(self) -> None:
+        self.dismiss(False)
+
+
+class Answer(NamedTuple):
+    text: str
+    option: bool  # the checkbox, when the dialog has one
+
+
+class AskDialog(Dialog[Answer]):
+    """One line to type (Enter: done, Escape: never mind); with `option`, a checkbox too."""
+
+    def __init__(self, question: str, placeholder: str = "", option: str | None = None) -> None:
+        super().__init__()
+        self.question = question
+        self.placeholder = placeholder
+        self.option = option
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question)
+            yield Input(placeholder=self.placeholder, id="answer")
+            if self.option is not None:
+                yield Checkbox(self.option, id="option")
+            yield Label("[dim]Enter to confirm · Escape to cancel[/]")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        value = event.value.strip()
+        if value:
+            checked = self.option is not None and self.query_one("#option", Checkbox).value
+            self.dismiss(Answer(value, checked))
+
+
+class SecretDialog(Dialog[None]):
+    """A secret the server shows only once (a new API key)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [*_MODAL_BINDINGS, Binding("enter", "dismiss_none", "Close")]
+
+    def __init__(self, title: str, secret: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.secret = secret
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text)
+            yield Static(Text(self.secret, "bold"), id="secret")
+            yield Label("[yellow]Copy it now: it is not shown again.[/] [dim]Enter closes[/]")

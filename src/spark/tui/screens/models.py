@@ -1,0 +1,148 @@
+"""Models: the library; pull from the Hub (with progress, cancel), load, unload, remove."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Static
+
+from spark.tui import text, wire
+from spark.tui.client import AdminAPI
+from spark.tui.screens.base import View
+from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog
+from spark.tui.widgets import Table, set_text
+
+RUNNING = ("queued", "downloading", "verifying")
+RECENT_PULLS = 4
+
+
+class ModelsView(View):
+    MODE = "models"
+    FILTER_HINT = "filter: part of a model id (Enter applies, empty clears)"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pull", "Pull"),
+        Binding("l", "load", "Load"),
+        Binding("u", "unload", "Unload"),
+        Binding("d,delete", "remove", "Remove"),
+        Binding("c", "cancel", "Cancel pull"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter = ""
+        self.jobs: list[wire.PullJob] = []
+
+    def body(self) -> ComposeResult:
+        models = Table("MODEL", "ARCH", "QUANT", "SIZE", "CTX", "LOADED", id="models")
+        models.border_title = "Library"
+        yield models
+        pulls = Table("PULL", "PROGRESS", "STATE", "RATE", "ETA", id="pulls")
+        pulls.border_title = "Pulls"
+        yield pulls
+        yield Static(id="empty", classes="hint")
+
+    async def reload(self, api: AdminAPI) -> None:
+        models, jobs = await asyncio.gather(api.models(), api.pulls())
+        shown = [m for m in models if self.filter in m.id]
+        self.query_one("#models", Table).replace_rows([(m.id, _model_cells(m)) for m in shown])
+        self.jobs = [j for j in jobs if j.state in RUNNING] + [j for j in jobs if j.state not in RUNNING][:RECENT_PULLS]
+        pulls = self.query_one("#pulls", Table)
+        pulls.replace_rows([(j.id, _pull_cells(j)) for j in self.jobs])
+        pulls.set_class(not self.jobs, "-none")
+        set_text(
+            self.query_one("#empty", Static),
+            "" if models else "No model installed yet: press p to pull one from the Hugging Face Hub.",
+        )
+
+    def apply_filter(self, text_line: str) -> None:
+        self.filter = text_line
+
+    def _selected(self) -> str | None:
+        model = self.query_one("#models", Table).selected_key()
+        if model is None:
+            self.spark.notify("No model selected.", severity="warning")
+        return model
+
+    def action_pull(self) -> None:
+        def start(answer: Answer | None) -> None:
+            if answer is not None:
+                self.spark.run_action_worker(lambda: self._pull(answer.text), "pull")
+
+        self.spark.push_screen(
+            AskDialog(
+                "Pull a model from the Hugging Face Hub", "org/repo[:quant], e.g. unsloth/Qwen3-0.6B-GGUF:Q4_K_M"
+            ),
+            start,
+        )
+
+    async def _pull(self, spec: str) -> None:
+        job = await self.spark.api.start_pull(spec)
+        self.spark.notify(f"Pulling {job.spec}…")
+
+    def action_load(self) -> None:
+        if (model := self._selected()) is not None:
+            self.spark.notify(f"Loading {model}…")
+            self.spark.run_action_worker(lambda: self._load(model), "load")
+
+    async def _load(self, model: str) -> None:
+        runner = await self.spark.api.load(model)
+        self.spark.notify(f"{runner.model} is loaded ({'+'.join(runner.devices) or 'cpu'}).")
+
+    def action_unload(self) -> None:
+        if (model := self._selected()) is not None:
+            self.spark.run_action_worker(lambda: self._unload(model), "unload")
+
+    async def _unload(self, model: str) -> None:
+        stopped = await self.spark.api.unload(model)
+        self.spark.notify(f"Unloaded {model}." if stopped else f"{model} was not loaded.")
+
+    def action_remove(self) -> None:
+        if (model := self._selected()) is None:
+            return
+
+        def remove(yes: bool | None) -> None:
+            if yes:
+                self.spark.run_action_worker(lambda: self._remove(model), "remove")
+
+        self.spark.push_screen(ConfirmDialog(f"Remove {model}? Files Spark downloaded are deleted."), remove)
+
+    async def _remove(self, model: str) -> None:
+        await self.spark.api.remove_model(model)
+        self.spark.notify(f"Removed {model}.")
+
+    def action_cancel(self) -> None:
+        """Cancel the pull under the cursor of the pulls table, else the newest one running."""
+        running = [j for j in self.jobs if j.state in RUNNING]
+        selected = self.query_one("#pulls", Table).selected_key()
+        job = next((j for j in running if j.id == selected), running[0] if running else None)
+        if job is None:
+            self.spark.notify("No pull is running.", severity="warning")
+            return
+        self.spark.run_action_worker(lambda: self._cancel(job), "cancel")
+
+    async def _cancel(self, job: wire.PullJob) -> None:
+        done = await self.spark.api.cancel_pull(job.id)
+        self.spark.notify(f"Pull of {done.spec}: {done.state}.")
+
+
+def _model_cells(m: wire.Model) -> list[str | Text]:
+    kind = "embed" if m.embedding else ("vision" if m.vision else m.architecture)
+    return [
+        m.id,
+        kind,
+        m.quantization,
+        text.size(m.size_bytes),
+        str(m.context_length or "-"),
+        Text("● loaded", "green") if m.loaded else Text("-", "dim"),
+    ]
+
+
+def _pull_cells(j: wire.PullJob) -> list[str | Text]:
+    state = Text(j.error[:40], "red") if j.error else text.state(j.state)
+    rate = f"{text.size(int(j.rate))}/s" if j.rate else "-"
+    eta = f"{j.eta_seconds:.0f}s" if j.eta_seconds is not None and j.state in RUNNING else "-"
+    return [j.model or j.spec, text.pull_progress(j), state, rate, eta]

@@ -1,0 +1,58 @@
+"""Nodes: the fleet's Spark servers, their state and capacity (a standalone server has none)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from spark.tui import text, wire
+from spark.tui.client import AdminAPI
+from spark.tui.screens.base import View
+from spark.tui.widgets import Table, set_text
+
+STANDALONE = "This server is standalone: it has no fleet of nodes."
+
+
+class NodesView(View):
+    MODE = "nodes"
+    FILTER_HINT = "filter: part of a node name (Enter applies, empty clears)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter = ""
+
+    def body(self) -> ComposeResult:
+        nodes = Table("NODE", "STATE", "MODELS", "SLOTS", "Q", "TOK/S", "REPORTED", "WHY", id="nodes")
+        nodes.border_title = "Nodes"
+        yield nodes
+        yield Static(id="empty", classes="hint")
+
+    async def reload(self, api: AdminAPI) -> None:
+        nodes = await api.nodes()
+        now = self.spark.clock()
+        shown = [n for n in nodes or [] if self.filter in n.name]
+        self.query_one("#nodes", Table).replace_rows([(n.name, _cells(n, now)) for n in shown])
+        if nodes is None:
+            hint = STANDALONE
+        elif not nodes:
+            hint = "No node has been added to this server's fleet yet."
+        else:
+            hint = ""
+        set_text(self.query_one("#empty", Static), hint)
+
+    def apply_filter(self, text_line: str) -> None:
+        self.filter = text_line
+
+
+def _cells(n: wire.Node, now: float) -> list[str | Text]:
+    return [
+        n.name,
+        text.state(n.state),
+        ", ".join(n.runners or n.models) or "-",
+        f"{n.slots_busy}/{n.slots_busy + n.slots_free}",
+        str(n.queued),
+        text.speed(n.decode_tokens_per_second),
+        text.ago(n.last_report_at, now),
+        n.reason or "",
+    ]

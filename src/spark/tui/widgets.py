@@ -1,0 +1,168 @@
+"""The small widgets the screens are made of: the status line, the screen tabs, the panels."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Sparkline, Static
+
+from spark.tui import text, wire
+
+VIEWS = (("overview", "Overview"), ("requests", "Requests"), ("models", "Models"), ("keys", "Keys"), ("nodes", "Nodes"))
+
+
+def set_text(widget: Static, content: str | Text) -> None:
+    """Show `content` in `widget` unless it shows it already (a redraw costs CPU; idle must not)."""
+    if widget.content != content:
+        widget.update(content)
+
+
+class StatusLine(Static):
+    """The first line: which server, and whether it answers (red while it does not)."""
+
+    def show(self, label: str, problem: str | None) -> None:
+        self.set_class(problem is not None, "-down")
+        if problem is None:
+            set_text(self, Text.assemble(("● ", "green"), ("Spark ", "bold"), label))
+        else:
+            set_text(self, Text.assemble(("✖ ", "bold"), problem, " · retrying"))
+
+
+class NavBar(Static):
+    """The screens as tabs, the current one highlighted; a click switches too."""
+
+    def __init__(self, current: str) -> None:
+        super().__init__()
+        self.current = current
+
+    def render(self) -> str:
+        tabs = []
+        for n, (mode, title) in enumerate(VIEWS, 1):
+            style = "reverse bold" if mode == self.current else ""
+            tabs.append(f"[@click=app.switch_mode('{mode}')][{style or 'none'}] {n} {title} [/][/]")
+        return " ".join(tabs) + "  [dim]? help  q quit[/]"
+
+
+class Table(DataTable[str | Text]):
+    """A read-only table that fits its width: the `flex` column (the first by default) takes what the
+    others leave and long names in it end with `…`; the cursor stays on its row when rows are replaced."""
+
+    def __init__(self, *columns: str, flex: str | None = None, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        self._columns = columns
+        self._flex = flex or columns[0]
+        self._rows: list[tuple[str, list[str | Text]]] = []
+
+    def on_mount(self) -> None:
+        for column in self._columns:
+            self.add_column(column, key=column)
+        self.replace_rows(self._rows, force=True)  # any given before the columns were there
+
+    def on_resize(self) -> None:
+        self.replace_rows(self._rows, force=True)
+
+    def selected_key(self) -> str | None:
+        """The key of the row under the cursor, None in an empty table."""
+        if not self.row_count:
+            return None
+        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+
+    def replace_rows(self, rows: list[tuple[str, list[str | Text]]], *, force: bool = False) -> None:
+        """Show `rows` (key, cells), the cursor staying on its row when that row is still there.
+        The same rows again change nothing (an idle screen then costs no drawing)."""
+        if rows == self._rows and not force:
+            return
+        self._rows = rows
+        if not self.columns:
+            return  # not mounted yet: on_mount draws them
+        keep = self.selected_key()
+        self.clear()
+        flex = self._columns.index(self._flex)
+        room = self._flex_width([cells for _, cells in rows], flex)
+        for key, cells in rows:
+            fitted = list(cells)
+            value = cells[flex]
+            cell = Text(value) if isinstance(value, str) else value.copy()
+            cell.truncate(room, overflow="ellipsis")
+            fitted[flex] = cell
+            self.add_row(*fitted, key=key)
+        keys = [key for key, _ in rows]
+        if keep in keys:
+            self.move_cursor(row=keys.index(keep), animate=False)
+
+    def _flex_width(self, rows: list[list[str | Text]], flex: int) -> int:
+        """What the flex column may take: the table's width less the other columns and their padding."""
+        others = 0
+        for i, name in enumerate(self._columns):
+            if i != flex:
+                others += max([len(name), *(_width(r[i]) for r in rows)])
+        padding = 2 * self.cell_padding * len(self._columns) + 1  # and the vertical scrollbar
+        return max(len(self._flex), 12, self.size.width - others - padding)
+
+
+def _width(cell: str | Text) -> int:
+    return cell_len(cell) if isinstance(cell, str) else cell.cell_len
+
+
+class MemoryPanel(Static):
+    """Each device's memory as a bar (RAM, then VRAM per GPU), and what Spark's processes hold."""
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: Text | None = None
+
+    def show(self, memory: wire.Memory) -> None:
+        lines = []
+        for device in memory.devices:
+            used = device.total_bytes - device.free_bytes
+            lines.append(
+                Text.assemble(
+                    (f"{'RAM' if device.id == 'cpu' else device.id:<7} ", "bold"),
+                    text.bar(used / (device.total_bytes or 1), 12, "magenta"),
+                    f" {text.size(used)}/{text.size(device.total_bytes)}",
+                )
+            )
+        if memory.samples:
+            last = memory.samples[-1]
+            lines.append(
+                Text(f"server {text.size(last.server_bytes)} · models {text.size(sum(last.models.values()))}", "dim")
+            )
+        drawn = Text("\n").join(lines) if lines else Text("no samples yet", "dim")
+        if drawn != self._shown:
+            self._shown = drawn
+            self.update(drawn)
+
+
+class ActivityPanel(Vertical):
+    """Requests per minute and output tokens per second, as sparklines over the last half hour."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="requests-label", classes="spark-label")
+        yield Sparkline([], id="requests-line")
+        yield Static(id="tokens-label", classes="spark-label")
+        yield Sparkline([], id="tokens-line")
+
+    def show(self, activity: wire.Activity, now: float, minutes: int = 30) -> None:
+        size = activity.bucket_seconds
+        first = int((now - minutes * size) // size) * size
+        requests = [0.0] * minutes
+        completion = [0.0] * minutes
+        for bucket in activity.buckets:
+            i = int((bucket.start - first) // size)
+            if 0 <= i < minutes:
+                requests[i] += bucket.requests
+                completion[i] += bucket.completion_tokens / size
+        set_text(
+            self.query_one("#requests-label", Static),
+            f"requests/min [b]{requests[-1]:.0f}[/] now · {sum(requests):.0f} in {minutes} min",
+        )
+        set_text(
+            self.query_one("#tokens-label", Static),
+            f"output tokens/s [b]{completion[-1]:.1f}[/] now · peak {max(completion):.1f}",
+        )
+        for line, data in (("#requests-line", requests), ("#tokens-line", completion)):
+            sparkline = self.query_one(line, Sparkline)
+            if sparkline.data != data:
+                sparkline.data = data

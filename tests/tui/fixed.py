@@ -1,0 +1,388 @@
+"""A fixed data set served as the admin API (an httpx transport), so screens draw the same every run.
+
+The clock is fixed too (`NOW`), and the TUI's times are local: tests set TZ=UTC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from spark.tui.app import SparkApp
+from spark.tui.client import AdminAPI, Endpoint
+
+NOW = 1_796_123_400.0  # 2026-12-01 11:10:00 UTC
+GiB = 2**30
+MiB = 2**20
+
+RUNNERS = [
+    {
+        "model": "qwen2.5-coder-7b-instruct-q4_k_m",
+        "status": "ready",
+        "pid": 4121,
+        "n_parallel": 4,
+        "devices": ["cuda:0"],
+        "estimate_bytes": 5_100 * MiB,
+        "measured_bytes": 4_800 * MiB,
+        "slots_busy": 3,
+        "slots_free": 1,
+        "queued": 2,
+        "keep_alive": 300.0,
+        "unloads_in": None,
+        "decode_tokens_per_second": 61.4,
+    },
+    {
+        "model": "smollm2-135m-instruct-q4_1",
+        "status": "ready",
+        "pid": 4188,
+        "n_parallel": 4,
+        "devices": ["cpu"],
+        "estimate_bytes": 560 * MiB,
+        "measured_bytes": 512 * MiB,
+        "slots_busy": 0,
+        "slots_free": 4,
+        "queued": 0,
+        "keep_alive": 300.0,
+        "unloads_in": 251.0,
+        "decode_tokens_per_second": 95.1,
+    },
+    {
+        "model": "nomic-embed-text-v1.5-q8_0",
+        "status": "loading",
+        "pid": 4190,
+        "n_parallel": 1,
+        "devices": ["cpu"],
+        "estimate_bytes": 170 * MiB,
+        "measured_bytes": None,
+        "slots_busy": 0,
+        "slots_free": 1,
+        "queued": 1,
+        "keep_alive": -1.0,
+        "unloads_in": None,
+        "decode_tokens_per_second": None,
+    },
+]
+
+MEMORY = {
+    "interval_seconds": 10.0,
+    "samples": [
+        {
+            "at": NOW - 5,
+            "server_bytes": 152 * MiB,
+            "models": {"qwen2.5-coder-7b-instruct-q4_k_m": 4_900 * MiB, "smollm2-135m-instruct-q4_1": 610 * MiB},
+            "system_available_bytes": 18 * GiB,
+        }
+    ],
+    "devices": [
+        {"id": "cpu", "kind": "cpu", "name": "CPU RAM", "total_bytes": 31 * GiB, "free_bytes": 18 * GiB},
+        {"id": "cuda:0", "kind": "cuda", "name": "NVIDIA RTX 4090", "total_bytes": 24 * GiB, "free_bytes": 17 * GiB},
+    ],
+}
+
+_PER_MINUTE = [0, 1, 3, 2, 5, 8, 6, 4, 9, 12, 7, 3, 0, 0, 2, 4, 6, 10, 14, 11, 9, 5, 3, 6, 8, 7, 4, 2, 5, 3]
+ACTIVITY = {
+    "since": NOW - 1800,
+    "bucket_seconds": 60,
+    "buckets": [
+        {
+            "start": (int(NOW // 60) - 29 + i) * 60.0,
+            "model": "qwen2.5-coder-7b-instruct-q4_k_m",
+            "requests": n,
+            "errors": 1 if n > 10 else 0,
+            "prompt_tokens": 400 * n,
+            "completion_tokens": 180 * n,
+        }
+        for i, n in enumerate(_PER_MINUTE)
+        if n
+    ],
+}
+
+
+def _request(i: int, **fields: Any) -> dict[str, Any]:
+    row = {
+        "id": f"r{i:04d}",
+        "request_id": f"req_{i:04d}a9f3",
+        "started_at": NOW - 7 * i - 3,
+        "route": "/v1/chat/completions",
+        "status": 200,
+        "duration_ms": 1800.0 + 37 * i,
+        "seq": 9000 - i,
+        "model": "qwen2.5-coder-7b-instruct-q4_k_m",
+        "key_name": "laptop",
+        "finish_reason": "stop",
+        "error_type": None,
+        "error_message": None,
+        "stream": True,
+        "prompt_tokens": 412 + i,
+        "completion_tokens": 96,
+        "cached_tokens": 384,
+        "ttft_ms": 88.0 + i,
+        "tokens_per_second": 60.2,
+        "zero_retention": False,
+    }
+    row.update(fields)
+    return row
+
+
+REQUESTS = [_request(i) for i in range(1, 30)]
+REQUESTS[2] = _request(
+    3,
+    status=400,
+    error_type="context_length_exceeded",
+    finish_reason=None,
+    error_message="the prompt has 9120 tokens; the context holds 8192",
+    completion_tokens=0,
+    ttft_ms=None,
+    tokens_per_second=None,
+    duration_ms=12.4,
+)
+REQUESTS[4] = _request(
+    5,
+    model="smollm2-135m-instruct-q4_1",
+    key_name="ci",
+    route="/v1/messages",
+    tokens_per_second=95.3,
+    duration_ms=912.0,
+)
+REQUESTS[6] = _request(
+    7,
+    status=503,
+    error_type="overloaded",
+    finish_reason=None,
+    completion_tokens=0,
+    error_message="the queue for qwen2.5-coder-7b-instruct-q4_k_m is full (16)",
+    ttft_ms=None,
+    tokens_per_second=None,
+    duration_ms=1.1,
+)
+REQUESTS[8] = _request(9, status=200, finish_reason="cancelled", completion_tokens=31)
+TOTAL_REQUESTS = 10_000
+
+DETAIL = {
+    **REQUESTS[0],
+    "node": "local",
+    "timeline": [
+        {"name": "received", "at_ms": 0.01},
+        {"name": "authenticated", "at_ms": 0.4, "details": {"key": "laptop"}},
+        {
+            "name": "queued",
+            "at_ms": 0.6,
+            "details": {"model": "qwen2.5-coder-7b-instruct-q4_k_m", "position": 0, "slots": 4},
+        },
+        {"name": "slot", "at_ms": 1.2, "details": {"slot": 2, "prompt_tokens": 413, "cached_tokens": 384}},
+        {"name": "prompt", "at_ms": 84.0, "details": {"tokens": 29, "seconds": 0.083, "tokens_per_second": 349.4}},
+        {"name": "first_token", "at_ms": 89.0},
+        {"name": "finished", "at_ms": 1837.0, "details": {"finish_reason": "stop", "completion_tokens": 96}},
+    ],
+    "content": {
+        "request": {
+            "messages": [
+                {"role": "system", "content": "You are a careful reviewer."},
+                {"role": "user", "content": "Why is this loop slow?"},
+            ]
+        },
+        "output": "It reallocates the list on every pass; build it once and append.",
+    },
+}
+
+MODELS = [
+    {
+        "id": "qwen2.5-coder-7b-instruct-q4_k_m",
+        "architecture": "qwen2",
+        "parameters": 7_615_616_512,
+        "quantization": "Q4_K_M",
+        "size_bytes": 4_683 * MiB,
+        "context_length": 32768,
+        "loaded": True,
+    },
+    {
+        "id": "smollm2-135m-instruct-q4_1",
+        "architecture": "llama",
+        "parameters": 134_515_008,
+        "quantization": "Q4_1",
+        "size_bytes": 94 * MiB,
+        "context_length": 8192,
+        "loaded": True,
+    },
+    {
+        "id": "nomic-embed-text-v1.5-q8_0",
+        "architecture": "nomic-bert",
+        "parameters": 136_731_648,
+        "quantization": "Q8_0",
+        "size_bytes": 139 * MiB,
+        "context_length": 2048,
+        "embedding": True,
+        "loaded": True,
+    },
+    {
+        "id": "gemma-3-4b-it-q4_k_m",
+        "architecture": "gemma3",
+        "parameters": 3_880_000_000,
+        "quantization": "Q4_K_M",
+        "size_bytes": 2_490 * MiB,
+        "context_length": 131072,
+        "vision": True,
+        "loaded": False,
+    },
+]
+
+PULLS = [
+    {
+        "id": "pull_7d1e",
+        "spec": "unsloth/Qwen3-4B-GGUF:Q4_K_M",
+        "state": "downloading",
+        "model": "qwen3-4b-q4_k_m",
+        "bytes_done": 1_480 * MiB,
+        "bytes_total": 2_380 * MiB,
+        "rate": 41.5 * MiB,
+        "eta_seconds": 21.7,
+        "created_at": NOW - 40,
+    },
+    {
+        "id": "pull_0b2c",
+        "spec": "tiny/Nope-GGUF",
+        "state": "failed",
+        "error": "repository 'tiny/Nope-GGUF' not found",
+        "created_at": NOW - 600,
+    },
+]
+
+KEYS = [
+    {
+        "name": "laptop",
+        "prefix": "sk-spark-AbC1",
+        "created_at": NOW - 86400 * 12,
+        "last_used_at": NOW - 3,
+        "zero_retention": False,
+        "requests_24h": 1204,
+        "prompt_tokens_24h": 501_233,
+        "completion_tokens_24h": 99_120,
+    },
+    {
+        "name": "ci",
+        "prefix": "sk-spark-x9Qe",
+        "created_at": NOW - 86400 * 2,
+        "last_used_at": NOW - 310,
+        "zero_retention": True,
+        "requests_24h": 88,
+        "prompt_tokens_24h": 7_040,
+        "completion_tokens_24h": 1_210,
+    },
+    {
+        "name": "old-phone",
+        "prefix": "sk-spark-Lm02",
+        "created_at": NOW - 86400 * 90,
+        "last_used_at": None,
+        "zero_retention": False,
+        "requests_24h": 0,
+        "prompt_tokens_24h": 0,
+        "completion_tokens_24h": 0,
+    },
+]
+
+NODES = [
+    {
+        "name": "gpu-box",
+        "url": "http://10.0.0.12:8080",
+        "state": "ready",
+        "reason": None,
+        "models": ["qwen2.5-coder-7b-instruct-q4_k_m"],
+        "runners": ["qwen2.5-coder-7b-instruct-q4_k_m"],
+        "slots_busy": 2,
+        "slots_free": 2,
+        "queued": 0,
+        "decode_tokens_per_second": 58.0,
+        "last_report_at": NOW - 2,
+        "added_at": NOW - 86400,
+    },
+    {
+        "name": "old-laptop",
+        "url": "http://10.0.0.31:8080",
+        "state": "unreachable",
+        "reason": "no report for 95 s",
+        "models": [],
+        "runners": [],
+        "slots_busy": 0,
+        "slots_free": 0,
+        "queued": 0,
+        "decode_tokens_per_second": None,
+        "last_report_at": NOW - 95,
+        "added_at": NOW - 86400 * 5,
+    },
+]
+
+IN_FLIGHT = [
+    {
+        "id": "live1",
+        "request_id": "req_live1",
+        "route": "/v1/chat/completions",
+        "model": "qwen2.5-coder-7b-instruct-q4_k_m",
+        "key": "laptop",
+        "stream": True,
+        "at": NOW - 4.2,
+    },
+    {
+        "id": "live2",
+        "request_id": "req_live2",
+        "route": "/v1/messages",
+        "model": "smollm2-135m-instruct-q4_1",
+        "key": "ci",
+        "stream": True,
+        "at": NOW - 0.8,
+    },
+]
+
+
+def _events(standalone: bool) -> httpx.Response:
+    async def stream() -> AsyncIterator[bytes]:
+        yield b": connected\n\n"
+        for seq, e in enumerate(IN_FLIGHT, 1):
+            data = {k: v for k, v in e.items() if k != "at"}
+            event = {"seq": seq, "kind": "request.received", "at": e["at"], "data": data}
+            yield f"id: {seq}\nevent: request.received\ndata: {json.dumps(event)}\n\n".encode()
+        await asyncio.Event().wait()  # then nothing more, until the app stops
+
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
+
+
+def handler(*, standalone: bool = False) -> httpx.MockTransport:
+    """The fixed admin API; `standalone`: without the fleet's routes."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        routes: dict[str, Any] = {
+            "/api/runners": RUNNERS,
+            "/api/memory": MEMORY,
+            "/api/activity": ACTIVITY,
+            "/api/models": MODELS,
+            "/api/pulls": PULLS,
+            "/api/keys": KEYS,
+            "/api/requests/r0001": DETAIL,
+        }
+        if not standalone:
+            routes["/api/nodes"] = NODES
+        if path == "/api/events":
+            return _events(standalone)
+        if path == "/api/requests":
+            rows = REQUESTS
+            if request.url.params.get("status") == "error":
+                rows = [r for r in rows if r["error_type"]]
+            limit = int(request.url.params.get("limit", 50))
+            return httpx.Response(200, json={"requests": rows[:limit], "total": TOTAL_REQUESTS, "last_seq": 9000})
+        if path in routes:
+            return httpx.Response(200, json=routes[path])
+        return httpx.Response(
+            404, json={"error": {"message": "not found", "type": "not_found", "param": None, "code": "not_found"}}
+        )
+
+    return httpx.MockTransport(answer)
+
+
+def fixed_app(*, standalone: bool = False) -> SparkApp:
+    endpoint = Endpoint("http://gpu-box:8080", "secret", "http://gpu-box:8080")
+    api = AdminAPI(lambda: endpoint, transport=handler(standalone=standalone))
+    return SparkApp(api, clock=lambda: NOW, poll_seconds=3600)

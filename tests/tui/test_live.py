@@ -1,0 +1,158 @@
+"""The TUI against a real `spark serve` on a real port: every screen, a request live and in the log,
+its timeline, a pull from the fake Hub, a key created and revoked, a model loaded and unloaded."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from spark.tui.screens.dialogs import SecretDialog
+from spark.tui.screens.nodes import STANDALONE
+from spark.tui.screens.request import RequestView
+from spark.tui.screens.requests import LIVE
+from spark.tui.widgets import StatusLine
+from tui.helpers import Served, app_for, cells, connected, keys, shown, table, until
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_every_screen_shows_the_server(served: Served) -> None:
+    app = app_for(served.live.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: connected(app), "the first answer")
+        assert "Spark" in shown(app, "#status")
+        await pilot.press("3")
+        await until(pilot, lambda: served.chat in keys(app, "models"), "the library")
+        await pilot.press("4")
+        await until(pilot, lambda: "tests" in keys(app, "keys"), "the server's key")
+        await pilot.press("5")
+        await until(pilot, lambda: STANDALONE in shown(app, "#empty"), "standalone")
+        await pilot.press("tab")
+        assert app.current_mode == "overview"
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.current_mode == "keys"
+        await pilot.press("question_mark")
+        assert "New key" in shown(app, "#keys-help")  # the help lists this screen's keys
+        await pilot.press("escape", "q")
+    assert app.return_code == 0
+
+
+@pytest.mark.slow  # the slow model and the chat model: two runners
+async def test_a_request_runs_live_then_opens_with_its_timeline(served: Served) -> None:
+    app = app_for(served.live.url)
+    stop = threading.Event()
+
+    def long_stream() -> None:
+        body = {
+            "model": served.slow,
+            "messages": [{"role": "user", "content": "go on"}],
+            "max_tokens": 12000,
+            "stream": True,
+        }
+        with served.live.http() as client, client.stream("POST", "/v1/chat/completions", json=body) as response:
+            for _ in response.iter_lines():
+                if stop.is_set():
+                    return  # the client goes away: the server cancels it
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: connected(app), "the first answer")
+        streaming = threading.Thread(target=long_stream)
+        streaming.start()
+        try:
+            await until(pilot, lambda: any(k.startswith(LIVE) for k in keys(app, "requests")), "the live row")
+            live_key = next(k for k in keys(app, "requests") if k.startswith(LIVE))
+            assert "▶ live" in cells(app, "requests", live_key)
+        finally:
+            stop.set()
+            streaming.join(30)
+        await until(pilot, lambda: not any(k.startswith(LIVE) for k in keys(app, "requests")), "the end")
+
+        with served.live.http() as client:
+            answer = client.post(
+                "/v1/chat/completions",
+                json={"model": served.chat, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            )
+        assert answer.status_code == 200
+        await until(pilot, lambda: len(keys(app, "requests")) >= 2, "both requests in the log")
+        rows = keys(app, "requests")
+        assert cells(app, "requests", rows[0])[1] == served.chat  # newest on top
+        assert cells(app, "requests", rows[1])[1] == served.slow
+        table(app, "requests").focus()
+        table(app, "requests").move_cursor(row=0)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RequestView) and app.screen.record is not None, "a timeline")
+        page = shown(app, "#detail")
+        assert "finished" in page and "first token" in page and "user: hi" in page
+        await pilot.press("escape")
+        assert app.screen.MODE == "requests" and not isinstance(app.screen, RequestView)
+
+
+@pytest.mark.slow  # a model pulled and loaded beside the others
+async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
+    app = app_for(served.live.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: served.chat in keys(app, "models"), "the library")
+        await pilot.press("p")
+        await pilot.press(*"tiny/TinyLlama-GGUF:Q8_0", "enter")
+        await until(pilot, lambda: "tinyllama-q8_0" in keys(app, "models"), "the pulled model")
+        job = app.screen.jobs[0]
+        assert job.state == "done" and job.bytes_done == job.bytes_total
+        await until(pilot, lambda: "100%" in " ".join(cells(app, "pulls", job.id)), "the bar at 100 %")
+
+        models = table(app, "models")
+        models.move_cursor(row=keys(app, "models").index("tinyllama-q8_0"))
+        await pilot.press("l")
+        await until(pilot, lambda: "loaded" in " ".join(cells(app, "models", "tinyllama-q8_0")), "the load", 60)
+        assert any(r.model == "tinyllama-q8_0" for r in served.live.runners())
+        await pilot.press("u")
+        await until(pilot, lambda: "loaded" not in " ".join(cells(app, "models", "tinyllama-q8_0")), "the unload")
+        assert not any(r.model == "tinyllama-q8_0" for r in served.live.runners())
+
+        await pilot.press("d")
+        await pilot.press("y")
+        await until(pilot, lambda: "tinyllama-q8_0" not in keys(app, "models"), "the removal")
+
+
+async def test_create_and_revoke_a_key(served: Served) -> None:
+    app = app_for(served.live.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("4")
+        await until(pilot, lambda: "tests" in keys(app, "keys"), "the keys")
+        await pilot.press("n", *"from-tui", "enter")
+        await until(pilot, lambda: isinstance(app.screen, SecretDialog), "the new key")
+        secret = app.screen.secret
+        assert secret.startswith("sk-spark-")
+        await pilot.press("enter")
+        await until(pilot, lambda: "from-tui" in keys(app, "keys"), "the key listed")
+        with served.live.http(key=secret) as client:
+            assert client.get("/v1/models").status_code == 200
+
+        table(app, "keys").move_cursor(row=keys(app, "keys").index("from-tui"))
+        await pilot.press("d")
+        await pilot.press("n")  # asked, and said no: still there
+        await pilot.pause(0.6)
+        assert "from-tui" in keys(app, "keys")
+        await pilot.press("d", "y")
+        await until(pilot, lambda: "from-tui" not in keys(app, "keys"), "the key revoked")
+        with served.live.http(key=secret) as client:
+            assert client.get("/v1/models").status_code == 401
+
+
+async def test_a_refused_action_says_why(served: Served) -> None:
+    app = app_for(served.live.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: served.chat in keys(app, "models"), "the library")
+        await pilot.press("p", *"bad..org/x", "enter")
+        await until(pilot, lambda: any(n.severity == "error" for n in app._notifications), "the error")
+        assert any("spec" in n.message or "repo" in n.message for n in app._notifications)
+
+
+async def test_a_wrong_password_is_said_in_the_status_line(served: Served) -> None:
+    app = app_for(served.live.url, secret="not-the-password")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.problem is not None and "refused" in app.problem, "the refusal")
+        assert app.screen.query_one(StatusLine).has_class("-down")

@@ -1,0 +1,66 @@
+"""Each screen drawn from a fixed data set (tests/tui/fixed.py) at 80x24 and 160x48, compared with the
+SVGs in __snapshots__ (after a deliberate change: `pytest tests/tui/test_snapshots.py --snapshot-update`,
+then look at them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from spark.tui.app import SparkApp
+from spark.tui.screens.request import RequestView
+from tui.fixed import IN_FLIGHT, fixed_app
+from tui.helpers import until
+
+SIZES = [(80, 24), (160, 48)]
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+
+def settled(app: SparkApp, *keys: str) -> Callable[[Pilot[None]], object]:
+    """Press `keys`, then wait until the view has drawn the fixed data and the events have come."""
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: len(app.in_flight) == len(IN_FLIGHT) and app.problem is None, "the data")
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.2)
+        view = app.view()
+        if isinstance(view, RequestView):
+            await until(pilot, lambda: view.record is not None, "the request")
+        for line in app.screen.query(Input):
+            line.cursor_blink = False  # a blinking cursor would make the picture depend on the moment
+        await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()  # the tables measure their columns when idle
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "keys",
+    [("1",), ("2",), ("3",), ("4",), ("5",), ("2", "down", "down", "enter")],
+    ids=["overview", "requests", "models", "keys", "nodes", "request"],
+)
+def test_screen(snap_compare: Callable[..., bool], size: tuple[int, int], keys: tuple[str, ...]) -> None:
+    app = fixed_app()
+    assert snap_compare(app, terminal_size=size, run_before=settled(app, *keys))
+
+
+def test_standalone_server(snap_compare: Callable[..., bool]) -> None:
+    app = fixed_app(standalone=True)
+    assert snap_compare(app, run_before=settled(app, "5"))
+
+
+def test_keys_help(snap_compare: Callable[..., bool]) -> None:
+    app = fixed_app()
+    assert snap_compare(app, run_before=settled(app, "2", "question_mark"))
+
+
+def test_pull_dialog(snap_compare: Callable[..., bool]) -> None:
+    app = fixed_app()
+    assert snap_compare(app, run_before=settled(app, "3", "p", *"unsloth/Qwen3-4B-GGUF"))
