@@ -3,13 +3,18 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "attach doctor keys log ls ps pull rm run search serve show stop tui" -- "$cur")); return
+    COMPREPLY=($(compgen -W "attach doctor keys log ls nodes ps pull rm run search serve show stop tui" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
     keys)
       if [[ $COMP_CWORD -eq 2 ]]; then
         COMPREPLY=($(compgen -W "create list rename revoke" -- "$cur")); return
+      fi
+      path="$cmd ${COMP_WORDS[2]}";;
+    nodes)
+      if [[ $COMP_CWORD -eq 2 ]]; then
+        COMPREPLY=($(compgen -W "add drain ls pull rm undrain" -- "$cur")); return
       fi
       path="$cmd ${COMP_WORDS[2]}";;
   esac
@@ -23,12 +28,19 @@ _spark() {
     "keys") opts="--help";;
     "log") opts="--model --key --status --since --limit -n --follow -f --help";;
     "ls") opts="--quiet -q --help";;
+    "nodes add") opts="--help";;
+    "nodes drain") opts="--help";;
+    "nodes ls") opts="--help";;
+    "nodes pull") opts="--help";;
+    "nodes rm") opts="--help";;
+    "nodes undrain") opts="--help";;
+    "nodes") opts="--help";;
     "ps") opts="--help";;
     "pull") opts="--quant -q --copy --help";;
     "rm") opts="--yes -y --help";;
     "run") opts="--system --temperature --seed --max-tokens --verbose --help";;
     "search") opts="--limit -n --help";;
-    "serve") opts="--host --port --help";;
+    "serve") opts="--host --port --join --token --help";;
     "show") opts="--template --help";;
     "stop") opts="--help";;
     "tui") opts="--url --help";;

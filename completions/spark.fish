@@ -2,24 +2,31 @@
 
 complete -c spark -f
 function __spark_models; spark ls --quiet 2>/dev/null; end
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a attach -d 'Attach a vision projector to a model, so that it reads images.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a doctor -d 'Check this machine and Sparks setup: build, GPUs, memory, folders, server,...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a ls -d 'List installed models (this machines local library; no server needed).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a rm -d 'Remove models from this machines local library, deleting the files Spark...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a show -d 'Show a models metadata, files, projector and settings (from this machines...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls ps pull rm run search serve show stop tui' -a tui -d 'Watch and run the server in the terminal: runners, memory, live requests,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a attach -d 'Attach a vision projector to a model, so that it reads images.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a doctor -d 'Check this machine and Sparks setup: build, GPUs, memory, folders, server,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a ls -d 'List installed models (this machines local library; no server needed).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a nodes -d 'Manage the fleets nodes: other Spark servers this one (the central) routes...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a rm -d 'Remove models from this machines local library, deleting the files Spark...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a show -d 'Show a models metadata, files, projector and settings (from this machines...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a tui -d 'Watch and run the server in the terminal: runners, memory, live requests,...'
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a create
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a list
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a rename
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a revoke
+complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a add
+complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a drain
+complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a ls
+complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a pull
+complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a rm
+complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a undrain
 complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy the projector into Sparks models folder instead of using it in place.'
 complete -c spark -n '__fish_seen_subcommand_from attach' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from attach' -a '(__spark_models)'
@@ -45,6 +52,13 @@ complete -c spark -n '__fish_seen_subcommand_from log' -l help -d 'Show help and
 complete -c spark -n '__fish_seen_subcommand_from ls' -l quiet -d 'Print model ids only, one a line.'
 complete -c spark -n '__fish_seen_subcommand_from ls' -s q -d 'Print model ids only, one a line.'
 complete -c spark -n '__fish_seen_subcommand_from ls' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from add' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from drain' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from ls' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from pull' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from rm' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from undrain' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from ps' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from pull' -l quant -r -d 'Quantization to pull from a repository, e.g. Q4_K_M or Q8_0.'
 complete -c spark -n '__fish_seen_subcommand_from pull' -s q -r -d 'Quantization to pull from a repository, e.g. Q4_K_M or Q8_0.'
@@ -66,6 +80,8 @@ complete -c spark -n '__fish_seen_subcommand_from search' -s n -r -d 'Most resul
 complete -c spark -n '__fish_seen_subcommand_from search' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from serve' -l host -r -d 'Address to listen on (default 127.0.0.1; 0.0.0.0 serves the network).'
 complete -c spark -n '__fish_seen_subcommand_from serve' -l port -r -d 'Port to listen on (default 8080).'
+complete -c spark -n '__fish_seen_subcommand_from serve' -l join -r -d 'Join the fleet of the central Spark at this URL as a node (SPARK_CENTRAL).'
+complete -c spark -n '__fish_seen_subcommand_from serve' -l token -r -d 'The join token from `spark nodes add NAME` on the central (SPARK_NODE_TOKEN).'
 complete -c spark -n '__fish_seen_subcommand_from serve' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from show' -l template -d 'Print the whole chat template.'
 complete -c spark -n '__fish_seen_subcommand_from show' -l help -d 'Show help and exit'

@@ -17,9 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spark.cli.ps import NO_SERVER, AdminClient, connect, duration
+from spark.cli.ps import NO_SERVER, AdminClient, connect
 from spark.errors import SparkError
 from spark.settings import load_settings
+from spark.units import format_duration
 
 nodes_app = typer.Typer(
     help=(
@@ -83,7 +84,7 @@ def list_nodes() -> None:
             f"{busy}/{busy + free}",
             str(n["queued"]),
             "-" if rate is None else f"{rate:.1f}",
-            "never" if report is None else f"{duration(time.time() - report)} ago",
+            "never" if report is None else f"{format_duration(time.time() - report)} ago",
         )
     console.print(table, highlight=False)
 
