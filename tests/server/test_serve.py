@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import openai
 import psutil
 import pytest
 
+from server.helpers import add_slow_model, wait_for
 from spark.library import Library
 from spark.server.discovery import read_server_info, server_file
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
+from spark.store.requests import RequestTable
 
 
 def free_port() -> int:
@@ -96,3 +101,70 @@ def test_port_in_use_is_one_clear_error() -> None:
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _sse_data(lines: Iterator[str]) -> Iterator[str]:
+    return (line.removeprefix("data: ") for line in lines if line.startswith("data: "))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_lets_open_streams_finish_then_ends_them(slow_llama: Path, stop: signal.Signals) -> None:
+    """A stop signal closes the port at once; open streams go on for the grace period, a short one
+    finishes, a long one then ends with an error event; every request is logged; runners exit."""
+    settings = load_settings()
+    with Library(settings) as library:
+        model = add_slow_model(library, slow_llama)
+        library.update_settings(model, msgspec.structs.replace(library.get(model).settings, parallel=2))
+    key = KeyTable(Database(settings.db_path)).create("cli")[1]
+    port = free_port()
+    grace = 4.0
+    env = {**os.environ, "SPARK_PORT": str(port), "SPARK_SHUTDOWN_GRACE": f"{grace:g}s"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark", "serve"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(proc, url)
+        http = httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60)
+        body = {"model": model, "messages": [{"role": "user", "content": "go on"}], "stream": True}
+        with (
+            http.stream("POST", "/v1/chat/completions", json={**body, "max_tokens": 12_000}) as long,
+            http.stream("POST", "/v1/messages", json={**body, "max_tokens": 40}) as short,
+        ):
+            long_data, short_data = _sse_data(long.iter_lines()), _sse_data(short.iter_lines())
+            next(long_data), next(short_data)  # both are running in the runner
+            runners = psutil.Process(proc.pid).children(recursive=True)
+            proc.send_signal(stop)
+            stopped = time.monotonic()
+            wait_for(lambda: not _connects(url), 10, "the server to stop accepting connections")
+            short_rest = list(short_data)
+            long_rest = list(long_data)
+            ended = time.monotonic()
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output
+    # the short stream finished normally within the grace period
+    assert '"message_stop"' in short_rest[-1], short_rest[-3:]
+    # the long one kept streaming after the signal, then ended with the error event
+    assert sum('"delta"' in d for d in long_rest) > 3
+    assert ended - stopped >= grace - 0.5
+    assert long_rest[-1] == "[DONE]"
+    error = json.loads(long_rest[-2])["error"]
+    assert error["code"] == "shutting_down" and "shutting down" in error["message"], error
+    _gone, alive = psutil.wait_procs(runners, timeout=10)
+    assert not alive, f"runner processes left behind: {alive}"
+    logged = {r.route: r for r in RequestTable(Database(settings.db_path)).list()}
+    assert logged["/v1/messages"].ok and logged["/v1/messages"].finish_reason is not None
+    assert logged["/v1/chat/completions"].error_type == "shutting_down"
+
+
+def _connects(url: str) -> bool:
+    try:
+        httpx.get(url + "/health", timeout=2)
+    except httpx.TransportError:
+        return False
+    return True

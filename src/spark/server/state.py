@@ -12,6 +12,7 @@ from spark.events import EventBus
 from spark.library import Library
 from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
+from spark.server.draining import Drain
 from spark.server.metrics import Metrics
 from spark.settings import Settings
 from spark.store.db import Database
@@ -36,6 +37,7 @@ class ServerState:
         self.scheduler = Scheduler(settings, self.library, self.events)
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
+        self.drain = Drain()  # the generations in flight, ended by a graceful stop
         self.metrics = Metrics()
         self.requests = RequestTable(self.db)
         # retention 0 keeps no request log: nothing is written at all
