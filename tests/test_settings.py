@@ -116,6 +116,7 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
         "load_wait",
         "hang_timeout",
         "load_timeout",
+        "shutdown_grace",
     }
     assert {n for n, x in f.items() if SIZE in x.traits} == {
         "max_body_size",

@@ -23,27 +23,9 @@ from spark.library import Library
 from spark.server.discovery import read_server_info, server_file
 from spark.settings import load_settings
 from spark.store.db import Database
-from spark.store.keys import KeyTable
+from spark.store.keys import KEY_PREFIX, SHOWN_CHARS, KeyTable
 from spark.store.requests import RequestTable
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_healthy(proc: subprocess.Popen[str], url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the server exited: {proc.communicate()[0]}"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the server did not answer /health")
+from traffic import free_port, wait_healthy
 
 
 @pytest.mark.parametrize(
@@ -61,7 +43,7 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "SPARK_PORT": str(port)},
+        env={**os.environ, "SPARK_PORT": str(port), "SPARK_LOG_LEVEL": "debug"},
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -72,6 +54,7 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
         answer = client.chat.completions.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "hi"}])
         assert answer.usage is not None and answer.usage.completion_tokens == 3
+        _more_traffic(url, key, model)
         runners = psutil.Process(proc.pid).children(recursive=True)
         assert runners, "the chat started a runner process"
 
@@ -88,6 +71,24 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
     _gone, alive = psutil.wait_procs(runners, timeout=10)
     assert not alive, f"runner processes left behind: {alive}"
     assert not server_file(settings).exists()
+    # the key's secret part is kept nowhere: not in the data folder, not in the server's output
+    secret = key[len(KEY_PREFIX) + SHOWN_CHARS :]
+    assert secret not in output
+    for path in Path(settings.home).rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the key's secret is in {path}"
+
+
+def _more_traffic(url: str, key: str, model: str) -> None:
+    """Requests that carry the key every way a client sends it, including refused ones."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for headers in ({"authorization": f"Bearer {key}"}, {"x-api-key": key, "anthropic-version": "2023-06-01"}):
+            assert http.get("/v1/models", headers=headers).status_code == 200
+            bad = http.post("/v1/messages", headers=headers, json={"model": model, "messages": "not a list"})
+            assert bad.status_code == 400
+            stream = {"model": model, "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            assert http.post("/v1/messages", headers=headers, json=stream).status_code == 200
+        assert http.get("/api/runners", headers={"authorization": f"Bearer {key}"}).status_code == 401
 
 
 def test_port_in_use_is_one_clear_error() -> None:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from spark.api.common import (
+    MAX_MESSAGES,
     ImageFetcher,
     ModelEntry,
     NonEmptyStr,
@@ -187,7 +188,7 @@ class OutputConfig(msgspec.Struct, frozen=True):
 
 class MessagesBody(msgspec.Struct, frozen=True, kw_only=True):
     model: NonEmptyStr
-    messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1)]
+    messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: PositiveInt | None = None  # required by parse_messages, not by count_tokens
     system: str | list[TextBlock] | None = None
     stop_sequences: StopList | None = None

@@ -25,6 +25,10 @@ MAX_STOP_SEQUENCES = 16
 """More than OpenAI's 4: a local server has no reason to be stricter, but every stop
 string is matched against each generated token, so the list stays bounded."""
 
+MAX_MESSAGES = 4096
+"""Messages in one request: the chat template renders every one, so the list stays bounded
+(far more than a context of tokens holds)."""
+
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 StopList = Annotated[list[NonEmptyStr], msgspec.Meta(max_length=MAX_STOP_SEQUENCES)]
@@ -58,6 +62,8 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         raise invalid_from_validation(e) from None
     except msgspec.DecodeError as e:
         raise InvalidRequest(f"body is not valid JSON: {e}") from None
+    except RecursionError:  # msgspec's own guard against stack exhaustion
+        raise InvalidRequest("body is nested too deeply.") from None
 
 
 def invalid_from_validation(error: msgspec.ValidationError) -> InvalidRequest:

@@ -46,6 +46,7 @@ from spark.runners.protocol import (
 from spark.runners.sockets import listen, peer_pid
 from spark.runners.stats import RecentRates
 from spark.settings import Settings
+from spark.units import format_bytes
 from spark.types import (
     Done,
     Embeddings,
@@ -436,7 +437,7 @@ class RunnerProcess:
         """Reap the dead or hung process, settle its requests, and start a new one."""
         # A crashed process is already exiting: give its status a moment to arrive.
         code = await self._terminate(0.0 if reason else EXIT_GRACE_SECONDS)
-        why = reason or _describe_exit(code)
+        why = reason or _describe_exit(code, self._rss_bytes)
         now = monotonic()
         self._failures.append(now)
         while now - self._failures[0] > FAILURE_WINDOW_SECONDS:
@@ -621,7 +622,14 @@ class RunnerProcess:
         return " Last output of the runner: " + " | ".join(lines)[-1500:]
 
 
-def _describe_exit(code: int) -> str:
+def _describe_exit(code: int, rss_bytes: int = 0) -> str:
+    if code == -signal.SIGKILL:
+        # nobody here sent it (a hang or a stop is reported as such): most often the kernel's OOM killer
+        using = f", using {format_bytes(rss_bytes)} when last measured" if rss_bytes else ""
+        return (
+            f"was killed (signal 9, SIGKILL{using}); the system's out-of-memory killer does this when "
+            "memory runs out: load fewer models, a shorter context_length or fewer parallel slots"
+        )
     if code < 0:
         try:
             name = signal.Signals(-code).name
