@@ -123,7 +123,12 @@ class Outcome:
 
 
 def chat_body(api: str, model: str, max_tokens: int, content: str = "Say something.") -> dict[str, object]:
-    return {"model": model, "max_tokens": max_tokens, "stream": True, "messages": [{"role": "user", "content": content}]}
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "messages": [{"role": "user", "content": content}],
+    }
 
 
 async def stream_once(
@@ -138,7 +143,9 @@ async def stream_once(
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
                 kind: Kind = "refused" if r.status_code == REFUSED_STATUS[api] else "failed"
-                return Outcome(kind, r.status_code, time.perf_counter() - start, None, r.headers.get("retry-after"), text)
+                return Outcome(
+                    kind, r.status_code, time.perf_counter() - start, None, r.headers.get("retry-after"), text
+                )
             ttft = None
             events = 0
             async for line in r.aiter_lines():
@@ -159,7 +166,9 @@ async def stream_once(
         return Outcome("failed", 0, time.perf_counter() - start, None, None, f"{type(e).__name__}: {e}")
 
 
-async def health_poller(client: httpx.AsyncClient, stop: asyncio.Event, latencies: list[float], failures: list[str]) -> None:
+async def health_poller(
+    client: httpx.AsyncClient, stop: asyncio.Event, latencies: list[float], failures: list[str]
+) -> None:
     """GET /health every HEALTH_EVERY_SECONDS until `stop`, recording each latency."""
     while not stop.is_set():
         start = time.perf_counter()
@@ -264,7 +273,9 @@ class SoakReport:
         def span(values: list[int], scale: float = 1, unit: str = "") -> str:
             if not values:
                 return "-"
-            return f"{values[0] / scale:.0f}{unit} -> {values[-1] / scale:.0f}{unit} (max {max(values) / scale:.0f}{unit})"
+            return (
+                f"{values[0] / scale:.0f}{unit} -> {values[-1] / scale:.0f}{unit} (max {max(values) / scale:.0f}{unit})"
+            )
 
         rows = [
             ("duration", f"{self.seconds:.0f} s"),

@@ -40,7 +40,10 @@ JPEG = (
         (b"GIF89a" + struct.pack("<HH", 640, 480) + b"\x00" * 8, (640, 480)),
         (b"BM" + b"\x00" * 16 + struct.pack("<ii", 800, -600) + b"\x00" * 8, (800, 600)),
         (JPEG, (5000, 3000)),
-        (b"RIFF\x00\x00\x00\x00WEBPVP8X" + b"\x00" * 8 + (1999).to_bytes(3, "little") + (999).to_bytes(3, "little"), (2000, 1000)),
+        (
+            b"RIFF\x00\x00\x00\x00WEBPVP8X" + b"\x00" * 8 + (1999).to_bytes(3, "little") + (999).to_bytes(3, "little"),
+            (2000, 1000),
+        ),
         (b"RIFF\x00\x00\x00\x00WEBPVP8L\x00\x00\x00\x00\x2f" + (99 | (49 << 14)).to_bytes(4, "little"), (100, 50)),
     ],
     ids=["png", "png-bomb", "gif", "bmp-top-down", "jpeg-progressive", "webp-extended", "webp-lossless"],

@@ -92,7 +92,7 @@ def deep_schema(depth: int) -> dict[str, Any]:
     return schema
 
 
-depths = st.sampled_from([3, 60, 70, 500, 5000])
+depths = st.sampled_from([3, 30, 60, 70, 300])  # JSON nesting up to 600 (and 100,000 in raw bodies)
 hostile_values = st.one_of(
     json_values,
     st.builds(nested, depths, scalars, st.sampled_from([None, "a", "type"])),
@@ -133,7 +133,7 @@ FIELDS = [
 def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
     """`base` with a few hostile changes, or something that is not a request at all."""
     body = dict(base)
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.integers(1, 3))):  # at least one change: most cases never reach a model
         kind = draw(st.sampled_from(["set", "drop", "unknown", "message", "many", "schema", "tool"]))
         name = draw(st.sampled_from(FIELDS))
         if kind == "set":
@@ -177,7 +177,9 @@ raw_bodies = st.one_of(
     st.just(b'{"model": 1e999999, "max_tokens": 1e999999}'),
 )
 
-header_text = st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=40).map(lambda t: t.encode("latin-1"))
+header_text = st.text(st.characters(min_codepoint=32, max_codepoint=255), max_size=40).map(
+    lambda t: t.encode("latin-1")
+)
 hostile_headers = st.dictionaries(
     st.sampled_from(
         ["content-type", "anthropic-version", "anthropic-beta", "x-request-id", "accept", "openai-beta", "x-api-key"]

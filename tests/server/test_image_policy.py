@@ -153,8 +153,18 @@ def _refused_as_private(server: LiveServer, url: str) -> str:
 
 @pytest.mark.parametrize(
     "host",
-    ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "[::ffff:127.0.0.1]:{port}", "169.254.169.254",
-     "10.1.2.3", "192.168.0.1:{port}", "[fe80::1]", "0.0.0.0:{port}", "100.64.0.1"],
+    [
+        "127.0.0.1:{port}",
+        "localhost:{port}",
+        "[::1]:{port}",
+        "[::ffff:127.0.0.1]:{port}",
+        "169.254.169.254",
+        "10.1.2.3",
+        "192.168.0.1:{port}",
+        "[fe80::1]",
+        "0.0.0.0:{port}",
+        "100.64.0.1",
+    ],
 )
 def test_private_and_local_hosts_are_never_fetched(public_only: LiveServer, image_host: str, host: str) -> None:
     port = image_host.rsplit(":", 1)[1]
@@ -171,7 +181,11 @@ def test_redirects_to_private_hosts_are_refused(
     real = images.public_address
     monkeypatch.setattr(images, "public_address", lambda a: a == ipaddress.ip_address("127.0.0.1") or real(a))
     port = image_host.rsplit(":", 1)[1]
-    for target in (f"http://127.0.0.2:{port}/cat.png", "http://169.254.169.254/latest/meta-data", f"http://[::1]:{port}/"):
+    for target in (
+        f"http://127.0.0.2:{port}/cat.png",
+        "http://169.254.169.254/latest/meta-data",
+        f"http://[::1]:{port}/",
+    ):
         _Images.hits.clear()
         message = _refused_as_private(public_only, f"{image_host}/redirect?to={target}")
         assert "public hosts only" in message, message

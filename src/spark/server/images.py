@@ -103,7 +103,9 @@ def _pinned(url: httpx.URL, param: str) -> httpx.URL:
     if url.scheme not in ("http", "https") or not url.host:
         raise InvalidRequest(f"'{param}': the image URL must be http(s) with a host name.", param=param)
     try:
-        infos = socket.getaddrinfo(url.host, url.port or (443 if url.scheme == "https" else 80), type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(
+            url.host, url.port or (443 if url.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
     except (socket.gaierror, UnicodeError):
         raise InvalidRequest(f"'{param}': the image host '{url.host}' could not be resolved.", param=param) from None
     addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
