@@ -9,6 +9,7 @@ overloaded status) or failed (anything else).
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 import psutil
@@ -166,21 +167,44 @@ async def stream_once(
         return Outcome("failed", 0, time.perf_counter() - start, None, None, f"{type(e).__name__}: {e}")
 
 
-async def health_poller(
-    client: httpx.AsyncClient, stop: asyncio.Event, latencies: list[float], failures: list[str]
-) -> None:
-    """GET /health every HEALTH_EVERY_SECONDS until `stop`, recording each latency."""
-    while not stop.is_set():
-        start = time.perf_counter()
-        try:
-            r = await client.get("/health")
-            if r.status_code != 200:
-                failures.append(f"HTTP {r.status_code}")
-        except httpx.HTTPError as e:
-            failures.append(type(e).__name__)
-        latencies.append(time.perf_counter() - start)
-        with suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), HEALTH_EVERY_SECONDS)
+def _probe_health(url: str, stop: Any, out: Any) -> None:
+    """In its own process: GET /health every HEALTH_EVERY_SECONDS until `stop`, then send
+    (latencies, failures) to `out`."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not stop.is_set():
+            start = time.perf_counter()
+            try:
+                r = client.get("/health")
+                if r.status_code != 200:
+                    failures.append(f"HTTP {r.status_code}")
+            except httpx.HTTPError as e:
+                failures.append(type(e).__name__)
+            latencies.append(time.perf_counter() - start)
+            stop.wait(HEALTH_EVERY_SECONDS)
+    out.send((latencies, failures))
+
+
+@contextmanager
+def health_probe(url: str) -> Iterator[tuple[list[float], list[str]]]:
+    """/health probed from a separate process while the block runs (the clients' own event loop,
+    busy with hundreds of streams, would delay the probe itself); the lists fill when it ends."""
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_probe_health, args=(url, stop, send), daemon=True)
+    proc.start()
+    latencies: list[float] = []
+    failures: list[str] = []
+    try:
+        yield latencies, failures
+    finally:
+        stop.set()
+        got_latencies, got_failures = receive.recv()
+        proc.join(10)
+        latencies.extend(got_latencies)
+        failures.extend(got_failures)
 
 
 # --- load: many clients at once ---------------------------------------------------------
@@ -229,30 +253,22 @@ class LoadReport:
 def run_load(served: Served, key: str, model: str, clients: int, *, max_tokens: int = 16) -> LoadReport:
     """`clients` streamed chats at once (half OpenAI, half Anthropic), with /health probed throughout."""
 
-    async def main() -> LoadReport:
+    async def main() -> tuple[list[Outcome], float]:
         limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
         headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
-        async with (
-            httpx.AsyncClient(base_url=served.url, headers=headers, limits=limits, timeout=300) as client,
-            httpx.AsyncClient(base_url=served.url, timeout=30) as probe,
-        ):
-            stop = asyncio.Event()
-            health: list[float] = []
-            failures: list[str] = []
-            poller = asyncio.create_task(health_poller(probe, stop, health, failures))
-            rss_before = served.rss_bytes()
+        async with httpx.AsyncClient(base_url=served.url, headers=headers, limits=limits, timeout=300) as client:
             start = time.perf_counter()
             apis = ["openai" if i % 2 == 0 else "anthropic" for i in range(clients)]
             outcomes = await asyncio.gather(
                 *(stream_once(client, api, chat_body(api, model, max_tokens)) for api in apis)
             )
-            seconds = time.perf_counter() - start
-            stop.set()
-            await poller
-        runner_rss = sum(psutil.Process(p).memory_info().rss for p in served.runner_pids())
-        return LoadReport(list(outcomes), health, failures, rss_before, served.rss_bytes(), runner_rss, seconds)
+            return list(outcomes), time.perf_counter() - start
 
-    return asyncio.run(main())
+    rss_before = served.rss_bytes()
+    with health_probe(served.url) as (health, failures):
+        outcomes, seconds = asyncio.run(main())
+    runner_rss = sum(psutil.Process(p).memory_info().rss for p in served.runner_pids())
+    return LoadReport(outcomes, health, failures, rss_before, served.rss_bytes(), runner_rss, seconds)
 
 
 # --- soak: a long mix of traffic, with a runner killed now and then -----------------------
