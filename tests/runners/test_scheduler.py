@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
-from spark.errors import ModelNotFound, Overloaded, RunnerFailed, ShuttingDown
+from spark.errors import ModelNotFound, RunnerFailed, ShuttingDown
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
 from spark.runners.scheduler import Scheduler, load_options
 from spark.runners.supervisor import RunnerProcess

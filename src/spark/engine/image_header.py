@@ -40,9 +40,9 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     try:
         match image_format(data):
             case "PNG" if data[12:16] == b"IHDR":
-                return struct.unpack(">II", data[16:24])  # type: ignore[return-value]
+                return struct.unpack(">II", data[16:24])
             case "GIF":
-                return struct.unpack("<HH", data[6:10])  # type: ignore[return-value]
+                return struct.unpack("<HH", data[6:10])
             case "BMP":
                 width, height = struct.unpack("<ii", data[18:26])
                 return abs(width), abs(height)  # a negative height means top-down rows

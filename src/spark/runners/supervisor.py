@@ -46,7 +46,6 @@ from spark.runners.protocol import (
 from spark.runners.sockets import listen, peer_pid
 from spark.runners.stats import RecentRates
 from spark.settings import Settings
-from spark.units import format_bytes
 from spark.types import (
     Done,
     Embeddings,
@@ -59,6 +58,7 @@ from spark.types import (
     TextDelta,
     ToolCallDelta,
 )
+from spark.units import format_bytes
 
 log = logging.getLogger("spark.runners")
 
