@@ -91,13 +91,19 @@ def spark_serve(home: Path, **env: str) -> Iterator[Served]:
         wait_healthy(proc, url)
         yield Served(proc, url)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        stop_server(proc)
+
+
+def stop_server(proc: subprocess.Popen[str], sig: signal.Signals | None = signal.SIGTERM, timeout: float = 60) -> str:
+    """Send `sig` (None: it was sent already) unless the server has exited, wait for it to exit
+    (killed past `timeout`), and return its output."""
+    if sig is not None and proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=timeout)[0] or ""
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0] or ""
 
 
 def percentile(values: list[float], p: float) -> float | None:

@@ -25,7 +25,7 @@ from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, SHOWN_CHARS, KeyTable
 from spark.store.requests import RequestTable
-from traffic import free_port, wait_healthy
+from traffic import free_port, stop_server, wait_healthy
 
 
 @pytest.mark.parametrize(
@@ -58,12 +58,8 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         runners = psutil.Process(proc.pid).children(recursive=True)
         assert runners, "the chat started a runner process"
 
-        proc.send_signal(stop)
-        output = proc.communicate(timeout=60)[0]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        output = stop_server(proc, stop)
     assert proc.returncode == 0, output
     assert f"listening on {url}" in output and "spark keys create NAME" in output
     assert "SPARK_HOST=0.0.0.0" in output
@@ -141,11 +137,8 @@ def test_stop_lets_open_streams_finish_then_ends_them(slow_llama: Path, stop: si
             short_rest = list(short_data)
             long_rest = list(long_data)
             ended = time.monotonic()
-        output = proc.communicate(timeout=60)[0]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        output = stop_server(proc, None)  # the signal was sent above
     assert proc.returncode == 0, output
     assert "Traceback" not in output
     # the short stream finished normally within the grace period
