@@ -29,7 +29,7 @@ def test_hub_file_names_cannot_leave_the_model_folder(
     if entry is not None:
         assert Path(entry.path).resolve().is_relative_to(models), entry.path
         assert Path(entry.path).read_bytes() == hub_files["f32"]
-    written = [p for p in (*tmp_path.rglob("escaped*"), *Path("/tmp").glob("escaped*"))]
+    written = [*tmp_path.rglob("escaped*"), *Path("/tmp").glob("escaped*")]
     assert all(p.resolve().is_relative_to(models) for p in written), written
 
 
