@@ -76,7 +76,7 @@ class Served:
 @contextmanager
 def spark_serve(home: Path, **env: str) -> Iterator[Served]:
     """`spark serve` on a free port with SPARK_HOME=`home` and `env` (SPARK_* settings), stopped with
-    SIGTERM when the block ends; its output is printed when it exits with an error."""
+    SIGTERM when the block ends; its output is printed when the block fails."""
     port = free_port()
     environ = {**os.environ, "SPARK_HOME": str(home), "SPARK_THREADS": "1", "SPARK_PORT": str(port), **env}
     proc = subprocess.Popen(
@@ -90,8 +90,10 @@ def spark_serve(home: Path, **env: str) -> Iterator[Served]:
     try:
         wait_healthy(proc, url)
         yield Served(proc, url)
-    finally:
-        stop_server(proc)
+    except BaseException:
+        print(stop_server(proc)[-20_000:])  # what the server said, for the failure's report
+        raise
+    stop_server(proc)
 
 
 def stop_server(proc: subprocess.Popen[str], sig: signal.Signals | None = signal.SIGTERM, timeout: float = 60) -> str:
