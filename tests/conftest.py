@@ -11,6 +11,13 @@ import pytest
 import tiny_gguf
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the real SmolLM2 model is `slow`: `-m "not slow"` runs on tiny models only."""
+    for item in items:
+        if "smollm2" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def spark_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own SPARK_HOME and no SPARK_* settings from outside."""

@@ -117,6 +117,7 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
         "hang_timeout",
         "load_timeout",
         "node_report_interval",
+        "shutdown_grace",
     }
     assert {n for n, x in f.items() if SIZE in x.traits} == {
         "max_body_size",

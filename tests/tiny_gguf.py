@@ -570,3 +570,11 @@ def tiny_png(width: int = 32, height: int = 32, seed: int = 0) -> bytes:
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A small PNG whose header declares `width` x `height` (the shape of a decompression bomb)."""
+    png = tiny_png()
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    crc = struct.pack(">I", zlib.crc32(b"IHDR" + header) & 0xFFFFFFFF)
+    return png[:16] + header + crc + png[33:]

@@ -161,6 +161,13 @@ class Overloaded(SparkError):
     code = "overloaded"
 
 
+class ShuttingDown(SparkError):
+    """The server is stopping: a new request, or a stream still open when its grace period ran out."""
+
+    status = 503
+    code = "shutting_down"
+
+
 class RunnerFailed(SparkError):
     """A runner process crashed, hung or could not load its model."""
 

@@ -105,6 +105,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "requests are refused with 400 (send images inline as base64)."
         ),
     ] = False
+    allow_private_image_hosts: Annotated[
+        bool,
+        _doc(
+            "With allow_remote_images, also fetch from hosts on loopback, private and link-local "
+            "addresses (e.g. an image server on your network). Off: such URLs, and redirects to them, "
+            "are refused, so that a request cannot make the server reach its own network."
+        ),
+    ] = False
     max_image_size: Annotated[
         str, _doc("Largest image one request may carry or fetch (e.g. 20MiB); a larger one is refused with 400."), SIZE
     ] = "20MiB"
@@ -179,6 +187,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "for a model that is not loaded waits only for the model load. Off: one process less while idle."
         ),
     ] = True
+    shutdown_grace: Annotated[
+        str,
+        _doc(
+            "When the server is told to stop (SIGTERM, SIGINT), how long open requests and streams may "
+            "go on; then they end with a shutting-down error (an error event in a stream). 0: at once."
+        ),
+        DURATION,
+    ] = "15s"
     hf_endpoint: Annotated[str, _doc("Hugging Face Hub address used by pull and search."), RESTART] = (
         "https://huggingface.co"
     )
@@ -305,6 +321,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return parse_duration(self.load_timeout, "load_timeout")
 
     @property
+    def shutdown_grace_seconds(self) -> float:
+        return parse_duration(self.shutdown_grace, "shutdown_grace")
+
+    @property
     def load_wait_seconds(self) -> float:
         return parse_duration(self.load_wait, "load_wait")
 
@@ -349,7 +369,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-_NOT_NEGATIVE_DURATIONS = ("request_timeout", "load_wait")
+_NOT_NEGATIVE_DURATIONS = ("request_timeout", "load_wait", "shutdown_grace")
 
 
 class Field(msgspec.Struct, frozen=True):

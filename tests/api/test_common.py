@@ -148,3 +148,24 @@ def test_ids_and_frames() -> None:
     assert common.new_tool_call_id("call_").startswith("call_")
     assert common.sse(b"{}") == b"data: {}\n\n"
     assert common.sse(b"{}", "ping") == b"event: ping\ndata: {}\n\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "deep"),
+    [
+        (b'{"a":' * 200 + b"1" + b"}" * 200, False),
+        (b'{"a":' * 201 + b"1" + b"}" * 201, True),
+        (b"[" * 100_000 + b"]" * 100_000, True),
+        (b"[1," * 300 + b"]" * 300, True),
+        (b'{"s": "' + b"[{" * 5000 + b'", "t": "\\"[[[\\\\", "u": [[1], {"v": [2]}]}', False),  # brackets in strings
+        (b'{"m": [' + b",".join([b'{"role": "user", "content": "hi"}'] * 5000) + b"]}", False),  # long, not deep
+        (b"[1]," * 250 + b"]", False),  # unbalanced: left to the JSON decoder
+    ],
+    ids=["200-levels", "201-levels", "100k-arrays", "mixed-300", "brackets-in-strings", "wide", "unbalanced"],
+)
+def test_body_nesting_is_bounded(body: bytes, deep: bool) -> None:
+    if deep:
+        with pytest.raises(InvalidRequest, match="nested more than 200 levels"):
+            common.check_depth(body)
+    else:
+        common.check_depth(body)

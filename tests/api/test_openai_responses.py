@@ -306,7 +306,7 @@ ERRORS: list[tuple[SparkError, int, str, str]] = [
     (ContextLengthExceeded(5000, 4096), 400, "invalid_request_error", "context_length_exceeded"),
     (ModelFileError("truncated"), 400, "invalid_request_error", "model_file_error"),
     (Cancelled("cancelled"), 499, "invalid_request_error", "cancelled"),
-    (Overloaded("busy"), 503, "server_error", "overloaded"),
+    (Overloaded("busy"), 429, "server_error", "overloaded"),
     (RunnerFailed("crashed"), 502, "server_error", "runner_failed"),
     (DownloadError("gone"), 502, "server_error", "download_error"),
     (PlacementRefused("needs 5 GiB"), 507, "server_error", "placement_refused"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import stat
 import subprocess
@@ -29,6 +28,7 @@ from spark.server.discovery import ServerInfo, read_server_info, server_file
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
+from traffic import stop_server
 
 WIDE = {"COLUMNS": "200"}  # rich tables are not wrapped or cut
 
@@ -108,12 +108,7 @@ def served(tiny_llama: Path) -> Iterator[Served]:
             time.sleep(0.1)
         yield Served(info.url, key, model, proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        stop_server(proc)
 
 
 def test_ps_and_stop_with_a_running_server(served: Served) -> None:

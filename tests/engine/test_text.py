@@ -91,3 +91,16 @@ def test_stop_string_with_multibyte_characters() -> None:
 def test_empty_stop_strings_are_ignored() -> None:
     out, _, stopped = run([b"abc"], [""])
     assert out == ["abc"] and not stopped
+
+
+MULTIBYTE = "añ€ 日本語 cafe\u0301 😀👍🏽 end"
+
+
+@pytest.mark.parametrize("stop", ["本語", "😀", "👍🏽", "e\u0301", "€ 日"])
+def test_multibyte_stop_string_across_every_split(stop: str) -> None:
+    data = MULTIBYTE.encode()
+    for pieces in splits(data):
+        out, tail, stopped = run(pieces, [stop])
+        assert stopped, (stop, pieces)
+        assert "".join(out) + tail == MULTIBYTE[: MULTIBYTE.index(stop)]
+        assert all("\ufffd" not in chunk for chunk in out)

@@ -10,7 +10,6 @@ import pytest
 import tiny_gguf
 from engine.helpers import Collector
 from spark.engine import Engine
-from spark.engine.vision import image_format
 from spark.errors import ModelFileError
 from spark.types import (
     ChatRequest,
@@ -117,12 +116,3 @@ def test_a_bad_projector_file_fails_the_load(tiny_llama: Path, tiny_bert: Path) 
     with pytest.raises(ModelFileError) as e:
         Engine(LoadOptions(model_id="x", path=str(tiny_llama), n_threads=1, n_ctx=256, mmproj_path=str(tiny_bert)))
     assert e.value.param == "mmproj_path"
-
-
-def test_image_formats_are_recognised_by_their_magic() -> None:
-    assert image_format(PNG) == "PNG"
-    assert image_format(b"\xff\xd8\xff\xe0rest") == "JPEG"
-    assert image_format(b"GIF89a...") == "GIF"
-    assert image_format(b"RIFF\x10\x00\x00\x00WEBPVP8 ") == "WebP"
-    assert image_format(b"RIFF....WAVEfmt ") is None
-    assert image_format(b"<svg>") is None

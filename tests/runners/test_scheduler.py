@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
-from spark.errors import ModelNotFound, Overloaded, RunnerFailed
+from spark.errors import ModelNotFound, RunnerFailed, ShuttingDown
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
 from spark.runners.scheduler import Scheduler, load_options
 from spark.runners.supervisor import RunnerProcess
@@ -105,7 +105,7 @@ def test_unload_stops_the_runner_and_the_next_request_reloads(
         assert scheduler.loaded() == []
         assert all(is_gone(pid) for pid in pids if pid is not None)
         assert not runner_children()
-        with pytest.raises(Overloaded, match="shutting down"):
+        with pytest.raises(ShuttingDown, match="shutting down"):
             await collect(scheduler.stream(short_chat(chat_model)))
 
     run(scenario())

@@ -164,7 +164,8 @@ def test_kill_9_fails_streamed_requests_retries_the_rest_and_restarts(slow_llama
         failed = final(streamed)
         assert text_of(streamed), "the client got output before the crash"
         assert isinstance(failed, Failed) and failed.error.code == "runner_failed"
-        assert "crashed (signal 9, SIGKILL)" in failed.error.message
+        assert "was killed (signal 9, SIGKILL" in failed.error.message
+        assert "out-of-memory killer" in failed.error.message, "a SIGKILL nobody here sent is named as memory"
         assert "not retried because output had already been sent" in failed.error.message
 
         retried = final(await queued)

@@ -96,8 +96,12 @@ def test_remote_image_urls_are_refused(live: LiveServer, vision_model: str) -> N
         ("data:image/png;base64," + base64.b64encode(b"plain text, not a picture").decode(), "not a PNG, JPEG"),
         ("data:image/png;base64," + base64.b64encode(PNG[: len(PNG) // 2]).decode(), "(PNG) could not be decoded"),
         ("data:text/plain;base64,aGk=", "expected an image/* type"),
+        (
+            "data:image/png;base64," + base64.b64encode(tiny_gguf.png_declaring(60_000, 60_000)).decode(),
+            "larger than this",
+        ),
     ],
-    ids=["not-base64", "not-an-image", "truncated-png", "not-an-image-type"],
+    ids=["not-base64", "not-an-image", "truncated-png", "not-an-image-type", "decompression-bomb"],
 )
 def test_undecodable_images_are_refused(live: LiveServer, vision_model: str, url: str, why: str) -> None:
     client = live.openai()

@@ -2,43 +2,30 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import openai
 import psutil
 import pytest
 
+from server.helpers import add_slow_model, wait_for
 from spark.library import Library
 from spark.server.discovery import read_server_info, server_file
 from spark.settings import load_settings
 from spark.store.db import Database
-from spark.store.keys import KeyTable
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_healthy(proc: subprocess.Popen[str], url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the server exited: {proc.communicate()[0]}"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the server did not answer /health")
+from spark.store.keys import KEY_PREFIX, SHOWN_CHARS, KeyTable
+from spark.store.requests import RequestTable
+from traffic import free_port, stop_server, wait_healthy
 
 
 @pytest.mark.parametrize(
@@ -56,7 +43,7 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "SPARK_PORT": str(port)},
+        env={**os.environ, "SPARK_PORT": str(port), "SPARK_LOG_LEVEL": "debug"},
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -67,15 +54,12 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
         answer = client.chat.completions.create(model=model, max_tokens=3, messages=[{"role": "user", "content": "hi"}])
         assert answer.usage is not None and answer.usage.completion_tokens == 3
+        _more_traffic(url, key, model)
         runners = psutil.Process(proc.pid).children(recursive=True)
         assert runners, "the chat started a runner process"
 
-        proc.send_signal(stop)
-        output = proc.communicate(timeout=60)[0]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        output = stop_server(proc, stop)
     assert proc.returncode == 0, output
     assert f"listening on {url}" in output and "spark keys create NAME" in output
     assert "SPARK_HOST=0.0.0.0" in output
@@ -83,6 +67,24 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
     _gone, alive = psutil.wait_procs(runners, timeout=10)
     assert not alive, f"runner processes left behind: {alive}"
     assert not server_file(settings).exists()
+    # the key's secret part is kept nowhere: not in the data folder, not in the server's output
+    secret = key[len(KEY_PREFIX) + SHOWN_CHARS :]
+    assert secret not in output
+    for path in Path(settings.home).rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the key's secret is in {path}"
+
+
+def _more_traffic(url: str, key: str, model: str) -> None:
+    """Requests that carry the key every way a client sends it, including refused ones."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for headers in ({"authorization": f"Bearer {key}"}, {"x-api-key": key, "anthropic-version": "2023-06-01"}):
+            assert http.get("/v1/models", headers=headers).status_code == 200
+            bad = http.post("/v1/messages", headers=headers, json={"model": model, "messages": "not a list"})
+            assert bad.status_code == 400
+            stream = {"model": model, "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            assert http.post("/v1/messages", headers=headers, json=stream).status_code == 200
+        assert http.get("/api/runners", headers={"authorization": f"Bearer {key}"}).status_code == 401
 
 
 def test_port_in_use_is_one_clear_error() -> None:
@@ -96,3 +98,67 @@ def test_port_in_use_is_one_clear_error() -> None:
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _sse_data(lines: Iterator[str]) -> Iterator[str]:
+    return (line.removeprefix("data: ") for line in lines if line.startswith("data: "))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stop_lets_open_streams_finish_then_ends_them(slow_llama: Path, stop: signal.Signals) -> None:
+    """A stop signal closes the port at once; open streams go on for the grace period, a short one
+    finishes, a long one then ends with an error event; every request is logged; runners exit."""
+    settings = load_settings()
+    with Library(settings) as library:
+        model = add_slow_model(library, slow_llama)
+        library.update_settings(model, msgspec.structs.replace(library.get(model).settings, parallel=2))
+    key = KeyTable(Database(settings.db_path)).create("cli")[1]
+    port = free_port()
+    grace = 4.0
+    env = {**os.environ, "SPARK_PORT": str(port), "SPARK_SHUTDOWN_GRACE": f"{grace:g}s"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark", "serve"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(proc, url)
+        http = httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=60)
+        body = {"model": model, "messages": [{"role": "user", "content": "go on"}], "stream": True}
+        with (
+            http.stream("POST", "/v1/chat/completions", json={**body, "max_tokens": 12_000}) as long,
+            http.stream("POST", "/v1/messages", json={**body, "max_tokens": 40}) as short,
+        ):
+            long_data, short_data = _sse_data(long.iter_lines()), _sse_data(short.iter_lines())
+            next(long_data), next(short_data)  # both are running in the runner
+            runners = psutil.Process(proc.pid).children(recursive=True)
+            proc.send_signal(stop)
+            stopped = time.monotonic()
+            wait_for(lambda: not _connects(url), 10, "the server to stop accepting connections")
+            short_rest = list(short_data)
+            long_rest = list(long_data)
+            ended = time.monotonic()
+    finally:
+        output = stop_server(proc, None)  # the signal was sent above
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output
+    # the short stream finished normally within the grace period
+    assert '"message_stop"' in short_rest[-1], short_rest[-3:]
+    # the long one kept streaming after the signal, then ended with the error event
+    assert sum('"delta"' in d for d in long_rest) > 3
+    assert ended - stopped >= grace - 0.5
+    assert long_rest[-1] == "[DONE]"
+    error = json.loads(long_rest[-2])["error"]
+    assert error["code"] == "shutting_down" and "shutting down" in error["message"], error
+    _gone, alive = psutil.wait_procs(runners, timeout=10)
+    assert not alive, f"runner processes left behind: {alive}"
+    logged = {r.route: r for r in RequestTable(Database(settings.db_path)).list()}
+    assert logged["/v1/messages"].ok and logged["/v1/messages"].finish_reason is not None
+    assert logged["/v1/chat/completions"].error_type == "shutting_down"
+
+
+def _connects(url: str) -> bool:
+    try:
+        httpx.get(url + "/health", timeout=2)
+    except httpx.TransportError:
+        return False
+    return True

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from spark.api.common import (
+    MAX_MESSAGES,
     ImageFetcher,
     LlamaSampling,
     ModelEntry,
@@ -190,7 +191,7 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
     """A Messages API body; llama-server's sampling fields (min_p, DRY, ...) are extensions."""
 
     model: NonEmptyStr
-    messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1)]
+    messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: PositiveInt | None = None  # required by parse_messages, not by count_tokens
     system: str | list[TextBlock] | None = None
     stop_sequences: StopList | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypeVar
@@ -24,6 +25,10 @@ T = TypeVar("T")
 MAX_STOP_SEQUENCES = 16
 """More than OpenAI's 4: a local server has no reason to be stricter, but every stop
 string is matched against each generated token, so the list stays bounded."""
+
+MAX_MESSAGES = 4096
+"""Messages in one request: the chat template renders every one, so the list stays bounded
+(far more than a context of tokens holds)."""
 
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -65,18 +70,54 @@ class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
 
 # --- decoding -----------------------------------------------------------------
 
+MAX_JSON_DEPTH = 200
+"""Nesting of arrays and objects in a request body. Free-form fields (JSON schemas, tool
+arguments) are handed on to the runner and walked recursively, so nesting stays bounded."""
+
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"\\')
+
+
+def check_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> None:
+    """`InvalidRequest` when `body` nests arrays and objects more than `limit` deep.
+
+    Works on the bytes with C-speed operations only: everything but brackets, quotes and
+    backslashes is dropped, escapes and strings are removed, then each pass removes the empty
+    pairs (at least one level); brackets left after `limit` passes are nested deeper than that.
+    A body with fewer brackets than `limit` cannot be that deep and is not scanned at all.
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return
+    shape = body.translate(None, delete=_NOT_STRUCTURE)
+    shape = shape.replace(b"\\\\", b"").replace(b'\\"', b"").replace(b"\\", b"")
+    shape = b"".join(shape.split(b'"')[::2])  # what lies outside strings
+    if re.search(rb"[\[{]{%d}" % (limit + 1), shape):  # the usual attack: a long run of openings
+        raise InvalidRequest(f"body is nested more than {limit} levels deep.")
+    for _ in range(limit):
+        if not shape:
+            return
+        shorter = shape.replace(b"[]", b"").replace(b"{}", b"")
+        if len(shorter) == len(shape):
+            return  # unbalanced: the JSON decoder says what is wrong
+        shape = shorter
+    if shape:
+        raise InvalidRequest(f"body is nested more than {limit} levels deep.")
+
+
 _MISSING_FIELD = "Object missing required field `"
 _UNKNOWN_FIELD = "Object contains unknown field `"
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     """Decode a request body, raising `InvalidRequest` that names the offending param."""
+    check_depth(body)
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
         raise invalid_from_validation(e) from None
     except msgspec.DecodeError as e:
         raise InvalidRequest(f"body is not valid JSON: {e}") from None
+    except RecursionError:  # msgspec's own guard against stack exhaustion
+        raise InvalidRequest("body is nested too deeply.") from None
 
 
 def invalid_from_validation(error: msgspec.ValidationError) -> InvalidRequest:

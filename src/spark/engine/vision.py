@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from llama_cpp import mtmd_cpp as mt
 
+from spark.engine.image_header import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, image_format, image_size, too_large
 from spark.engine.native import Context, LogBridge, Model
 from spark.errors import InvalidRequest, ModelFileError, RunnerFailed
 from spark.types import ImagePart
@@ -25,16 +26,6 @@ from spark.types import ImagePart
 log = logging.getLogger("spark.engine.mtmd")
 
 IMAGE_TOKEN = -1  # stands for one position of an image chunk in a prompt's token list
-
-# Formats libmtmd decodes itself (stb_image), and WebP, which it decodes with ffmpeg when
-# that is installed; anything else is refused before libmtmd tries ffmpeg on it.
-_MAGIC = {
-    b"\x89PNG\r\n\x1a\n": "PNG",
-    b"\xff\xd8\xff": "JPEG",
-    b"GIF87a": "GIF",
-    b"GIF89a": "GIF",
-    b"BM": "BMP",
-}
 
 _mtmd_log = LogBridge(log)
 
@@ -72,16 +63,6 @@ class PromptMedia:
         if self._chunks:
             mt.mtmd_input_chunks_free(self._chunks)
             self._chunks = None
-
-
-def image_format(data: bytes) -> str | None:
-    """The name of an image format libmtmd can decode, from its first bytes."""
-    for magic, name in _MAGIC.items():
-        if data.startswith(magic):
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WebP"
-    return None
 
 
 class Projector:
@@ -158,6 +139,13 @@ class Projector:
         if fmt is None:
             raise InvalidRequest(
                 f"image {index + 1} is not a PNG, JPEG, GIF, BMP or WebP image (declared as {image.media_type})",
+                param="messages",
+            )
+        size = image_size(image.data)
+        if size is not None and too_large(size):
+            raise InvalidRequest(
+                f"image {index + 1} ({fmt}, {size[0]}x{size[1]}) is larger than this server decodes "
+                f"(at most {MAX_IMAGE_SIDE} pixels a side and {MAX_IMAGE_PIXELS // 1_000_000} megapixels)",
                 param="messages",
             )
         buf = (ctypes.c_uint8 * len(image.data)).from_buffer_copy(image.data)

@@ -2,7 +2,8 @@
 
 A partial file is kept after an interruption and continued with a Range request
 the next time. A file is only handed back once its size and SHA-256 match what
-the Hub announced; a checksum mismatch deletes the partial file.
+the Hub announced; a checksum mismatch deletes the partial file. A disk that fills
+up while writing ends the download with a clear error, the partial file kept.
 """
 
 from __future__ import annotations
@@ -116,13 +117,19 @@ def _fetch(
         resumed = r.status_code == 206 and _range_start(r) == have
         offset = have if resumed else 0  # a 200 is the whole file from its first byte
         total = size if size is not None else _total(r, offset)
-        with part.open("ab" if resumed else "wb") as f:
-            done = offset
-            report(DownloadProgress(name, done, total))
-            for chunk in r.iter_bytes():  # as it arrives: a dropped connection loses nothing
-                f.write(chunk)
-                done += len(chunk)
+        done = offset
+        try:
+            with part.open("ab" if resumed else "wb") as f:
                 report(DownloadProgress(name, done, total))
+                for chunk in r.iter_bytes():  # as it arrives: a dropped connection loses nothing
+                    f.write(chunk)
+                    done += len(chunk)
+                    report(DownloadProgress(name, done, total))
+        except OSError as e:  # the disk filled up (or went away) while the file was being written
+            raise DownloadError(
+                f"writing {name} to {part.parent} failed after {format_bytes(done)}: {e.strerror or e}; "
+                f"free some space and run the same pull again to resume (the partial file {part.name} is kept)"
+            ) from None
 
 
 def read_start(client: httpx.Client, url: str, n: int, name: str) -> bytes:

@@ -45,6 +45,7 @@ from spark.errors import (
     PlacementRefused,
     RunnerFailed,
     RunnerNotFound,
+    ShuttingDown,
     SparkError,
 )
 from spark.events import RUNNER_STATE, EventBus
@@ -355,7 +356,7 @@ class Scheduler:
         """The runner for a request for `model_name`, held busy (never unloaded) until the block ends;
         `keep_alive` is the request's own (None: the admin's for the model, else the settings')."""
         if self._closed:
-            raise Overloaded("The server is shutting down and takes no new requests.")
+            raise ShuttingDown("The server is shutting down and takes no new requests.")
         if keep_alive is not None:
             self._keep_alive(keep_alive)
         entry = self._library.get(model_name)

@@ -58,6 +58,7 @@ from spark.types import (
     TextDelta,
     ToolCallDelta,
 )
+from spark.units import format_bytes
 
 log = logging.getLogger("spark.runners")
 
@@ -444,7 +445,7 @@ class RunnerProcess:
         """Reap the dead or hung process, settle its requests, and start a new one."""
         # A crashed process is already exiting: give its status a moment to arrive.
         code = await self._terminate(0.0 if reason else EXIT_GRACE_SECONDS)
-        why = reason or _describe_exit(code)
+        why = reason or _describe_exit(code, self._rss_bytes)
         now = monotonic()
         self._failures.append(now)
         while now - self._failures[0] > FAILURE_WINDOW_SECONDS:
@@ -626,7 +627,14 @@ class RunnerProcess:
         return " Last output of the runner: " + " | ".join(lines)[-1500:]
 
 
-def _describe_exit(code: int) -> str:
+def _describe_exit(code: int, rss_bytes: int = 0) -> str:
+    if code == -signal.SIGKILL:
+        # nobody here sent it (a hang or a stop is reported as such): most often the kernel's OOM killer
+        using = f", using {format_bytes(rss_bytes)} when last measured" if rss_bytes else ""
+        return (
+            f"was killed (signal 9, SIGKILL{using}); the system's out-of-memory killer does this when "
+            "memory runs out: load fewer models, a shorter context_length or fewer parallel slots"
+        )
     if code < 0:
         try:
             name = signal.Signals(-code).name

@@ -26,6 +26,7 @@ from spark.api.common import invalid_from_validation
 from spark.errors import (
     InvalidRequest,
     MethodNotAllowed,
+    Overloaded,
     RequestTooLarge,
     RouteNotFound,
     SparkError,
@@ -38,6 +39,8 @@ from spark.units import format_bytes
 
 log = logging.getLogger("spark.server")
 
+RETRY_AFTER_SECONDS = 1  # an overloaded model's queue moves on within about this long
+
 AnyRequest = Request[Any, Any, Any]
 
 
@@ -47,6 +50,8 @@ def error_response(scope: Scope, error: SparkError, headers: dict[str, str] | No
         recorder.failed(error)
     encode = anthropic.error_body if api_family(scope) == "anthropic" else openai.error_body
     status, body = encode(error)
+    if isinstance(error, Overloaded):
+        headers = {**(headers or {}), "retry-after": str(RETRY_AFTER_SECONDS)}
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 

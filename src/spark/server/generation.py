@@ -74,6 +74,8 @@ class Generation:
         recorder: RequestRecorder | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
+        self._drain = state.drain
+        self._drain.add(self)  # refused (ShuttingDown) once the server is stopping
         self._recorder = recorder
         if recorder is not None:
             recorder.decoded(request)
@@ -141,8 +143,15 @@ class Generation:
             self.close()
             raise timed_out(self._timeout or 0)
 
+    def abort(self, error: SparkError) -> None:
+        """End the request with `error`: the reader gets it after the events already read ahead."""
+        if not self._task.done():
+            self._queue.put_nowait(error)
+        self.close()
+
     def close(self) -> None:
         """Cancel the request (nothing happens once it has ended)."""
+        self._drain.discard(self)
         self._task.cancel()
         if self._watch is not None:
             self._watch.cancel()

@@ -7,6 +7,8 @@ and size, before the request reaches a model.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
@@ -20,38 +22,100 @@ from spark.settings import Settings
 from spark.types import ChatRequest, ImagePart
 
 FETCH_TIMEOUT_SECONDS = 10.0
+MAX_REDIRECTS = 5
 
 T = TypeVar("T")
 
 
 def image_fetcher(settings: Settings) -> ImageFetcher | None:
-    """A fetcher for remote image URLs when the settings allow them, else None (refused)."""
+    """A fetcher for remote image URLs when the settings allow them, else None (refused).
+
+    Unless `allow_private_image_hosts`, every hop (the URL and each redirect) must resolve to
+    public addresses only, and the connection goes to the address that was checked, so a request
+    can make the server reach neither itself nor its network (SSRF), not even by DNS rebinding.
+    """
     if not settings.allow_remote_images:
         return None
     limit = settings.max_image_bytes
+    private_ok = settings.allow_private_image_hosts
 
     def fetch(url: str, param: str) -> ImagePart:
         try:
-            with httpx.stream("GET", url, timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=True) as r:
-                if r.status_code != 200:
-                    raise InvalidRequest(f"'{param}': fetching the image gave HTTP {r.status_code}.", param=param)
-                media_type = r.headers.get("content-type", "").split(";")[0].strip()
-                if not media_type.startswith("image/"):
-                    raise InvalidRequest(
-                        f"'{param}': the URL is not an image (content type '{media_type or 'none'}').", param=param
+            with httpx.Client(timeout=FETCH_TIMEOUT_SECONDS) as client:
+                for _ in range(MAX_REDIRECTS + 1):
+                    target = httpx.URL(url)
+                    request = (
+                        client.build_request("GET", target)
+                        if private_ok
+                        else client.build_request(
+                            "GET",
+                            _pinned(target, param),
+                            headers={"host": target.netloc.decode()},
+                            extensions={"sni_hostname": target.host},
+                        )
                     )
-                data = bytearray()
-                for chunk in r.iter_bytes():
-                    data += chunk
-                    if limit and len(data) > limit:
-                        raise _too_large(param, limit)
+                    response = client.send(request, stream=True)
+                    try:
+                        if response.is_redirect and "location" in response.headers:
+                            url = str(target.join(response.headers["location"]))
+                            continue
+                        return _read_image(response, param, limit)
+                    finally:
+                        response.close()
         except httpx.HTTPError as e:
             raise InvalidRequest(
                 f"'{param}': the image could not be fetched ({type(e).__name__}).", param=param
             ) from None
-        return ImagePart(bytes(data), media_type)
+        raise InvalidRequest(f"'{param}': the image URL redirects more than {MAX_REDIRECTS} times.", param=param)
 
     return fetch
+
+
+def _read_image(response: httpx.Response, param: str, limit: int) -> ImagePart:
+    if response.status_code != 200:
+        raise InvalidRequest(f"'{param}': fetching the image gave HTTP {response.status_code}.", param=param)
+    media_type = response.headers.get("content-type", "").split(";")[0].strip()
+    if not media_type.startswith("image/"):
+        raise InvalidRequest(
+            f"'{param}': the URL is not an image (content type '{media_type or 'none'}').", param=param
+        )
+    declared = response.headers.get("content-length", "")
+    if limit and declared.isdigit() and int(declared) > limit:
+        raise _too_large(param, limit)
+    data = bytearray()
+    for chunk in response.iter_bytes():  # counted while reading: a length header may lie or be absent
+        data += chunk
+        if limit and len(data) > limit:
+            raise _too_large(param, limit)
+    return ImagePart(bytes(data), media_type)
+
+
+def public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `address` is on the public internet (not loopback, private, link-local, reserved...)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+def _pinned(url: httpx.URL, param: str) -> httpx.URL:
+    """`url` with its host replaced by the public address it resolves to; `InvalidRequest` when it
+    resolves to any address that is not public (the Host header and TLS still name the host)."""
+    if url.scheme not in ("http", "https") or not url.host:
+        raise InvalidRequest(f"'{param}': the image URL must be http(s) with a host name.", param=param)
+    try:
+        infos = socket.getaddrinfo(
+            url.host, url.port or (443 if url.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
+    except (socket.gaierror, UnicodeError):
+        raise InvalidRequest(f"'{param}': the image host '{url.host}' could not be resolved.", param=param) from None
+    addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+    if not addresses or not all(public_address(a) for a in addresses):
+        raise InvalidRequest(
+            f"'{param}': the image host '{url.host}' is a loopback, private or link-local address; this server "
+            "fetches images from public hosts only (SPARK_ALLOW_PRIVATE_IMAGE_HOSTS).",
+            param=param,
+        )
+    return url.copy_with(host=str(addresses[0]))
 
 
 async def parse_with_images(settings: Settings, parse: Callable[..., T], body: bytes, **kwargs: object) -> T:

@@ -6,8 +6,11 @@ is one clear error, and the address written for other commands is the real one.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import errno
+import logging
+import math
 import signal
 import socket
 import threading
@@ -28,7 +31,9 @@ from spark.server.discovery import ServerInfo, remove_server_info, write_server_
 from spark.server.state import ServerState
 from spark.settings import Settings
 
-GRACEFUL_SHUTDOWN_SECONDS = 5  # open streams get this long to finish before they are cut
+log = logging.getLogger("spark.server")
+
+STREAM_END_SECONDS = 5.0  # after the grace period, for aborted streams to send their error and close
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -61,6 +66,28 @@ def log_config(level: str) -> dict[str, Any]:
     return config
 
 
+class SparkServer(uvicorn.Server):
+    """uvicorn's server, whose shutdown first lets the open requests end (see `spark.server.draining`)."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self._state = state
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn stops accepting at once, then waits for the open connections; the drain ends
+        # their requests by the grace period, so uvicorn never has to cut a connection.
+        grace = self._state.settings.shutdown_grace_seconds
+        self.config.timeout_graceful_shutdown = math.ceil(grace + STREAM_END_SECONDS)
+        if self._state.drain.open:
+            log.info("waiting up to %g s for %d open requests to finish", grace, self._state.drain.open)
+        drain = asyncio.create_task(self._state.drain.drain(grace), name="drain open requests")
+        try:
+            await super().shutdown(sockets)
+        finally:
+            if aborted := await drain:
+                log.warning("ended %d requests still running after the %g s grace period", aborted, grace)
+
+
 def make_server(settings: Settings, app: Litestar) -> uvicorn.Server:
     """A uvicorn server for `app` (run it with `server.run(sockets=[bind(...)])`)."""
     config = uvicorn.Config(
@@ -68,10 +95,9 @@ def make_server(settings: Settings, app: Litestar) -> uvicorn.Server:
         log_level=settings.log_level,
         log_config=log_config(settings.log_level),
         lifespan="on",
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         server_header=False,
     )
-    return uvicorn.Server(config)
+    return SparkServer(config, app.state.spark)
 
 
 def serve(settings: Settings) -> None:

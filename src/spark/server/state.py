@@ -16,6 +16,7 @@ from spark.fleet.report import Capacity, Checksums, DecodeRates, capacity
 from spark.library import Library
 from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
+from spark.server.draining import Drain
 from spark.server.metrics import Metrics
 from spark.settings import Settings
 from spark.store.db import Database
@@ -41,6 +42,7 @@ class ServerState:
         self.scheduler = Scheduler(settings, self.library, self.events)
         self.max_tokens_limit = settings.max_tokens_limit or None
         self.timeout = settings.request_timeout_seconds
+        self.drain = Drain()  # the generations in flight, ended by a graceful stop
         self.metrics = Metrics()
         # the fleet: this server as a central (its nodes), and as a node of another (with `central`)
         self.fleet = Registry(NodeTable(self.db), self.events, settings.node_report_seconds)

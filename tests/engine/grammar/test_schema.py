@@ -174,3 +174,18 @@ def test_annotations_and_unknown_keywords_are_ignored(driver: Driver) -> None:
 
 def test_schema_errors_are_invalid_requests() -> None:
     assert issubclass(SchemaError, InvalidRequest)
+
+
+def test_schemas_nested_too_deep_are_refused_not_a_recursion_error() -> None:
+    from spark.engine.grammar.schema import MAX_SCHEMA_DEPTH
+
+    def nested(depth: int) -> dict[str, object]:
+        schema: dict[str, object] = {"type": "string"}
+        for _ in range(depth):
+            schema = {"type": "array", "items": schema}
+        return schema
+
+    schema_grammar(nested(MAX_SCHEMA_DEPTH - 1))  # deep, but within the bound
+    with pytest.raises(InvalidRequest, match=f"nested more than {MAX_SCHEMA_DEPTH} levels") as e:
+        schema_grammar(nested(5000))
+    assert e.value.param == "response_format"

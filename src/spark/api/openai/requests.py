@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from spark.api.common import (
+    MAX_MESSAGES,
     ImageFetcher,
     LlamaSampling,
     NonEmptyStr,
@@ -191,7 +192,7 @@ class ReasoningOption(msgspec.Struct, frozen=True):
 
 
 class ChatBody(_SamplingBody, frozen=True, kw_only=True):
-    messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1)]
+    messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: PositiveInt | None = None
     max_completion_tokens: PositiveInt | None = None
     tools: list[FunctionTool] | None = None

@@ -13,7 +13,7 @@ from spark.api.common import (
     new_tool_call_id,
     sse,
 )
-from spark.errors import SparkError, from_info
+from spark.errors import Overloaded, SparkError, from_info
 from spark.types import (
     ChatResult,
     Done,
@@ -248,15 +248,22 @@ def model_list_body(entries: list[ModelEntry]) -> bytes:
     return _encode(_ModelList([_model(e) for e in entries]))
 
 
+OVERLOADED_STATUS = 429  # OpenAI's SDKs retry it, after the Retry-After the server sends
+
+
+def _status(error: SparkError) -> int:
+    return OVERLOADED_STATUS if isinstance(error, Overloaded) else error.status
+
+
 def _error_object(error: SparkError) -> _ErrorObject:
-    kind = "invalid_request_error" if error.status < 500 else "server_error"
+    kind = "invalid_request_error" if _status(error) < 500 and not isinstance(error, Overloaded) else "server_error"
     code = "invalid_api_key" if error.code == "unauthorized" else error.code
     return _ErrorObject(error.message, kind, error.param, code)
 
 
 def error_body(error: SparkError) -> tuple[int, bytes]:
     """HTTP status and OpenAI's `{"error": {message, type, param, code}}` body."""
-    return error.status, _encode(_ErrorEnvelope(_error_object(error)))
+    return _status(error), _encode(_ErrorEnvelope(_error_object(error)))
 
 
 # --- streaming ------------------------------------------------------------------

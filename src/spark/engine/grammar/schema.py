@@ -110,6 +110,9 @@ for _alias, _same in (
     _FORMATS[_alias] = _FORMATS[_same]
 
 
+MAX_SCHEMA_DEPTH = 64  # nested schemas past this are refused (the conversion recurses per level)
+
+
 def schema_grammar(schema: dict[str, Any] | None, *, param: str = "response_format", prefix: str = "") -> Grammar:
     """The grammar of JSON output matching `schema` (None: any JSON object).
 
@@ -130,12 +133,22 @@ class SchemaConverter:
     document: dict[str, Any] | bool
     param: str
     _refs: dict[str, str] = field(default_factory=dict)
+    _depth: int = 0
 
     def error(self, why: str) -> SchemaError:
         return SchemaError(f"unsupported JSON schema in {self.param}: {why}", param=self.param)
 
     def rule(self, schema: Any, hint: str) -> str:
         """The name of a rule matching exactly values valid under `schema` (or a subset of them)."""
+        if self._depth >= MAX_SCHEMA_DEPTH:
+            raise self.error(f"'{hint[:80]}' is nested more than {MAX_SCHEMA_DEPTH} levels deep")
+        self._depth += 1
+        try:
+            return self._rule(schema, hint)
+        finally:
+            self._depth -= 1
+
+    def _rule(self, schema: Any, hint: str) -> str:
         if schema is True or schema == {}:
             return self.rules.primitive("value")
         if schema is False:

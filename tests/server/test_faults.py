@@ -1,0 +1,81 @@
+"""Faults around a running server: a full disk under the request log, a corrupt model file, a model
+whose context cannot fit in memory. Each ends in a clear error for the request concerned, and the
+server goes on answering."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from server.helpers import anthropic_error, live_server, openai_error, server_settings
+from small_disk import fill, small_disk
+from spark.library import Library, ModelSettings
+
+CHAT = [{"role": "user", "content": "hi"}]
+
+
+def test_a_full_disk_under_the_request_log_does_not_stop_requests(tmp_path: Path, tiny_llama: Path) -> None:
+    home = tmp_path / "home"
+    with small_disk(home, "16m"):
+        settings = server_settings(home)
+        with Library(settings) as library:
+            model = library.add_local(tiny_llama).id
+        with live_server(settings) as live, live.http() as http:
+            body = {"model": model, "max_tokens": 2, "messages": CHAT}
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+            fill(home)
+            for _ in range(5):
+                answer = http.post("/v1/chat/completions", json=body)
+                assert answer.status_code == 200, answer.text
+                assert http.post("/v1/chat/completions", json={**body, "stream": True}).status_code == 200
+            assert http.get("/v1/models").status_code == 200
+            writer = live.state.request_log
+            assert writer is not None
+            live.state.request_log.flush(10)
+            assert writer.dropped > 0, "the log could not be written (the disk is full)"
+            (home / "filler").unlink()
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9], ids=["half", "tail-missing"])
+def test_a_corrupt_model_file_is_a_clear_load_error(
+    tmp_path: Path, tiny_llama: Path, tiny_bert: Path, keep: float
+) -> None:
+    """A file whose header is valid but whose tensor data is cut short (as a broken copy leaves it)."""
+    broken = tmp_path / "broken.gguf"
+    shutil.copyfile(tiny_llama, broken)
+    settings = server_settings(tmp_path / "home")
+    with Library(settings) as library:
+        model = library.add_local(broken, model_id="broken").id
+        embed = library.add_local(tiny_bert).id
+    data = broken.read_bytes()
+    broken.write_bytes(data[: int(len(data) * keep)])  # damaged after it was added
+    with live_server(settings) as live, live.http() as http:
+        for _ in range(2):  # the same clear error again, not a crash loop
+            error = openai_error(http.post("/v1/chat/completions", json={"model": model, "messages": CHAT}), 400)
+            assert error["code"] == "model_file_error" and "broken" in error["message"], error
+        error = anthropic_error(
+            http.post("/v1/messages", json={"model": model, "max_tokens": 2, "messages": CHAT}), 400
+        )
+        assert "broken" in error["message"]
+        assert http.get("/health").status_code == 200
+        assert http.post("/v1/embeddings", json={"model": embed, "input": "still fine"}).status_code == 200
+
+
+def test_a_context_too_large_for_memory_is_refused_with_the_arithmetic(
+    tmp_path: Path, tiny_llama: Path, slow_llama: Path
+) -> None:
+    settings = server_settings(tmp_path / "home", SPARK_MAX_RAM="1GiB")
+    with Library(settings) as library:
+        huge = library.add_local(slow_llama, model_id="huge-context").id
+        library.update_settings(huge, ModelSettings(context_length=16384, parallel=64))  # KV: 4 GiB
+        fine = library.add_local(tiny_llama, model_id="fine").id
+    with live_server(settings) as live, live.http() as http:
+        refused = http.post("/v1/chat/completions", json={"model": huge, "max_tokens": 2, "messages": CHAT})
+        error = openai_error(refused, 507)
+        assert error["code"] == "placement_refused" and "KV" in error["message"] and "free" in error["message"]
+        answer = http.post("/v1/chat/completions", json={"model": fine, "max_tokens": 2, "messages": CHAT})
+        assert answer.status_code == 200, answer.text
+        assert [r.model for r in live.runners()] == [fine]
