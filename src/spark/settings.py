@@ -118,6 +118,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     parallel: Annotated[int, POSITIVE, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
     threads: Annotated[int, NOT_NEGATIVE, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
     kv_type: Annotated[KVType, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
+    speculative: Annotated[
+        bool,
+        _doc(
+            "Speculative decoding: guess the next tokens from the prompt and the output so far "
+            "(n-gram lookup) and verify them in one batch. Output is unchanged; answers that copy "
+            "from their prompt come faster. A model's own setting overrides it (models loaded from then on)."
+        ),
+    ] = True
     keep_alive: Annotated[
         str,
         _doc(

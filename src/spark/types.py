@@ -167,6 +167,8 @@ class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    drafted_tokens: int = 0  # completion tokens guessed ahead by speculative decoding
+    accepted_tokens: int = 0  # of the drafted ones, those the model confirmed
 
     @property
     def total_tokens(self) -> int:
@@ -269,3 +271,4 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     sampling: SamplingParams = SamplingParams()  # the model's defaults
     n_batch: int = 512
     snapshot_ram_bytes: int = 256 * 1024 * 1024  # KV snapshots of conversations pushed out of a slot
+    speculative: bool = True  # draft tokens by n-gram lookup and verify them in the batch

@@ -125,6 +125,17 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
     assert reset["model"]["settings"] == {}
 
 
+def test_speculative_decoding_can_be_turned_off_per_model(live: LiveServer, models: dict[str, str]) -> None:
+    model = models["dotted"]
+    client = admin(live)
+    chat(live, model)  # loaded with the server's setting: on
+    off = client.patch(f"/api/models/{model}/settings", json={"speculative": False}).json()
+    assert off["model"]["settings"] == {"speculative": False}
+    assert off["reload_needed"] is True and off["changes"] == "speculative True -> False"
+    reset = client.patch(f"/api/models/{model}/settings", json={"speculative": None}).json()
+    assert reset["model"]["settings"] == {} and reset["changes"] == "speculative False -> True"
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -136,6 +147,7 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
         ({"sampling": {"top_p": "high"}}, "sampling.top_p"),
         ({"kv_type": "q5_1"}, "kv_type"),
         ({"kv_type": "q8_0"}, "kv_type"),  # the tiny model's heads (16) are too small for its blocks
+        ({"speculative": "maybe"}, "speculative"),
         ({"keep_alive": "soon"}, "keep_alive"),
         ({"keep_alive": [5]}, "keep_alive"),
         ({"n_gpu_layers": 3}, "n_gpu_layers"),
