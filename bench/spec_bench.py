@@ -176,6 +176,7 @@ class Server:
             return
         if first is not None and last is not None and last > first and n > 1:
             self.rates[workload].append((n - 1) / (last - first))
+            print(f"  {self.name} {workload}: {self.rates[workload][-1]:.1f} tokens/s, {n} tokens", flush=True)
         self.tokens[workload].append(n)
         if "draft_n" in timings:  # llama-server's own count
             self.drafts[workload].append((timings["draft_n"], timings.get("draft_n_accepted", 0)))
@@ -226,7 +227,7 @@ def spark_server(name: str, home: Path, model_path: Path, threads: int, speculat
     }
     settings = load_settings(env=env)
     with Library(settings) as library:
-        model = library.add_local(model_path).id
+        model = library.add_local(model_path, model_id="bench").id
     key = KeyTable(Database(settings.db_path)).create("bench")[1]
     port = free_port()
     server = Server(name, [sys.executable, "-m", "spark", "serve", "--port", str(port)], env, port, key, model)
