@@ -152,6 +152,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ),
         SIZE,
     ] = "4GiB"
+    speculative: Annotated[
+        bool,
+        _doc(
+            "Speculative decoding: guess the next tokens from the prompt and the output so far "
+            "(n-gram lookup) and verify them in one batch. Output is unchanged; answers that copy "
+            "from their prompt come faster. A model's own setting overrides it (models loaded from then on)."
+        ),
+    ] = True
     keep_alive: Annotated[
         str,
         _doc(

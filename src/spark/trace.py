@@ -126,7 +126,11 @@ def describe_step(step: Step) -> tuple[str, str]:
         case "first_token":
             return "first token", ""
         case "finished":
-            return "finished", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items())
+            drafted, accepted = d.pop("drafted_tokens", 0), d.pop("accepted_tokens", 0)
+            parts = [f"{k.replace('_', ' ')} {v}" for k, v in d.items()]
+            if drafted:
+                parts.append(f"speculative decoding: {accepted} of {drafted} drafted tokens accepted")
+            return "finished", ", ".join(parts)
         case "cancelled":
             return "cancelled", str(d.get("reason", ""))
         case "failed":

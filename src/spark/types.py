@@ -184,6 +184,8 @@ class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    drafted_tokens: int = 0  # completion tokens guessed ahead by speculative decoding
+    accepted_tokens: int = 0  # of the drafted ones, those the model confirmed
 
     @property
     def total_tokens(self) -> int:
@@ -296,3 +298,4 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     snapshot_ram_bytes: int = 256 * 1024 * 1024  # KV snapshots of conversations pushed out of a slot
     snapshot_disk_bytes: int = 0  # the disk budget of KV snapshots (all models together); 0: none on disk
     snapshot_dir: str | None = None  # where they go (one folder per model file and KV layout)
+    speculative: bool = True  # draft tokens by n-gram lookup and verify them in the batch

@@ -179,6 +179,17 @@ def test_the_slot_step_says_where_the_cache_came_from(details: dict[str, object]
     assert label == "slot assigned" and text == f"slot 1: {says}"
 
 
+def test_drafted_tokens_show_in_the_finished_step(table: RequestTable) -> None:
+    timeline = [
+        Step("received", 0.0),
+        Step("finished", 90.0, {"finish_reason": "stop", "drafted_tokens": 40, "accepted_tokens": 31}),
+    ]
+    table.insert_many([record(1, timeline=timeline)])
+    finished = next(line for line in invoke("log", "req_0001").splitlines() if line.startswith("finished"))
+    assert "finish reason stop" in finished
+    assert "speculative decoding: 31 of 40 drafted tokens accepted" in finished
+
+
 def test_follow_prints_new_requests(table: RequestTable) -> None:
     table.insert_many([record(1)])
     child = pexpect.spawn(

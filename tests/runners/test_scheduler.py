@@ -175,6 +175,14 @@ def test_default_answer_length_from_model_then_server_within_the_limit() -> None
     assert max_tokens(5000, max_tokens_limit=1000) == 1000
 
 
+def test_speculative_decoding_from_model_and_server_settings() -> None:
+    on, off = load_settings(), load_settings(speculative=False)
+    assert load_options(_entry(4096, ModelSettings()), on).speculative, "on by default"
+    assert not load_options(_entry(4096, ModelSettings()), off).speculative
+    assert not load_options(_entry(4096, ModelSettings(speculative=False)), on).speculative, "the model's own wins"
+    assert load_options(_entry(4096, ModelSettings(speculative=True)), off).speculative
+
+
 def test_runner_state_changes_are_published(library: Library, tiny_llama: Path) -> None:
     import os
     import signal

@@ -141,6 +141,17 @@ def test_repetition_guard_and_answer_length_are_model_settings(live: LiveServer,
     client.patch(f"/api/models/{model}/settings", json={"sampling": None})
 
 
+def test_speculative_decoding_can_be_turned_off_per_model(live: LiveServer, models: dict[str, str]) -> None:
+    model = models["dotted"]
+    client = admin(live)
+    chat(live, model)  # loaded with the server's setting: on
+    off = client.patch(f"/api/models/{model}/settings", json={"speculative": False}).json()
+    assert off["model"]["settings"] == {"speculative": False}
+    assert off["reload_needed"] is True and off["changes"] == "speculative True -> False"
+    reset = client.patch(f"/api/models/{model}/settings", json={"speculative": None}).json()
+    assert reset["model"]["settings"] == {} and reset["changes"] == "speculative False -> True"
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -155,6 +166,7 @@ def test_repetition_guard_and_answer_length_are_model_settings(live: LiveServer,
         ({"sampling": {"dry_penalty_last_n": -3}}, "sampling.dry_penalty_last_n"),
         ({"kv_type": "q5_1"}, "kv_type"),
         ({"kv_type": "q8_0"}, "kv_type"),  # the tiny model's heads (16) are too small for its blocks
+        ({"speculative": "maybe"}, "speculative"),
         ({"keep_alive": "soon"}, "keep_alive"),
         ({"keep_alive": [5]}, "keep_alive"),
         ({"n_gpu_layers": 3}, "n_gpu_layers"),

@@ -33,6 +33,7 @@ from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.snapshot_cache import PERSIST_IDLE_SECONDS, SnapshotCache
 from spark.engine.snapshot_disk import DiskSnapshots, layout_identity
 from spark.engine.snapshots import SnapshotStore
+from spark.engine.speculative import NgramDrafter
 from spark.engine.text import TextStream
 from spark.engine.vision import Projector
 from spark.errors import RunnerFailed, SparkError
@@ -52,6 +53,9 @@ from spark.types import (
 )
 
 log = logging.getLogger(__name__)
+
+# Most drafted tokens in one batch, all slots together: prompt chunks keep the rest.
+MAX_BATCH_DRAFT = 64
 
 
 def _as_spark_error(exc: BaseException) -> SparkError:
@@ -125,6 +129,8 @@ class Engine:
         self._n_ctx = per_slot
         self._n_slots = options.n_parallel
         self._embedding = options.embedding
+        # Rejected draft tokens must leave the cache: a recurrent state cannot drop them.
+        self._speculative = options.speculative and not options.embedding and model.can_trim
         if options.embedding:
             arch = model.meta("general.architecture") or ""
             # A model that names no pooling would give per-token vectors: pool by mean.
@@ -389,6 +395,7 @@ class Engine:
                 if plan.reasoning_budget is not None and self._think_close
                 else None
             ),
+            drafter=NgramDrafter(prompt) if self._speculative else None,
         )
         self._n_active += 1
         try:
@@ -408,13 +415,18 @@ class Engine:
         """Build one batch from all active slots, decode it, sample."""
         batch = self._batch
         batch.clear()
-        generating: list[Slot] = []
+        generating = [s for s in self._slots if s.work is not None and s.work.token >= 0]
         chunks: list[tuple[Slot, int]] = []
-        for slot in self._slots:
+        spare = min(batch.capacity - len(generating), MAX_BATCH_DRAFT)
+        for slot in generating:
             gen = slot.work
-            if gen is not None and gen.token >= 0:
-                gen.row = batch.add(gen.token, len(slot.cached), slot.id, True)
-                generating.append(slot)
+            assert gen is not None
+            pos = len(slot.cached)
+            gen.row = batch.add(gen.token, pos, slot.id, True)
+            gen.draft = self._draft(gen, pos, spare)
+            if gen.draft:  # verified in this batch: logits at every drafted position
+                batch.add_run(gen.draft, pos + 1, slot.id, "all")
+                spare -= len(gen.draft)
         budget = min(batch.room, self._prompt_budget)
         for slot in self._slots:
             gen = slot.work
@@ -463,20 +475,54 @@ class Engine:
             if gen is None or gen.row < 0:
                 continue
             row, gen.row = gen.row, -1
-            try:
-                if gen.parser.call_ended and not gen.forced and not self._goes_on(gen, row):
-                    self._finish(slot, "stop")  # ends with its calls: "tool_calls"
-                    continue
-                if gen.forced and not gen.sampler.allows(gen.forced[0]):
-                    gen.forced.clear()  # the grammar has moved on (e.g. into a call): let it lead
-                if gen.forced:  # tokens the engine writes for the model (closing a thinking block)
-                    token = gen.forced.pop(0)
-                    gen.sampler.force(token)
-                else:
-                    token = gen.sampler.sample(self._ctx.ptr, row)
-                self._on_token(slot, gen, token)
-            except Exception as e:
-                self._fail(slot, e)
+            draft, gen.draft = gen.draft, []
+            n = 0  # draft tokens confirmed: sampled at the position before them, as drafted
+            while self._next_token(slot, gen, row + n) and n < len(draft) and gen.token == draft[n]:
+                slot.cached.append(draft[n])  # its KV is in the cache already
+                n += 1
+                assert gen.drafter is not None
+                gen.drafter.accepted += 1
+            if draft:
+                assert gen.drafter is not None
+                gen.drafter.adapt(len(draft), n)
+                if n < len(draft):
+                    self._drop_rejected(slot, gen)
+
+    def _draft(self, gen: Generation, pos: int, spare: int) -> list[int]:
+        """Tokens to verify after `gen.token` (fed at `pos`): none past the context, max_tokens or `spare`."""
+        if gen.drafter is None or gen.forced:
+            return []
+        room = min(spare, self._n_ctx - 2 - pos)
+        if gen.max_tokens is not None:
+            room = min(room, gen.max_tokens - gen.n_generated - 1)
+        return gen.drafter.draft(room)
+
+    def _drop_rejected(self, slot: Slot, gen: Generation) -> None:
+        """Remove the KV of draft tokens past `slot.cached` (rejected, or past the output's end)."""
+        if self._ctx.trim(slot.id, len(slot.cached)):
+            return
+        self._ctx.forget(slot.id)
+        slot.cached.clear()
+        if slot.work is gen:
+            self._fail(slot, RunnerFailed("llama.cpp could not drop rejected draft tokens from the KV cache"))
+
+    def _next_token(self, slot: Slot, gen: Generation, row: int) -> bool:
+        """Sample (or write) the slot's next token from output `row`; False once the request ended."""
+        try:
+            if gen.parser.call_ended and not gen.forced and not self._goes_on(gen, row):
+                self._finish(slot, "stop")  # ends with its calls: "tool_calls"
+                return False
+            if gen.forced and not gen.sampler.allows(gen.forced[0]):
+                gen.forced.clear()  # the grammar has moved on (e.g. into a call): let it lead
+            if gen.forced:  # tokens the engine writes for the model (closing a thinking block)
+                token = gen.forced.pop(0)
+                gen.sampler.force(token)
+            else:
+                token = gen.sampler.sample(self._ctx.ptr, row)
+            self._on_token(slot, gen, token)
+        except Exception as e:
+            self._fail(slot, e)
+        return slot.work is gen
 
     def _goes_on(self, gen: Generation, row: int) -> bool:
         """After a whole tool call: whether the model's own most likely next token (with the
@@ -513,6 +559,8 @@ class Engine:
 
     def _on_token(self, slot: Slot, gen: Generation, token: int) -> None:
         gen.n_generated += 1
+        if gen.drafter is not None:
+            gen.drafter.push(token)
         if self._model.is_eog(token):
             self._finish(slot, "stop")
             return

@@ -140,6 +140,11 @@ class Model:
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
+    @property
+    def can_trim(self) -> bool:
+        """Whether a sequence's last positions can be dropped (not for recurrent state, e.g. Mamba)."""
+        return not (lc.llama_model_is_recurrent(self.ptr) or lc.llama_model_is_hybrid(self.ptr))
+
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value as text, or None when the key is absent."""
         size = 1024
@@ -325,6 +330,10 @@ class Context:
         """
         mem = self._memory
         return bool(lc.llama_memory_seq_rm(mem, seq, n, -1)) and lc.llama_memory_seq_pos_min(mem, seq) <= 0
+
+    def trim(self, seq: int, n: int) -> bool:
+        """Drop the positions of sequence `seq` from `n` on (rejected draft tokens); False when refused."""
+        return bool(lc.llama_memory_seq_rm(self._memory, seq, n, -1))
 
     def forget(self, seq: int) -> None:
         """Empty sequence `seq`."""

@@ -10,6 +10,7 @@ import numpy as np
 from spark.engine.output import OutputParser
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
+from spark.engine.speculative import NgramDrafter
 from spark.engine.text import TextStream
 from spark.engine.vision import PromptMedia
 from spark.types import Event, Usage
@@ -36,6 +37,8 @@ class Generation:
     budget: ThinkBudget | None = None  # closes a thinking block that runs too long
     forced: list[int] = field(default_factory=list)  # next output tokens, written instead of sampled
     logit_bias: dict[int, float] | None = None  # the request's, for the model's own next choice
+    drafter: NgramDrafter | None = None  # None: no speculative decoding for this request
+    draft: list[int] = field(default_factory=list)  # tokens drafted after `token` in the batch being decoded
 
     @property
     def prompt_done(self) -> bool:
@@ -46,6 +49,8 @@ class Generation:
             prompt_tokens=len(self.prompt),
             completion_tokens=self.n_generated,
             cached_tokens=self.n_cached,
+            drafted_tokens=self.drafter.drafted if self.drafter else 0,
+            accepted_tokens=self.drafter.accepted if self.drafter else 0,
         )
 
 

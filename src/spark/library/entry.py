@@ -21,6 +21,7 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     sampling: SamplingParams = SamplingParams()
     keep_alive: float | None = None  # seconds it stays loaded once idle; negative: until unloaded
     kv_type: Literal["f16", "q8_0", "q4_0"] | None = None  # KV cache type
+    speculative: bool | None = None  # speculative decoding by n-gram lookup
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):

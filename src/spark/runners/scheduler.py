@@ -126,6 +126,7 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         n_parallel=entry.settings.parallel or settings.parallel,
         n_threads=settings.threads,
         kv_type=entry.settings.kv_type or settings.kv_type,
+        speculative=settings.speculative if entry.settings.speculative is None else entry.settings.speculative,
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,
         system_prompt=entry.settings.system_prompt,

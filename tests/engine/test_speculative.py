@@ -1,0 +1,356 @@
+"""Speculative decoding: the n-gram drafter, and exact output from the engine with and without it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import tiny_gguf
+from engine.helpers import Collector
+from engine.test_reasoning import THINK_TEMPLATE
+from spark.engine import Engine
+from spark.engine.native import Context
+from spark.engine.speculative import FIRST_DRAFT, FIRST_PAUSE, MAX_DRAFT, MISSES_TO_PAUSE, NgramDrafter
+from spark.engine.vision import IMAGE_TOKEN
+from spark.types import (
+    ChatRequest,
+    CompletionRequest,
+    Done,
+    Failed,
+    LoadOptions,
+    Message,
+    Reasoning,
+    ReasoningDelta,
+    ResponseFormat,
+    SamplingParams,
+    TextDelta,
+    Tool,
+    ToolCallDelta,
+    ToolChoice,
+)
+
+# --- the drafter -------------------------------------------------------------------
+
+
+def test_drafts_what_followed_the_latest_earlier_occurrence() -> None:
+    d = NgramDrafter([1, 2, 3, 4, 5, 9, 9, 1, 2, 3, 7, 8, 1, 2])
+    # "1 2" last came before "3 7 8": the latest occurrence wins over the first
+    assert d.draft(3) == [3, 7, 8]
+    assert d.drafted == 3
+
+
+def test_the_longest_ngram_that_matches_decides() -> None:
+    # "2 3" is followed by 9 last, but "1 2 3" only ever by 4
+    d = NgramDrafter([1, 2, 3, 4, 5, 6, 2, 3, 9, 9, 0, 1, 2, 3])
+    assert d.draft(2) == [4, 5]
+
+
+def test_output_tokens_join_the_history() -> None:
+    d = NgramDrafter([5, 6, 7])
+    assert d.draft(4) == []  # nothing repeats yet
+    for token in (8, 5, 6):
+        d.push(token)
+    assert d.draft(4) == [7, 8, 5, 6][:FIRST_DRAFT]
+    d.push(7)
+    assert d.draft(2) == [8, 5]
+
+
+def test_no_guess_without_a_match_nor_past_the_limit() -> None:
+    d = NgramDrafter(list(range(100)))
+    assert d.draft(8) == []
+    d = NgramDrafter([1, 2, 3, 1, 2])
+    assert d.draft(0) == [] and d.drafted == 0
+    assert d.draft(8) == [3, 1, 2, 3, 1, 2, 3, 1][:FIRST_DRAFT]  # a repeating history goes on repeating
+
+
+def test_image_positions_are_never_drafted() -> None:
+    d = NgramDrafter([1, 2, 3, IMAGE_TOKEN, IMAGE_TOKEN, 4, 1, 2])
+    assert d.draft(4) == [3]
+
+
+def test_draft_length_follows_acceptance() -> None:
+    d = NgramDrafter([1, 2] * 40)
+    assert len(d.draft(100)) == FIRST_DRAFT
+    d.adapt(FIRST_DRAFT, FIRST_DRAFT)  # all accepted: twice as long
+    assert d.limit == 2 * FIRST_DRAFT
+    for _ in range(4):
+        d.adapt(d.limit, d.limit)
+    assert d.limit == MAX_DRAFT
+    d.adapt(MAX_DRAFT, 2)  # two accepted: draft a little more than that
+    assert d.limit == 3
+    d.adapt(3, 0)
+    assert d.limit == 1
+
+
+def test_a_slot_whose_drafts_keep_failing_pauses_ever_longer() -> None:
+    d = NgramDrafter([1, 2] * 40)
+
+    def fail_in_a_row(n: int) -> None:
+        for _ in range(n):
+            guess = d.draft(4)
+            assert guess
+            d.adapt(len(guess), 0)
+
+    fail_in_a_row(MISSES_TO_PAUSE)
+    assert [d.draft(4) for _ in range(FIRST_PAUSE)] == [[]] * FIRST_PAUSE
+    assert d.draft(4)  # drafting again after the pause
+    d.adapt(1, 1)  # an accepted draft resets the count of misses, not the pause length
+    fail_in_a_row(MISSES_TO_PAUSE)
+    assert [d.draft(4) for _ in range(2 * FIRST_PAUSE)] == [[]] * (2 * FIRST_PAUSE)
+    assert d.draft(4)
+
+
+# --- the engine: the same output with and without speculation -----------------------
+
+
+def options(path: Path, *, speculative: bool, n_parallel: int = 1, n_ctx: int = 512) -> LoadOptions:
+    return LoadOptions(
+        model_id="m", path=str(path), n_threads=1, n_ctx=n_ctx, n_parallel=n_parallel, speculative=speculative
+    )
+
+
+def run_all(engine: Engine, requests: list[ChatRequest | CompletionRequest]) -> list[Collector]:
+    """Submit all at once (they share batches), wait for all."""
+    collectors = [Collector(f"r{i}") for i in range(len(requests))]
+    for i, (request, collector) in enumerate(zip(requests, collectors, strict=True)):
+        engine.submit(f"r{i}", request, collector)
+    for collector in collectors:
+        collector.wait()
+    return collectors
+
+
+def outcome(c: Collector) -> tuple[object, ...]:
+    done = c.final
+    assert isinstance(done, Done), done
+    return c.text, done.finish_reason, done.usage.completion_tokens, done.stop_sequence
+
+
+# A prompt that repeats itself: random weights copy it, or fall into loops, which n-grams predict.
+COPY = "one two three four five six seven eight nine ten " * 6
+
+
+def completions(**sampling: object) -> list[ChatRequest | CompletionRequest]:
+    prompts = [COPY, "alpha beta gamma delta " * 10, "a b c d e f g h i j k l m n o p", "tic tac toe " * 12]
+    return [
+        CompletionRequest(model="m", prompt=p, sampling=SamplingParams(max_tokens=60, **sampling))  # type: ignore[arg-type]
+        for p in prompts
+    ]
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_llama: Path) -> Iterator[Engine]:
+    with Engine(options(tiny_llama, speculative=False, n_parallel=4)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_llama: Path) -> Iterator[Engine]:
+    with Engine(options(tiny_llama, speculative=True, n_parallel=4)) as e:
+        yield e
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"temperature": 0},
+        {"temperature": 0, "stop": ["seven", "t"]},
+        {"temperature": 0, "repeat_penalty": 1.3, "logit_bias": {5: 2.0}},
+    ],
+    ids=["greedy", "stop", "penalties"],
+)
+def test_output_is_the_same_with_and_without_speculation(plain: Engine, spec: Engine, sampling: dict) -> None:
+    requests = completions(**sampling)
+    expected = [outcome(c) for c in run_all(plain, requests)]
+    batched = run_all(spec, requests)  # four slots drafting in the same batches
+    assert [outcome(c) for c in batched] == expected
+    one_by_one = [outcome(run_all(spec, [r])[0]) for r in requests]
+    assert one_by_one == expected
+    usage = [c.final.usage for c in batched]  # type: ignore[union-attr]
+    assert sum(u.drafted_tokens for u in usage) > 0
+    assert all(u.accepted_tokens <= u.drafted_tokens for u in usage)
+    assert sum(u.accepted_tokens for u in usage) > 0
+
+
+def test_kv_cache_holds_exactly_the_cached_tokens(spec: Engine, plain: Engine) -> None:
+    request = completions(temperature=0)[0]
+    first = run_all(spec, [request])[0]
+    assert first.final.usage.drafted_tokens > first.final.usage.accepted_tokens  # type: ignore[union-attr]
+    for slot in spec._slots:
+        assert spec._ctx.last_position(slot.id) == len(slot.cached) - 1
+    # the next turn reuses the slot's cache, drafted tokens included, and answers as a fresh engine does
+    follow = CompletionRequest(
+        model="m", prompt=COPY + first.text + " again", sampling=SamplingParams(max_tokens=30, temperature=0)
+    )
+    again = run_all(spec, [follow])[0]
+    assert again.final.usage.cached_tokens > len(COPY) // 2  # type: ignore[union-attr]
+    assert outcome(again) == outcome(run_all(plain, [follow])[0])
+
+
+def test_max_tokens_and_context_end_as_without_speculation(tiny_llama: Path) -> None:
+    request = CompletionRequest(model="m", prompt=COPY, sampling=SamplingParams(max_tokens=500, temperature=0))
+    results = []
+    for speculative in (False, True):
+        with Engine(options(tiny_llama, speculative=speculative, n_ctx=300)) as e:
+            results.append(outcome(run_all(e, [request])[0]))  # ends where the context does
+            seven = msgspec.structs.replace(request, sampling=SamplingParams(max_tokens=7, temperature=0))
+            results.append(outcome(run_all(e, [seven])[0]))
+    assert results[:2] == results[2:]
+    assert results[0][1] == "length" and 0 < results[0][2] < 500  # type: ignore[operator]
+    assert results[1][1:3] == ("length", 7)
+
+
+def test_json_schema_output_is_the_same(plain: Engine, spec: Engine) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"words": {"type": "array", "items": {"enum": ["one", "two", "three"]}}},
+        "required": ["words"],
+    }
+    request = ChatRequest(
+        model="m",
+        messages=[Message("user", 'Say {"words": ["one", "two", "one", "two", "three"]} ' * 4)],
+        sampling=SamplingParams(max_tokens=80, temperature=0),
+        response_format=ResponseFormat(type="json_schema", schema=schema),
+    )
+    assert outcome(run_all(spec, [request])[0]) == outcome(run_all(plain, [request])[0])
+
+
+def test_a_cache_that_cannot_drop_a_draft_fails_only_that_request(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Engine(options(tiny_llama, speculative=True)) as e:
+        request = completions(temperature=0)[0]
+        monkeypatch.setattr(Context, "trim", lambda self, seq, n: False)
+        failed = run_all(e, [request])[0].final
+        assert isinstance(failed, Failed) and "draft" in failed.error.message
+        assert e._slots[0].cached == [] and e._ctx.last_position(0) == -1  # nothing stale is reused
+        monkeypatch.undo()
+        assert isinstance(run_all(e, [request])[0].final, Done)
+
+
+def test_speculation_off_drafts_nothing(plain: Engine) -> None:
+    done = run_all(plain, completions(temperature=0)[:1])[0].final
+    assert isinstance(done, Done) and done.usage.drafted_tokens == 0
+
+
+def stream_of(c: Collector) -> list[object]:
+    """What the client sees, call ids aside (they are random)."""
+    done = c.final
+    assert isinstance(done, Done), done
+    out: list[object] = [
+        msgspec.structs.replace(e, id=None) if isinstance(e, ToolCallDelta) else e
+        for e in c.events
+        if isinstance(e, (TextDelta, ReasoningDelta, ToolCallDelta))
+    ]
+    return [*out, done.finish_reason, done.usage.completion_tokens]
+
+
+def both(path: Path, requests: list[ChatRequest]) -> tuple[list[list[object]], list[Collector]]:
+    """Each request's stream without speculation, and its collectors with it (all at once)."""
+    with Engine(options(path, speculative=False, n_parallel=len(requests))) as e:
+        expected = [stream_of(c) for c in run_all(e, requests)]  # type: ignore[arg-type]
+    with Engine(options(path, speculative=True, n_parallel=len(requests))) as e:
+        got = run_all(e, requests)  # type: ignore[arg-type]
+    assert sum(c.final.usage.accepted_tokens for c in got) > 0  # type: ignore[union-attr]
+    return expected, got
+
+
+def test_tool_calls_are_the_same(tiny_llama_tools: Path) -> None:
+    tool = Tool("add", "", {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    requests = [
+        ChatRequest(
+            model="m",
+            messages=[Message("user", "Add 1 and 1 and 1 and 1 and 1 and 1 and 1 and 1.")],
+            tools=[tool],
+            tool_choice=choice,
+            sampling=SamplingParams(temperature=0, max_tokens=120, logit_bias=bias),
+        )
+        for choice in (ToolChoice("required"), ToolChoice("auto"))
+        for bias in (None, {2: 5.0})
+    ]
+    expected, got = both(tiny_llama_tools, requests)
+    assert [stream_of(c) for c in got] == expected
+    assert any(isinstance(e, ToolCallDelta) for c in got for e in c.events)
+
+
+def test_reasoning_and_its_budget_are_the_same(tmp_path: Path) -> None:
+    path = tiny_gguf.write_tiny_llama(tmp_path / "think.gguf", template=THINK_TEMPLATE)
+    requests = [
+        ChatRequest(
+            model="m",
+            messages=[Message("user", "Think think think, then answer answer answer.")],
+            sampling=SamplingParams(temperature=0, max_tokens=60),
+            reasoning=reasoning,
+        )
+        for reasoning in (None, Reasoning(budget_tokens=8), Reasoning(budget_tokens=20))
+    ]
+    expected, got = both(path, requests)
+    assert [stream_of(c) for c in got] == expected
+    assert all(any(isinstance(e, ReasoningDelta) for e in c.events) for c in got)
+
+
+# --- a real model ---------------------------------------------------------------------
+
+CODE = """def total(items):
+    result = 0
+    for item in items:
+        if item.price > 0:
+            result += item.price * item.quantity
+    return result
+
+
+def average(items):
+    if not items:
+        return 0
+    return total(items) / len(items)
+"""
+
+
+def chat(text: str, **sampling: object) -> ChatRequest:
+    return ChatRequest(
+        model="m",
+        messages=[Message("user", text)],
+        sampling=SamplingParams(**{"temperature": 0, "max_tokens": 120, **sampling}),  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def smol_pair(smollm2: Path) -> Iterator[tuple[Engine, Engine]]:
+    with (
+        Engine(options(smollm2, speculative=False, n_parallel=2, n_ctx=1024)) as off,
+        Engine(options(smollm2, speculative=True, n_parallel=2, n_ctx=1024)) as on,
+    ):
+        yield off, on
+
+
+@pytest.mark.slow
+def test_copying_code_is_exact_and_mostly_drafted(smol_pair: tuple[Engine, Engine]) -> None:
+    off, on = smol_pair
+    request = chat(f"Copy this code exactly, in one code block:\n\n```python\n{CODE}```", max_tokens=160)
+    expected = stream_of(run_all(off, [request])[0])
+    got = run_all(on, [request])[0]
+    assert stream_of(got) == expected
+    usage = got.final.usage  # type: ignore[union-attr]
+    assert usage.accepted_tokens >= usage.completion_tokens // 3  # a third of the answer came from drafts
+
+
+@pytest.mark.slow
+def test_a_real_model_answers_the_same_with_and_without_speculation(smol_pair: tuple[Engine, Engine]) -> None:
+    off, on = smol_pair
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    requests = [
+        chat(f"Repeat exactly: {CODE}", stop=["average"]),
+        chat("What is the capital of France? Answer in JSON.", max_tokens=40),
+        msgspec.structs.replace(
+            chat("Name a city in France.", max_tokens=40), response_format=ResponseFormat("json_schema", schema)
+        ),
+        # seeded sampling: the same random draw for each output token with or without drafts
+        chat(f"Summarise this code:\n{CODE}", temperature=1.0, seed=3, max_tokens=60),
+    ]
+    # One at a time: which other slots share a batch changes the float rounding of attention (also
+    # without speculation), and so a near tie; the slot's own drafts leave this model's logits bit-exact.
+    expected = [stream_of(run_all(off, [r])[0]) for r in requests]
+    assert [stream_of(run_all(on, [r])[0]) for r in requests] == expected
+    assert expected[0][-2] == "stop"  # the stop string ended the copy
