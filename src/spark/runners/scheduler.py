@@ -14,14 +14,11 @@ Each model admits `n_parallel + max_queue` requests; past that a request is
 refused at once with `Overloaded`. Requests beyond the slots wait in the
 runner's own FIFO queue (or, before the model is loaded, for its load).
 
-A model with no work unloads after its keep-alive: the latest request's
-`keep_alive` (seconds; 0 unloads right after it, negative keeps the model
-loaded), else the one an admin set for it (`warm`, `set_keep_alive`), else the
-model's own setting, else `settings.keep_alive`. Changed model settings (context, slots, ...) load a new
-runner; the old one finishes the requests it has and then stops.
-
-Every runner state change (loading, ready, restarting, failed with the reason,
-unloaded) is published on the event bus as `runner.state`.
+A model with no work unloads after its keep-alive: the latest request's `keep_alive` (seconds; 0 unloads
+right after it, negative keeps the model loaded), else the one an admin set for it (`warm`, `set_keep_alive`),
+else the model's own setting, else `settings.keep_alive`. Changed model settings (context, slots, ...) load a
+new runner; the old one finishes the requests it has and then stops. Every runner state change (loading,
+ready, restarting, failed with the reason, unloaded) is published on the event bus as `runner.state`.
 """
 
 from __future__ import annotations
