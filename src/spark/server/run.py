@@ -26,11 +26,13 @@ from spark.errors import SparkError
 from spark.server.app import create_app
 from spark.server.console import ConsoleAuth
 from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
+from spark.server.log_output import LogOutput
 from spark.server.state import ServerState
 from spark.settings import Settings
 
 log = logging.getLogger("spark.server")
 
+LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "spark")  # the loggers log_config gives handlers
 STREAM_END_SECONDS = 5.0  # after the grace period, for aborted streams to send their error and close
 
 
@@ -105,6 +107,8 @@ def serve(settings: Settings) -> None:
         host, port = sock.getsockname()[:2]
         app = create_app(settings)
         server = make_server(settings, app)
+        output = LogOutput()
+        output.install(*LOGGERS)  # once uvicorn's config has set their handlers up
         info = write_server_info(settings, host, port)
         try:
             _print_banner(info, app.state.spark, app.state.console)
@@ -112,6 +116,7 @@ def serve(settings: Settings) -> None:
                 server.run(sockets=[sock])
         finally:
             remove_server_info(settings)
+            output.stop()
     finally:
         sock.close()
 
