@@ -130,8 +130,9 @@ def test_request_timeout_ends_a_queued_request_too(strict: tuple[LiveServer, str
     }
     headers = {"anthropic-version": "2023-06-01"}
     with server.http() as http, ThreadPoolExecutor(2) as pool:
+        paths = list(bodies)
         answers = dict(
-            zip(bodies, pool.map(lambda p: http.post(p, json=bodies[p], headers=headers, timeout=30), bodies))
+            zip(paths, pool.map(lambda p: http.post(p, json=bodies[p], headers=headers), paths), strict=True)
         )
     assert "request_timeout (3 s)" in openai_error(answers["/v1/chat/completions"], 504)["message"]
     assert "request_timeout (3 s)" in anthropic_error(answers["/v1/messages"], 504)["message"]

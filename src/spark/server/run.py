@@ -107,9 +107,9 @@ def serve(settings: Settings) -> None:
         host, port = sock.getsockname()[:2]
         app = create_app(settings)
         server = make_server(settings, app)
+        info = write_server_info(settings, host, port)
         output = LogOutput()
         output.install(*LOGGERS)  # once uvicorn's config has set their handlers up
-        info = write_server_info(settings, host, port)
         try:
             _print_banner(info, app.state.spark, app.state.console)
             with _signals_end_quietly():
