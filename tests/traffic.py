@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -76,24 +77,25 @@ class Served:
 @contextmanager
 def spark_serve(home: Path, **env: str) -> Iterator[Served]:
     """`spark serve` on a free port with SPARK_HOME=`home` and `env` (SPARK_* settings), stopped with
-    SIGTERM when the block ends; its output is printed when the block fails."""
+    SIGTERM when the block ends; its output is printed when the block fails.
+
+    The output goes to a file: a pipe read only at the end fills up during a long run."""
     port = free_port()
     environ = {**os.environ, "SPARK_HOME": str(home), "SPARK_THREADS": "1", "SPARK_PORT": str(port), **env}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spark", "serve"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=environ,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(proc, url)
-        yield Served(proc, url)
-    except BaseException:
-        print(stop_server(proc)[-20_000:])  # what the server said, for the failure's report
-        raise
-    stop_server(proc)
+    with tempfile.TemporaryFile("w+") as output:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spark", "serve"], stdout=output, stderr=subprocess.STDOUT, text=True, env=environ
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(proc, url)
+            yield Served(proc, url)
+        except BaseException:
+            stop_server(proc)
+            output.seek(0)
+            print(output.read()[-20_000:])  # what the server said, for the failure's report
+            raise
+        stop_server(proc)
 
 
 def stop_server(proc: subprocess.Popen[str], sig: signal.Signals | None = signal.SIGTERM, timeout: float = 60) -> str:
@@ -381,6 +383,9 @@ def run_soak(
     async def main() -> None:
         headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
         async with httpx.AsyncClient(base_url=served.url, headers=headers, timeout=120) as client:
+            # both models loaded and a connection per worker open before the first sample: the baseline
+            kinds = ("chat", "embed") * (workers // 2 + 1)
+            await asyncio.gather(*(one_mixed(client, kind, chat_model, embed_model) for kind in kinds[:workers]))
             start = time.monotonic()
             deadline = start + seconds
             await asyncio.gather(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -85,6 +86,33 @@ def _more_traffic(url: str, key: str, model: str) -> None:
             stream = {"model": model, "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
             assert http.post("/v1/messages", headers=headers, json=stream).status_code == 200
         assert http.get("/api/runners", headers={"authorization": f"Bearer {key}"}).status_code == 401
+
+
+F_SETPIPE_SZ = 1031  # Linux fcntl: a pipe's buffer size
+
+
+def test_an_unread_output_does_not_stop_the_server() -> None:
+    """Its output is a pipe nobody reads (4 KiB buffer) and the access log writes far more than
+    that: the log lines wait or are dropped, the requests are still answered."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "SPARK_PORT": str(port)},
+    )
+    try:
+        assert proc.stdout is not None
+        fcntl.fcntl(proc.stdout.fileno(), F_SETPIPE_SZ, 4096)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(proc, url)
+        with httpx.Client(base_url=url, timeout=15) as client:
+            for _ in range(40):  # each access log line is over 2 KiB: the pipe is full after two
+                assert client.get("/health", params={"pad": "x" * 2048}).status_code == 200
+    finally:
+        output = stop_server(proc)
+    assert proc.returncode == 0, output[-2000:]
 
 
 def test_port_in_use_is_one_clear_error() -> None:

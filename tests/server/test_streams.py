@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -15,7 +16,9 @@ from server.helpers import (
     LiveServer,
     Models,
     add_slow_model,
+    anthropic_error,
     live_server,
+    openai_error,
     server_settings,
     wait_for,
 )
@@ -114,3 +117,23 @@ def test_request_timeout(strict: tuple[LiveServer, str]) -> None:
     runner = server.runner(slow)
     wait_for(lambda: server.runner(slow).busy == 0, 5, "the runner to stop generating")
     assert runner.restarts == 0
+
+
+def test_request_timeout_ends_a_queued_request_too(strict: tuple[LiveServer, str]) -> None:
+    """Two whole answers on a one-slot model: one runs, one waits in the queue; at the deadline both
+    end with their API's own timeout error."""
+    server, slow = strict
+    server.openai().chat.completions.create(model=slow, messages=CHAT, max_tokens=1)  # type: ignore[arg-type]  # loads it
+    bodies = {
+        "/v1/chat/completions": {"model": slow, "messages": CHAT, "max_tokens": LONG},
+        "/v1/messages": {"model": slow, "messages": CHAT, "max_tokens": LONG},
+    }
+    headers = {"anthropic-version": "2023-06-01"}
+    with server.http() as http, ThreadPoolExecutor(2) as pool:
+        paths = list(bodies)
+        answers = dict(
+            zip(paths, pool.map(lambda p: http.post(p, json=bodies[p], headers=headers), paths), strict=True)
+        )
+    assert "request_timeout (3 s)" in openai_error(answers["/v1/chat/completions"], 504)["message"]
+    assert "request_timeout (3 s)" in anthropic_error(answers["/v1/messages"], 504)["message"]
+    wait_for(lambda: server.runner(slow).busy == 0, 5, "the runner to stop generating")

@@ -28,11 +28,13 @@ from spark.fleet.member import advertised_url
 from spark.server.app import create_app
 from spark.server.console import ConsoleAuth
 from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
+from spark.server.log_output import LogOutput
 from spark.server.state import ServerState
 from spark.settings import Settings
 
 log = logging.getLogger("spark.server")
 
+LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "spark")  # the loggers log_config gives handlers
 STREAM_END_SECONDS = 5.0  # after the grace period, for aborted streams to send their error and close
 
 
@@ -110,12 +112,15 @@ def serve(settings: Settings) -> None:
         app = create_app(settings)
         server = make_server(settings, app)
         info = write_server_info(settings, host, port)
+        output = LogOutput()
+        output.install(*LOGGERS)  # once uvicorn's config has set their handlers up
         try:
             _print_banner(info, app.state.spark, app.state.console)
             with _signals_end_quietly():
                 server.run(sockets=[sock])
         finally:
             remove_server_info(settings)
+            output.stop()
     finally:
         sock.close()
 
