@@ -26,7 +26,7 @@ def console(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path) -> Itera
         yield live
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")  # sync Playwright keeps an event loop running until it stops: never past a module
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
