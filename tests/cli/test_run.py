@@ -107,6 +107,7 @@ def test_repl_ctrl_c_stops_the_answer_and_bye_exits(smollm2: Path) -> None:
     child = _repl("smollm2-135m-instruct-q4_1")
     child.sendline("/set parameter num_predict 2000")  # longer than the model's default, to be stopped
     child.sendline("Write a very long story about a dragon, with many chapters.")
+    child.expect_exact("chapters.")  # the prompt's own echo, so that the words below are the answer's
     child.expect(r"\w+ \w+ \w+")  # the answer is streaming
     child.sendintr()
     child.expect_exact("(stopped)")
