@@ -169,3 +169,23 @@ def test_body_nesting_is_bounded(body: bytes, deep: bool) -> None:
             common.check_depth(body)
     else:
         common.check_depth(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b'{"a": [1, {"b": -9223372036854775809}]}', "a[1].b"),
+        (b'{"seed": 18446744073709551616}', "seed"),
+        (b'{"a": 9223372036854775807, "b": -9223372036854775808, "c": 18446744073709551615}', None),
+        (b'{"s": "12345678901234567890123"}', None),  # digits in a string
+        (b"[" + b"9" * 6000 + b"]", None),  # so long that it decodes as a float
+    ],
+    ids=["below-int64", "above-uint64", "edges", "in-a-string", "huge"],
+)
+def test_integers_beyond_64_bits_are_refused_by_name(body: bytes, param: str | None) -> None:
+    if param is None:
+        common.check_integers(body)
+    else:
+        with pytest.raises(InvalidRequest, match="does not fit in 64 bits") as caught:
+            common.check_integers(body)
+        assert caught.value.param == param

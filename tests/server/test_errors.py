@@ -63,6 +63,14 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
         error = openai_error(http.post("/v1/embeddings", json={"model": models.embed, "input": []}), 400)
         assert error["param"] == "input"
 
+        # Python reads any integer; the runner's protocol carries 64 bits (found by tests/server/test_fuzz.py)
+        schema = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"x": -(2**63) - 1}}}
+        huge = {"model": models.chat, "messages": CHAT, "response_format": schema}
+        error = openai_error(http.post("/v1/chat/completions", json=huge), 400)
+        assert error["param"] == "response_format.json_schema.schema.x"
+        huge = {"model": models.chat, "max_tokens": 5, "messages": CHAT, "output_config": {"format": schema}}
+        assert "does not fit in 64 bits" in anthropic_error(http.post("/v1/messages", json=huge), 400)["message"]
+
 
 @pytest.mark.parametrize(
     ("field", "value"),

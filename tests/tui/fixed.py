@@ -337,7 +337,7 @@ IN_FLIGHT = [
 ]
 
 
-def _events(standalone: bool) -> httpx.Response:
+def _events() -> httpx.Response:
     async def stream() -> AsyncIterator[bytes]:
         yield b": connected\n\n"
         for seq, e in enumerate(IN_FLIGHT, 1):
@@ -350,7 +350,7 @@ def _events(standalone: bool) -> httpx.Response:
 
 
 def handler(*, standalone: bool = False) -> httpx.MockTransport:
-    """The fixed admin API; `standalone`: without the fleet's routes."""
+    """The fixed admin API; `standalone`: a server without nodes."""
 
     def answer(request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -362,11 +362,10 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
             "/api/pulls": PULLS,
             "/api/keys": KEYS,
             "/api/requests/r0001": DETAIL,
+            "/api/nodes": [] if standalone else NODES,
         }
-        if not standalone:
-            routes["/api/nodes"] = NODES
         if path == "/api/events":
-            return _events(standalone)
+            return _events()
         if path == "/api/requests":
             rows = REQUESTS
             if request.url.params.get("status") == "error":

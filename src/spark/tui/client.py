@@ -142,14 +142,9 @@ class AdminAPI:
     async def keys(self) -> list[wire.Key]:
         return await self._get(_path("keys"), list[wire.Key])
 
-    async def nodes(self) -> list[wire.Node] | None:
-        """The fleet's nodes; None when the server has no fleet routes (a standalone server)."""
-        try:
-            return await self._get(_path("nodes"), list[wire.Node])
-        except APIError as e:
-            if e.status == 404:
-                return None
-            raise
+    async def nodes(self) -> list[wire.Node]:
+        """The fleet's nodes; none on a standalone server."""
+        return await self._get(_path("nodes"), list[wire.Node])
 
     # --- acting ---------------------------------------------------------------------
 

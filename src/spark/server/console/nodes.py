@@ -1,7 +1,6 @@
 """The Nodes page: the fleet's nodes (`GET /api/nodes`), add one (its join token shown once), drain, remove.
 
-A server with no nodes, or one without the fleet's routes (`GET /api/nodes`
-answers 404), says it is standalone. The table is drawn again on each
+A server with no nodes says it is standalone. The table is drawn again on each
 `node.state` event, and every few seconds (the last report's age).
 """
 
@@ -26,11 +25,9 @@ ACTIONS = {"drain": ("POST", "/drain", "Draining"), "undrain": ("POST", "/undrai
 
 async def _nodes(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
     nodes = await call_api(request, "GET", "/api/nodes")
-    fleet = nodes.status != 404  # 404: this server has no fleet routes
     return {
-        "fleet": fleet,
         "nodes": nodes.body if nodes.ok else [],
-        "error": error or ("" if nodes.ok or not fleet else nodes.error),
+        "error": error or ("" if nodes.ok else nodes.error),
         "message": message,
     }
 

@@ -1,4 +1,4 @@
-"""Nodes: the fleet's Spark servers, their state and capacity (a standalone server has none)."""
+"""Nodes: the fleet's Spark servers, their state and capacity (a standalone server has none yet)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
 from spark.tui.widgets import Table, set_text
 
-STANDALONE = "This server is standalone: it has no fleet of nodes."
+STANDALONE = "This server is standalone: no node has been added (spark nodes add NAME)."
 
 
 class NodesView(View):
@@ -31,15 +31,9 @@ class NodesView(View):
     async def reload(self, api: AdminAPI) -> None:
         nodes = await api.nodes()
         now = self.spark.clock()
-        shown = [n for n in nodes or [] if self.filter in n.name]
+        shown = [n for n in nodes if self.filter in n.name]
         self.query_one("#nodes", Table).replace_rows([(n.name, _cells(n, now)) for n in shown])
-        if nodes is None:
-            hint = STANDALONE
-        elif not nodes:
-            hint = "No node has been added to this server's fleet yet."
-        else:
-            hint = ""
-        set_text(self.query_one("#empty", Static), hint)
+        set_text(self.query_one("#empty", Static), "" if nodes else STANDALONE)
 
     def apply_filter(self, text_line: str) -> None:
         self.filter = text_line
