@@ -58,12 +58,8 @@ def tiny_llama(gguf_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random LLaMA wide enough, with a context long enough, that a generation runs for many
-    seconds: a test can act on a stream that is certainly still running."""
-    from server.helpers import SLOW_CONTEXT
-
-    path = tmp_path_factory.mktemp("slow") / "slow-llama.gguf"
-    return tiny_gguf.write_tiny_llama(path, n_ctx=SLOW_CONTEXT, n_embd=256, n_layer=4, n_ff=512, name="slow-llama")
+    """The slow model (`tiny_gguf.write_slow_llama`), written once per session."""
+    return tiny_gguf.write_slow_llama(tmp_path_factory.mktemp("slow") / "slow-llama.gguf")
 
 
 @pytest.fixture(scope="session")

@@ -296,6 +296,15 @@ def write_tiny_llama(
     return path
 
 
+SLOW_CONTEXT = 16384
+
+
+def write_slow_llama(path: str | Path) -> Path:
+    """A random LLaMA wide enough (4 layers, 256 wide), with a context long enough (16k), that a
+    generation runs for many seconds: a test can act on a stream that is certainly still running."""
+    return write_tiny_llama(path, n_ctx=SLOW_CONTEXT, n_embd=256, n_layer=4, n_ff=512, name="slow-llama")
+
+
 def write_tiny_llama_split(
     path: str | Path,
     *,

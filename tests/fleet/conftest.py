@@ -13,20 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import tiny_gguf
 from fleet.helpers import Fleet, Server, stop_all
 from runners.helpers import control_token_bias
-from server.helpers import SLOW_CONTEXT, add_slow_model, server_settings
+from server.helpers import add_slow_model, server_settings
 from spark.library import Library, ModelSettings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.types import SamplingParams
-
-
-@pytest.fixture(scope="module")
-def fleet_slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("slow") / "slow-llama.gguf"
-    return tiny_gguf.write_tiny_llama(path, n_ctx=SLOW_CONTEXT, n_embd=256, n_layer=4, n_ff=512, name="slow-llama")
 
 
 def _install(home: Path, tiny_llama: Path, ids: list[str]) -> None:
@@ -36,7 +29,7 @@ def _install(home: Path, tiny_llama: Path, ids: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, fleet_slow_llama: Path) -> Iterator[Fleet]:
+def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, slow_llama: Path) -> Iterator[Fleet]:
     central = Server("central", tmp_path_factory.mktemp("central"))
     _install(central.home, tiny_llama, ["central-llama"])
     keys = KeyTable(Database(server_settings(central.home).db_path))
@@ -48,11 +41,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, fleet_slow
         _install(nodes["alpha"].home, tiny_llama, ["shared-llama", "alpha-llama"])
         _install(nodes["beta"].home, tiny_llama, ["shared-llama", "beta-llama"])
         with Library(server_settings(nodes["beta"].home)) as library:
-            add_slow_model(library, fleet_slow_llama)
+            add_slow_model(library, slow_llama)
         for node in nodes.values():
             with Library(server_settings(node.home)) as library:
-                library.add_local(fleet_slow_llama, model_id="spread-llama")
-                banned = SamplingParams(logit_bias=control_token_bias(fleet_slow_llama))
+                library.add_local(slow_llama, model_id="spread-llama")
+                banned = SamplingParams(logit_bias=control_token_bias(slow_llama))
                 library.update_settings("spread-llama", ModelSettings(context_length=4096, parallel=4, sampling=banned))
         central.wait_healthy()
         fleet = Fleet(central, nodes, key, zr_key)

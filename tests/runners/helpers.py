@@ -11,10 +11,9 @@ import gguf
 import psutil
 
 from spark.types import ChatRequest, Done, Embeddings, Event, Failed, LoadOptions, Message, SamplingParams, TextDelta
+from tiny_gguf import SLOW_CONTEXT
 
 T = TypeVar("T")
-
-SLOW_CONTEXT = 16384
 
 
 def control_token_bias(path: Path) -> dict[int, float]:

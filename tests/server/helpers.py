@@ -25,8 +25,7 @@ from spark.settings import Settings, load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.types import SamplingParams
-
-SLOW_CONTEXT = 16384
+from tiny_gguf import SLOW_CONTEXT
 
 
 @dataclass

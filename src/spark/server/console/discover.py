@@ -30,9 +30,9 @@ VERDICTS = {"fits": "fits", "fits_after_unloading": "fits after unloading", "doe
 async def _pulls(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
     pulls = await call_api(request, "GET", "/api/pulls")
     return {
-        "pulls": pulls.body if pulls.ok else [],
+        "pulls": pulls.items,
         "pull_message": message,
-        "pull_error": error or ("" if pulls.ok else pulls.error),
+        "pull_error": error or pulls.problem,
     }
 
 
@@ -72,7 +72,7 @@ async def repo_page(request: Request[Any, Any, Any], org: FromPath[str], name: F
         status_code=answer.status,
         repo=f"{org}/{name}",
         files=answer.body if answer.ok else None,
-        error="" if answer.ok else answer.error,
+        error=answer.problem,
         verdicts=VERDICTS,
         **await _pulls(request),
     )

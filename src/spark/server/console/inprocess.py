@@ -61,6 +61,20 @@ class ApiAnswer(msgspec.Struct, frozen=True):
         param = error.get("param")
         return f"{message} (parameter: {param})" if param and str(param) not in message else message
 
+    @property
+    def items(self) -> list[Any]:
+        """A list route's items; none when it failed."""
+        return self.body if self.ok and isinstance(self.body, list) else []
+
+    @property
+    def problem(self) -> str:
+        """The error's message when the route failed, else empty."""
+        return "" if self.ok else self.error
+
+    def listed(self, key: str, *, message: str = "", error: str = "") -> dict[str, Any]:
+        """A list page's context: the items under `key`, `error` or this answer's own, and `message`."""
+        return {key: self.items, "error": error or self.problem, "message": message}
+
 
 async def call_api(
     connection: ASGIConnection[Any, Any, Any, Any],

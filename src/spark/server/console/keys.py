@@ -24,14 +24,13 @@ CHAT_EXAMPLE_MODEL = "MODEL"  # in the snippets when no chat model is installed
 
 async def _keys(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
     """The list's context: every key (`GET /api/keys`), with what the last change did."""
-    keys = await call_api(request, "GET", "/api/keys")
-    return {"keys": keys.body if keys.ok else [], "error": error or ("" if keys.ok else keys.error), "message": message}
+    return (await call_api(request, "GET", "/api/keys")).listed("keys", message=message, error=error)
 
 
 async def _example_model(request: Request[Any, Any, Any]) -> str:
     """The model the snippets name: the server's default model when installed, else the first chat model."""
     models = await call_api(request, "GET", "/api/models")
-    chat = [m["id"] for m in models.body or [] if not m.get("embedding")] if models.ok else []
+    chat = [m["id"] for m in models.items if not m.get("embedding")]
     default = state_of(request).settings.default_model
     return default if default in chat else chat[0] if chat else CHAT_EXAMPLE_MODEL
 

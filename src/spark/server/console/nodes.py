@@ -24,12 +24,7 @@ ACTIONS = {"drain": ("POST", "/drain", "Draining"), "undrain": ("POST", "/undrai
 
 
 async def _nodes(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
-    nodes = await call_api(request, "GET", "/api/nodes")
-    return {
-        "nodes": nodes.body if nodes.ok else [],
-        "error": error or ("" if nodes.ok else nodes.error),
-        "message": message,
-    }
+    return (await call_api(request, "GET", "/api/nodes")).listed("nodes", message=message, error=error)
 
 
 @get("/nodes", media_type=MediaType.HTML)

@@ -38,8 +38,8 @@ async def models_page(request: Request[Any, Any, Any]) -> Response[Any]:
         "models.html",
         session=session,
         active="models",
-        models=models.body if models.ok else [],
-        error="" if models.ok else models.error,
+        models=models.items,
+        error=models.problem,
     )
 
 

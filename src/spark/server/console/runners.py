@@ -25,12 +25,7 @@ REDRAW_SECONDS = 5.0
 
 
 async def _runners(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
-    runners = await call_api(request, "GET", "/api/runners")
-    return {
-        "runners": runners.body if runners.ok else [],
-        "error": error or ("" if runners.ok else runners.error),
-        "message": message,
-    }
+    return (await call_api(request, "GET", "/api/runners")).listed("runners", message=message, error=error)
 
 
 @get("/runners", media_type=MediaType.HTML)
@@ -43,7 +38,7 @@ async def runners_page(request: Request[Any, Any, Any]) -> Response[Any]:
         "runners.html",
         session=session,
         active="runners",
-        models=models.body if models.ok else [],
+        models=models.items,
         **await _runners(request),
     )
 

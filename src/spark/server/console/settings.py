@@ -39,7 +39,7 @@ async def settings_page(request: Request[Any, Any, Any]) -> Response[Any]:
         active="settings",
         config_file=body["config_file"],
         settings=body["settings"],
-        error="" if answer.ok else answer.error,
+        error=answer.problem,
     )
 
 
@@ -62,7 +62,7 @@ async def change_setting(request: Request[Any, Any, Any]) -> Response[Any]:
         status_code=changed.status,
         s=found[0],
         message=outcome,
-        error="" if changed.ok else changed.error,
+        error=changed.problem,
         typed=value if not changed.ok else None,
     )
 
