@@ -29,7 +29,7 @@ from spark.library import Library
 from spark.library.disk import free_bytes
 from spark.library.entry import ModelEntry
 from spark.placement import Device, detect_devices, estimate_load, model_shape, plan_placement
-from spark.runners.scheduler import load_options
+from spark.runners.options import load_options
 from spark.server.admin_auth import admin_token_path
 from spark.server.discovery import read_server_info
 from spark.settings import ENV_PREFIX, Settings, config_path

@@ -10,7 +10,8 @@ import pytest
 from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
 from spark.errors import ModelNotFound, RunnerFailed, ShuttingDown
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
-from spark.runners.scheduler import Scheduler, load_options
+from spark.runners.options import load_options
+from spark.runners.scheduler import Scheduler
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import load_settings
 from spark.types import Done, EmbeddingRequest, Embeddings, SamplingParams

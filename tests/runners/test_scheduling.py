@@ -34,8 +34,9 @@ from spark.library import Library, ModelSettings
 from spark.library.metadata import read_gguf_info
 from spark.placement import MemoryEstimate, estimate_load, model_shape
 from spark.placement.estimate import MIB, RUNNER_BYTES
+from spark.runners.options import load_options
 from spark.runners.protocol import HEARTBEAT_SECONDS
-from spark.runners.scheduler import RunnerState, Scheduler, load_options
+from spark.runners.scheduler import RunnerState, Scheduler
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import Settings, load_settings
 from spark.types import ChatRequest, Done, Event, Message, SamplingParams, TextDelta

@@ -59,20 +59,19 @@ from spark.placement import (
     plan_placement,
 )
 from spark.placement.baseline import idle_runner_bytes
+from spark.runners.options import load_options, settings_changes
 from spark.runners.spare import SpareRunner
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
 from spark.trace import NO_TRACE, Trace
-from spark.types import Event, LoadOptions, Request, SamplingParams
+from spark.types import Event, LoadOptions, Request
 from spark.units import format_bytes
 
 log = logging.getLogger("spark.runners")
 
-FALLBACK_CONTEXT = 4096  # when neither the settings nor the model file give a context length
 IDLE_CHECK_SECONDS = 1.0  # how often keep-alive expiries and runner memory are checked
 DEVICE_CACHE_SECONDS = 2.0  # a device inventory is reused this long (free memory moves on)
 PLACEMENT_RECHECK_SECONDS = 5.0  # a load waiting for memory also looks again this often
-_PLACEMENT_FIELDS = ("n_gpu_layers", "main_gpu", "tensor_split")  # set by the plan, not by settings
 
 
 class RunnerState(msgspec.Struct, frozen=True):
@@ -108,52 +107,6 @@ class RunnerState(msgspec.Struct, frozen=True):
     error: str | None = None  # why it failed (status "failed")
     prompt_tokens_per_second: float | None = None  # over its recent requests; None before any
     decode_tokens_per_second: float | None = None  # one stream's speed over its recent requests
-
-
-def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
-    """How to load `entry`: its own settings first, then the server's, capped at its training context."""
-    trained = entry.info.context_length
-    n_ctx = entry.settings.context_length or settings.context_length or trained or FALLBACK_CONTEXT
-    if trained:
-        n_ctx = min(n_ctx, trained)
-    return LoadOptions(
-        model_id=entry.id,
-        path=entry.path,
-        n_ctx=n_ctx,
-        n_parallel=entry.settings.parallel or settings.parallel,
-        n_threads=settings.threads,
-        kv_type=entry.settings.kv_type or settings.kv_type,
-        speculative=settings.speculative if entry.settings.speculative is None else entry.settings.speculative,
-        embedding=entry.info.is_embedding,
-        mmproj_path=entry.mmproj_path,
-        system_prompt=entry.settings.system_prompt,
-        sampling=_default_sampling(entry.settings.sampling, settings),
-        snapshot_ram_bytes=settings.snapshot_ram_bytes,
-        snapshot_disk_bytes=settings.snapshot_disk_bytes,
-        snapshot_dir=str(settings.snapshots_dir),
-    )
-
-
-def _default_sampling(model: SamplingParams, settings: Settings) -> SamplingParams:
-    """A model's sampling defaults with the server's default answer length (`default_max_tokens`)
-    where the model sets none, never past `max_tokens_limit`."""
-    max_tokens = model.max_tokens or settings.default_max_tokens or None
-    if max_tokens is not None and settings.max_tokens_limit:
-        max_tokens = min(max_tokens, settings.max_tokens_limit)
-    return msgspec.structs.replace(model, max_tokens=max_tokens)
-
-
-def settings_changes(old: LoadOptions, new: LoadOptions) -> str:
-    """What differs between two sets of load options, placement aside, e.g. `n_ctx 512 -> 1024`."""
-    changes = []
-    for name in LoadOptions.__struct_fields__:
-        if name in _PLACEMENT_FIELDS:
-            continue
-        before, after = getattr(old, name), getattr(new, name)
-        if before != after:
-            plain = all(isinstance(v, (int, float, str, bool)) or v is None for v in (before, after))
-            changes.append(f"{name} {before} -> {after}" if plain and name != "system_prompt" else f"{name} changed")
-    return ", ".join(changes)
 
 
 class _Runner:

@@ -11,7 +11,8 @@ from spark.library import ModelEntry
 from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.placement import LoadedModel, detect_devices, estimate_load, estimate_memory, model_shape
 from spark.placement.fit import Fit, judge
-from spark.runners.scheduler import FALLBACK_CONTEXT, RunnerState, load_options
+from spark.runners.options import FALLBACK_CONTEXT, load_options
+from spark.runners.scheduler import RunnerState
 from spark.settings import Settings
 
 

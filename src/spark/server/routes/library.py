@@ -22,7 +22,8 @@ from spark.api.common import decode_body
 from spark.errors import InvalidRequest, SettingsError, SparkError
 from spark.library import ModelEntry, ModelSettings
 from spark.placement.fit import Fit
-from spark.runners.scheduler import RunnerState, load_options, settings_changes
+from spark.runners.options import load_options, settings_changes
+from spark.runners.scheduler import RunnerState
 from spark.server.fitting import installed_fit, loaded_models
 from spark.server.responses import json_response
 from spark.server.routes.hub import HUB_ROUTES
