@@ -58,6 +58,7 @@ class FakeHub:
     requests: list[tuple[str, str, dict[str, str]]] = field(
         default_factory=list
     )  # method, path, headers (lowercase names)
+    searches: list[dict[str, list[str]]] = field(default_factory=list)  # the query of each `GET /api/models`
     url: str = ""
     _drops: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -169,6 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self._json(404, {"error": "Not found"})
 
     def _list(self, query: dict[str, list[str]]) -> None:
+        self.hub.searches.append(query)
         search = query.get("search", [""])[0].lower()
         filters = query.get("filter", [])
         found = []

@@ -227,9 +227,12 @@ def test_search(fake_hub: FakeHub) -> None:
     assert found[0].parameters == 139584 and found[0].architecture == "llama"
     assert found[1].parameters is None
     assert hub.search("no-such-thing") == []
-    # the Hub was asked for GGUF repos by downloads
-    query = [p for m, p, h in fake_hub.requests if p == "/api/models"]
-    assert query
+    # the Hub was asked for GGUF repositories matching the words, most downloaded first, with their GGUF summary
+    first, second = fake_hub.searches
+    assert first["search"] == ["tiny"] and first["filter"] == ["gguf"]
+    assert first["sort"] == ["downloads"] and first["limit"] == ["3"]
+    assert {"downloads", "likes", "gguf"} <= set(first["expand"])
+    assert second["search"] == ["no-such-thing"] and second["limit"] == ["20"]
 
 
 def test_repo_file_listing(fake_hub: FakeHub, hub_files: dict[str, bytes]) -> None:

@@ -51,6 +51,59 @@ def chat(fmt: ResponseFormat, seed: int, max_tokens: int = 300) -> ChatRequest:
     )
 
 
+# What may end a cut JSON text: the token it stopped in (a string, an escape, a literal, a number),
+# then what a member or an element still lacks; `_closers` adds the open brackets' ends.
+_TOKEN_ENDS = ("", '"', "0", '0"', '00"', '000"', '0000"', 'n"', "e", "ue", "rue", "lse", "se", "ll", "l")
+_MEMBER_ENDS = ("", "0", ":0", '"":0')
+
+
+def _closers(text: str) -> str:
+    """The brackets still open in `text` (outside strings), closed innermost first."""
+    stack, in_string, escaped = [], False, False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (not escaped and ch == "\\"), in_string and (escaped or ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}":
+            stack.pop()
+    return "".join(reversed(stack))
+
+
+def is_json_prefix(text: str) -> bool:
+    """True when some ending makes `text` a complete JSON text, i.e. it is a cut JSON document."""
+    for token in _TOKEN_ENDS:
+        for member in _MEMBER_ENDS:
+            candidate = text + token + member
+            try:
+                json.loads(candidate + _closers(candidate))
+                return True
+            except (json.JSONDecodeError, IndexError):
+                continue
+    return False
+
+
+@pytest.mark.parametrize(
+    ("text", "prefix"),
+    [
+        ('{"a": [1, 2', True),
+        ('{"a": "x\\', True),
+        ('{"a": tr', True),
+        ('{"a": 1, "b', True),
+        ('{"a": -', True),
+        ('{"a" 1', False),
+        ('{"a": 1}}', False),
+        ("{]", False),
+        ('{"a": [1,, 2', False),
+        ("{x", False),
+    ],
+)
+def test_is_json_prefix_tells_cut_json_from_broken(text: str, prefix: bool) -> None:
+    assert is_json_prefix(text) is prefix
+
+
 def run(engine: Engine, request: ChatRequest) -> Collector:
     c = Collector()
     engine.submit("r", request, c)
@@ -71,7 +124,7 @@ def test_json_mode_output_is_an_object(engine: Engine) -> None:
         if c.final.finish_reason == "stop":  # type: ignore[union-attr]
             assert isinstance(json.loads(c.text), dict)
         else:  # cut by max_tokens: still a prefix of an object
-            assert c.text.startswith("{")
+            assert c.text.lstrip().startswith("{") and is_json_prefix(c.text), c.text
 
 
 def test_a_refused_schema_fails_at_once_and_the_engine_keeps_serving(engine: Engine) -> None:
