@@ -82,26 +82,43 @@ def test_no_seed_means_a_random_seed(engine: Engine) -> None:
     assert len(texts) > 1
 
 
-def test_parallel_requests_overlap_and_match_their_solo_runs(engine: Engine) -> None:
-    req_a = chat("Tell me a story", max_tokens=80, seed=1, temperature=1.0)
-    req_b = chat("Something else entirely", max_tokens=80, seed=2, temperature=1.0)
-    solo_a, solo_b = run(engine, req_a).text, run(engine, req_b).text
+def test_requests_joining_mid_decode_match_their_solo_runs(tiny_llama: Path) -> None:
+    """Continuous batching: a request that joins while others decode, with other lengths and
+    prompts no slot has seen, gets exactly the text it gets alone."""
+    requests = {
+        "a": chat("Tell me a story", max_tokens=90, seed=1, temperature=1.0),
+        "b": chat("Something else entirely", max_tokens=30, seed=2, temperature=1.0),
+        "c": chat("A third, longer prompt about the sea and ships", max_tokens=60, seed=3, temperature=1.0),
+    }
+    options = LoadOptions(model_id="tiny", path=str(tiny_llama), n_threads=1, n_ctx=512, n_parallel=3)
+    with Engine(options) as alone:
+        solo = {name: run(alone, r).text for name, r in requests.items()}
 
     log: list[tuple[str, Event]] = []
-    a, b = Collector("a", log), Collector("b", log)
-    engine.submit("a", req_a, a)
-    engine.submit("b", req_b, b)
-    a.wait()
-    b.wait()
-    assert a.text == solo_a and b.text == solo_b
-    slots = {e.slot for _, e in log if isinstance(e, SlotInfo)}
-    assert slots == {0, 1}
+    got = {name: Collector(name, log) for name in requests}
 
-    def first(name: str, kind: type) -> int:
+    def texts(name: str) -> int:
+        return sum(1 for e in got[name].events if isinstance(e, TextDelta))
+
+    with Engine(options) as e:  # a fresh engine: nothing cached
+        e.submit("a", requests["a"], got["a"])
+        wait_until(lambda: texts("a") >= 10)
+        e.submit("b", requests["b"], got["b"])
+        wait_until(lambda: texts("b") >= 5)
+        e.submit("c", requests["c"], got["c"])
+        for c in got.values():
+            c.wait()
+    assert {name: c.text for name, c in got.items()} == solo
+    slots = [next(e for e in c.events if isinstance(e, SlotInfo)) for c in got.values()]
+    assert [s.cached_tokens for s in slots] == [0, 0, 0] and len({s.slot for s in slots}) == 3
+
+    def at(name: str, kind: type) -> int:
         return next(i for i, (n, e) in enumerate(log) if n == name and isinstance(e, kind))
 
-    # each one streamed text before the other finished: they ran at the same time
-    assert first("a", TextDelta) < first("b", Done) and first("b", TextDelta) < first("a", Done)
+    # b and c joined while a (and then b) were decoding, and each finished at its own length
+    assert at("a", TextDelta) < at("b", SlotInfo) < at("a", Done)
+    assert at("b", TextDelta) < at("c", SlotInfo) < at("b", Done)
+    assert [got[n].final.usage.completion_tokens for n in "abc"] == [90, 30, 60]  # type: ignore[attr-defined]
 
 
 def test_stop_string_across_tokens_cuts_the_text(engine: Engine) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of
+from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of, wait_until
 from spark.errors import ModelNotFound, RunnerFailed, ShuttingDown
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
 from spark.runners.options import load_options
@@ -118,7 +118,7 @@ def test_close_during_a_load_leaves_no_process(library: Library, tiny_llama: Pat
     async def scenario() -> None:
         scheduler = Scheduler(load_settings(), library)
         waiting = asyncio.create_task(collect(scheduler.stream(short_chat(model))))
-        await asyncio.sleep(0.05)  # the load is under way
+        await wait_until(lambda: [r.status for r in scheduler.runners()] == ["loading"], what="the load to start")
         await scheduler.close()
         with pytest.raises(RunnerFailed, match="shutting down"):
             await waiting

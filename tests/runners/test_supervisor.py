@@ -145,7 +145,8 @@ async def _queue_behind(runner: RunnerProcess, request: object, in_flight: int) 
     """Submit `request` and wait until the runner has it (parallel=1: it waits for the slot)."""
     task = asyncio.create_task(collect(runner.stream(request)))  # type: ignore[arg-type]
     await wait_until(lambda: runner.in_flight == in_flight, 5, "the request to be submitted")
-    await asyncio.sleep(0.1)  # a moment for it to reach the engine's queue
+    # the runner's own heartbeat counts it: it reached the engine's queue
+    await wait_until(lambda: runner.busy == in_flight, 5, "the runner to report the queued request")
     return task
 
 
