@@ -70,7 +70,14 @@ TOOLS_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"
 )
 
-TEMPLATES = {"chatml": CHATML_TEMPLATE, "tools": TOOLS_TEMPLATE}
+# ChatML whose generation prompt opens a thinking block (off with `enable_thinking=False`), as Qwen3's does.
+THINK_TEMPLATE = CHATML_TEMPLATE.replace(
+    "{{- '<|im_start|>assistant\n' -}}",
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}"
+    "{%- else -%}{{- '<think>\n' -}}{%- endif -%}",
+)
+TEMPLATES = {"chatml": CHATML_TEMPLATE, "tools": TOOLS_TEMPLATE, "think": THINK_TEMPLATE}
 
 # BPE merges are "trained" on this fixed text, so the vocab is deterministic.
 _CORPUS = """

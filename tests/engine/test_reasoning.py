@@ -122,15 +122,8 @@ QWEN3 = r"""{%- if tools %}
     {%- endif %}
 {%- endif %}"""
 
+
 # ChatML that opens a thinking block for the answer, unless enable_thinking is false.
-THINK_TEMPLATE = tiny_gguf.CHATML_TEMPLATE.replace(
-    "{{- '<|im_start|>assistant\n' -}}",
-    "{{- '<|im_start|>assistant\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}"
-    "{%- else -%}{{- '<think>\n' -}}{%- endif -%}",
-)
-
-
 def split(text: str, step: int, *, opened: bool = False) -> tuple[str, str]:
     splitter = ThinkSplitter(ThinkSyntax(), opened=opened)
     parts = []
@@ -162,7 +155,7 @@ def test_only_a_possible_closing_tag_is_held_back() -> None:
 
 def test_thinking_templates_are_recognised() -> None:
     assert think_syntax(QWEN3) == ThinkSyntax()
-    assert think_syntax(THINK_TEMPLATE) == ThinkSyntax()
+    assert think_syntax(tiny_gguf.THINK_TEMPLATE) == ThinkSyntax()
     assert think_syntax(tiny_gguf.CHATML_TEMPLATE) is None
     assert think_syntax(None) is None
 
@@ -203,7 +196,9 @@ def test_not_containing_matches_exactly_the_texts_without_the_word(tiny_llama: P
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    path = tiny_gguf.write_tiny_llama(tmp_path_factory.mktemp("think") / "think.gguf", template=THINK_TEMPLATE)
+    path = tiny_gguf.write_tiny_llama(
+        tmp_path_factory.mktemp("think") / "think.gguf", template=tiny_gguf.THINK_TEMPLATE
+    )
     with Engine(LoadOptions(model_id="think", path=str(path), n_threads=1, n_ctx=512)) as e:
         yield e
 

@@ -10,7 +10,6 @@ import pytest
 
 import tiny_gguf
 from engine.helpers import Collector
-from engine.test_reasoning import THINK_TEMPLATE
 from spark.engine import Engine
 from spark.engine.native import Context
 from spark.engine.speculative import FIRST_DRAFT, FIRST_PAUSE, MAX_DRAFT, MISSES_TO_PAUSE, NgramDrafter
@@ -276,7 +275,7 @@ def test_tool_calls_are_the_same(tiny_llama_tools: Path) -> None:
 
 
 def test_reasoning_and_its_budget_are_the_same(tmp_path: Path) -> None:
-    path = tiny_gguf.write_tiny_llama(tmp_path / "think.gguf", template=THINK_TEMPLATE)
+    path = tiny_gguf.write_tiny_llama(tmp_path / "think.gguf", template=tiny_gguf.THINK_TEMPLATE)
     requests = [
         ChatRequest(
             model="m",

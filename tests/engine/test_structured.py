@@ -11,7 +11,6 @@ import pytest
 
 import tiny_gguf
 from engine.helpers import Collector
-from engine.test_reasoning import THINK_TEMPLATE
 from spark.engine import Engine
 from spark.engine.grammar import create_sampler, schema_grammar
 from spark.engine.native import Model
@@ -108,7 +107,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}",
         "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n<think>\n' -}}{%- endif -%}",
     )
-    assert template not in (tiny_gguf.TOOLS_TEMPLATE, THINK_TEMPLATE)
+    assert template not in (tiny_gguf.TOOLS_TEMPLATE, tiny_gguf.THINK_TEMPLATE)
     path = tiny_gguf.write_tiny_llama(tmp_path_factory.mktemp("m") / "think-tools.gguf", template=template)
     with Engine(LoadOptions(model_id="m", path=str(path), n_threads=1, n_ctx=512)) as e:
         yield e

@@ -1,10 +1,12 @@
-"""TextStream: UTF-8 holdback and stop strings across arbitrary token splits."""
+"""TextStream: UTF-8 holdback and stop strings across arbitrary token splits; StopAtStrings on events."""
 
 from __future__ import annotations
 
 import pytest
 
+from spark.engine.output import StopAtStrings
 from spark.engine.text import TextStream
+from spark.types import Event, ReasoningDelta, TextDelta, ToolCallDelta
 
 
 def run(pieces: list[bytes], stop: list[str] | None = None) -> tuple[list[str], str, bool]:
@@ -104,3 +106,36 @@ def test_multibyte_stop_string_across_every_split(stop: str) -> None:
         assert stopped, (stop, pieces)
         assert "".join(out) + tail == MULTIBYTE[: MULTIBYTE.index(stop)]
         assert all("\ufffd" not in chunk for chunk in out)
+
+
+# --- StopAtStrings: stop strings on the parsers' events ------------------------------------------
+
+
+def test_a_stop_string_across_text_events_cuts_the_text() -> None:
+    stops = StopAtStrings(["END"])
+    assert stops.filter([TextDelta("abc E"), TextDelta("N")]) == [TextDelta("abc ")]
+    assert stops.filter([TextDelta("D and more"), TextDelta("ignored")]) == []
+    assert stops.stop_sequence == "END" and stops.flush() == []
+
+
+def test_a_stop_string_in_the_reasoning_ends_it_and_does_not_span_into_the_text() -> None:
+    stops = StopAtStrings(["END"])
+    assert stops.filter([ReasoningDelta("thinking E")]) == [ReasoningDelta("thinking ")]
+    # the reasoning ended with "E": it is released, and "ND" in the text is only text
+    assert stops.filter([TextDelta("ND ok")]) == [ReasoningDelta("E"), TextDelta("ND ok")]
+    assert not stops.stopped
+    assert stops.filter([ReasoningDelta("xEND")]) == [ReasoningDelta("x")] and stops.stopped
+
+
+def test_tool_calls_pass_whole_and_release_held_text() -> None:
+    stops = StopAtStrings(["</tool_call>", '"', "add"])
+    call = [ToolCallDelta(0, "call_1", "add"), ToolCallDelta(0, arguments='{"a": 1}')]
+    assert stops.filter([TextDelta("Let me a"), *call]) == [TextDelta("Let me "), TextDelta("a"), *call]
+    assert not stops.stopped
+    assert stops.filter([TextDelta("then add")]) == [TextDelta("then ")] and stops.stop_sequence == "add"
+
+
+def test_without_stop_strings_events_pass_unchanged() -> None:
+    events: list[Event] = [TextDelta("a"), ReasoningDelta("b"), ToolCallDelta(0, "c", "d")]
+    stops = StopAtStrings(None)
+    assert stops.filter(events) is events and stops.flush() == []

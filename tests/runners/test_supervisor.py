@@ -68,7 +68,7 @@ def test_streams_a_chat_heartbeats_and_stops_cleanly(tiny_llama: Path) -> None:
         assert final(b).usage.completion_tokens == 9  # type: ignore[union-attr]
 
         # heartbeats report the runner's measured memory and that it is idle
-        await wait_until(lambda: runner.rss_bytes > 10_000_000 and runner.busy == 0, 5, "a heartbeat")
+        await wait_until(lambda: runner.rss_bytes > 10_000_000 and runner.busy == 0, 15, "a heartbeat")
         assert runner.in_flight == 0
 
         await runner.stop()

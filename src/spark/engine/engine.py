@@ -25,7 +25,7 @@ from spark.engine import embeddings
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.native import Batch, Context, Model, runtime_version
-from spark.engine.output import parser_for
+from spark.engine.output import StopAtStrings, parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
@@ -384,8 +384,9 @@ class Engine:
             n_cached=n_keep,
             sampler=sampler,
             max_tokens=params.max_tokens,
-            stream=TextStream(params.stop),
+            stream=TextStream(),
             parser=parser_for(plan),
+            stops=StopAtStrings(params.stop),
             started=time.perf_counter(),
             n_evaluated=n_keep,
             media=job.media,
@@ -567,11 +568,11 @@ class Engine:
         piece = self._marker_pieces.get(token) or self._model.piece(token)
         text = gen.stream.push(piece)
         if text:
-            for event in gen.parser.feed(text):
+            for event in gen.stops.filter(gen.parser.feed(text)):
                 gen.emit(event)
         if gen.budget is not None:
             gen.forced += gen.budget.after(piece, in_reasoning=gen.parser.in_reasoning)
-        if gen.stream.stopped or gen.parser.complete:  # a whole call ends it: "tool_calls"
+        if gen.stops.stopped or gen.parser.complete:  # a whole call ends it: "tool_calls"
             self._finish(slot, "stop")
         elif (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens) or (
             len(slot.cached) + 1 >= self._n_ctx  # prompt + completion fill the slot's context
@@ -603,7 +604,8 @@ class Engine:
         try:
             if reason != "cancelled":
                 tail = gen.stream.flush()
-                for event in (gen.parser.feed(tail) if tail else []) + gen.parser.finish():
+                events = (gen.parser.feed(tail) if tail else []) + gen.parser.finish()
+                for event in gen.stops.filter(events) + gen.stops.flush():
                     gen.emit(event)
                 if reason == "stop" and gen.parser.made_tool_calls:
                     reason = "tool_calls"
@@ -612,7 +614,7 @@ class Engine:
                 log.exception("finishing request %s failed", gen.request_id)
             _safe_emit(gen.emit, Failed(_as_spark_error(e).info()), gen.request_id)
             return
-        _safe_emit(gen.emit, Done(reason, gen.usage(), gen.stream.stop_sequence), gen.request_id)
+        _safe_emit(gen.emit, Done(reason, gen.usage(), gen.stops.stop_sequence), gen.request_id)
 
     def _fail(self, slot: Slot, exc: BaseException) -> None:
         if not isinstance(exc, SparkError):

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish
 from spark.engine.reasoning import Part, ThinkSplitter, ThinkSyntax, think_prefix
+from spark.engine.text import StopStrings
 from spark.engine.toolcalls import ToolCallParser, ToolSyntax, call_rule, lazy_grammar
 from spark.types import ChatRequest, Event, ReasoningDelta, TextDelta
 
@@ -65,6 +66,52 @@ class PlainText:
 
     def finish(self) -> list[Event]:
         return []
+
+
+class StopAtStrings:
+    """Ends the output at the first stop string in its text or its reasoning.
+
+    Applied to the parsers' events, not to the raw text: a tool call's markup and
+    arguments are never matched, so a call is always whole and valid. A stop string
+    does not span text and reasoning, or text on both sides of a call.
+    """
+
+    def __init__(self, stop: Sequence[str] | None) -> None:
+        self._stop = [s for s in (stop or []) if s]
+        self._run: StopStrings | None = None  # the text run being matched
+        self._kind: type[TextDelta] | type[ReasoningDelta] = TextDelta
+        self.stop_sequence: str | None = None  # the stop string found, once found
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_sequence is not None
+
+    def filter(self, events: list[Event]) -> list[Event]:
+        """The events up to a stop string, the text cut right before it; none once stopped."""
+        if not self._stop:
+            return events
+        out: list[Event] = []
+        for event in events:
+            if self.stopped:
+                break
+            if not isinstance(event, (TextDelta, ReasoningDelta)):
+                out += self.flush()  # a call ends the text run: what was held back was no stop
+                out.append(event)
+                continue
+            if self._run is None or type(event) is not self._kind:
+                out += self.flush()
+                self._run, self._kind = StopStrings(self._stop), type(event)
+            text = self._run.push(event.text)
+            if text:
+                out.append(self._kind(text))
+            self.stop_sequence = self._run.stop_sequence
+        return out
+
+    def flush(self) -> list[Event]:
+        """The text held back as a possible stop string's start, at the end of a run."""
+        held = self._run.flush() if self._run is not None else ""
+        self._run = None
+        return [self._kind(held)] if held else []
 
 
 @dataclass(frozen=True, slots=True)

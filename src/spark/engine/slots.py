@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spark.engine.output import OutputParser
+from spark.engine.output import OutputParser, StopAtStrings
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
 from spark.engine.speculative import NgramDrafter
@@ -26,8 +26,9 @@ class Generation:
     n_cached: int  # prompt tokens whose KV was reused
     sampler: SamplerChain
     max_tokens: int | None
-    stream: TextStream
+    stream: TextStream  # whole UTF-8 characters
     parser: OutputParser
+    stops: StopAtStrings  # on the parser's events
     started: float  # when it got the slot (time.perf_counter)
     n_evaluated: int = 0  # prompt tokens in the KV cache so far
     n_generated: int = 0

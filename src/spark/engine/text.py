@@ -13,11 +13,10 @@ import codecs
 from collections.abc import Sequence
 
 
-class TextStream:
-    """Turns token pieces into text that is safe to show, cutting at stop strings."""
+class StopStrings:
+    """Cuts text at the first stop string, holding back what may be the start of one."""
 
-    def __init__(self, stop: list[str] | None = None) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    def __init__(self, stop: Sequence[str] | None = None) -> None:
         self._stops = [s for s in (stop or []) if s]
         self._held = ""  # text that may be the start of a stop string
         self.stop_sequence: str | None = None  # the stop string found, once found
@@ -26,19 +25,12 @@ class TextStream:
     def stopped(self) -> bool:
         return self.stop_sequence is not None
 
-    def push(self, piece: bytes) -> str:
-        """Add one token's bytes; return the text now safe to emit.
-
-        After a stop string is found, `stop_sequence` names it, the returned
-        text ends right before it, and further pieces are ignored.
-        """
-        if self.stopped:
+    def push(self, text: str) -> str:
+        """Add text; return what is now safe to emit (ending right before a stop string found)."""
+        if self.stopped or not text:
             return ""
-        text = self._decoder.decode(piece)
         if not self._stops:
             return text
-        if not text:
-            return ""
         buf = self._held + text
         cut, stop = _first_stop(buf, self._stops)
         if stop is not None:
@@ -50,16 +42,43 @@ class TextStream:
         return buf[: len(buf) - keep]
 
     def flush(self) -> str:
+        """The text still held back: no stop string followed it."""
+        out, self._held = ("" if self.stopped else self._held), ""
+        return out
+
+
+class TextStream:
+    """Turns token pieces into text that is safe to show, cutting at stop strings."""
+
+    def __init__(self, stop: Sequence[str] | None = None) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stops = StopStrings(stop)
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string found, once found."""
+        return self._stops.stop_sequence
+
+    @property
+    def stopped(self) -> bool:
+        return self._stops.stopped
+
+    def push(self, piece: bytes) -> str:
+        """Add one token's bytes; return the text now safe to emit.
+
+        After a stop string is found, `stop_sequence` names it, the returned
+        text ends right before it, and further pieces are ignored.
+        """
+        return "" if self.stopped else self._stops.push(self._decoder.decode(piece))
+
+    def flush(self) -> str:
         """The text still held at the end of generation.
 
         Bytes of a character the generation never finished are dropped rather
         than shown as a replacement character.
         """
-        if self.stopped:
-            return ""
         self._decoder.reset()
-        out, self._held = self._held, ""
-        return out
+        return self._stops.flush()
 
 
 def _first_stop(text: str, stops: list[str]) -> tuple[int, str | None]:
