@@ -33,6 +33,9 @@ def test_truncated_gguf(tiny_llama: Path, tmp_path: Path) -> None:
 def test_bad_options(tiny_llama: Path) -> None:
     with pytest.raises(RunnerFailed, match="n_parallel"):
         Engine(LoadOptions(model_id="x", path=str(tiny_llama), n_parallel=0))
+    # a context llama.cpp refuses for a reason other than memory says llama.cpp's reason
+    with pytest.raises(RunnerFailed, match="could not create a context of 19200 tokens: .*n_seq_max must be <= 256"):
+        Engine(LoadOptions(model_id="x", path=str(tiny_llama), n_threads=1, n_ctx=64, n_parallel=300))
 
 
 def test_info(tiny_llama: Path) -> None:

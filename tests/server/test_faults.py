@@ -1,17 +1,26 @@
 """Faults around a running server: a full disk under the request log, a corrupt model file, a model
-whose context cannot fit in memory. Each ends in a clear error for the request concerned, and the
-server goes on answering."""
+whose context cannot fit in memory (refused by the planner, or failing in the runner when memory
+runs out). Each ends in a clear error for the request concerned, and the server goes on answering."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
+import psutil
 import pytest
 
+import tiny_gguf
 from server.helpers import anthropic_error, live_server, openai_error, server_settings
 from small_disk import fill, small_disk
 from spark.library import Library, ModelSettings
+from spark.store.db import Database
+from spark.store.keys import KeyTable
+from traffic import free_port, stop_server, wait_healthy
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -79,3 +88,53 @@ def test_a_context_too_large_for_memory_is_refused_with_the_arithmetic(
         answer = http.post("/v1/chat/completions", json={"model": fine, "max_tokens": 2, "messages": CHAT})
         assert answer.status_code == 200, answer.text
         assert [r.model for r in live.runners()] == [fine]
+
+
+ADDRESS_SPACE = 1536 << 20  # the server's and its runners' limit: a runner needs about 450 MiB
+# `spark serve` started by a Python that first limits its own address space (inherited by the runners)
+LIMITED_SERVE = (
+    "import os, resource, sys; "
+    f"resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE}, resource.getrlimit(resource.RLIMIT_AS)[1])); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'spark', 'serve', '--port', sys.argv[1]])"
+)
+
+
+@pytest.mark.slow  # a server process of its own
+def test_a_context_memory_cannot_hold_fails_its_load_naming_memory(tmp_path: Path, tiny_llama: Path) -> None:
+    """The planner lets a 2 GiB KV cache through (the machine has the memory), but the runner's
+    allocation fails (its address space is limited): the client hears why, the server goes on."""
+    home = tmp_path / "home"
+    settings = server_settings(home)
+    long_context = 1 << 23  # 8M tokens, one slot: 2 GiB of f16 KV for the tiny model
+    path = tiny_gguf.write_tiny_llama(tmp_path / "long.gguf", n_ctx=long_context)
+    with Library(settings) as library:
+        long = library.add_local(path, model_id="long").id
+        library.update_settings(long, ModelSettings(context_length=long_context, parallel=1))
+        fine = library.add_local(tiny_llama, model_id="fine").id
+    key = KeyTable(Database(settings.db_path)).create("faults")[1]
+    port = free_port()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_THREADS": "1", "SPARK_SPARE_RUNNER": "false"}
+    command = [sys.executable, "-c", LIMITED_SERVE, str(port)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(proc, url)
+        with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=120) as http:
+            body = {"model": long, "max_tokens": 2, "messages": CHAT}
+            error = openai_error(http.post("/v1/chat/completions", json=body), 502)
+            assert error["code"] == "runner_failed"
+            assert "not enough memory for a context of 8388608 tokens" in error["message"]
+            assert "2.0 GiB" in error["message"] and "context_length" in error["message"]
+            error = anthropic_error(
+                http.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}), 502
+            )
+            assert "not enough memory" in error["message"]
+            assert http.get("/health").status_code == 200
+            answer = http.post("/v1/chat/completions", json=body | {"model": fine})
+            assert answer.status_code == 200, answer.text
+        children = psutil.Process(proc.pid).children(recursive=True)
+    finally:
+        output = stop_server(proc)
+    assert "Traceback" not in output and "loading long failed: not enough memory" in output
+    _gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, "no runner outlives the server"

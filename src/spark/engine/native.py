@@ -13,6 +13,7 @@ import collections
 import ctypes
 import logging
 import os
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy.typing as npt
 from llama_cpp import llama_cpp as lc
 
 from spark.errors import ModelFileError, RunnerFailed
+from spark.units import format_bytes
 
 log = logging.getLogger("spark.engine.llama")
 
@@ -315,8 +317,7 @@ class Context:
         _llama_log.clear_errors()
         ptr = lc.llama_init_from_model(model.ptr, params)
         if not ptr:
-            why = _llama_log.recent_errors() or "out of memory?"
-            raise RunnerFailed(f"llama.cpp could not create a context of {n_ctx} tokens: {why}")
+            raise RunnerFailed(_context_failure(n_ctx, n_seq_max, _llama_log.recent_errors()))
         self.ptr = ctypes.c_void_p(ptr)
         self._memory = lc.llama_get_memory(ptr)
         self.n_batch: int = lc.llama_n_batch(ptr)
@@ -440,3 +441,18 @@ class Batch:
         """`llama_decode` on the tokens added since `clear()` (the GIL is released meanwhile)."""
         self._struct.n_tokens = self.n
         return int(lc.llama_decode(ctx.ptr, self._struct))
+
+
+_FAILED_BUFFER = re.compile(r"failed to allocate (?:\w+ )*buffer of size (\d+)")
+
+
+def _context_failure(n_ctx: int, n_seq_max: int, why: str) -> str:
+    """Why a context could not be made, in a person's words: memory first, with what to change."""
+    sizes = [int(n) for n in _FAILED_BUFFER.findall(why)]
+    if not sizes and "memory" not in why and "alloc" not in why:
+        return f"llama.cpp could not create a context of {n_ctx} tokens: {why or 'out of memory?'}"
+    needed = f" (a buffer of {format_bytes(max(sizes))} could not be allocated)" if sizes else ""
+    return (
+        f"not enough memory for a context of {n_ctx} tokens in {n_seq_max} slot(s){needed}: "
+        "lower the model's context_length or parallel, or use kv_type q8_0. llama.cpp said: " + why.rsplit(" / ", 1)[-1]
+    )
