@@ -1,18 +1,20 @@
-"""TextStream: UTF-8 holdback and stop strings across arbitrary token splits; StopAtStrings on events."""
+"""TextStream and StopStrings: UTF-8 holdback and stop strings across arbitrary token splits; StopAtStrings on events."""
 
 from __future__ import annotations
 
 import pytest
 
 from spark.engine.output import StopAtStrings
-from spark.engine.text import TextStream
+from spark.engine.text import StopStrings, TextStream
 from spark.types import Event, ReasoningDelta, TextDelta, ToolCallDelta
 
 
 def run(pieces: list[bytes], stop: list[str] | None = None) -> tuple[list[str], str, bool]:
-    s = TextStream(stop)
-    out = [s.push(p) for p in pieces]
-    return out, s.flush(), s.stopped
+    """The pieces through `TextStream` then `StopStrings`, as the engine decodes a token's bytes."""
+    s, stops = TextStream(), StopStrings(stop)
+    out = [stops.push(s.push(p)) for p in pieces]
+    s.flush()
+    return out, stops.flush(), stops.stopped
 
 
 def splits(data: bytes) -> list[list[bytes]]:
@@ -62,25 +64,25 @@ def test_stop_string_across_every_split(stop: list[str]) -> None:
 
 
 def test_stop_string_prefix_is_held_then_released() -> None:
-    s = TextStream(["</end>"])
-    assert s.push(b"a </") == "a "
-    assert s.push(b"en") == ""
-    assert s.push(b"X") == "</enX"
+    s = StopStrings(["</end>"])
+    assert s.push("a </") == "a "
+    assert s.push("en") == ""
+    assert s.push("X") == "</enX"
     assert not s.stopped
-    assert s.push(b" </e") == " "
+    assert s.push(" </e") == " "
     assert s.flush() == "</e"
 
 
 def test_earliest_stop_string_wins() -> None:
-    s = TextStream(["three", "two"])
-    assert s.push(b"one two three") == "one "
+    s = StopStrings(["three", "two"])
+    assert s.push("one two three") == "one "
     assert s.stop_sequence == "two" and s.flush() == ""
 
 
 def test_after_stop_more_pieces_are_ignored() -> None:
-    s = TextStream(["!"])
-    assert s.push(b"hi!there") == "hi"
-    assert s.push(b"more") == "" and s.flush() == ""
+    s = StopStrings(["!"])
+    assert s.push("hi!there") == "hi"
+    assert s.push("more") == "" and s.flush() == ""
 
 
 def test_stop_string_with_multibyte_characters() -> None:

@@ -603,8 +603,8 @@ class Engine:
         gen = self._release(slot)
         try:
             if reason != "cancelled":
-                tail = gen.stream.flush()
-                events = (gen.parser.feed(tail) if tail else []) + gen.parser.finish()
+                gen.stream.flush()
+                events = gen.parser.finish()
                 for event in gen.stops.filter(events) + gen.stops.flush():
                     gen.emit(event)
                 if reason == "stop" and gen.parser.made_tool_calls:

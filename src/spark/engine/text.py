@@ -1,10 +1,10 @@
-"""Incremental detokenized text: whole UTF-8 characters and stop strings.
+"""Incremental detokenized text: whole UTF-8 characters (`TextStream`) and stop strings (`StopStrings`).
 
 Tokens arrive as byte pieces. A piece may end in the middle of a UTF-8
 character, and the text may end in the first characters of a stop string
-that the next token completes (or disproves). `TextStream` only releases
-text that can never be retracted: incomplete bytes and a possible stop-string
-start are held back until the next piece decides them.
+that the next token completes (or disproves). Both only release text that
+can never be retracted: incomplete bytes and a possible stop-string start
+are held back until the next piece decides them.
 """
 
 from __future__ import annotations
@@ -48,37 +48,19 @@ class StopStrings:
 
 
 class TextStream:
-    """Turns token pieces into text that is safe to show, cutting at stop strings."""
+    """Turns token pieces into text with whole UTF-8 characters only."""
 
-    def __init__(self, stop: Sequence[str] | None = None) -> None:
+    def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._stops = StopStrings(stop)
-
-    @property
-    def stop_sequence(self) -> str | None:
-        """The stop string found, once found."""
-        return self._stops.stop_sequence
-
-    @property
-    def stopped(self) -> bool:
-        return self._stops.stopped
 
     def push(self, piece: bytes) -> str:
-        """Add one token's bytes; return the text now safe to emit.
+        """Add one token's bytes; return the characters they complete."""
+        return self._decoder.decode(piece)
 
-        After a stop string is found, `stop_sequence` names it, the returned
-        text ends right before it, and further pieces are ignored.
-        """
-        return "" if self.stopped else self._stops.push(self._decoder.decode(piece))
-
-    def flush(self) -> str:
-        """The text still held at the end of generation.
-
-        Bytes of a character the generation never finished are dropped rather
-        than shown as a replacement character.
-        """
+    def flush(self) -> None:
+        """End of generation: bytes of a character never finished are dropped rather than
+        shown as a replacement character."""
         self._decoder.reset()
-        return self._stops.flush()
 
 
 def _first_stop(text: str, stops: list[str]) -> tuple[int, str | None]:
