@@ -433,6 +433,47 @@ def test_measured_memory_is_close_to_the_estimate_and_trusted(library: Library, 
     run(scenario())
 
 
+def test_a_model_that_outgrew_its_estimate_is_planned_at_its_measured_size_next_time(
+    library: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner that grew past its estimate (the case of one the OOM killer ends) teaches the planner:
+    the model's next load counts what it measured, so a limit it no longer fits refuses it at once,
+    with the measurement in the arithmetic, instead of starting a runner to be killed again."""
+    model = library.add_local(tiny_llama).id
+    estimate = estimate_for(library, model, load_settings())
+    grown = 300 * MIB
+    reported = RunnerProcess.rss_bytes.fget
+    assert reported is not None
+    monkeypatch.setattr(RunnerProcess, "rss_bytes", property(lambda p: reported(p) + grown))
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        try:
+            await collect(scheduler.stream(short_chat(model)))
+            await wait_until(
+                lambda: (state_of(scheduler, model).measured_bytes or 0) > grown, what="a measurement", timeout=20
+            )
+            measured = state_of(scheduler, model).measured_bytes
+            assert measured is not None
+            assert await scheduler.unload(model)
+
+            # with room for the estimate but not for what it measured, the next load is refused
+            scheduler.use_settings(load_settings(max_ram=str(estimate.total_bytes + grown // 2)))
+            with pytest.raises(PlacementRefused) as e:
+                await collect(scheduler.stream(short_chat(model)))
+            assert "more measured when it last ran" in e.value.message, e.value.message
+            assert not runner_children(), "no runner was started to be killed again"
+
+            # with room, it loads, planned at the measured size
+            scheduler.use_settings(load_settings())
+            assert isinstance(final(await collect(scheduler.stream(short_chat(model)))), Done)
+            assert state_of(scheduler, model).estimate_bytes >= measured
+        finally:
+            await scheduler.close()
+
+    run(scenario())
+
+
 def test_estimate_reads_ff_width_and_swa_keys_from_the_file(tmp_path: Path) -> None:
     def write(name: str, **keys: object) -> Path:
         path = tmp_path / name

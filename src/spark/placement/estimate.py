@@ -224,6 +224,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     projector_bytes: int = 0  # vision projector weights and compute
     runtime_bytes: int = RUNNER_BYTES  # the runner process
     gpu_context_bytes: int = GPU_CONTEXT_BYTES  # per GPU in use
+    measured_extra_bytes: int = 0  # host memory an earlier run measured beyond the estimate (in host_bytes)
 
     @property
     def n_layers(self) -> int:
@@ -303,6 +304,15 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
             cpu += self.projector_bytes
         return gpus, cpu
 
+    def with_measurement(self, measured_host_bytes: int) -> MemoryEstimate:
+        """This estimate, raised to what an earlier run of the same model and options measured on the
+        host (the runner process excluded) where that was more: a model that outgrew its estimate
+        (or was killed for memory) is planned at its real size the next time."""
+        extra = measured_host_bytes - (self.total_bytes - self.runtime_bytes)
+        if extra <= 0:
+            return self
+        return msgspec.structs.replace(self, host_bytes=self.host_bytes + extra, measured_extra_bytes=extra)
+
     def describe(self) -> str:
         """`needs 5.1 GiB (weights 4.4 + KV cache 0.5 for 4096 tokens x 1 slot + buffers 0.2)`."""
         unit, name = (GIB, "GiB") if self.total_bytes >= GIB else (MIB, "MiB")
@@ -315,7 +325,9 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
         if self.kv_bytes:
             kv = "" if self.kv_type == "f16" else f" {self.kv_type}"
             parts.append(f"KV cache{kv} {fmt(self.kv_bytes)} for {self.n_ctx} tokens x {slots}")
-        parts.append(f"buffers {fmt(self.buffers_bytes)}")
+        parts.append(f"buffers {fmt(self.buffers_bytes - self.measured_extra_bytes)}")
+        if self.measured_extra_bytes:
+            parts.append(f"{fmt(self.measured_extra_bytes)} more measured when it last ran")
         if self.projector_bytes:
             parts.append(f"vision projector {fmt(self.projector_bytes)}")
         return f"needs {fmt(self.total_bytes)} {name} ({' + '.join(parts)})"

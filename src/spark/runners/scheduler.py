@@ -171,6 +171,8 @@ class Scheduler:
         self._library = library
         self._events = events if events is not None else EventBus()
         self._failed: dict[str, _Runner] = {}  # loads that failed, shown until the model loads again
+        # each model's host memory as its last runner measured it, with the options it ran with
+        self._measured: dict[str, tuple[LoadOptions, int]] = {}
         self._runners: dict[str, _Runner] = {}  # the current runner of each model
         self._retiring: list[_Runner] = []  # replaced runners finishing their requests
         self._loading: dict[str, asyncio.Task[_Runner]] = {}
@@ -366,6 +368,7 @@ class Scheduler:
                 self._retire(current, reason)
             elif current is not None and current.process.status in ("failed", "stopped"):
                 del self._runners[model]
+                self._remember(current)
                 reason = f"the previous runner {current.process.status}"
             task = self._loading.get(model)
             joined = task is not None and not task.done()
@@ -398,6 +401,8 @@ class Scheduler:
             # read afresh: a library entry stored by an older version lacks newer fields
             info = await asyncio.to_thread(read_gguf_info, entry.path)
             estimate = estimate_load(model_shape(info), options)
+            if (measured := self._measured.get(entry.id)) is not None and measured[0] == options:
+                estimate = estimate.with_measurement(measured[1])
             plan, runners = await self._place(entry.id, estimate, trace)
             trace.step(
                 steps.PLACEMENT,
@@ -529,10 +534,16 @@ class Scheduler:
             del self._runners[runner.model_id]
         if runner in self._retiring:
             self._retiring.remove(runner)
+        self._remember(runner)
         log.info("unloading %s (pid %s): %s", runner.model_id, runner.process.pid, why)
         task = asyncio.create_task(runner.process.stop(why), name=f"stop {runner.model_id}")
         self._stopping.add(task)
         task.add_done_callback(self._stopped)
+
+    def _remember(self, runner: _Runner) -> None:
+        """Keep what `runner` measured, for the model's next load with the same options."""
+        if (measured := runner.measured_bytes(self._baseline)) is not None:
+            self._measured[runner.model_id] = (runner.requested, measured)
 
     def _stopped(self, task: asyncio.Task[None]) -> None:
         self._stopping.discard(task)
