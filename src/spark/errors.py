@@ -169,10 +169,22 @@ class ShuttingDown(SparkError):
 
 
 class RunnerFailed(SparkError):
-    """A runner process crashed, hung or could not load its model."""
+    """A runner process crashed, hung or could not load its model; `out_of_memory` when memory
+    was what failed it (the planner then remembers the load)."""
 
     status = 502
     code = "runner_failed"
+
+    def __init__(self, message: str, *, param: str | None = None, out_of_memory: bool = False) -> None:
+        super().__init__(message, param=param)
+        self.out_of_memory = out_of_memory
+
+    def data(self) -> dict[str, Any]:
+        return {"out_of_memory": True} if self.out_of_memory else {}
+
+    @classmethod
+    def rebuild(cls, info: ErrorInfo) -> SparkError:
+        return cls(info.message, param=info.param, out_of_memory=bool(info.data.get("out_of_memory")))
 
 
 class Cancelled(SparkError):

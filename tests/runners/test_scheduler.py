@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of, wait_until
-from spark.errors import ModelNotFound, RunnerFailed, ShuttingDown
+from spark.errors import ModelNotFound, PlacementRefused, RunnerFailed, ShuttingDown, from_info
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
 from spark.runners.options import load_options
 from spark.runners.scheduler import Scheduler
@@ -218,3 +218,50 @@ def test_runner_state_changes_are_published(library: Library, tiny_llama: Path) 
     assert all(e["model"] == model for e in events)
     assert "SIGKILL" in str(events[3]["reason"]) and events[3]["restarts"] == 1
     assert events[4]["reason"] == "unloaded on request"
+
+
+def test_a_load_memory_failed_is_refused_until_its_settings_change(
+    library: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner whose context memory could not hold (see tests/server/test_faults.py for the real
+    one) fails its load; the same load with no more memory free is then refused without starting a
+    runner, and a change of the model's settings lets it be tried again."""
+    model = library.add_local(tiny_llama).id
+    starts: list[int] = []
+    real_start = RunnerProcess.start
+
+    async def start(self: RunnerProcess) -> None:
+        starts.append(self.options.n_ctx)
+        if self.options.n_ctx > 256:
+            raise RunnerFailed("not enough memory for a context of 512 tokens", out_of_memory=True)
+        await real_start(self)
+
+    monkeypatch.setattr(RunnerProcess, "start", start)
+    library.update_settings(model, ModelSettings(context_length=512))
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        try:
+            with pytest.raises(RunnerFailed, match="not enough memory"):
+                await collect(scheduler.stream(short_chat(model)))
+            with pytest.raises(PlacementRefused) as refused:
+                await collect(scheduler.stream(short_chat(model)))
+            assert "failed to load for lack of memory with the same settings" in refused.value.message
+            assert "not enough memory for a context of 512 tokens" in refused.value.message
+            assert starts == [512], "no runner was started for the refused load"
+
+            library.update_settings(model, ModelSettings(context_length=256))
+            assert isinstance(final(await collect(scheduler.stream(short_chat(model)))), Done)
+            assert starts == [512, 256]
+        finally:
+            await scheduler.close()
+
+    run(scenario())
+
+
+def test_runner_failed_keeps_out_of_memory_across_the_runner_socket() -> None:
+    error = RunnerFailed("not enough memory", out_of_memory=True)
+    rebuilt = from_info(error.info())
+    assert isinstance(rebuilt, RunnerFailed) and rebuilt.out_of_memory and rebuilt.message == "not enough memory"
+    crashed = from_info(RunnerFailed("crashed").info())
+    assert isinstance(crashed, RunnerFailed) and not crashed.out_of_memory

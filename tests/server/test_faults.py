@@ -102,7 +102,8 @@ LIMITED_SERVE = (
 @pytest.mark.slow  # a server process of its own
 def test_a_context_memory_cannot_hold_fails_its_load_naming_memory(tmp_path: Path, tiny_llama: Path) -> None:
     """The planner lets a 2 GiB KV cache through (the machine has the memory), but the runner's
-    allocation fails (its address space is limited): the client hears why, the server goes on."""
+    allocation fails (its address space is limited): the client hears why, the planner remembers the
+    failure (the same load is refused at once), the server goes on."""
     home = tmp_path / "home"
     settings = server_settings(home)
     long_context = 1 << 23  # 8M tokens, one slot: 2 GiB of f16 KV for the tiny model
@@ -125,10 +126,14 @@ def test_a_context_memory_cannot_hold_fails_its_load_naming_memory(tmp_path: Pat
             assert error["code"] == "runner_failed"
             assert "not enough memory for a context of 8388608 tokens" in error["message"]
             assert "2.0 GiB" in error["message"] and "context_length" in error["message"]
+            # the planner learned: the same load with no more memory free is refused at once, saying why
+            children = psutil.Process(proc.pid).children(recursive=True)
             error = anthropic_error(
-                http.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}), 502
+                http.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}), 507
             )
-            assert "not enough memory" in error["message"]
+            assert "failed to load for lack of memory with the same settings" in error["message"]
+            assert "not enough memory for a context of 8388608 tokens" in error["message"]
+            assert psutil.Process(proc.pid).children(recursive=True) == children, "no runner was started for it"
             assert http.get("/health").status_code == 200
             answer = http.post("/v1/chat/completions", json=body | {"model": fine})
             assert answer.status_code == 200, answer.text

@@ -317,7 +317,7 @@ class Context:
         _llama_log.clear_errors()
         ptr = lc.llama_init_from_model(model.ptr, params)
         if not ptr:
-            raise RunnerFailed(_context_failure(n_ctx, n_seq_max, _llama_log.recent_errors()))
+            raise _context_failure(n_ctx, n_seq_max, _llama_log.recent_errors())
         self.ptr = ctypes.c_void_p(ptr)
         self._memory = lc.llama_get_memory(ptr)
         self.n_batch: int = lc.llama_n_batch(ptr)
@@ -446,13 +446,15 @@ class Batch:
 _FAILED_BUFFER = re.compile(r"failed to allocate (?:\w+ )*buffer of size (\d+)")
 
 
-def _context_failure(n_ctx: int, n_seq_max: int, why: str) -> str:
+def _context_failure(n_ctx: int, n_seq_max: int, why: str) -> RunnerFailed:
     """Why a context could not be made, in a person's words: memory first, with what to change."""
     sizes = [int(n) for n in _FAILED_BUFFER.findall(why)]
     if not sizes and "memory" not in why and "alloc" not in why:
-        return f"llama.cpp could not create a context of {n_ctx} tokens: {why or 'out of memory?'}"
+        return RunnerFailed(f"llama.cpp could not create a context of {n_ctx} tokens: {why or 'out of memory?'}")
     needed = f" (a buffer of {format_bytes(max(sizes))} could not be allocated)" if sizes else ""
-    return (
+    return RunnerFailed(
         f"not enough memory for a context of {n_ctx} tokens in {n_seq_max} slot(s){needed}: "
-        "lower the model's context_length or parallel, or use kv_type q8_0. llama.cpp said: " + why.rsplit(" / ", 1)[-1]
+        "lower the model's context_length or parallel, or use kv_type q8_0. llama.cpp said: "
+        + why.rsplit(" / ", 1)[-1],
+        out_of_memory=True,
     )

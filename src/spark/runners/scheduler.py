@@ -163,6 +163,29 @@ class _Runner:
         return counted
 
 
+class _MemoryFailure(msgspec.Struct, frozen=True):
+    """A load that memory failed, although the plan let it through (the machine had less to give
+    than it said: a cgroup, an address-space limit, another program)."""
+
+    options: LoadOptions
+    free_bytes: dict[str, int]  # the plan's free memory per device then
+    message: str
+
+    def repeats(self, options: LoadOptions, plan: Plan) -> bool:
+        """Whether loading with `options` under `plan` would meet the same end: the same options, and
+        no device has a tenth more free than then."""
+        return options == self.options and all(
+            plan.free_bytes.get(d, 0) <= self.free_bytes.get(d, 0) * 1.1 for d in plan.devices
+        )
+
+    def explain(self, model_id: str, plan: Plan) -> str:
+        free = ", ".join(f"{d}: {format_bytes(plan.free_bytes.get(d, 0))} free" for d in plan.devices)
+        return (
+            f"{model_id} failed to load for lack of memory with the same settings and no more memory "
+            f"free than now ({free}); change its settings and it is tried again. It failed with: {self.message}"
+        )
+
+
 class Scheduler:
     """Routes requests to runner processes: places and loads models, queues, unloads idle ones."""
 
@@ -173,6 +196,7 @@ class Scheduler:
         self._failed: dict[str, _Runner] = {}  # loads that failed, shown until the model loads again
         # each model's host memory as its last runner measured it, with the options it ran with
         self._measured: dict[str, tuple[LoadOptions, int]] = {}
+        self._out_of_memory: dict[str, _MemoryFailure] = {}  # each model's last load, if memory failed it
         self._runners: dict[str, _Runner] = {}  # the current runner of each model
         self._retiring: list[_Runner] = []  # replaced runners finishing their requests
         self._loading: dict[str, asyncio.Task[_Runner]] = {}
@@ -404,6 +428,8 @@ class Scheduler:
             if (measured := self._measured.get(entry.id)) is not None and measured[0] == options:
                 estimate = estimate.with_measurement(measured[1])
             plan, runners = await self._place(entry.id, estimate, trace)
+            if (failure := self._out_of_memory.get(entry.id)) is not None and failure.repeats(options, plan):
+                raise self._refusal(failure.explain(entry.id, plan))
             trace.step(
                 steps.PLACEMENT,
                 devices=list(plan.devices),
@@ -422,15 +448,18 @@ class Scheduler:
             started = monotonic()
             try:
                 await process.start()
-            except BaseException:
+            except BaseException as e:
                 if self._runners.get(entry.id) is runner:
                     del self._runners[entry.id]
                     if process.error is not None:
                         self._failed[entry.id] = runner
+                if isinstance(e, RunnerFailed) and e.out_of_memory:
+                    self._out_of_memory[entry.id] = _MemoryFailure(options, dict(plan.free_bytes), e.message)
                 raise
             finally:
                 self._devices = None  # free memory has changed
             trace.step(steps.LOAD_FINISHED, pid=process.pid, seconds=round(monotonic() - started, 3))
+            self._out_of_memory.pop(entry.id, None)
             if self._measuring is None:
                 self._measuring = asyncio.create_task(self._measure_baseline(), name="measure an idle runner")
         log.info(
