@@ -194,6 +194,31 @@ def test_a_pull_runs_on_the_node_the_central_names(fleet: Fleet) -> None:
         assert admin.get("/api/pulls").json() == []  # nothing ran on the central
         bad = admin.post("/api/nodes/alpha/pulls", json={"nope": 1})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "nope"
+        # cancelling goes to the node too (this job failed at once: the Hub is offline here, and a
+        # finished job is answered as it is; tests/server/test_pulls.py cancels a running one)
+        deadline = time.monotonic() + 20
+        while admin.get(f"/api/nodes/alpha/pulls/{job['id']}").json()["state"] != "failed":
+            assert time.monotonic() < deadline, "the pull did not fail"
+            time.sleep(0.1)
+        cancelled = admin.delete(f"/api/nodes/alpha/pulls/{job['id']}")
+        assert cancelled.status_code == 200 and cancelled.json()["id"] == job["id"], cancelled.text
+        assert cancelled.json()["state"] == "failed"
+        unknown = admin.delete("/api/nodes/alpha/pulls/pull_000000000000")
+        assert unknown.status_code == 404, unknown.text
+        assert admin.delete(f"/api/nodes/nobody/pulls/{job['id']}").status_code == 404
+
+    # `spark nodes pull` follows the node's job to its end, and says how it ended
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
+    shown = subprocess.run(
+        [sys.executable, "-m", "spark", "nodes", "pull", "alpha", "org/repo"],
+        env={**env, "SPARK_HOME": str(fleet.central.home), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    assert "On the node 'alpha': pulling org/repo as its job pull_" in shown.stdout
+    assert " failed: " in shown.stderr, shown.stderr
 
 
 def test_a_killed_node_is_skipped_before_the_first_byte_and_comes_back(fleet: Fleet) -> None:

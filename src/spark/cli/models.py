@@ -161,10 +161,23 @@ def _server() -> AdminClient | None:
 
 def _pull_on_server(client: AdminClient, spec: str, quant: str | None, console: Console) -> None:
     """Start the pull as a job of the running server and follow it until it ends (Ctrl+C cancels it)."""
-    job = msgspec.json.decode(client.post("/api/pulls", {"spec": spec, "quant": quant}), type=PullJob)
-    console.print(
-        f"A Spark server is running (pid {client.server.pid}): pulling {spec} as its job {job.id}.", highlight=False
+    job = follow_pull(
+        client, "/api/pulls", spec, quant, console, f"A Spark server is running (pid {client.server.pid})"
     )
+    assert job.model is not None
+    with Library(load_settings()) as lib:
+        entry = lib.get(job.model)
+    if job.already_installed:
+        _already_installed(console, entry)
+    else:
+        _added(console, entry)
+
+
+def follow_pull(client: AdminClient, jobs: str, spec: str, quant: str | None, console: Console, where: str) -> PullJob:
+    """Start a pull job at `jobs` (`/api/pulls`, or a node's through its central) and follow it with
+    a progress bar until it is done; Ctrl+C cancels it. `DownloadError` when it fails."""
+    job = msgspec.json.decode(client.post(jobs, {"spec": spec, "quant": quant}), type=PullJob)
+    console.print(f"{where}: pulling {spec} as its job {job.id}.", highlight=False)
     progress = _PullProgress(console)
     try:
         with progress:
@@ -172,21 +185,16 @@ def _pull_on_server(client: AdminClient, spec: str, quant: str | None, console: 
                 if job.bytes_total is not None:
                     progress.update(DownloadProgress(job.model or spec, job.bytes_done, job.bytes_total))
                 time.sleep(SERVER_POLL_SECONDS)
-                job = msgspec.json.decode(client.get(f"/api/pulls/{job.id}"), type=PullJob)
+                job = msgspec.json.decode(client.get(f"{jobs}/{job.id}"), type=PullJob)
             if job.state == "done" and job.bytes_total is not None and not job.already_installed:
                 progress.update(DownloadProgress(job.model or spec, job.bytes_done, job.bytes_total))
     except KeyboardInterrupt:
-        client.delete(f"/api/pulls/{job.id}")
-        console.print(f"Cancelled the server's pull job {job.id}; nothing was added.", highlight=False)
+        client.delete(f"{jobs}/{job.id}")
+        console.print(f"Cancelled the pull job {job.id}; nothing was added.", highlight=False)
         raise typer.Exit(130) from None
     if job.state != "done" or job.model is None:
-        raise DownloadError(f"the server's pull job {job.id} {job.state}: {job.error or 'no reason given'}")
-    with Library(load_settings()) as lib:
-        entry = lib.get(job.model)
-    if job.already_installed:
-        _already_installed(console, entry)
-    else:
-        _added(console, entry)
+        raise DownloadError(f"the pull job {job.id} {job.state}: {job.error or 'no reason given'}")
+    return job
 
 
 def _already_installed(console: Console, entry: ModelEntry) -> None:

@@ -113,10 +113,15 @@ def undrain(name: str = typer.Argument(..., help="The node's name.")) -> None:
 def pull(
     name: str = typer.Argument(..., help="The node's name."),
     spec: str = typer.Argument(..., help="What to pull: org/repo, org/repo:QUANT, org/repo/file.gguf or a Hub URL."),
+    quant: str | None = typer.Option(None, "--quant", "-q", help="The quantization to pick (e.g. Q4_K_M)."),
 ) -> None:
-    """Pull a model onto the node: a job that runs there (follow it at /api/nodes/NAME/pulls/ID)."""
-    job = _node(_client().post(_path(name, "pulls"), {"spec": spec}))
-    typer.echo(f"Pulling {spec} on '{name}' (job {job.get('id')}).")
+    """Pull a model onto the node: a job that runs there, followed here until it ends (Ctrl+C cancels it)."""
+    from spark.cli.models import follow_pull  # models imports ps, as this module does: no cycle at import
+
+    console = Console()
+    job = follow_pull(_client(), _path(name, "pulls"), spec, quant, console, f"On the node '{name}'")
+    done = "was already installed" if job.already_installed else "was added"
+    console.print(f"[bold]{job.model}[/bold] {done} on '{name}'.", highlight=False)
 
 
 nodes_app.command("ls")(list_nodes)

@@ -2,8 +2,8 @@
 
 On a central: `POST /fleet/join` and `POST /fleet/report`, authenticated by
 the node's join token (`Authorization: Bearer spark-join-…`). On a node:
-`POST /fleet/pulls` and `GET /fleet/pulls/{id}`, by which its central starts
-and follows a pull there, authenticated by the central's route secret. API
+`POST /fleet/pulls` and `GET|DELETE /fleet/pulls/{id}`, by which its central
+starts, follows and cancels a pull there, authenticated by the central's route secret. API
 keys and the admin password are worth nothing here, and these credentials
 nothing elsewhere (except the route secret on the node's /v1 routes).
 """
@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
 from spark.api.common import decode_body
@@ -75,4 +75,10 @@ async def node_pull_status(request: Request[Any, Any, Any], job_id: FromPath[str
     return json_response(_encode(_from_central(request).pulls.get(job_id)))
 
 
-FLEET_ROUTES = [join, report, node_pull, node_pull_status]
+@delete("/pulls/{job_id:str}", status_code=200)
+async def node_pull_cancel(request: Request[Any, Any, Any], job_id: FromPath[str]) -> Response[bytes]:
+    jobs = _from_central(request).pulls
+    return json_response(_encode(await asyncio.to_thread(jobs.cancel, job_id)))
+
+
+FLEET_ROUTES = [join, report, node_pull, node_pull_status, node_pull_cancel]

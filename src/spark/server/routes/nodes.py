@@ -3,7 +3,8 @@
 `GET /api/nodes` (`[]` on a standalone server), `POST /api/nodes` (the join
 token shown once), `GET|DELETE /api/nodes/{name}`, `POST
 /api/nodes/{name}/drain` and `/undrain`, and `POST /api/nodes/{name}/pulls`,
-`GET /api/nodes/{name}/pulls/{id}` (a pull job run on the node). The fleet
+`GET|DELETE /api/nodes/{name}/pulls/{id}` (a pull job run on the node: follow or
+cancel it). The fleet
 itself lives in the core (`spark.fleet`); these handlers only translate.
 """
 
@@ -88,6 +89,14 @@ async def node_pull(request: Request[Any, Any, Any], name: FromPath[str], job_id
     return await _on_node(request, name, "GET", f"/fleet/pulls/{quote(job_id, safe='')}")
 
 
+@delete("/nodes/{name:str}/pulls/{job_id:str}", status_code=200)
+async def cancel_node_pull(
+    request: Request[Any, Any, Any], name: FromPath[str], job_id: FromPath[str]
+) -> Response[bytes]:
+    """Cancel a pull job on the node: its partial file is removed, nothing is registered."""
+    return await _on_node(request, name, "DELETE", f"/fleet/pulls/{quote(job_id, safe='')}")
+
+
 async def _on_node(
     request: Request[Any, Any, Any], name: str, method: str, path: str, body: bytes | None = None
 ) -> Response[bytes]:
@@ -104,4 +113,14 @@ async def _on_node(
     return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
 
-NODE_ROUTES = [list_nodes, add_node, get_node, remove_node, drain_node, undrain_node, pull_on_node, node_pull]
+NODE_ROUTES = [
+    list_nodes,
+    add_node,
+    get_node,
+    remove_node,
+    drain_node,
+    undrain_node,
+    pull_on_node,
+    node_pull,
+    cancel_node_pull,
+]
