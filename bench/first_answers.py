@@ -85,11 +85,18 @@ QUESTIONS: list[tuple[str, Callable[[str], bool]]] = [
 # The candidates the bundled defaults were chosen from (each sets every field it cares about).
 OLD_SYSTEM = "You are a helpful assistant."
 BRIEF_SYSTEM = "You are a helpful assistant. Answer briefly, in English."
+SHORT_SYSTEM = "You are a helpful assistant. Answer in one or two short sentences, in English."
 PRESETS: dict[str, dict[str, Any]] = {
     "before: t0.2 top_p0.9": {"system": OLD_SYSTEM, "temperature": 0.2, "top_p": 0.9, "min_p": 0.05},
     "brief t0": {"system": BRIEF_SYSTEM, "temperature": 0.0},
     "brief t0 dry0.8": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8},
     "brief t0 dry0.8 len4 (chosen)": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8}
+    | {"dry_allowed_length": 4},
+    "brief t0 rp1.1": {"system": BRIEF_SYSTEM, "temperature": 0.0, "repeat_penalty": 1.1},
+    "brief t0 fp0.3": {"system": BRIEF_SYSTEM, "temperature": 0.0, "frequency_penalty": 0.3},
+    "brief t0 pp0.5": {"system": BRIEF_SYSTEM, "temperature": 0.0, "presence_penalty": 0.5},
+    "short t0": {"system": SHORT_SYSTEM, "temperature": 0.0},
+    "short t0 dry0.8 len4": {"system": SHORT_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8}
     | {"dry_allowed_length": 4},
     "brief t0.2 top_p0.9": {"system": BRIEF_SYSTEM, "temperature": 0.2, "top_p": 0.9, "min_p": 0.05},
     "brief t0.2 min_p0.1 dry0.8": {"system": BRIEF_SYSTEM, "temperature": 0.2, "top_p": 1.0, "min_p": 0.1}
@@ -184,7 +191,8 @@ def row(c: Candidate) -> str:
     cut = sum(a.finish == "length" for a in c.answers)
     longest = max(c.answers, key=lambda a: a.tokens)
     times = sorted(a.seconds for a in c.answers)
-    met = right >= 0.9 * len(c.answers) and longest.tokens <= GOAL_TOKENS and times[-1] < GOAL_SECONDS and not cut
+    # the goal counts length, not how an answer ended: one cut at max_tokens is shown, not failed
+    met = right >= 0.9 * len(c.answers) and longest.tokens <= GOAL_TOKENS and times[-1] < GOAL_SECONDS
     return (
         f"{c.name:<36}{f'{right}/{len(c.answers)}':>9}{cut:>9}{longest.tokens:>9}"
         f"{longest.seconds:>9.2f}s{times[-1]:>8.2f}s{times[len(times) // 2]:>7.2f}s  {'met' if met else 'missed'}"

