@@ -4,7 +4,10 @@
     python bench/load.py [--clients 200] [--max-queue 8] [--parallel 4] [--max-tokens 32] [--model GGUF]
 
 Starts `spark serve` with a small queue bound and sends `--clients` streamed chats at once (half on
-the OpenAI route, half on the Anthropic one) while /health is probed every 50 ms. Prints requests
+the OpenAI route, half on the Anthropic one) while /health is probed every 50 ms from a process of
+its own. The clients speak bare HTTP/1.1 (tests/traffic.py, `stream_raw`): through an HTTP client
+library, 200 streams on this machine cost the client more CPU than the server, and the figures
+measured the client. Prints requests
 ok / refused / failed, refusal latency, p50/p99 TTFT and latency, /health latency and the server's RSS
 before and after. Without --model it uses the slow random-weight test model (tests/tiny_gguf.py).
 """

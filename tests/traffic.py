@@ -9,6 +9,7 @@ overloaded status) or failed (anything else).
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import signal
@@ -142,39 +143,100 @@ def chat_body(api: str, model: str, max_tokens: int, content: str = "Say somethi
     }
 
 
+PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+
+
+class _Events:
+    """Reads one stream's SSE `data:` lines into its outcome."""
+
+    def __init__(self, start: float, cancel_after: int | None) -> None:
+        self.start, self.cancel_after = start, cancel_after
+        self.ttft: float | None = None
+        self.events = 0
+
+    def line(self, line: str) -> Outcome | None:
+        """The outcome once `line` ends the stream, else None."""
+        if not line.startswith("data: "):
+            return None
+        data = line[6:]
+        self.events += 1
+        now = time.perf_counter() - self.start
+        if '"error"' in data:
+            return Outcome("failed", 200, now, self.ttft, None, data[:300])
+        if self.ttft is None and ('"content":"' in data or '"text_delta"' in data):
+            self.ttft = now
+        if data == "[DONE]" or '"message_stop"' in data:
+            return Outcome("ok", 200, now, self.ttft)
+        if self.cancel_after is not None and self.events >= self.cancel_after:
+            return Outcome("ok", 200, now, self.ttft, None, "cancelled")
+        return None
+
+    def ended_early(self) -> Outcome:
+        return Outcome("failed", 200, time.perf_counter() - self.start, self.ttft, None, "the stream ended early")
+
+
+def _refusal_or_failure(api: str, status: int, start: float, retry_after: str | None, text: str) -> Outcome:
+    kind: Kind = "refused" if status == REFUSED_STATUS[api] else "failed"
+    return Outcome(kind, status, time.perf_counter() - start, None, retry_after, text)
+
+
 async def stream_once(
     client: httpx.AsyncClient, api: str, body: dict[str, object], *, cancel_after: int | None = None
 ) -> Outcome:
     """One streamed chat on `api` ("openai" or "anthropic"); with `cancel_after`, the client goes away
     after that many events (an ok outcome)."""
-    path = "/v1/chat/completions" if api == "openai" else "/v1/messages"
     start = time.perf_counter()
     try:
-        async with client.stream("POST", path, json=body) as r:
+        async with client.stream("POST", PATHS[api], json=body) as r:
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
-                kind: Kind = "refused" if r.status_code == REFUSED_STATUS[api] else "failed"
-                return Outcome(
-                    kind, r.status_code, time.perf_counter() - start, None, r.headers.get("retry-after"), text
-                )
-            ttft = None
-            events = 0
+                return _refusal_or_failure(api, r.status_code, start, r.headers.get("retry-after"), text)
+            events = _Events(start, cancel_after)
             async for line in r.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[6:]
-                events += 1
-                if '"error"' in data:
-                    return Outcome("failed", 200, time.perf_counter() - start, ttft, None, data[:300])
-                if ttft is None and ('"content":"' in data or '"text_delta"' in data):
-                    ttft = time.perf_counter() - start
-                if data == "[DONE]" or '"message_stop"' in data:
-                    return Outcome("ok", 200, time.perf_counter() - start, ttft)
-                if cancel_after is not None and events >= cancel_after:
-                    return Outcome("ok", 200, time.perf_counter() - start, ttft, None, "cancelled")
-            return Outcome("failed", 200, time.perf_counter() - start, ttft, None, "the stream ended early")
+                if (outcome := events.line(line)) is not None:
+                    return outcome
+            return events.ended_early()
     except httpx.HTTPError as e:
         return Outcome("failed", 0, time.perf_counter() - start, None, None, f"{type(e).__name__}: {e}")
+
+
+async def stream_raw(url: str, key: str, api: str, body: dict[str, object]) -> Outcome:
+    """`stream_once` over a bare HTTP/1.1 connection: hundreds of these cost the client little, so a
+    load test on one machine measures the server rather than its client library."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {PATHS[api]} HTTP/1.1\r\nhost: {host}:{port}\r\nauthorization: Bearer {key}\r\n"
+        f"anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
+    )
+    start = time.perf_counter()
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+    except OSError as e:
+        return Outcome("failed", 0, time.perf_counter() - start, None, None, f"connect: {e}")
+    try:
+        writer.write(head.encode() + payload)
+        status = int((await reader.readline()).split()[1])
+        headers: dict[str, str] = {}
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if status != 200:
+            text = (await reader.read()).decode(errors="replace")  # the server closes after it
+            return _refusal_or_failure(api, status, start, headers.get("retry-after"), text)
+        events, pending = _Events(start, None), b""
+        while size := int((await reader.readline()).strip() or b"0", 16):  # chunked: size line, data, CRLF
+            pending += (await reader.readexactly(size + 2))[:-2]
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                if (outcome := events.line(raw.decode().rstrip("\r"))) is not None:
+                    return outcome
+        return events.ended_early()
+    except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as e:
+        return Outcome("failed", 0, time.perf_counter() - start, None, None, f"{type(e).__name__}: {e}")
+    finally:
+        writer.close()
 
 
 def _probe_health(url: str, stop: Any, out: Any) -> None:
@@ -264,15 +326,13 @@ def run_load(served: Served, key: str, model: str, clients: int, *, max_tokens: 
     """`clients` streamed chats at once (half OpenAI, half Anthropic), with /health probed throughout."""
 
     async def main() -> tuple[list[Outcome], float]:
-        limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-        headers = {"authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}
-        async with httpx.AsyncClient(base_url=served.url, headers=headers, limits=limits, timeout=300) as client:
-            start = time.perf_counter()
-            apis = ["openai" if i % 2 == 0 else "anthropic" for i in range(clients)]
-            outcomes = await asyncio.gather(
-                *(stream_once(client, api, chat_body(api, model, max_tokens)) for api in apis)
-            )
-            return list(outcomes), time.perf_counter() - start
+        start = time.perf_counter()
+        apis = ["openai" if i % 2 == 0 else "anthropic" for i in range(clients)]
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*(stream_raw(served.url, key, api, chat_body(api, model, max_tokens)) for api in apis)),
+            300,
+        )
+        return list(outcomes), time.perf_counter() - start
 
     rss_before = served.rss_bytes()
     with health_probe(served.url) as (health, failures):

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from time import monotonic
-from typing import Literal
+from typing import Literal, cast
 
 from spark.engine import EngineInfo
 from spark.errors import RunnerFailed, SparkError, from_info
@@ -105,8 +105,8 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream socket's transport (uvloop's does not subclass asyncio.Transport)
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:

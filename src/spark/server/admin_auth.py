@@ -19,7 +19,7 @@ import hmac
 import ipaddress
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from spark.settings import Settings
 
 ADMIN_TOKEN_FILE = "admin.token"
 
-Guard = Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]
+Guard = Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Awaitable[None]]
 
 
 def admin_token_path(settings: Settings) -> Path:
@@ -121,7 +121,8 @@ class AdminAuth:
             f"{token} as `Authorization: Bearer TOKEN`."
         )
 
-    def guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        """Guard: refuse a request without admin credentials (`Unauthorized`)."""
+    async def guard(self, connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        """Guard: refuse a request without admin credentials (`Unauthorized`); a coroutine so that
+        Litestar runs it on the loop, not in a worker thread (see `spark.server.auth`)."""
         if not self.allows(connection):
             raise self.refusal()

@@ -34,8 +34,9 @@ def own_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
     return f"{connection.scope['scheme']}://{connection.headers.get('host', '')}"
 
 
-def same_origin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: refuse (403) a change sent from another origin with an ambient credential."""
+async def same_origin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: refuse (403) a change sent from another origin with an ambient credential (a
+    coroutine, run on the loop: see `spark.server.auth`)."""
     method = connection.scope.get("method", "GET")  # absent for websockets, which change nothing here
     if method in SAFE_METHODS or has_bearer(connection):
         return

@@ -30,6 +30,7 @@ from spark.server.console import ConsoleAuth
 from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
 from spark.server.log_output import LogOutput
 from spark.server.state import ServerState
+from spark.server.turns import Turns
 from spark.settings import Settings
 
 log = logging.getLogger("spark.server")
@@ -93,7 +94,7 @@ class SparkServer(uvicorn.Server):
 def make_server(settings: Settings, app: Litestar) -> uvicorn.Server:
     """A uvicorn server for `app` (run it with `server.run(sockets=[bind(...)])`)."""
     config = uvicorn.Config(
-        app,
+        Turns(app),
         log_level=settings.log_level,
         log_config=log_config(settings.log_level),
         lifespan="on",
