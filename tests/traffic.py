@@ -357,11 +357,11 @@ class SoakReport:
 
     def table(self) -> str:
         def span(values: list[int], scale: float = 1, unit: str = "") -> str:
+            """The first sample, one at each quarter of the run and the last: flat, or still growing."""
             if not values:
                 return "-"
-            return (
-                f"{values[0] / scale:.0f}{unit} -> {values[-1] / scale:.0f}{unit} (max {max(values) / scale:.0f}{unit})"
-            )
+            quarters = [values[min(len(values) - 1, q * len(values) // 4)] for q in range(5)]
+            return " -> ".join(f"{v / scale:.0f}{unit}" for v in quarters) + f" (max {max(values) / scale:.0f}{unit})"
 
         rows = [
             ("duration", f"{self.seconds:.0f} s"),
@@ -370,8 +370,8 @@ class SoakReport:
             ("runners killed", str(self.kills)),
             ("requests failed by a kill", str(self.killed_failures)),
             ("other 5xx / failed streams", str(len(self.server_errors))),
-            ("server fds first -> last", span(self.fds)),
-            ("server RSS first -> last", span(self.rss, 2**20, " MiB")),
+            ("server fds by quarter", span(self.fds)),
+            ("server RSS by quarter", span(self.rss, 2**20, " MiB")),
             ("runner processes after stop", str(self.runners_left)),
         ]
         width = max(len(k) for k, _ in rows)
