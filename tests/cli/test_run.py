@@ -106,6 +106,10 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
 def test_repl_ctrl_c_stops_the_answer_and_bye_exits(smollm2: Path) -> None:
     child = _repl("smollm2-135m-instruct-q4_1")
     child.sendline("/set parameter num_predict 2000")  # longer than the model's default, to be stopped
+    # one line at a time: typed ahead, the story would be echoed before the REPL printed this, and
+    # the words awaited below could be this line's (Ctrl+C would then meet the prompt, not the answer)
+    child.expect_exact("Set parameter 'num_predict' to '2000'.")
+    child.expect_exact(">>> ")
     child.sendline("Write a very long story about a dragon, with many chapters.")
     child.expect_exact("chapters.")  # the prompt's own echo, so that the words below are the answer's
     child.expect(r"\w+ \w+ \w+")  # the answer is streaming
