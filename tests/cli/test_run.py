@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,8 @@ def _repl(model: str) -> pexpect.spawn:
         encoding="utf-8",
         timeout=60,
         dimensions=(40, 200),
+        # as from a terminal: a test run started in the background inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     child.expect_exact(">>> ")
     return child
