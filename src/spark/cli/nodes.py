@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spark.cli.models import follow_pull
 from spark.cli.ps import NO_SERVER, AdminClient, connect
 from spark.errors import SparkError
 from spark.settings import load_settings
@@ -116,8 +117,6 @@ def pull(
     quant: str | None = typer.Option(None, "--quant", "-q", help="The quantization to pick (e.g. Q4_K_M)."),
 ) -> None:
     """Pull a model onto the node: a job that runs there, followed here until it ends (Ctrl+C cancels it)."""
-    from spark.cli.models import follow_pull  # models imports ps, as this module does: no cycle at import
-
     console = Console()
     job = follow_pull(_client(), _path(name, "pulls"), spec, quant, console, f"On the node '{name}'")
     done = "was already installed" if job.already_installed else "was added"
