@@ -18,7 +18,8 @@ import httpx
 import msgspec
 
 from spark.errors import NodeUnavailable
-from spark.fleet.registry import Registry, why
+from spark.fleet.hop import HopError, HopPool, HopResponse
+from spark.fleet.registry import Registry
 from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
 from spark.fleet.routing import LOCAL, Choice
 
@@ -47,7 +48,7 @@ class Opened:
         self,
         choice: Choice,
         attempts: list[Attempt],
-        response: httpx.Response | None = None,
+        response: HopResponse | None = None,
         first: bytes = b"",
         rest: AsyncIterator[bytes] | None = None,
     ) -> None:
@@ -70,8 +71,14 @@ class Unrouted(NodeUnavailable):
         self.attempts = attempts or []
 
 
+def new_hop_pool() -> HopPool:
+    """The central's connections to its nodes for routed requests (no read timeout: the request
+    timeout applies)."""
+    return HopPool(CONNECT_SECONDS)
+
+
 def new_client() -> httpx.AsyncClient:
-    """The central's connection pool to its nodes (no read timeout: the request timeout applies)."""
+    """The central's client for its other calls to nodes: health checks, admin calls."""
     timeout = httpx.Timeout(None, connect=CONNECT_SECONDS)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     # A request goes out as headers then body: without TCP_NODELAY the body waits for the
@@ -91,7 +98,7 @@ def routed_headers(headers: dict[str, str], secret: str, request_id: str, zero_r
 
 
 async def open_routed(
-    client: httpx.AsyncClient,
+    pool: HopPool,
     registry: Registry,
     choices: list[Choice],
     path: str,
@@ -113,13 +120,10 @@ async def open_routed(
             return Opened(choice, attempts)
         started = time.perf_counter()
         url, secret = registry.target(choice.name)
-        request = client.build_request(
-            "POST", url + path, content=body, headers=routed_headers(headers, secret, request_id, zero_retention)
-        )
         registry.started(choice.name)
         outcome, unreachable = "", False
         try:
-            response = await client.send(request, stream=True)
+            response = await pool.post(url + path, body, routed_headers(headers, secret, request_id, zero_retention))
             if response.status_code in RETRY_STATUSES:
                 await response.aclose()
                 outcome = f"answered {response.status_code}"
@@ -128,8 +132,8 @@ async def open_routed(
                 attempts.append(Attempt(choice.name, "ok", _ms(started)))
                 registry.succeeded(choice.name)
                 return Opened(choice, attempts, response, first, rest)
-        except httpx.HTTPError as e:
-            outcome, unreachable = why(e), isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+        except HopError as e:
+            outcome, unreachable = str(e), e.unreachable
         registry.ended(choice.name)
         registry.failed(choice.name, outcome, unreachable=unreachable)
         attempts.append(Attempt(choice.name, outcome, _ms(started)))
@@ -138,13 +142,13 @@ async def open_routed(
     raise Unrouted(f"No node could take the request (tried {tried}; {last_error}).", attempts)
 
 
-async def _first_bytes(response: httpx.Response, stream: bool) -> tuple[bytes, AsyncIterator[bytes] | None]:
+async def _first_bytes(response: HopResponse, stream: bool) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """A stream's first bytes and the rest to read, or a whole body (an answer that fails here
     goes elsewhere)."""
     try:
         if not stream or response.status_code != 200:
-            return await response.aread(), None
-        chunks = response.aiter_raw()
+            return await response.read(), None
+        chunks = aiter(response.chunks())
         async for chunk in chunks:
             if chunk:
                 return chunk, chunks

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import msgspec
 from litestar import Request, Response
 from litestar.background_tasks import BackgroundTask
@@ -26,7 +25,8 @@ from litestar.types import Scope
 from spark.api.common import finish_reason_in, usage_in
 from spark.errors import NodeUnavailable, SparkError
 from spark.fleet.forward import Opened, Unrouted, open_routed
-from spark.fleet.registry import Registry, why
+from spark.fleet.hop import HopError
+from spark.fleet.registry import Registry
 from spark.fleet.report import capacity
 from spark.fleet.routing import LOCAL, Choice, Place, affinity_key, choose
 from spark.server.errors import internal_error, log_unexpected
@@ -75,7 +75,7 @@ async def routed_response(
         recorder.decoded(decoded)
     try:
         opened = await open_routed(
-            state.fleet_client,
+            state.hop_pool,
             registry,
             choices,
             request.scope["path"],
@@ -129,8 +129,8 @@ async def _chunks(opened: Opened) -> AsyncIterator[bytes]:
 
 def _broken_off(scope: Scope, name: str, error: Exception) -> SparkError:
     """What the client is told when a relayed stream breaks off."""
-    if isinstance(error, httpx.HTTPError):
-        return NodeUnavailable(f"The fleet node '{name}' stopped answering during the response ({why(error)}).")
+    if isinstance(error, HopError):
+        return NodeUnavailable(f"The fleet node '{name}' stopped answering during the response ({error}).")
     log_unexpected(scope, error)
     return internal_error(scope)
 
@@ -174,8 +174,8 @@ def _relay(
                 recorder.relayed(numbers.usage, numbers.finish_reason)
         except Exception as e:
             error = _broken_off(scope, name, e)
-            if isinstance(e, httpx.HTTPError):
-                registry.failed(name, why(e), unreachable=True)
+            if isinstance(e, HopError):
+                registry.failed(name, str(e), unreachable=True)
             if recorder is not None:
                 recorder.failed(error)
             if fail is not None:
@@ -214,7 +214,3 @@ class _Numbers:
                     max(old.cached_tokens, usage.cached_tokens),
                 )
             self.finish_reason = finish_reason_in(payload) or self.finish_reason
-
-
-def _why(error: httpx.HTTPError) -> str:
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

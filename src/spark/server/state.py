@@ -9,7 +9,7 @@ from typing import Any, cast
 from litestar.connection import ASGIConnection
 
 from spark.events import EventBus
-from spark.fleet.forward import new_client
+from spark.fleet.forward import new_client, new_hop_pool
 from spark.fleet.member import Membership
 from spark.fleet.registry import Registry
 from spark.fleet.report import Capacity, Checksums, DecodeRates, capacity
@@ -46,7 +46,8 @@ class ServerState:
         self.metrics = Metrics()
         # the fleet: this server as a central (its nodes), and as a node of another (with `central`)
         self.fleet = Registry(NodeTable(self.db), self.events, settings.node_report_seconds)
-        self.fleet_client = new_client()
+        self.fleet_client = new_client()  # health checks and admin calls
+        self.hop_pool = new_hop_pool()  # routed requests
         self.member = Membership(settings, self.events, self._node_capacity) if settings.central else None
         self._checksums = Checksums()
         self.requests = RequestTable(self.db)
@@ -84,6 +85,7 @@ class ServerState:
         try:
             await asyncio.to_thread(self.pulls.close)
             await self.fleet_client.aclose()
+            await self.hop_pool.aclose()
             await self.scheduler.close()
         finally:
             self.events.close()
