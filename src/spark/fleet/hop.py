@@ -133,10 +133,13 @@ class HopPool:
 
     def put_back(self, connection: _Connection) -> None:
         idle = self._idle[connection.key]
+        now = time.monotonic()
+        while idle and now - idle[0].idle_since >= IDLE_SECONDS:  # the oldest, which reuse never reaches
+            idle.popleft().close()
         if len(idle) >= MAX_IDLE_PER_NODE or not connection.usable():
             connection.close()
             return
-        connection.idle_since = time.monotonic()
+        connection.idle_since = now
         idle.append(connection)
 
     async def aclose(self) -> None:
