@@ -29,6 +29,8 @@ def settled(app: SparkApp, *keys: str) -> Callable[[Pilot[None]], object]:
             await pilot.press(key)
             await pilot.pause(0.2)
         view = app.view()
+        assert view is not None
+        await app.reload(view)  # the poller would too, but on a busy machine perhaps after the picture
         if isinstance(view, RequestView):
             await until(pilot, lambda: view.record is not None, "the request")
         for line in app.screen.query(Input):
