@@ -100,6 +100,7 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
     child.expect_exact("Cleared the conversation.")
     child.sendline("/nonsense")
     child.expect_exact("Unknown command")
+    child.expect_exact(">>> ")  # readline has the terminal: a Ctrl-D typed before would be lost
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
