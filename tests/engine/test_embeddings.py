@@ -91,9 +91,9 @@ def test_pack_respects_token_and_sequence_limits() -> None:
 
 
 def test_normalize() -> None:
-    assert normalize(np.array([3.0, 4.0])) == pytest.approx([0.6, 0.8])
-    assert normalize(np.array([3.0, 4.0, 12.0]), 2) == pytest.approx([0.6, 0.8])
-    assert normalize(np.zeros(3)) == [0.0, 0.0, 0.0]
+    assert normalize([3.0, 4.0]) == pytest.approx([0.6, 0.8])
+    assert normalize([3.0, 4.0, 12.0], 2) == pytest.approx([0.6, 0.8])
+    assert normalize([0.0, 0.0, 0.0]) == [0.0, 0.0, 0.0]
 
 
 def test_minilm_similar_sentences_are_closer(minilm: Path) -> None:

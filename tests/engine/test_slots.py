@@ -13,6 +13,16 @@ def test_common_prefix() -> None:
     assert common_prefix([5], [1]) == 0
 
 
+def test_common_prefix_finds_the_first_difference_at_any_position() -> None:
+    base = list(range(1000))
+    for k in (0, 1, 255, 256, 257, 511, 999):
+        other = base.copy()
+        other[k] = -1
+        assert common_prefix(base, other) == k
+        assert common_prefix(base, tuple(other)) == k  # a list against a tuple too
+    assert common_prefix(base, base + [7]) == 1000
+
+
 def test_longest_shared_prefix_wins() -> None:
     a = Slot(0, [1, 2, 3], last_used=1.0)
     b = Slot(1, [1, 2, 3, 4, 5], last_used=2.0)

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-
-import numpy as np
-import numpy.typing as npt
 
 from spark.engine.native import Batch, Context
 from spark.errors import RunnerFailed
 
 
-def normalize(vector: npt.NDArray[np.float32], dimensions: int | None = None) -> list[float]:
+def normalize(vector: list[float], dimensions: int | None = None) -> list[float]:
     """`vector` cut to `dimensions` (when given) and scaled to unit length."""
     v = vector[:dimensions] if dimensions else vector
-    norm = float(np.linalg.norm(v))
-    out: list[float] = (v / norm if norm > 0 else v).tolist()
-    return out
+    norm = math.sqrt(math.fsum(x * x for x in v))
+    return [x / norm for x in v] if norm > 0 else v
 
 
 def pack(lengths: list[int], max_tokens: int, max_seqs: int) -> list[list[int]]:

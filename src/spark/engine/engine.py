@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Self
 
-import numpy as np
 import psutil
 
 from spark.engine import embeddings
@@ -534,11 +533,9 @@ class Engine:
         ends with the calls it made instead of being led on to max_tokens.
         """
         logits = self._ctx.logits(row, self._model.n_vocab)
-        if gen.logit_bias:
-            logits = logits.copy()
-            for token, bias in gen.logit_bias.items():
-                logits[token] += bias
-        best = int(np.argmax(logits))
+        for token, bias in (gen.logit_bias or {}).items():
+            logits[token] += bias
+        best = logits.index(max(logits))
         return not self._model.is_eog(best) and gen.sampler.allows(best)
 
     def _evaluate_images(self, slot: Slot, gen: Generation) -> bool:

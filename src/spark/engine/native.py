@@ -17,13 +17,9 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, cast
 
-import llama_cpp
-import numpy as np
-import numpy.typing as npt
-from llama_cpp import llama_cpp as lc
-
+from spark.engine.bindings import bindings_version, lc
 from spark.errors import ModelFileError, RunnerFailed
 from spark.units import format_bytes
 
@@ -87,7 +83,7 @@ def init_backend() -> None:
 
 def runtime_version() -> str:
     """The llama.cpp build in use (KV state files are only read back by the same one)."""
-    return f"llama-cpp-python {llama_cpp.__version__}"
+    return f"llama-cpp-python {bindings_version()}"
 
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
@@ -364,16 +360,16 @@ class Context:
         """Put a state from `save` into sequence `seq` (which should be empty); False when refused."""
         return bool(lc.llama_state_seq_set_data(self.ptr, data, len(data), seq) != 0)
 
-    def logits(self, row: int, n_vocab: int) -> npt.NDArray[np.float32]:
-        """The logits of output row `row` of the last decode (a view, valid until the next one)."""
-        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ptr, row), shape=(n_vocab,))
+    def logits(self, row: int, n_vocab: int) -> list[float]:
+        """The logits of output row `row` of the last decode (a copy)."""
+        return _floats(lc.llama_get_logits_ith(self.ptr, row), n_vocab)
 
-    def embedding(self, seq: int, n_embd: int) -> npt.NDArray[np.float32] | None:
-        """The pooled embedding of sequence `seq` after the last decode (a view, valid until the next one)."""
+    def embedding(self, seq: int, n_embd: int) -> list[float] | None:
+        """The pooled embedding of sequence `seq` after the last decode (a copy)."""
         ptr = lc.llama_get_embeddings_seq(self.ptr, seq)
         if not ptr:
             return None
-        return np.ctypeslib.as_array(ptr, shape=(n_embd,))
+        return _floats(ptr, n_embd)
 
     def close(self) -> None:
         if self.ptr:
@@ -381,28 +377,34 @@ class Context:
             self.ptr = ctypes.c_void_p(None)
 
 
+def _floats(ptr: ctypes._Pointer[ctypes.c_float], n: int) -> list[float]:
+    """The `n` floats at `ptr`, copied into a list (a memoryview cast reads them at C speed)."""
+    view = (ctypes.c_float * n).from_address(ctypes.addressof(ptr.contents))
+    return cast("list[float]", memoryview(view).cast("B").cast("f").tolist())
+
+
 class Batch:
-    """A reusable `llama_batch` whose arrays are numpy buffers we own (one sequence per token)."""
+    """A reusable `llama_batch` whose arrays are ctypes buffers we own (one sequence per token)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.n = 0
-        self.token = np.zeros(capacity, dtype=np.int32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.n_seq_id = np.ones(capacity, dtype=np.int32)
-        self.seq = np.zeros(capacity, dtype=np.int32)
-        self.logits = np.zeros(capacity, dtype=np.int8)
+        self.token = (ctypes.c_int32 * capacity)()
+        self.pos = (ctypes.c_int32 * capacity)()
+        self.n_seq_id = (ctypes.c_int32 * capacity)(*([1] * capacity))
+        self.seq = (ctypes.c_int32 * capacity)()
+        self.logits = (ctypes.c_int8 * capacity)()
         int_p = ctypes.POINTER(ctypes.c_int32)
-        base = self.seq.ctypes.data
+        base = ctypes.addressof(self.seq)
         self._seq_ptrs = (int_p * capacity)(*(ctypes.cast(base + 4 * i, int_p) for i in range(capacity)))
         self._struct = lc.llama_batch(
             n_tokens=0,
-            token=self.token.ctypes.data_as(int_p),
+            token=ctypes.cast(self.token, int_p),
             embd=None,
-            pos=self.pos.ctypes.data_as(int_p),
-            n_seq_id=self.n_seq_id.ctypes.data_as(int_p),
+            pos=ctypes.cast(self.pos, int_p),
+            n_seq_id=ctypes.cast(self.n_seq_id, int_p),
             seq_id=self._seq_ptrs,
-            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+            logits=ctypes.cast(self.logits, ctypes.POINTER(ctypes.c_int8)),
         )
 
     @property
@@ -427,11 +429,12 @@ class Batch:
 
         `output` says which of them produce logits/embeddings; returns the last index.
         """
-        i, j = self.n, self.n + len(tokens)
-        self.token[i:j] = tokens
-        self.pos[i:j] = np.arange(pos, pos + len(tokens), dtype=np.int32)
-        self.seq[i:j] = seq
-        self.logits[i:j] = 1 if output == "all" else 0
+        n = len(tokens)
+        i, j = self.n, self.n + n
+        self.token[i:j] = list(tokens)
+        self.pos[i:j] = list(range(pos, pos + n))
+        self.seq[i:j] = [seq] * n
+        self.logits[i:j] = [1 if output == "all" else 0] * n
         if output == "last":
             self.logits[j - 1] = 1
         self.n = j

@@ -11,8 +11,8 @@ import math
 import secrets
 
 import msgspec
-from llama_cpp import llama_cpp as lc
 
+from spark.engine.bindings import lc
 from spark.engine.native import Model, SamplerPointer
 from spark.errors import InvalidRequest
 from spark.types import DEFAULT_SAMPLING, SamplingParams

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from spark.engine.output import OutputParser, StopAtStrings
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
@@ -73,13 +71,20 @@ class Slot:
     persisted: list[int] = field(default_factory=list)
 
 
+_PREFIX_CHUNK = 256  # tokens compared at once by common_prefix
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
-    return int(diff[0]) if diff.size else n
+    # Slices compare at C speed: find the chunk where they part, then the token.
+    for i in range(0, n, _PREFIX_CHUNK):
+        j = min(i + _PREFIX_CHUNK, n)
+        if a[i:j] != b[i:j]:
+            for k in range(i, j):
+                if a[k] != b[k]:
+                    return k
+    return n
 
 
 def pick_slot(free: list[Slot], prompt: Sequence[int]) -> tuple[Slot, int]:

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import numpy as np
-
 from spark.engine.slots import common_prefix
 from spark.engine.snapshots import Snapshot, extends
 
@@ -85,7 +83,7 @@ class DiskEntry:
 
 
 def _tokens_bytes(tokens: Sequence[int]) -> bytes:
-    return np.asarray(tokens, dtype="<i4").tobytes()
+    return struct.pack(f"<{len(tokens)}i", *tokens)
 
 
 def file_name(tokens: Sequence[int]) -> str:
@@ -123,7 +121,7 @@ def _read_header(f: BinaryIO, identity: str) -> tuple[list[int], int, int]:
     crc = zlib.crc32(head)
     for part in (raw_identity, raw_count, raw_tokens, raw_length):
         crc = zlib.crc32(part, crc)
-    return np.frombuffer(raw_tokens, dtype="<i4").tolist(), n_data, crc
+    return list(struct.unpack(f"<{n_tokens}i", raw_tokens)), n_data, crc
 
 
 def read_entry(path: Path, identity: str) -> DiskEntry:

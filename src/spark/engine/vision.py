@@ -16,8 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llama_cpp import mtmd_cpp as mt
-
+from spark.engine.bindings import mt
 from spark.engine.image_header import MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, image_format, image_size, too_large
 from spark.engine.native import Context, LogBridge, Model
 from spark.errors import InvalidRequest, ModelFileError, RunnerFailed

@@ -1,0 +1,27 @@
+"""The engine uses llama.cpp's C API alone: a runner holds neither numpy nor llama-cpp-python's own classes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CODE = """
+import sys
+import spark.engine.engine, spark.engine.embeddings, spark.engine.snapshot_disk
+print(sorted({"numpy", "llama_cpp.llama", "llama_cpp.llama_chat_format"} & set(sys.modules)))
+"""
+
+
+def test_the_engine_imports_neither_numpy_nor_the_high_level_package() -> None:
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_bindings_report_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    from spark.engine.bindings import bindings_version, lc
+
+    assert bindings_version() == version("llama-cpp-python")
+    assert lc.llama_max_devices() >= 1
