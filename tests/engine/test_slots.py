@@ -20,7 +20,7 @@ def test_common_prefix_finds_the_first_difference_at_any_position() -> None:
         other[k] = -1
         assert common_prefix(base, other) == k
         assert common_prefix(base, tuple(other)) == k  # a list against a tuple too
-    assert common_prefix(base, base + [7]) == 1000
+    assert common_prefix(base, [*base, 7]) == 1000
 
 
 def test_longest_shared_prefix_wins() -> None:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 # each is imported on first use: the Hub client by a search or pull; numpy, gguf and
-# llama.cpp only ever in runner processes
-NOT_AT_START = ("huggingface_hub", "gguf", "numpy", "llama_cpp")
+# llama.cpp only ever in runner processes; pydantic and attrs never (Spark's types are msgspec's)
+NOT_AT_START = ("huggingface_hub", "gguf", "numpy", "llama_cpp", "pydantic", "attr")
 
 CODE = f"""
 import sys
