@@ -58,6 +58,9 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         _more_traffic(url, key, model)
         runners = psutil.Process(proc.pid).children(recursive=True)
         assert runners, "the chat started a runner process"
+        # the server took over the command's process, without the command line's libraries
+        assert psutil.Process(proc.pid).cmdline()[1:3] == ["-m", "spark.server"]
+        assert "_pydantic_core" not in Path(f"/proc/{proc.pid}/maps").read_text()
 
     finally:
         output = stop_server(proc, stop)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
+import msgspec
 import typer
 
 from spark.settings import load_settings
@@ -24,7 +27,12 @@ def serve(
     """Start the API server (OpenAI and Anthropic APIs under /v1). Stop it with Ctrl-C."""
     given = (("host", host), ("port", port), ("central", join), ("node_token", token))
     overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
-    settings = load_settings(**overrides)
+    settings = load_settings(**overrides)  # a bad option or setting is reported here, as by any command
+    if os.name == "posix":
+        # The server takes over this process (same pid and terminal) without the CLI's libraries.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "spark.server", msgspec.json.encode(overrides).decode()])
     # imported here so that other commands do not pay for loading the web stack
     from spark.server.run import serve as run_server
 
