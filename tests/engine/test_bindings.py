@@ -1,4 +1,5 @@
-"""The engine uses llama.cpp's C API alone: a runner holds neither numpy nor llama-cpp-python's own classes."""
+"""The engine uses llama.cpp's C API alone: a runner holds neither numpy nor llama-cpp-python's own classes
+(nor importlib.metadata, for its version)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 CODE = """
 import sys
 import spark.engine.engine, spark.engine.embeddings, spark.engine.snapshot_disk
-print(sorted({"numpy", "llama_cpp.llama", "llama_cpp.llama_chat_format"} & set(sys.modules)))
+print(sorted({"numpy", "llama_cpp.llama", "llama_cpp.llama_chat_format", "importlib.metadata"} & set(sys.modules)))
 """
 
 

@@ -12,10 +12,11 @@ that uses it too), that one is used.
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.metadata
 import importlib.util
+import re
 import sys
 import types
+from pathlib import Path
 
 
 def _package_without_init() -> None:
@@ -40,8 +41,14 @@ from llama_cpp import mtmd_cpp as mt  # noqa: E402
 
 
 def bindings_version() -> str:
-    """The installed llama-cpp-python's version."""
-    return importlib.metadata.version("llama-cpp-python")
+    """The installed llama-cpp-python's version (its package's `__version__`).
+
+    Read from the package's source rather than with `importlib.metadata`, which
+    would add a megabyte of imports (email, zipfile, csv) to every runner.
+    """
+    init = Path(lc.__file__).with_name("__init__.py").read_text(encoding="utf-8")
+    found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", init, re.MULTILINE)
+    return found.group(1) if found else "unknown"
 
 
 __all__ = ["bindings_version", "lc", "mt"]
