@@ -52,9 +52,9 @@ GIB = 2**30
 # (block size, bytes per block) of each KV cache type, as ggml stores it
 KV_BLOCKS: dict[str, tuple[int, int]] = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 
-# RSS of a runner before it loads a model: 51 MiB measured for Python with
-# spark.runners.child's imports (llama_cpp, msgspec, numpy) on Linux x86-64, rounded up
-# for thread stacks and socket buffers.
+# RSS of a runner before it loads a model: 35 MiB measured for Python with the engine's
+# imports (llama.cpp's bindings, msgspec, Jinja) on Linux x86-64, rounded up generously for
+# thread stacks, socket buffers and other platforms.
 RUNNER_BYTES = 64 * MIB
 LLAMA_FIXED_BYTES = 4 * MIB  # ggml contexts, thread pool, first decode (measured 1.5-3 MiB)
 TOKENIZER_FIXED_BYTES = 2 * MIB
