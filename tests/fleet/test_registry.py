@@ -74,13 +74,24 @@ def test_missed_reports_make_a_node_not_ready_then_unreachable(tmp_path: Path) -
 
     async def sweep() -> None:
         async with httpx.AsyncClient() as client:
-            await fleet.sweep(client)
+            await fleet.sweep(lambda: client)
 
     asyncio.run(sweep())
     view = fleet.view("gpu")
     assert view.state == "unreachable" and "GET /health failed" in (view.reason or "")
     assert fleet.places() == []
     fleet.report(node, REPORT)  # it is back
+    assert fleet.view("gpu").state == "ready"
+
+
+def test_a_sweep_of_nodes_that_report_makes_no_http_client(tmp_path: Path) -> None:
+    fleet = registry(tmp_path)
+    ready_node(fleet)
+
+    def no_client() -> httpx.AsyncClient:
+        raise AssertionError("no node is late: nothing to check")
+
+    asyncio.run(fleet.sweep(no_client))
     assert fleet.view("gpu").state == "ready"
 
 

@@ -2,7 +2,7 @@
 
 Run in a fresh process:
 `python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) [--log]`.
-The baseline RSS is taken after importing llama_cpp and msgspec (what a runner
+The baseline RSS is taken after importing llama.cpp's bindings and msgspec (what a runner
 has before it loads anything), so `growth` is what the model, its context and
 one full micro-batch decode added. `--log` sends llama.cpp's log (with its
 buffer sizes) to stderr.
@@ -14,9 +14,10 @@ import ctypes
 import json
 import sys
 
-import llama_cpp.llama_cpp as lc
 import msgspec  # noqa: F401  (a runner imports it; it belongs in the baseline)
 import psutil
+
+from spark.engine.bindings import lc
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
 SHOW_LOG = "--log" in sys.argv

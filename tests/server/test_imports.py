@@ -6,13 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-# each is imported on first use: the Hub client by a search or pull; numpy, gguf and
-# llama.cpp only ever in runner processes; pydantic and attrs never (Spark's types are msgspec's)
-NOT_AT_START = ("huggingface_hub", "gguf", "numpy", "llama_cpp", "pydantic", "attr")
+# each is imported on first use: the Hub client by a search or pull, httpx by a call out (a pull,
+# a remote image, a fleet); numpy, gguf and llama.cpp only ever in runner processes; pydantic and
+# attrs never (Spark's types are msgspec's)
+NOT_AT_START = ("huggingface_hub", "gguf", "numpy", "llama_cpp", "pydantic", "attr", "httpx")
 
 CODE = f"""
 import sys
-import spark.cli, spark.server.run
+import spark.server.__main__  # what `spark serve` hands its process to
 from spark.server.app import create_app
 from spark.settings import load_settings
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import httpx
 import msgspec
 
 from spark.errors import NodeUnavailable
@@ -22,6 +21,9 @@ from spark.fleet.hop import HopError, HopPool, HopResponse
 from spark.fleet.registry import Registry
 from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
 from spark.fleet.routing import LOCAL, Choice
+
+if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
+    import httpx
 
 MAX_TRIES: Final = 3  # the first place and at most 2 retries
 CONNECT_SECONDS: Final = 3.0
@@ -79,6 +81,8 @@ def new_hop_pool() -> HopPool:
 
 def new_client() -> httpx.AsyncClient:
     """The central's client for its other calls to nodes: health checks, admin calls."""
+    import httpx
+
     timeout = httpx.Timeout(None, connect=CONNECT_SECONDS)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     # A request goes out as headers then body: without TCP_NODELAY the body waits for the

@@ -19,10 +19,9 @@ import logging
 import socket
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 
 import spark
@@ -30,6 +29,9 @@ from spark.events import REQUEST_FINISHED, EventBus
 from spark.fleet.report import Capacity, DecodeRates, JoinAnswer, JoinRequest
 from spark.settings import Settings
 from spark.store.keys import key_hash
+
+if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
+    import httpx
 
 log = logging.getLogger("spark.fleet")
 
@@ -84,6 +86,8 @@ class Membership:
 
     async def run(self, url: str) -> None:
         """Join, then report until cancelled; every failure is retried at the report interval."""
+        import httpx
+
         rates = asyncio.create_task(self._watch_rates(), name="node decode rates")
         headers = {"authorization": f"Bearer {self._token}", "user-agent": f"spark/{spark.__version__}"}
         try:
@@ -116,6 +120,8 @@ class Membership:
 
     async def _call(self, client: httpx.AsyncClient, path: str, body: bytes) -> httpx.Response | None:
         """The central's answer; None (with the state noted) when it refused or could not be reached."""
+        import httpx
+
         try:
             response = await client.post(path, content=body, headers={"content-type": "application/json"})
         except httpx.HTTPError as e:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Final, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Literal
 
-import httpx
 import msgspec
 
 from spark.errors import Unauthorized
@@ -25,6 +25,9 @@ from spark.events import NODE_STATE, EventBus
 from spark.fleet.report import Capacity, JoinAnswer
 from spark.fleet.routing import Affinity, Place
 from spark.store.nodes import NodeRecord, NodeTable
+
+if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
+    import httpx
 
 log = logging.getLogger("spark.fleet")
 
@@ -184,8 +187,9 @@ class Registry:
             self._set(name, "unreachable", reason)
 
     # --- health ------------------------------------------------------------------
-    async def sweep(self, client: httpx.AsyncClient) -> None:
-        """Mark the nodes whose reports stopped, and check whether they still answer."""
+    async def sweep(self, client: Callable[[], httpx.AsyncClient]) -> None:
+        """Mark the nodes whose reports stopped, and check whether they still answer (with the
+        client `client()` returns: none is made while every node reports)."""
         now = time.monotonic()
         late = MISSED_REPORTS * self.report_seconds
         checks = []
@@ -197,10 +201,14 @@ class Registry:
                 self._set(name, "not_ready", f"no report for {silent:.0f} s")
             url = self._records[name].url
             if url is not None:
-                checks.append(self._check(client, name, url, silent))
-        await asyncio.gather(*checks)
+                checks.append((name, url, silent))
+        if checks:
+            http = client()
+            await asyncio.gather(*(self._check(http, *check) for check in checks))
 
     async def _check(self, client: httpx.AsyncClient, name: str, url: str, silent: float) -> None:
+        import httpx
+
         try:
             response = await client.get(url + "/health", timeout=HEALTH_TIMEOUT_SECONDS)
         except httpx.HTTPError as e:
@@ -266,6 +274,8 @@ class Registry:
 
 def why(error: httpx.HTTPError) -> str:
     """What went wrong talking to a node, in a few words."""
+    import httpx
+
     if isinstance(error, httpx.ConnectError):
         return f"cannot connect: {error}" if str(error) else "cannot connect"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

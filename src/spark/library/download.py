@@ -12,17 +12,29 @@ import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import msgspec
 
 from spark.errors import DownloadError
 from spark.units import format_bytes
 
+if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
+    import httpx
+
 CHUNK = 1 << 20
 RETRIES = 3  # extra attempts after a dropped connection, within one pull
 RETRY_DELAY_S = 0.5  # times the attempt number
-TIMEOUT = httpx.Timeout(60.0, connect=15.0)
+TIMEOUT_SECONDS = 60.0  # between two reads
+CONNECT_SECONDS = 15.0
+
+
+def open_client(headers: dict[str, str]) -> httpx.Client:
+    """The HTTP client of downloads from the Hub (redirects followed, to its file storage)."""
+    import httpx
+
+    timeout = httpx.Timeout(TIMEOUT_SECONDS, connect=CONNECT_SECONDS)
+    return httpx.Client(headers=headers, follow_redirects=True, timeout=timeout)
 
 
 class DownloadProgress(msgspec.Struct, frozen=True):
@@ -57,6 +69,8 @@ def download_file(
     the connection keeps dropping (the partial file is kept for the next try),
     or the checksum does not match (the partial file is deleted).
     """
+    import httpx
+
     part = part_path(dest)
     name = dest.name
     report = progress or (lambda _: None)
@@ -134,6 +148,8 @@ def _fetch(
 
 def read_start(client: httpx.Client, url: str, n: int, name: str) -> bytes:
     """The first `n` bytes of the file at `url` (all of it when shorter), with a Range request."""
+    import httpx
+
     try:
         with client.stream("GET", url, headers={"Range": f"bytes=0-{n - 1}"}) as r:
             _check_status(r, name, url)

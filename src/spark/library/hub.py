@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from urllib.parse import quote
 
-import httpx
 import msgspec
 
 from spark import __version__
@@ -23,6 +22,8 @@ from spark.settings import Settings
 
 def _transport_errors() -> tuple[type[Exception], ...]:
     """Connection-level errors of the HTTP clients huggingface_hub may be built on."""
+    import httpx
+
     errors: list[type[Exception]] = [httpx.HTTPError, OSError]
     try:
         import httpx2  # huggingface_hub >= 2 uses this fork of httpx

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-import httpx
 import msgspec
 
 from spark.errors import DownloadError, ModelFileError
-from spark.library.download import TIMEOUT, read_start
+from spark.library.download import open_client, read_start
 from spark.library.hub import Hub, HubFile
 from spark.library.metadata import GGUFInfo, read_remote_gguf_info
 from spark.library.naming import is_projector_filename
@@ -52,7 +51,7 @@ def read_repo(hub: Hub, repo: str, revision: str = "main") -> RepoModels:
     chosen = default if len(default.files) == 1 and default.files[0].size else min(singles, key=_size, default=default)
     first = chosen.files[0]
     try:
-        with httpx.Client(headers=hub.headers(), follow_redirects=True, timeout=TIMEOUT) as client:
+        with open_client(hub.headers()) as client:
             url = hub.file_url(repo, revision, first.path)
             name = PurePosixPath(first.path).name
             info = read_remote_gguf_info(lambda n: read_start(client, url, n, name), name, first.size or 0)

@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-import httpx
 import msgspec
 
 from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound
 from spark.library.catalog import Library
 from spark.library.disk import ensure_free_space
-from spark.library.download import TIMEOUT, ProgressFn, download_file, part_path
+from spark.library.download import ProgressFn, download_file, open_client, part_path
 from spark.library.entry import ModelEntry
 from spark.library.hub import Hub, HubFile
 from spark.library.metadata import read_gguf_info
@@ -228,7 +227,7 @@ def _download_and_register(
             max(0, (f.size or 0) - _size(part_path(d))) for f, d, ok in zip(wanted, dests, done, strict=True) if not ok
         )
         ensure_free_space(folder, remaining, f"{plan.repo}/{plan.files[0].path}")
-        with httpx.Client(headers=hub.headers(), follow_redirects=True, timeout=TIMEOUT) as client:
+        with open_client(hub.headers()) as client:
             for f, dest, ok in zip(wanted, dests, done, strict=True):
                 if ok:
                     continue

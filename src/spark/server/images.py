@@ -11,15 +11,17 @@ import ipaddress
 import socket
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio.to_thread
-import httpx
 
 from spark.api.common import ImageFetcher
 from spark.errors import InvalidRequest
 from spark.settings import Settings
 from spark.types import ChatRequest, ImagePart
+
+if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
+    import httpx
 
 FETCH_TIMEOUT_SECONDS = 10.0
 MAX_REDIRECTS = 5
@@ -36,6 +38,8 @@ def image_fetcher(settings: Settings) -> ImageFetcher | None:
     """
     if not settings.allow_remote_images:
         return None
+    import httpx
+
     limit = settings.max_image_bytes
     private_ok = settings.allow_private_image_hosts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from litestar.connection import ASGIConnection
 
@@ -24,6 +24,9 @@ from spark.store.keys import KeyTable
 from spark.store.nodes import NodeTable
 from spark.store.requests import RequestTable
 from spark.store.writer import LogWriter
+
+if TYPE_CHECKING:
+    import httpx
 
 FLUSH_WAIT_SECONDS = 1.0  # how long a read of the request log waits for the writer
 
@@ -46,7 +49,7 @@ class ServerState:
         self.metrics = Metrics()
         # the fleet: this server as a central (its nodes), and as a node of another (with `central`)
         self.fleet = Registry(NodeTable(self.db), self.events, settings.node_report_seconds)
-        self.fleet_client = new_client()  # health checks and admin calls
+        self._fleet_client: httpx.AsyncClient | None = None  # made on first use: see `fleet_client`
         self.hop_pool = new_hop_pool()  # routed requests
         self.member = Membership(settings, self.events, self._node_capacity) if settings.central else None
         self._checksums = Checksums()
@@ -61,6 +64,12 @@ class ServerState:
             if settings.log_retention_days
             else None
         )
+
+    def fleet_client(self) -> httpx.AsyncClient:
+        """The client of the central's health checks and admin calls to its nodes (made on first use)."""
+        if self._fleet_client is None:
+            self._fleet_client = new_client()
+        return self._fleet_client
 
     def _node_capacity(self, rates: DecodeRates) -> Capacity:
         """What this server reports to its central."""
@@ -84,7 +93,8 @@ class ServerState:
         """Stop every runner, write the pending request log and key uses, close the database."""
         try:
             await asyncio.to_thread(self.pulls.close)
-            await self.fleet_client.aclose()
+            if self._fleet_client is not None:
+                await self._fleet_client.aclose()
             await self.hop_pool.aclose()
             await self.scheduler.close()
         finally:

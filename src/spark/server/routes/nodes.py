@@ -11,10 +11,9 @@ itself lives in the core (`spark.fleet`); these handlers only translate.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath, JSONBody
@@ -23,6 +22,9 @@ from spark.errors import NodeUnavailable
 from spark.fleet.registry import NodeView, why
 from spark.fleet.report import ROUTE_HEADER
 from spark.server.state import state_of
+
+if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
+    pass
 
 
 class NewNode(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -106,8 +108,10 @@ async def _on_node(
         raise NodeUnavailable(f"The node '{name}' has not joined yet.", param="name")
     url, secret = registry.target(name)
     headers = {ROUTE_HEADER: secret, "content-type": "application/json"}
+    import httpx
+
     try:
-        answer = await state_of(request).fleet_client.request(method, url + path, content=body, headers=headers)
+        answer = await state_of(request).fleet_client().request(method, url + path, content=body, headers=headers)
     except httpx.HTTPError as e:
         raise NodeUnavailable(f"The node '{name}' did not answer: {why(e)}", param="name") from None
     return Response(answer.content, status_code=answer.status_code, media_type="application/json")
