@@ -82,11 +82,11 @@ def check_versions() -> Iterator[Check]:
     yield _ok("python", f"Python {platform.python_version()} ({sys.executable})")
     yield _ok("spark", f"Spark {spark.__version__}")
     try:
-        from spark.engine.bindings import bindings_version
+        import llama_cpp
     except Exception as e:  # a missing or broken build: every model needs it
         yield _fail("llama-cpp-python", f"cannot import llama_cpp: {e}", "re-run ./install.sh")
         return
-    yield _ok("llama-cpp-python", f"llama-cpp-python {bindings_version()}")
+    yield _ok("llama-cpp-python", f"llama-cpp-python {llama_cpp.__version__}")
 
 
 def build_features(system_info: str) -> dict[str, dict[str, str]]:
@@ -126,9 +126,9 @@ def check_build(system_info: str | None = None, flags: set[str] | None = None) -
     """What llama.cpp was compiled with, from its own report, and whether this CPU can use it well."""
     if system_info is None:
         try:
-            from spark.engine.bindings import lc
+            import llama_cpp
 
-            system_info = lc.llama_print_system_info().decode("utf-8", "replace")
+            system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
         except Exception as e:
             yield _fail("llama.cpp build", f"cannot read llama.cpp's build report: {e}", "re-run ./install.sh")
             return
@@ -201,9 +201,9 @@ def check_gpus(gpus: list[Gpu], gpu_build: bool) -> Iterator[Check]:
 
 def gpu_offload_supported() -> bool:
     try:
-        from spark.engine.bindings import lc
+        import llama_cpp
 
-        return bool(lc.llama_supports_gpu_offload())
+        return bool(llama_cpp.llama_supports_gpu_offload())
     except Exception:
         return False
 
