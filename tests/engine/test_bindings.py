@@ -26,3 +26,17 @@ def test_the_bindings_report_the_installed_version() -> None:
 
     assert bindings_version() == version("llama-cpp-python")
     assert lc.llama_max_devices() >= 1
+
+
+def test_llama_cpp_imported_after_the_engine_still_has_its_c_api_and_version() -> None:
+    code = (
+        "import spark.engine.bindings, llama_cpp\n"
+        "from spark.doctor import check_build, check_versions\n"
+        "print(llama_cpp.__version__, bool(llama_cpp.llama_print_system_info()))\n"
+        "print([c.status for c in [*check_versions(), *check_build()]].count('fail'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    from importlib.metadata import version
+
+    assert out.stdout.split() == [version("llama-cpp-python"), "True", "0"]

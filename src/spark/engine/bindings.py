@@ -19,6 +19,17 @@ import types
 from pathlib import Path
 
 
+def bindings_version() -> str:
+    """The installed llama-cpp-python's version (its package's `__version__`).
+
+    Read from the package's source rather than with `importlib.metadata`, which
+    would add a megabyte of imports (email, zipfile, csv) to every runner.
+    """
+    init = Path(sys.modules["llama_cpp.llama_cpp"].__file__ or "").with_name("__init__.py").read_text(encoding="utf-8")
+    found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", init, re.MULTILINE)
+    return found.group(1) if found else "unknown"
+
+
 def _package_without_init() -> None:
     """Put an empty `llama_cpp` package in `sys.modules` so that its submodules import alone."""
     if "llama_cpp" in sys.modules:
@@ -32,23 +43,17 @@ def _package_without_init() -> None:
     package.__spec__.submodule_search_locations = package.__path__
     package.__file__ = spec.origin
     sys.modules["llama_cpp"] = package
+    # What the real package has besides its classes, for code that imports `llama_cpp` after us:
+    # the C API at top level (its `from .llama_cpp import *`) and `__version__`.
+    from llama_cpp import llama_cpp as c_api
+
+    package.__dict__.update({k: v for k, v in vars(c_api).items() if not k.startswith("_")})
+    package.__dict__["__version__"] = bindings_version()
 
 
 _package_without_init()
 
 from llama_cpp import llama_cpp as lc  # noqa: E402
 from llama_cpp import mtmd_cpp as mt  # noqa: E402
-
-
-def bindings_version() -> str:
-    """The installed llama-cpp-python's version (its package's `__version__`).
-
-    Read from the package's source rather than with `importlib.metadata`, which
-    would add a megabyte of imports (email, zipfile, csv) to every runner.
-    """
-    init = Path(lc.__file__).with_name("__init__.py").read_text(encoding="utf-8")
-    found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", init, re.MULTILINE)
-    return found.group(1) if found else "unknown"
-
 
 __all__ = ["bindings_version", "lc", "mt"]
