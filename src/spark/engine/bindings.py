@@ -11,6 +11,7 @@ that uses it too), that one is used.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import re
@@ -19,6 +20,7 @@ import types
 from pathlib import Path
 
 
+@functools.cache
 def bindings_version() -> str:
     """The installed llama-cpp-python's version (its package's `__version__`).
 
