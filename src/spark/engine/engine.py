@@ -32,7 +32,7 @@ from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.snapshot_cache import PERSIST_IDLE_SECONDS, SnapshotCache
 from spark.engine.snapshot_disk import DiskSnapshots, layout_identity
 from spark.engine.snapshots import SnapshotStore
-from spark.engine.speculative import NgramDrafter
+from spark.engine.speculative import DecodeCosts, NgramDrafter
 from spark.engine.text import TextStream
 from spark.engine.vision import Projector
 from spark.errors import RunnerFailed, SparkError
@@ -130,6 +130,7 @@ class Engine:
         self._embedding = options.embedding
         # Rejected draft tokens must leave the cache: a recurrent state cannot drop them.
         self._speculative = options.speculative and not options.embedding and model.can_trim
+        self._costs = DecodeCosts()  # what steps cost by batch size: whether a draft pays
         if options.embedding:
             arch = model.meta("general.architecture") or ""
             # A model that names no pooling would give per-token vectors: pool by mean.
@@ -418,15 +419,16 @@ class Engine:
         generating = [s for s in self._slots if s.work is not None and s.work.token >= 0]
         chunks: list[tuple[Slot, int]] = []
         spare = min(batch.capacity - len(generating), MAX_BATCH_DRAFT)
+        drafted = 0
         for slot in generating:
             gen = slot.work
             assert gen is not None
             pos = len(slot.cached)
             gen.row = batch.add(gen.token, pos, slot.id, True)
-            gen.draft = self._draft(gen, pos, spare)
+            gen.draft = self._draft(gen, pos, spare - drafted, len(generating), drafted)
             if gen.draft:  # verified in this batch: logits at every drafted position
                 batch.add_run(gen.draft, pos + 1, slot.id, "all")
-                spare -= len(gen.draft)
+                drafted += len(gen.draft)
         budget = min(batch.room, self._prompt_budget)
         for slot in self._slots:
             gen = slot.work
@@ -448,6 +450,7 @@ class Engine:
         if batch.n == 0:
             return
 
+        started = time.perf_counter()
         status = batch.decode(self._ctx)
         self._progress += 1
         if status != 0:
@@ -484,18 +487,21 @@ class Engine:
                 gen.drafter.accepted += 1
             if draft:
                 assert gen.drafter is not None
-                gen.drafter.adapt(len(draft), n)
+                gen.drafter.verified(len(draft), n)
                 if n < len(draft):
                     self._drop_rejected(slot, gen)
+        if not chunks and self._speculative:  # a step of generation alone, its sampling included
+            self._costs.observe(batch.n, time.perf_counter() - started)
 
-    def _draft(self, gen: Generation, pos: int, spare: int) -> list[int]:
-        """Tokens to verify after `gen.token` (fed at `pos`): none past the context, max_tokens or `spare`."""
+    def _draft(self, gen: Generation, pos: int, spare: int, generating: int, drafted: int) -> list[int]:
+        """Tokens to verify after `gen.token` (fed at `pos`): none past the context, max_tokens or
+        `spare`, and only as many as pay in a batch of `generating` slots' tokens and `drafted` others."""
         if gen.drafter is None or gen.forced:
             return []
         room = min(spare, self._n_ctx - 2 - pos)
         if gen.max_tokens is not None:
             room = min(room, gen.max_tokens - gen.n_generated - 1)
-        return gen.drafter.draft(room)
+        return gen.drafter.draft(room, self._costs, generating + drafted, generating)
 
     def _drop_rejected(self, slot: Slot, gen: Generation) -> None:
         """Remove the KV of draft tokens past `slot.cached` (rejected, or past the output's end)."""

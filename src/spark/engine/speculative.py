@@ -21,33 +21,78 @@ distribution; greedy output is token for token the same, and so is seeded
 sampled output (the RNG is drawn once per output token either way), up to
 the floating-point differences of batched evaluation.
 
-Why it never costs much. The draft length adapts to acceptance (doubling
-after a draft accepted whole, down to what was accepted otherwise), and a
-slot whose drafts keep failing pauses drafting for ever longer stretches
-(16, 32, 64, ... tokens), which turns speculation off for answers that copy
-nothing while it comes back for ones that start copying.
+Why it never costs much. A draft is worth its place in the batch only when
+the tokens it is expected to add outweigh what the longer batch costs, and
+both depend on the machine and the model: on a GPU, or with a quantization
+that has batched kernels, verifying 8 tokens costs little more than
+decoding one; with others (Q4_1 on AVX2) each verified token costs almost a
+whole decode step. So the engine measures what its batches cost by size
+(`DecodeCosts`), the drafter measures how often its guesses hold by how long
+the match behind them is (a guess after 20 tokens that repeat earlier text
+holds far more often than one after 2), and each step drafts the number of
+tokens that gives the most expected tokens per second, which is none where
+guessing does not pay: free chat then runs as without speculation, while
+copied stretches are drafted whole.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from spark.engine.vision import IMAGE_TOKEN
 
 # n-gram sizes looked up, longest first: a longer match predicts better.
 NGRAM_SIZES = (6, 4, 3, 2)
-FIRST_DRAFT = 4  # tokens drafted at first
 MAX_DRAFT = 16  # most tokens one slot drafts in one step
-MISSES_TO_PAUSE = 3  # drafts in a row with nothing accepted before a slot pauses
-FIRST_PAUSE = 16  # tokens of the first pause; each next pause is twice as long
-MAX_PAUSE = 4096
+# How often a drafted token is confirmed, by how many tokens before it repeat the earlier text (the
+# match length, from 2): buckets start at these lengths, with the rate assumed before any is measured.
+MATCH_BUCKETS = (2, 3, 4, 6, 10, 20)
+PRIOR_RATES = (0.5, 0.55, 0.65, 0.75, 0.85, 0.95)
+PRIOR_WEIGHT = 2.0  # the prior counts as this many drafted tokens
+# Until a batch size has been measured, each token past the first is assumed to cost this share
+# of a one-token step: hopeful, so that drafting is tried and the true cost gets measured.
+PRIOR_TOKEN_COST = 0.25
+COST_SMOOTHING = 0.2  # weight of the newest measurement of a batch size
+
+
+class DecodeCosts:
+    """What a decode step costs by the number of tokens in its batch, measured as the engine runs."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[int, float] = {}  # batch size -> smoothed seconds
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        """Record a step that decoded `n_tokens` tokens of generation (no prompt) in `seconds`."""
+        old = self._seconds.get(n_tokens)
+        # smoothed by ratio, not difference: a step slowed by something else (another process, a
+        # page fault) pulls the estimate up no more than a fast one pulls it down
+        self._seconds[n_tokens] = seconds if old is None else old * (seconds / old) ** COST_SMOOTHING
+
+    def seconds(self, n_tokens: int) -> float:
+        """The expected cost of a batch of `n_tokens`: measured, else interpolated between the
+        nearest measured sizes, else extrapolated with `PRIOR_TOKEN_COST` (in units of one token's
+        step when nothing is measured yet)."""
+        measured = self._seconds
+        if (exact := measured.get(n_tokens)) is not None:
+            return exact
+        smallest = min(measured, default=1)
+        one = measured.get(smallest, 1.0) / (1 + PRIOR_TOKEN_COST * (smallest - 1))  # a one-token step
+        below = max((n for n in measured if n < n_tokens), default=None)
+        if below is None:
+            return one * (1 + PRIOR_TOKEN_COST * (n_tokens - 1))
+        above = min((n for n in measured if n > n_tokens), default=None)
+        if above is None:
+            return measured[below] + one * PRIOR_TOKEN_COST * (n_tokens - below)
+        share = (n_tokens - below) / (above - below)
+        return measured[below] + share * (measured[above] - measured[below])
 
 
 class NgramDrafter:
     """Drafts the next tokens of one generation from its prompt and output so far.
 
     `push` every output token, `draft` before a step; after it add the confirmed
-    tokens to `accepted` and call `adapt`.
+    tokens to `accepted` and call `verified`.
     """
 
     def __init__(self, prompt: Sequence[int]) -> None:
@@ -59,12 +104,12 @@ class NgramDrafter:
         for n in NGRAM_SIZES:
             ngrams = zip(*(t[i:] for i in range(n)), strict=False)  # each n-gram, by where it starts
             self._index[n] = dict(zip(ngrams, range(n, len(t)), strict=False))  # later ones overwrite earlier
-        self.limit = FIRST_DRAFT
         self.drafted = 0  # tokens drafted over the whole generation
         self.accepted = 0  # of which the model confirmed
-        self._misses = 0
-        self._pause = 0  # steps left without drafting
-        self._next_pause = FIRST_PAUSE
+        # confirmed and drafted tokens by match bucket, the prior included
+        self._confirmed = [rate * PRIOR_WEIGHT for rate in PRIOR_RATES]
+        self._tried = [PRIOR_WEIGHT] * len(PRIOR_RATES)
+        self._match = 0  # match length behind the last draft
 
     def push(self, token: int) -> None:
         """Add an output token to the history."""
@@ -75,41 +120,63 @@ class NgramDrafter:
             if end >= n:
                 index[tuple(t[end - n : end])] = end
 
-    def draft(self, n_max: int) -> list[int]:
-        """Up to `min(n_max, limit)` tokens guessed to follow the history; [] for no guess."""
-        if self._pause > 0:
-            self._pause -= 1
+    def draft(self, n_max: int, costs: DecodeCosts, in_batch: int = 1, outputs: int = 1) -> list[int]:
+        """The tokens guessed to follow the history, as many (up to `n_max` and `MAX_DRAFT`) as give
+        the step the most expected output per second; [] when no guess pays.
+
+        `in_batch` tokens are in the batch already (this slot's next token among them) and the step
+        is to give `outputs` tokens without this draft (one per generating slot)."""
+        n_max = min(n_max, MAX_DRAFT)
+        if n_max <= 0 or (found := self._lookup()) is None:
             return []
-        n_max = min(n_max, self.limit)
-        if n_max <= 0:
+        start, match = found
+        t = self._tokens
+        best, best_rate = 0, outputs / costs.seconds(in_batch)
+        expected, chain = 0.0, 1.0  # tokens expected from a draft of k, chance all k hold
+        for k in range(1, n_max + 1):
+            chain *= self._rate(match + k - 1)
+            expected += chain
+            rate = (outputs + expected) / costs.seconds(in_batch + k)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        if best == 0:
             return []
+        guess = t[start : start + best]
+        period = len(t) - start
+        while len(guess) < best:  # a match close to the end repeats: the guess goes on repeating
+            guess.append(guess[len(guess) - period])
+        if IMAGE_TOKEN in guess:  # an image position is no token to draft
+            guess = guess[: guess.index(IMAGE_TOKEN)]
+        self.drafted += len(guess)
+        self._match = match
+        return guess
+
+    def verified(self, n_drafted: int, n_accepted: int) -> None:
+        """Learn from how much of the last draft (`n_drafted` tokens) the model confirmed."""
+        for k in range(min(n_accepted + 1, n_drafted)):
+            bucket = _bucket(self._match + k)
+            self._tried[bucket] += 1
+            self._confirmed[bucket] += k < n_accepted
+
+    def _rate(self, match: int) -> float:
+        bucket = _bucket(match)
+        return self._confirmed[bucket] / self._tried[bucket]
+
+    def _lookup(self) -> tuple[int, int] | None:
+        """Where the guess starts in the history and the match length behind it, for the longest
+        n-gram whose earlier occurrence matches the history's end."""
         t = self._tokens
         for n, index in self._index.items():
             if len(t) <= n:
                 continue
             start = index.get(tuple(t[-n:]))
             if start is not None:
-                guess = t[start : start + n_max]
-                period = len(t) - start
-                while len(guess) < n_max:  # a match close to the end repeats: the guess goes on repeating
-                    guess.append(guess[len(guess) - period])
-                if IMAGE_TOKEN in guess:  # an image position is no token to draft
-                    guess = guess[: guess.index(IMAGE_TOKEN)]
-                self.drafted += len(guess)
-                return guess
-        return []
+                match, longest = n, min(start, MATCH_BUCKETS[-1])
+                while match < longest and t[start - 1 - match] == t[-1 - match]:
+                    match += 1
+                return start, match
+        return None
 
-    def adapt(self, n_drafted: int, n_accepted: int) -> None:
-        """Adapt to how much of an `n_drafted`-token draft the model confirmed (counted in `accepted`)."""
-        if n_accepted == n_drafted:
-            self.limit = min(MAX_DRAFT, 2 * self.limit)
-        else:
-            self.limit = max(1, n_accepted + 1)
-        if n_accepted:
-            self._misses = 0
-            return
-        self._misses += 1
-        if self._misses >= MISSES_TO_PAUSE:
-            self._misses = 0
-            self._pause = self._next_pause
-            self._next_pause = min(MAX_PAUSE, 2 * self._next_pause)
+
+def _bucket(match: int) -> int:
+    return bisect_right(MATCH_BUCKETS, match) - 1
