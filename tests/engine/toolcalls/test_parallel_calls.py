@@ -229,7 +229,9 @@ def test_a_forced_call_with_parallel_calls_ends_where_the_model_would_not_go_on(
             hermes_engine, chat(tool_choice=ToolChoice("required", "add"), parallel_tool_calls=False), seed, 300
         )
         assert calls(c.events) == calls(single.events) and len(calls(c.events)) == 1
-        assert isinstance(single.final, Done) and c.final.usage == single.final.usage, "ended on the same token"
+        assert isinstance(single.final, Done)
+        # ended on the same token (how much was drafted depends on the step costs measured meanwhile)
+        assert c.final.usage.completion_tokens == single.final.usage.completion_tokens
     # A model that writes its end token after a call ends cleanly, with all its calls.
     c = run(hermes_engine, request, 0, max_tokens=300, logit_bias={hermes_engine._model.eos: 200.0})
     assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls"
