@@ -29,7 +29,7 @@ from runners.helpers import (
     short_chat,
     wait_until,
 )
-from spark.errors import InvalidRequest, Overloaded, PlacementRefused
+from spark.errors import InvalidRequest, ModelNotFound, Overloaded, PlacementRefused
 from spark.library import Library, ModelSettings
 from spark.library.metadata import read_gguf_info
 from spark.placement import MemoryEstimate, estimate_load, model_shape
@@ -314,6 +314,10 @@ def test_past_the_queue_bound_a_request_is_refused_at_once(library: Library, slo
                 await collect(scheduler.stream(short_chat(slow_model)))
             assert monotonic() - started < 1.0, "refused at once, not after waiting"
             assert e.value.message.startswith(f"The model {slow_model} has 1 requests waiting (SPARK_MAX_QUEUE=1)")
+            with pytest.raises(Overloaded):  # the same refusal, without starting the request
+                scheduler.check(short_chat(slow_model))
+            with pytest.raises(ModelNotFound):
+                scheduler.check(short_chat("no-such-model"))
             assert not second.done(), "the queued request still waits"
         finally:
             await first.aclose()

@@ -22,7 +22,7 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         model_id=entry.id,
         path=entry.path,
         n_ctx=n_ctx,
-        n_parallel=entry.settings.parallel or settings.parallel,
+        n_parallel=parallel_slots(entry, settings),
         n_threads=settings.threads,
         kv_type=entry.settings.kv_type or settings.kv_type,
         speculative=settings.speculative if entry.settings.speculative is None else entry.settings.speculative,
@@ -34,6 +34,11 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         snapshot_disk_bytes=settings.snapshot_disk_bytes,
         snapshot_dir=str(settings.snapshots_dir),
     )
+
+
+def parallel_slots(entry: ModelEntry, settings: Settings) -> int:
+    """How many requests `entry` answers at once: its own setting, else the server's."""
+    return entry.settings.parallel or settings.parallel
 
 
 def _default_sampling(model: SamplingParams, settings: Settings) -> SamplingParams:

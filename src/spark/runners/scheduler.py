@@ -59,7 +59,7 @@ from spark.placement import (
     plan_placement,
 )
 from spark.placement.baseline import idle_runner_bytes
-from spark.runners.options import load_options, settings_changes
+from spark.runners.options import load_options, parallel_slots, settings_changes
 from spark.runners.spare import SpareRunner
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
@@ -230,6 +230,12 @@ class Scheduler:
             async for event in events:
                 yield event
 
+    def check(self, request: Request) -> None:
+        """Raise now what `stream` would raise for `request` before it waits for anything (shutting
+        down, unknown model, a full queue, a bad keep-alive), so that a refusal costs its caller no
+        turn of the event loop: under a burst, each turn is the whole burst's work."""
+        self._admission(request.model, request.keep_alive)
+
     async def count_tokens(self, request: Request, trace: Trace = NO_TRACE) -> int:
         """Prompt tokens of `request` on its model (loading the model if needed)."""
         async with self._use(request.model, request.keep_alive, trace) as runner:
@@ -332,19 +338,9 @@ class Scheduler:
     async def _use(self, model_name: str, keep_alive: float | None, trace: Trace) -> AsyncIterator[_Runner]:
         """The runner for a request for `model_name`, held busy (never unloaded) until the block ends;
         `keep_alive` is the request's own (None: the admin's for the model, else the settings')."""
-        if self._closed:
-            raise ShuttingDown("The server is shutting down and takes no new requests.")
-        if keep_alive is not None:
-            self._keep_alive(keep_alive)
-        entry = self._library.get(model_name)
+        entry, waiting = self._admission(model_name, keep_alive)
         options = load_options(entry, self._settings)
         model = entry.id
-        waiting = self._pending[model] - options.n_parallel
-        if waiting >= self._settings.max_queue:
-            raise Overloaded(
-                f"The model {model} has {waiting} requests waiting (SPARK_MAX_QUEUE={self._settings.max_queue}); "
-                "try again shortly."
-            )
         if self._watcher is None:  # started here: the scheduler may be made before the loop runs
             self._watcher = asyncio.create_task(self._watch_idle(), name="unload idle models")
         # requests ahead of this one that wait for a slot (0: a slot is free, once the model is loaded)
@@ -374,6 +370,22 @@ class Scheduler:
                     self._report_estimate(runner)
             self._changed.set()
             self._wake.set()
+
+    def _admission(self, model_name: str, keep_alive: float | None) -> tuple[ModelEntry, int]:
+        """The model's entry and how many requests wait for its slots; raises when a request for it
+        is refused at once (see `check`)."""
+        if self._closed:
+            raise ShuttingDown("The server is shutting down and takes no new requests.")
+        if keep_alive is not None:
+            self._keep_alive(keep_alive)
+        entry = self._library.get(model_name)
+        waiting = self._pending[entry.id] - parallel_slots(entry, self._settings)
+        if waiting >= self._settings.max_queue:
+            raise Overloaded(
+                f"The model {entry.id} has {waiting} requests waiting "
+                f"(SPARK_MAX_QUEUE={self._settings.max_queue}); try again shortly."
+            )
+        return entry, waiting
 
     @staticmethod
     def _keep_alive(seconds: float) -> None:

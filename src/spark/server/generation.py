@@ -74,14 +74,15 @@ class Generation:
         recorder: RequestRecorder | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
-        self._drain = state.drain
-        self._drain.add(self)  # refused (ShuttingDown) once the server is stopping
         self._recorder = recorder
         if recorder is not None:
             recorder.decoded(request)
             if recorder.zero_retention and isinstance(request, (ChatRequest, CompletionRequest)):
                 # the runner writes no KV snapshot of it to disk
                 request = msgspec.structs.replace(request, zero_retention=True)
+        state.scheduler.check(request)  # a refusal is raised here, with no task started
+        self._drain = state.drain
+        self._drain.add(self)  # refused (ShuttingDown) once the server is stopping
         self._timeout = state.timeout
         self._deadline = None if state.timeout is None else loop.time() + state.timeout
         self._queue: asyncio.Queue[Event | Exception | _End] = asyncio.Queue()
