@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
+from spark.errors import InvalidRequest
 from spark.library import ModelEntry
 from spark.settings import Settings
 from spark.types import LoadOptions, SamplingParams
@@ -34,6 +37,12 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         snapshot_disk_bytes=settings.snapshot_disk_bytes,
         snapshot_dir=str(settings.snapshots_dir),
     )
+
+
+def check_keep_alive(seconds: float) -> None:
+    """Refuse a keep-alive that is no number of seconds (`InvalidRequest`)."""
+    if math.isnan(seconds):
+        raise InvalidRequest("keep_alive must be a number of seconds (negative: keep loaded)", param="keep_alive")
 
 
 def parallel_slots(entry: ModelEntry, settings: Settings) -> int:

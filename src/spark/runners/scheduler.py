@@ -36,7 +36,6 @@ import msgspec
 from spark import trace as steps
 from spark.errors import (
     Cancelled,
-    InvalidRequest,
     ModelNotFound,
     Overloaded,
     PlacementRefused,
@@ -59,7 +58,7 @@ from spark.placement import (
     plan_placement,
 )
 from spark.placement.baseline import idle_runner_bytes
-from spark.runners.options import load_options, parallel_slots, settings_changes
+from spark.runners.options import check_keep_alive, load_options, parallel_slots, settings_changes
 from spark.runners.spare import SpareRunner
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
@@ -231,9 +230,8 @@ class Scheduler:
                 yield event
 
     def check(self, request: Request) -> None:
-        """Raise now what `stream` would raise for `request` before it waits for anything (shutting
-        down, unknown model, a full queue, a bad keep-alive), so that a refusal costs its caller no
-        turn of the event loop: under a burst, each turn is the whole burst's work."""
+        """Raise now what `stream` raises before it waits (shutting down, unknown model, full queue, bad
+        keep-alive): a refusal then costs no turn of the event loop, under a burst the burst's work."""
         self._admission(request.model, request.keep_alive)
 
     async def count_tokens(self, request: Request, trace: Trace = NO_TRACE) -> int:
@@ -256,7 +254,7 @@ class Scheduler:
     def set_keep_alive(self, model: str, keep_alive: float) -> RunnerState:
         """Keep the loaded `model` for `keep_alive` seconds once idle (negative: forever), until a
         request names its own. `ModelNotFound` for an unknown model, `RunnerNotFound` when not loaded."""
-        self._keep_alive(keep_alive)
+        check_keep_alive(keep_alive)
         entry = self._library.get(model)
         runner = self._runners.get(entry.id)
         if runner is None or runner.process.status in ("failed", "stopped"):
@@ -372,25 +370,18 @@ class Scheduler:
             self._wake.set()
 
     def _admission(self, model_name: str, keep_alive: float | None) -> tuple[ModelEntry, int]:
-        """The model's entry and how many requests wait for its slots; raises when a request for it
-        is refused at once (see `check`)."""
+        """The model's entry and how many requests wait for its slots; raises what `check` raises."""
         if self._closed:
             raise ShuttingDown("The server is shutting down and takes no new requests.")
         if keep_alive is not None:
-            self._keep_alive(keep_alive)
+            check_keep_alive(keep_alive)
         entry = self._library.get(model_name)
         waiting = self._pending[entry.id] - parallel_slots(entry, self._settings)
-        if waiting >= self._settings.max_queue:
+        if waiting >= (limit := self._settings.max_queue):
             raise Overloaded(
-                f"The model {entry.id} has {waiting} requests waiting "
-                f"(SPARK_MAX_QUEUE={self._settings.max_queue}); try again shortly."
+                f"The model {entry.id} has {waiting} requests waiting (SPARK_MAX_QUEUE={limit}); try again shortly."
             )
         return entry, waiting
-
-    @staticmethod
-    def _keep_alive(seconds: float) -> None:
-        if math.isnan(seconds):
-            raise InvalidRequest("keep_alive must be a number of seconds (negative: keep loaded)", param="keep_alive")
 
     async def _runner_for(self, entry: ModelEntry, options: LoadOptions, trace: Trace) -> _Runner:
         model = entry.id
