@@ -79,8 +79,10 @@ async def test_a_request_runs_live_then_opens_with_its_timeline(served: Served) 
         rows = keys(app, "requests")
         assert cells(app, "requests", rows[0])[1] == served.chat  # newest on top
         assert cells(app, "requests", rows[1])[1] == served.slow
-        table(app, "requests").focus()
-        table(app, "requests").move_cursor(row=0)
+        requests = table(app, "requests")
+        requests.focus()  # takes effect on a later turn of the app: wait for it, as a user would
+        await until(pilot, lambda: app.focused is requests, "the table to take the focus")
+        requests.move_cursor(row=0)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RequestView) and app.screen.record is not None, "a timeline")
         page = shown(app, "#detail")
