@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Speculative decoding: decode tokens/s with and without it, Spark against llama-server.
 
-    python bench/spec_bench.py [--rounds 3] [--model GGUF] [--threads 2]
+    python bench/spec_bench.py [--rounds 3] [--model GGUF] [--threads 2] [--flash-attention auto|on|off]
                                [--llama-server /tmp/llama-peer/build/bin/llama-server]
 
 Three workloads, one streamed greedy chat completion each:
   code   rewrite a given ~300-token code block with one change (copies most of its prompt)
   quote  answer by quoting a given paragraph (copies a part of its prompt)
   chat   free chat (copies nothing: speculation must not cost)
+  long   the code rewrite after ~1,300 tokens of other code (decode deep in a context)
 
 Servers: two `spark serve`, speculation on (SPARK_SPECULATIVE=true) and off,
 and, where the llama-server binary exists, llama-server with
@@ -100,6 +101,14 @@ WORKLOADS = {
         200,
     ),
     "chat": ("Write a short story about a fox who learns to play the violin.", 200),
+    # the code edit again, deep in a long context (four modules before it): where attention costs most
+    "long": (
+        "Here are four Python modules:\n\n"
+        + "".join(f"```python\n# module {i}\n{CODE}```\n\n" for i in range(1, 5))
+        + "Rewrite module 4 with one change: rename the function parse_config to load_config "
+        "everywhere. Output only the complete module 4 in one code block.",
+        450,
+    ),
 }
 
 
@@ -209,7 +218,7 @@ class Server:
             self.proc.kill()
 
 
-def spark_server(name: str, home: Path, model_path: Path, threads: int, speculative: bool) -> Server:
+def spark_server(name: str, home: Path, model_path: Path, threads: int, speculative: bool, flash: str) -> Server:
     from spark.library import Library
     from spark.settings import load_settings
     from spark.store.db import Database
@@ -226,6 +235,7 @@ def spark_server(name: str, home: Path, model_path: Path, threads: int, speculat
         "SPARK_KEEP_ALIVE": "-1",
         "SPARK_ADMIN_PASSWORD": password,
         "SPARK_SPECULATIVE": "true" if speculative else "false",
+        "SPARK_FLASH_ATTENTION": flash,
     }
     settings = load_settings(env=env)
     with Library(settings) as library:
@@ -239,10 +249,10 @@ def spark_server(name: str, home: Path, model_path: Path, threads: int, speculat
     return server
 
 
-def llama_server(name: str, binary: Path, model_path: Path, threads: int, spec: list[str]) -> Server:
+def llama_server(name: str, binary: Path, model_path: Path, threads: int, flash: str, spec: list[str]) -> Server:
     port = free_port()
     argv = [str(binary), "-m", str(model_path), "--port", str(port), "-t", str(threads), "-tb", str(threads)]
-    argv += ["-c", str(CONTEXT), "-np", "1", "--no-webui", *spec]
+    argv += ["-c", str(CONTEXT), "-np", "1", "--no-webui", "-fa", flash, *spec]
     env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
     return Server(name, argv, env, port, "none", "model")
 
@@ -254,6 +264,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
+    parser.add_argument("--flash-attention", choices=("auto", "on", "off"), default="auto", help="for every server")
     args = parser.parse_args()
     model = args.model or smollm2()
     workloads = [w for w in args.only.split(",") if w]
@@ -261,14 +272,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="spark-spec-bench-") as tmp:
         folder = Path(tmp)
         servers = [
-            spark_server("spark spec", folder / "on", model, args.threads, True),
-            spark_server("spark plain", folder / "off", model, args.threads, False),
+            spark_server("spark spec", folder / "on", model, args.threads, True, args.flash_attention),
+            spark_server("spark plain", folder / "off", model, args.threads, False, args.flash_attention),
         ]
         if args.llama_server.is_file():
             servers.append(
-                llama_server("llama spec", args.llama_server, model, args.threads, ["--spec-type", "ngram-simple"])
+                llama_server(
+                    "llama spec",
+                    args.llama_server,
+                    model,
+                    args.threads,
+                    args.flash_attention,
+                    ["--spec-type", "ngram-simple"],
+                )
             )
-            servers.append(llama_server("llama plain", args.llama_server, model, args.threads, []))
+            servers.append(
+                llama_server("llama plain", args.llama_server, model, args.threads, args.flash_attention, [])
+            )
         else:
             print(f"({args.llama_server} not found: Spark alone)\n")
         try:
@@ -291,7 +311,8 @@ def main() -> None:
 
 def report(servers: list[Server], workloads: list[str], model: Path, args: argparse.Namespace) -> None:
     print(
-        f"model {model.name}, {args.threads} threads, greedy, {args.rounds} alternating rounds; "
+        f"model {model.name}, {args.threads} threads, flash attention {args.flash_attention}, greedy, "
+        f"{args.rounds} alternating rounds; "
         "decode tokens/s, median (completion tokens)\n"
     )
     names = [s.name for s in servers]

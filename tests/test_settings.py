@@ -132,6 +132,18 @@ def test_fixed_sets_and_traits_come_from_the_definition() -> None:
     assert (f["port"].ge, f["port"].le, f["parallel"].ge, f["threads"].ge, f["host"].ge) == (1, 65535, 1, 0, None)
 
 
+def test_flash_attention_is_auto_on_or_off_and_a_quantized_cache_needs_it() -> None:
+    assert load_settings(env={}).flash_attention == "auto"
+    assert load_settings(env={"SPARK_FLASH_ATTENTION": "off"}).flash_attention == "off"
+    with pytest.raises(SettingsError, match="flash_attention must be one of auto, on, off") as e:
+        load_settings(env={"SPARK_FLASH_ATTENTION": "yes"})
+    assert e.value.param == "flash_attention"
+    with pytest.raises(SettingsError, match="flash_attention cannot be off with kv_type q8_0") as e:
+        load_settings(env={"SPARK_FLASH_ATTENTION": "off", "SPARK_KV_TYPE": "q8_0"})
+    assert e.value.param == "flash_attention"
+    assert load_settings(env={"SPARK_FLASH_ATTENTION": "on", "SPARK_KV_TYPE": "q4_0"}).kv_type == "q4_0"
+
+
 def test_a_fleet_node_needs_an_http_central_and_a_token() -> None:
     with pytest.raises(SettingsError, match="node_token must be set with central") as e:
         load_settings(env={"SPARK_CENTRAL": "http://127.0.0.1:8080"})

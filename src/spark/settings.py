@@ -38,6 +38,7 @@ DURATION, SIZE, SECRET, RESTART, FIXED = Trait.DURATION, Trait.SIZE, Trait.SECRE
 
 Source = Literal["default", "config.toml", "env", "argument"]
 KVType = Literal["f16", "q8_0", "q4_0"]
+FlashAttention = Literal["auto", "on", "off"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 MetricsAuth = Literal["key", "admin", "none"]
 
@@ -162,6 +163,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             "run as they would without it. A model's own setting overrides it (models loaded from then on)."
         ),
     ] = True
+    flash_attention: Annotated[
+        FlashAttention,
+        _doc(
+            "Flash attention (llama.cpp's kernel): auto (llama.cpp decides: on for the CPU and CUDA, as "
+            "llama-server), on or off. On the CPU, off decodes faster once a conversation holds more than a "
+            "few hundred tokens and verifies speculative drafts for much less, for a larger compute buffer "
+            "(the attention scores) and slightly different numerics. A quantized KV cache needs it. "
+            "A model's own setting overrides it (models loaded from then on)."
+        ),
+    ] = "auto"
     keep_alive: Annotated[
         str,
         _doc(
@@ -484,6 +495,8 @@ def _validate(s: Settings, source_of: typing.Mapping[str, str], fallback: str = 
             fail(key, f"must be an http:// or https:// URL, not {getattr(s, key)!r}")
     if s.central and not s.node_token:
         fail("node_token", "must be set with central: the join token from `spark nodes add NAME` on the central")
+    if s.flash_attention == "off" and s.kv_type != "f16":
+        fail("flash_attention", f"cannot be off with kv_type {s.kv_type}: llama.cpp needs it for a quantized KV cache")
 
 
 def config_path(env: typing.Mapping[str, str] | None = None) -> Path:
@@ -610,9 +623,10 @@ _MODEL_SETTINGS = [
     "",
     "Each installed model has its own settings besides these (`spark show MODEL`, `GET` and",
     "`PATCH /api/models/{id}/settings`): `system_prompt`, `context_length`, `parallel`, `keep_alive`,",
-    "`kv_type`, and sampling defaults: `temperature`, `top_p`, `top_k`, `min_p`, `presence_penalty`,",
-    "`frequency_penalty`, `repeat_penalty`, `repeat_last_n`, `dry_multiplier`, `dry_base`,",
-    "`dry_allowed_length`, `dry_penalty_last_n`, `seed`, `stop`, `logit_bias` and `max_tokens`.",
+    "`kv_type`, `speculative`, `flash_attention`, and sampling defaults: `temperature`, `top_p`,",
+    "`top_k`, `min_p`, `presence_penalty`, `frequency_penalty`, `repeat_penalty`, `repeat_last_n`,",
+    "`dry_multiplier`, `dry_base`, `dry_allowed_length`, `dry_penalty_last_n`, `seed`, `stop`,",
+    "`logit_bias` and `max_tokens`.",
     "A request's own value wins over the model's, the model's over Spark's built-in defaults",
     "(llama-server's: temperature 0.8, top_p 0.95, top_k 40, min_p 0.05, no penalties, DRY off).",
     "",

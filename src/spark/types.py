@@ -215,6 +215,7 @@ class ToolCallDelta(msgspec.Struct, tag="tool_call", frozen=True, omit_defaults=
 
 
 CacheSource = Literal["none", "slot", "ram", "disk"]
+FlashAttention = Literal["auto", "on", "off"]
 
 
 class SlotInfo(msgspec.Struct, tag="slot", frozen=True):
@@ -299,3 +300,4 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     snapshot_disk_bytes: int = 0  # the disk budget of KV snapshots (all models together); 0: none on disk
     snapshot_dir: str | None = None  # where they go (one folder per model file and KV layout)
     speculative: bool = True  # draft tokens by n-gram lookup and verify them in the batch
+    flash_attention: FlashAttention = "auto"  # llama.cpp's flash-attention kernel (auto: llama.cpp decides)

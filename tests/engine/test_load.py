@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 import tiny_gguf
+from engine.helpers import Collector
 from spark.engine import Engine
 from spark.errors import ModelFileError, RunnerFailed
-from spark.types import LoadOptions
+from spark.types import CompletionRequest, Done, FlashAttention, LoadOptions, SamplingParams
+
+KVType = Literal["f16", "q8_0", "q4_0"]
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -46,3 +52,22 @@ def test_info(tiny_llama: Path) -> None:
     assert info.chat_template_source == "gguf" and "<|im_start|>" in info.chat_template
     assert info.eos_token == "<|im_end|>" and not info.embedding
     assert info.n_threads == 1 and info.n_params > 0 and info.model_bytes > 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "kv_type", "enabled"),
+    [("auto", "f16", True), ("on", "f16", True), ("off", "f16", False), ("auto", "q8_0", True)],
+)
+def test_flash_attention(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: FlashAttention, kv_type: KVType, enabled: bool
+) -> None:
+    """The context gets the attention the setting says (llama.cpp's own log lines; auto is on for
+    the CPU), and answers. A quantized KV cache loads at all only with flash attention."""
+    model = tiny_gguf.write_tiny_llama(tmp_path / "model.gguf", n_head=2)  # heads of 32: a q8_0 cache fits
+    options = LoadOptions(model_id="t", path=str(model), n_threads=1, n_ctx=256, flash_attention=mode, kv_type=kv_type)
+    with caplog.at_level(logging.DEBUG, logger="spark.engine"), Engine(options) as e:
+        answer = Collector()
+        e.submit("r", CompletionRequest(model="t", prompt="Hello", sampling=SamplingParams(max_tokens=4)), answer)
+        assert isinstance(answer.wait(), Done) and answer.text
+    said = [m for r in caplog.records if re.search(r"flash_attn +=|Flash Attention (en|dis)abled", m := r.getMessage())]
+    assert said and said[-1].endswith("enabled" if enabled else "disabled"), said

@@ -105,7 +105,9 @@ def test_a_reloaded_model_restores_from_disk(tiny_llama: Path, folder: Path, col
 
 
 @pytest.mark.parametrize(
-    "change", ["kv_type", "n_ctx", "model file"], ids=["kv type", "context per slot", "changed model file"]
+    "change",
+    ["kv_type", "n_ctx", "flash_attention", "model file"],
+    ids=["kv type", "context per slot", "flash attention (V transposed without it)", "changed model file"],
 )
 def test_another_layout_never_restores(folder: Path, tmp_path: Path, change: str) -> None:
     model = tiny_gguf.write_tiny_llama(tmp_path / "model.gguf", n_head=2)  # heads of 32: a q8_0 cache fits
@@ -115,6 +117,8 @@ def test_another_layout_never_restores(folder: Path, tmp_path: Path, change: str
         extra["kv_type"] = "q8_0"
     elif change == "n_ctx":
         extra["n_ctx"] = 256
+    elif change == "flash_attention":
+        extra["flash_attention"] = "off"
     else:
         st = model.stat()
         os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # rewritten, say

@@ -1,17 +1,18 @@
 """Load a GGUF model the way the engine does and print the memory it took, as JSON.
 
 Run in a fresh process:
-`python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) [--log]`.
+`python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) FLASH(0|1) [--log]`.
 The baseline RSS is taken after importing llama.cpp's bindings and msgspec (what a runner
 has before it loads anything), so `growth` is what the model, its context and
-one full micro-batch decode added. `--log` sends llama.cpp's log (with its
-buffer sizes) to stderr.
+one full micro-batch decode added. `compute_buffer` is the compute buffer llama.cpp
+reserved, as its log says. `--log` sends llama.cpp's log (with its buffer sizes) to stderr.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import re
 import sys
 
 import msgspec  # noqa: F401  (a runner imports it; it belongs in the baseline)
@@ -21,15 +22,22 @@ from spark.engine.bindings import lc
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
 SHOW_LOG = "--log" in sys.argv
+COMPUTE_BUFFER = re.compile(r"compute buffer size = +([0-9.]+) MiB")
+compute_buffer_mib: list[float] = []
 
 
 @lc.llama_log_callback
 def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", "replace")
+    if found := COMPUTE_BUFFER.search(line):
+        compute_buffer_mib.append(float(found[1]))
     if SHOW_LOG:
-        sys.stderr.write(text.decode("utf-8", "replace"))
+        sys.stderr.write(line)
 
 
-def main(path: str, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str, embedding: bool) -> dict[str, int]:
+def main(
+    path: str, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str, embedding: bool, flash: bool
+) -> dict[str, int]:
     lc.llama_log_set(_log, ctypes.c_void_p(0))
     lc.llama_backend_init()
     proc = psutil.Process()
@@ -60,6 +68,9 @@ def main(path: str, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str, emb
     if embedding:
         cparams.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN
     cparams.kv_unified = False
+    # the logits rows a decode fills (one per slot), so that the reserved size is what RSS can see
+    cparams.n_outputs_max = 0 if embedding else n_parallel
+    cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
     ctx = lc.llama_init_from_model(model, cparams)
     if not ctx:
         raise SystemExit("could not create the context")
@@ -81,12 +92,13 @@ def main(path: str, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str, emb
         "context": created - loaded,
         "decode": after - created,
         "tokens": n,
+        "compute_buffer": round(compute_buffer_mib[-1] * 2**20) if compute_buffer_mib else 0,
     }
 
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--log"]
-    if len(args) != 6:
+    if len(args) != 7:
         raise SystemExit(__doc__)
-    p, ctx_, par, batch, kv, emb = args
-    print(json.dumps(main(p, int(ctx_), int(par), int(batch), kv, emb == "1")))
+    p, ctx_, par, batch, kv, emb, fa = args
+    print(json.dumps(main(p, int(ctx_), int(par), int(batch), kv, emb == "1", fa == "1")))

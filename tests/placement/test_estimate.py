@@ -244,3 +244,17 @@ def test_projector_file_is_not_a_model() -> None:
     info = GGUFInfo(architecture="clip", quantization="F16", parameter_count=1, file_size=1, is_projector=True)
     with pytest.raises(InvalidRequest):
         model_shape(info)
+
+
+def test_without_flash_attention_the_compute_buffer_holds_the_scores() -> None:
+    """f32 attention scores, n_ubatch x cells x query heads, on each device running layers."""
+    on = estimate_memory(shape(n_heads=16), n_ctx=4096, n_parallel=2, flash_attention="on")
+    off = estimate_memory(shape(n_heads=16), n_ctx=4096, n_parallel=2, flash_attention="off")
+    scores = 4 * 512 * 4096 * 16
+    assert off.compute_bytes - on.compute_bytes == scores
+    assert off.total_bytes - on.total_bytes == scores
+    assert off.for_layers(-1)[0] - on.for_layers(-1)[0] == scores
+    assert estimate_memory(shape(n_heads=16), n_ctx=4096, n_parallel=2) == on  # auto: on, as llama.cpp picks
+    # heads unknown: as many as the most KV heads (8 here)
+    unknown = estimate_memory(shape(), n_ctx=4096, flash_attention="off").compute_bytes
+    assert unknown - estimate_memory(shape(), n_ctx=4096).compute_bytes == 4 * 512 * 4096 * 8

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runners.helpers import collect, final, is_gone, run, runner_children, short_chat, text_of, wait_until
-from spark.errors import ModelNotFound, PlacementRefused, RunnerFailed, ShuttingDown, from_info
+from spark.errors import InvalidRequest, ModelNotFound, PlacementRefused, RunnerFailed, ShuttingDown, from_info
 from spark.library import GGUFInfo, Library, ModelEntry, ModelSettings
 from spark.runners.options import load_options
 from spark.runners.scheduler import Scheduler
@@ -161,6 +161,17 @@ def test_load_options_from_model_and_server_settings() -> None:
     trained = load_options(_entry(32768, ModelSettings()), load_settings(context_length=0))
     assert trained.n_ctx == 32768, "0 means the training context"
     assert load_options(_entry(0, ModelSettings()), load_settings(context_length=0)).n_ctx == 4096
+
+
+def test_flash_attention_from_model_then_server() -> None:
+    server = load_settings(flash_attention="on")
+    assert load_options(_entry(4096, ModelSettings()), server).flash_attention == "on"
+    assert load_options(_entry(4096, ModelSettings(flash_attention="off")), server).flash_attention == "off"
+    assert load_options(_entry(4096, ModelSettings()), load_settings()).flash_attention == "auto"
+    # the server's quantized cache with the model's flash attention off: llama.cpp could not load it
+    with pytest.raises(InvalidRequest, match="flash_attention off cannot go with kv_type q8_0") as e:
+        load_options(_entry(4096, ModelSettings(flash_attention="off")), load_settings(kv_type="q8_0"))
+    assert e.value.param == "flash_attention"
 
 
 def test_default_answer_length_from_model_then_server_within_the_limit() -> None:

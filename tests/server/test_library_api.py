@@ -167,6 +167,8 @@ def test_speculative_decoding_can_be_turned_off_per_model(live: LiveServer, mode
         ({"kv_type": "q5_1"}, "kv_type"),
         ({"kv_type": "q8_0"}, "kv_type"),  # the tiny model's heads (16) are too small for its blocks
         ({"speculative": "maybe"}, "speculative"),
+        ({"flash_attention": "sometimes"}, "flash_attention"),
+        ({"flash_attention": True}, "flash_attention"),
         ({"keep_alive": "soon"}, "keep_alive"),
         ({"keep_alive": [5]}, "keep_alive"),
         ({"n_gpu_layers": 3}, "n_gpu_layers"),
@@ -232,4 +234,24 @@ def test_a_quantized_kv_cache_shows_in_the_estimate(live: LiveServer) -> None:
     after = client.get(f"/api/models/{model}").json()["memory"]
     assert (before["kv_type"], after["kv_type"]) == ("f16", "q8_0")
     assert after["kv_bytes"] == before["kv_bytes"] * 34 // 64  # 34 bytes per 32 values instead of 64
+    # a quantized cache needs flash attention: turning it off is refused, and nothing changes
+    error = openai_error(client.patch(f"/api/models/{model}/settings", json={"flash_attention": "off"}), 400)
+    assert error["param"] == "flash_attention" and "q8_0" in error["message"]
+    kept = client.get(f"/api/models/{model}").json()["model"]["settings"]
+    assert kept["kv_type"] == "q8_0" and "flash_attention" not in kept
     client.patch(f"/api/models/{model}/settings", json={"kv_type": None})
+
+
+def test_flash_attention_is_a_model_setting_the_estimate_follows(live: LiveServer) -> None:
+    """Off, the compute buffer holds the attention scores; with auto (on, on the CPU) it does not."""
+    client = admin(live)
+    model = "smollm2-135m-instruct-q4_1"
+    auto = client.get(f"/api/models/{model}").json()["memory"]
+    changed = client.patch(f"/api/models/{model}/settings", json={"flash_attention": "off"})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["model"]["settings"]["flash_attention"] == "off"
+    off = client.get(f"/api/models/{model}").json()["memory"]
+    # 9 query heads x 512 micro-batch tokens x the context's cells, f32
+    assert off["buffers_bytes"] - auto["buffers_bytes"] == 4 * 9 * 512 * auto["n_ctx"]
+    client.patch(f"/api/models/{model}/settings", json={"flash_attention": None})
+    assert client.get(f"/api/models/{model}").json()["memory"] == auto

@@ -150,6 +150,7 @@ class Engine:
             n_ubatch=n_ubatch,
             n_threads=self._n_threads,
             kv_type=options.kv_type,
+            flash_attention=options.flash_attention,
             embedding=options.embedding,
             mean_pooling=mean_pooling,
         )
@@ -669,6 +670,10 @@ def _disk_store(options: LoadOptions, n_ctx_per_slot: int) -> DiskSnapshots | No
     if options.embedding or options.snapshot_disk_bytes <= 0 or not options.snapshot_dir:
         return None
     identity = layout_identity(
-        options.path, kv_type=options.kv_type, n_ctx_per_slot=n_ctx_per_slot, runtime=runtime_version()
+        options.path,
+        kv_type=options.kv_type,
+        n_ctx_per_slot=n_ctx_per_slot,
+        flash_attention=options.flash_attention,
+        runtime=runtime_version(),
     )
     return DiskSnapshots(Path(options.snapshot_dir), identity, options.snapshot_disk_bytes)

@@ -87,6 +87,11 @@ def runtime_version() -> str:
 
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
+FLASH_ATTENTION = {
+    "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
 
 
 class Model:
@@ -289,12 +294,14 @@ class Context:
         n_ubatch: int,
         n_threads: int,
         kv_type: str,
+        flash_attention: str,
         embedding: bool,
         mean_pooling: bool = False,
     ) -> None:
         """Create the context; raises `RunnerFailed` when it cannot be created (e.g. out of memory).
 
-        `mean_pooling` pools embeddings by mean; otherwise as the model says.
+        `mean_pooling` pools embeddings by mean; otherwise as the model says. `flash_attention`
+        is auto (llama.cpp decides), on or off.
         """
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -305,6 +312,7 @@ class Context:
         params.n_threads_batch = n_threads
         params.type_k = KV_TYPES[kv_type]
         params.type_v = KV_TYPES[kv_type]
+        params.flash_attn_type = FLASH_ATTENTION[flash_attention]
         params.embeddings = embedding
         params.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN if mean_pooling else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
         params.no_perf = True

@@ -53,10 +53,11 @@ _MAX_TOKENS = 1 << 24
 MAX_PENDING_BYTES = 1 << 30
 
 
-def layout_identity(model_path: str, *, kv_type: str, n_ctx_per_slot: int, runtime: str) -> str:
+def layout_identity(model_path: str, *, kv_type: str, n_ctx_per_slot: int, flash_attention: str, runtime: str) -> str:
     """What a KV state depends on besides its tokens, as JSON text.
 
-    `runtime` names the llama.cpp build (its state format may change between versions).
+    `runtime` names the llama.cpp build (its state format may change between versions);
+    without flash attention (`flash_attention`: auto, on, off) llama.cpp stores the V cache transposed.
     """
     path = Path(model_path).resolve()
     st = path.stat()
@@ -69,6 +70,7 @@ def layout_identity(model_path: str, *, kv_type: str, n_ctx_per_slot: int, runti
             "mtime_ns": st.st_mtime_ns,
             "kv_type": kv_type,
             "n_ctx_per_slot": n_ctx_per_slot,
+            "flash_attention": flash_attention,
         },
         sort_keys=True,
     )

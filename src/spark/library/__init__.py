@@ -12,6 +12,7 @@ from spark.library.download import DownloadProgress, ProgressFn
 from spark.library.entry import (
     ModelEntry,
     ModelSettings,
+    check_flash_attention,
     check_model_settings,
     check_sampling,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "PullPlan",
     "PullResult",
     "bundled_model_path",
+    "check_flash_attention",
     "check_model_id",
     "check_model_settings",
     "check_sampling",

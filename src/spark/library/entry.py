@@ -9,7 +9,7 @@ import msgspec
 
 from spark.errors import InvalidRequest
 from spark.library.metadata import GGUFInfo
-from spark.types import SamplingParams
+from spark.types import FlashAttention, SamplingParams
 
 
 class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -22,6 +22,7 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     keep_alive: float | None = None  # seconds it stays loaded once idle; negative: until unloaded
     kv_type: Literal["f16", "q8_0", "q4_0"] | None = None  # KV cache type
     speculative: bool | None = None  # speculative decoding by n-gram lookup
+    flash_attention: FlashAttention | None = None  # llama.cpp's flash-attention kernel: auto, on, off
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,6 +84,16 @@ def check_sampling(sampling: SamplingParams, param_prefix: str = "") -> Sampling
 _KV_BLOCK = {"q8_0": 32, "q4_0": 32}
 
 
+def check_flash_attention(mode: FlashAttention | None, kv_type: str | None) -> None:
+    """Refuse flash attention off with a quantized KV cache, which llama.cpp cannot run without it."""
+    if mode == "off" and kv_type not in (None, "f16"):
+        raise InvalidRequest(
+            f"flash_attention off cannot go with kv_type {kv_type}: llama.cpp needs flash attention "
+            "for a quantized KV cache (use auto, or kv_type f16)",
+            param="flash_attention",
+        )
+
+
 def check_model_settings(settings: ModelSettings, info: GGUFInfo | None = None) -> ModelSettings:
     """`settings` if valid (for the model with `info`, when given), else `InvalidRequest` naming the field."""
     block = _KV_BLOCK.get(settings.kv_type or "")
@@ -92,6 +103,7 @@ def check_model_settings(settings: ModelSettings, info: GGUFInfo | None = None) 
             f"this model's are {info.head_dim_k} (K) and {info.head_dim_v} (V): use f16",
             param="kv_type",
         )
+    check_flash_attention(settings.flash_attention, settings.kv_type)
     if settings.context_length is not None and not 1 <= settings.context_length <= 10_000_000:
         raise InvalidRequest(
             f"context_length must be a positive number of tokens, not {settings.context_length}",

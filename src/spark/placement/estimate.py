@@ -2,8 +2,8 @@
 
 The arithmetic follows the vendored llama.cpp (llama-cpp-python 0.3.36) and the
 context parameters `spark.engine` creates: one KV stream per slot
-(`kv_unified = false`), flash attention on (llama.cpp's "auto" picks it on CPU
-and CUDA), the model memory-mapped.
+(`kv_unified = false`), flash attention on unless the options turn it off
+(llama.cpp's "auto" picks it on CPU and CUDA), the model memory-mapped.
 
 - Weights: per repeating layer, the output head and the token embeddings. The
   embeddings always stay in host memory. The head is the last of n_layers + 1
@@ -19,7 +19,8 @@ and CUDA), the model memory-mapped.
   mask n_ubatch x cells) and the output phase (logits for n_parallel outputs:
   one per slot, all the engine asks for; llama.cpp reserves that much when the
   context sets `n_outputs_max = n_parallel`, and otherwise n_ubatch rows it never
-  touches on the CPU).
+  touches on the CPU). Without flash attention the layer phase also holds the
+  f32 attention scores, n_ubatch x cells x n_head.
   Calibrated against llama.cpp's `sched_reserve` sizes and the resident memory
   of SmolLM2-135M and the tiny test models; it matches SmolLM2 within a few
   percent and over-counts non-gated FFNs (BERT) by up to 2x.
@@ -42,7 +43,7 @@ import msgspec
 
 from spark.errors import InvalidRequest
 from spark.library.metadata import GGUFInfo
-from spark.types import LoadOptions
+from spark.types import FlashAttention, LoadOptions
 
 KvType = Literal["f16", "q8_0", "q4_0"]
 
@@ -121,6 +122,7 @@ class ModelShape(msgspec.Struct, frozen=True, kw_only=True):
     n_ff: int
     n_vocab: int
     context_length: int = 0  # training context; 0 when unknown
+    n_heads: int = 0  # query heads (0: unknown, then as many as the most KV heads)
     kv_heads: list[int]  # per layer
     head_dim_k: int
     head_dim_v: int
@@ -190,6 +192,7 @@ def model_shape(info: GGUFInfo, *, n_ff: int | None = None, swa_pattern: int | l
         n_ff=n_ff or info.n_ff or 4 * info.n_embd,
         n_vocab=info.vocab_size,
         context_length=info.context_length,
+        n_heads=info.n_heads,
         kv_heads=kv_heads,
         head_dim_k=info.head_dim_k,
         head_dim_v=info.head_dim_v,
@@ -348,6 +351,7 @@ def estimate_memory(
     n_ctx: int,
     n_parallel: int = 1,
     kv_type: KvType = "f16",
+    flash_attention: FlashAttention = "auto",
     n_batch: int = 512,
     embedding: bool = False,
     mmproj_bytes: int = 0,
@@ -396,6 +400,8 @@ def estimate_memory(
     kv_span = cells if shape.has_kv_cache else n_ubatch  # attention sees the batch itself without a cache
     mask = 2 * n_ubatch * (kv_span + (swa_cells if any_swa else 0))
     layer_phase = n_ubatch * 4 * (3 * shape.n_ff + 4 * shape.n_embd) + mask
+    if flash_attention == "off":  # the f32 attention scores of a micro-batch against the whole cache
+        layer_phase += 4 * n_ubatch * kv_span * (shape.n_heads or max(shape.kv_heads, default=0))
     output_phase = 0 if embed else 4 * (shape.n_vocab * n_parallel + 2 * shape.n_embd * n_ubatch)
     compute = max(layer_phase, output_phase)
     host_compute = n_ubatch * shape.n_embd * 12  # inputs and the gathered outputs
@@ -438,6 +444,7 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
         n_ctx=options.n_ctx,
         n_parallel=options.n_parallel,
         kv_type=options.kv_type,
+        flash_attention=options.flash_attention,
         n_batch=options.n_batch,
         embedding=options.embedding,
         mmproj_bytes=mmproj,

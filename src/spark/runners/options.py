@@ -7,7 +7,7 @@ import math
 import msgspec
 
 from spark.errors import InvalidRequest
-from spark.library import ModelEntry
+from spark.library import ModelEntry, check_flash_attention
 from spark.settings import Settings
 from spark.types import LoadOptions, SamplingParams
 
@@ -21,14 +21,18 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
     n_ctx = entry.settings.context_length or settings.context_length or trained or FALLBACK_CONTEXT
     if trained:
         n_ctx = min(n_ctx, trained)
+    kv_type = entry.settings.kv_type or settings.kv_type
+    flash_attention = entry.settings.flash_attention or settings.flash_attention
+    check_flash_attention(flash_attention, kv_type)
     return LoadOptions(
         model_id=entry.id,
         path=entry.path,
         n_ctx=n_ctx,
         n_parallel=parallel_slots(entry, settings),
         n_threads=settings.threads,
-        kv_type=entry.settings.kv_type or settings.kv_type,
+        kv_type=kv_type,
         speculative=settings.speculative if entry.settings.speculative is None else entry.settings.speculative,
+        flash_attention=flash_attention,
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,
         system_prompt=entry.settings.system_prompt,

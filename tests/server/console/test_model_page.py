@@ -23,12 +23,15 @@ def test_changing_a_models_settings_is_saved_and_a_bad_value_named(page: Any, co
     page.get_by_label("System prompt").fill("You answer in French.")
     page.get_by_label("Context per slot").fill("256")
     page.get_by_label("Parallel slots").fill("2")
+    page.get_by_label("Flash attention").select_option("on")
     page.get_by_role("button", name="Save settings").click()
     page.get_by_text("Saved.").wait_for()
     saved = console.state.library.get("tiny-chat").settings
     assert saved.system_prompt == "You answer in French." and saved.context_length == 256 and saved.parallel == 2
+    assert saved.flash_attention == "on"
     page.reload()
     assert page.get_by_label("Context per slot").input_value() == "256"
+    assert page.get_by_label("Flash attention").input_value() == "on"
 
     page.get_by_label("KV cache type").select_option("q8_0")  # the tiny model's heads are too small for it
     page.get_by_role("button", name="Save settings").click()
@@ -45,10 +48,12 @@ def test_changing_a_models_settings_is_saved_and_a_bad_value_named(page: Any, co
     for label in ("System prompt", "Context per slot", "Parallel slots"):
         page.get_by_label(label).fill("")
     page.get_by_label("KV cache type").select_option("")
+    page.get_by_label("Flash attention").select_option("")
     page.get_by_role("button", name="Save settings").click()
     page.get_by_text("Saved.").wait_for()
     saved = console.state.library.get("tiny-chat").settings
     assert saved.system_prompt is None and saved.context_length is None and saved.kv_type is None
+    assert saved.flash_attention is None
 
 
 def test_removing_a_model_returns_to_the_library_without_it(page: Any, console: LiveServer, tiny_llama: Path) -> None:

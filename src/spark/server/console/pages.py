@@ -7,7 +7,7 @@ in process (spark.server.console.inprocess).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
@@ -16,8 +16,10 @@ from litestar.response import Redirect
 from spark.server.console.inprocess import call_api
 from spark.server.console.render import SECURITY_HEADERS, render
 from spark.server.console.signin import require_change, require_session
+from spark.types import FlashAttention
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
+FLASH_MODES = get_args(FlashAttention)
 # the model's own settings the form edits: an empty field goes back to the server's setting
 NUMBERS = ("context_length", "parallel")
 
@@ -63,6 +65,7 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
         memory=body["memory"],
         memory_error=body.get("memory_error"),
         kv_types=KV_TYPES,
+        flash_modes=FLASH_MODES,
         **context,
     )
 
@@ -84,6 +87,7 @@ def _settings_change(form: dict[str, str]) -> dict[str, Any]:
     keep_alive = form.get("keep_alive", "").strip()
     change["keep_alive"] = keep_alive or None
     change["kv_type"] = form.get("kv_type") or None
+    change["flash_attention"] = form.get("flash_attention") or None
     return change
 
 

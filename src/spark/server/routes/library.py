@@ -29,7 +29,7 @@ from spark.server.responses import json_response
 from spark.server.routes.hub import HUB_ROUTES
 from spark.server.routes.pulls import PULL_ROUTES
 from spark.server.state import ServerState, state_of
-from spark.types import SamplingParams
+from spark.types import FlashAttention, SamplingParams
 from spark.units import parse_duration
 
 _encode = msgspec.json.Encoder().encode
@@ -80,6 +80,7 @@ class SettingsPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     keep_alive: float | str | msgspec.UnsetType | None = msgspec.UNSET  # seconds or a duration (5m, 1h)
     kv_type: Literal["f16", "q8_0", "q4_0"] | msgspec.UnsetType | None = msgspec.UNSET
     speculative: bool | msgspec.UnsetType | None = msgspec.UNSET
+    flash_attention: FlashAttention | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class SettingsResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -170,7 +171,7 @@ async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[st
 def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
     """`current` with the fields `change` gives (checked by `Library.update_settings`)."""
     fields: dict[str, Any] = {}
-    for name in ("context_length", "parallel", "system_prompt", "kv_type", "speculative"):
+    for name in ("context_length", "parallel", "system_prompt", "kv_type", "speculative", "flash_attention"):
         value = getattr(change, name)
         if value is not msgspec.UNSET:
             fields[name] = value
