@@ -359,6 +359,15 @@ def write_truncated(source: str | Path, path: str | Path, *, keep: float = 0.5) 
     return path
 
 
+def move_tensor_offset(path: str | Path, offset: int | None = None) -> Path:
+    """Rewrite, in place, where `path`'s first tensor says its data starts: `offset` (relative to
+    the data section), or past the end of the file. The header stays valid; it lies."""
+    reader = gguf.GGUFReader(path, "r+")
+    reader.tensors[0].field.parts[-1][0] = Path(path).stat().st_size if offset is None else offset
+    reader.data.flush()
+    return Path(path)
+
+
 _BERT_WORDS = [
     "the",
     "a",

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from spark.server.admin_auth import admin_token_path, write_admin_token
 from spark.settings import load_settings
 
@@ -21,6 +23,7 @@ def run_doctor(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # the self-test answers with the bundled SmolLM2
 def test_doctor_checks_this_machine_and_runs_the_bundled_model() -> None:
     done = run_doctor("--json")
     assert done.returncode == 0, done.stdout + done.stderr

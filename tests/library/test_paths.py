@@ -62,3 +62,17 @@ def test_a_symlinked_model_folder_is_neither_written_nor_deleted_through(tiny_ll
                 act()
     assert (outside / "precious.txt").read_text() == "keep me"
     assert (outside / Path(entry.path).name).exists(), "nothing outside the models folder was deleted"
+
+
+def test_a_model_file_swapped_for_a_link_is_removed_as_a_link(tiny_llama: Path, tmp_path: Path) -> None:
+    """Removing a model whose own file became a link to a file elsewhere deletes the link alone."""
+    precious = tmp_path / "precious.gguf"
+    precious.write_bytes(b"keep me")
+    with Library(load_settings()) as library:
+        entry = library.add_local(tiny_llama, copy=True, model_id="swapped")
+        own = Path(entry.path)
+        own.unlink()
+        os.symlink(precious, own)
+        library.remove(entry.id)
+        assert not own.is_symlink() and not own.exists()
+    assert precious.read_bytes() == b"keep me"

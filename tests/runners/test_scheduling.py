@@ -243,7 +243,7 @@ def test_a_busy_model_is_never_unloaded_the_other_waits_for_it(
 
             # a request that comes while the model is busy is served once it is done
             waiting = asyncio.create_task(collect(scheduler.stream(short_chat(tiny))))
-            await asyncio.sleep(0.5)
+            await wait_until(lambda: caplog.text.count(f"{tiny} waits up to 2 s") == 3, what="it to wait")
             assert not waiting.done()
             await long_stream.aclose()  # the long request ends (as when its client goes away)
             assert isinstance(final(await waiting), Done)

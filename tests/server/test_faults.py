@@ -48,19 +48,24 @@ def test_a_full_disk_under_the_request_log_does_not_stop_requests(tmp_path: Path
             assert http.post("/v1/chat/completions", json=body).status_code == 200
 
 
-@pytest.mark.parametrize("keep", [0.5, 0.9], ids=["half", "tail-missing"])
+@pytest.mark.parametrize("damage", ["half", "tail-missing", "offset-past-the-end", "offset-misaligned"])
 def test_a_corrupt_model_file_is_a_clear_load_error(
-    tmp_path: Path, tiny_llama: Path, tiny_bert: Path, keep: float
+    tmp_path: Path, tiny_llama: Path, tiny_bert: Path, damage: str
 ) -> None:
-    """A file whose header is valid but whose tensor data is cut short (as a broken copy leaves it)."""
+    """A file whose header is valid but whose tensor data is cut short (as a broken copy leaves it),
+    or whose header says a tensor's data lies past the end of the file or off its alignment."""
     broken = tmp_path / "broken.gguf"
     shutil.copyfile(tiny_llama, broken)
     settings = server_settings(tmp_path / "home")
     with Library(settings) as library:
         model = library.add_local(broken, model_id="broken").id
         embed = library.add_local(tiny_bert).id
-    data = broken.read_bytes()
-    broken.write_bytes(data[: int(len(data) * keep)])  # damaged after it was added
+    # damaged after it was added
+    if damage.startswith("offset"):
+        tiny_gguf.move_tensor_offset(broken, None if damage == "offset-past-the-end" else 3)
+    else:
+        data = broken.read_bytes()
+        broken.write_bytes(data[: int(len(data) * (0.5 if damage == "half" else 0.9))])
     with live_server(settings) as live, live.http() as http:
         for _ in range(2):  # the same clear error again, not a crash loop
             error = openai_error(http.post("/v1/chat/completions", json={"model": model, "messages": CHAT}), 400)

@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 import tiny_gguf
-from server.helpers import LiveServer, live_server, server_settings
+from server.helpers import LiveServer, live_server, server_settings, wait_for
 from spark.library import Library
 from spark.server import images
 
@@ -22,6 +22,7 @@ PNG = tiny_gguf.tiny_png()
 
 class _Images(BaseHTTPRequestHandler):
     hits: ClassVar[list[str]] = []
+    endless_sent: ClassVar[list[int]] = []  # bytes sent before each reader of the endless image hung up
 
     def do_GET(self) -> None:
         _Images.hits.append(self.path)
@@ -32,12 +33,17 @@ class _Images(BaseHTTPRequestHandler):
             self.send_header("location", self.path.removeprefix("/redirect?to="))
             self.end_headers()
             return
-        if self.path == "/endless.png":  # no length header, more than any limit
+        if self.path == "/endless.png":  # no length header, and no end: only a reader that stops gets an answer
             self.send_response(200)
             self.send_header("content-type", "image/png")
             self.end_headers()
-            for _ in range(64):
-                self.wfile.write(PNG)
+            sent = 0
+            try:
+                while True:
+                    self.wfile.write(PNG)
+                    sent += len(PNG)
+            except OSError:  # the reader hung up
+                _Images.endless_sent.append(sent)
             return
         body, kind = (PNG, "image/png") if self.path == "/cat.png" else (b"<html></html>", "text/html")
         self.send_response(200)
@@ -107,6 +113,7 @@ def test_allowed_remote_images_are_fetched_and_limited(
 
         endless = http.post("/v1/chat/completions", json=_chat(model, image_host + "/endless.png"))
         assert endless.status_code == 400 and "larger than this server's limit" in endless.json()["error"]["message"]
+        wait_for(lambda: bool(_Images.endless_sent), 10, "Spark to hang up on the endless image")
 
         not_image = http.post("/v1/chat/completions", json=_chat(model, image_host + "/page.html"))
         assert not_image.status_code == 400 and "not an image" in not_image.json()["error"]["message"]

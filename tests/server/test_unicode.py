@@ -1,5 +1,5 @@
-"""Unicode end to end with the real SmolLM2: multibyte output (CJK, emoji) streamed over SSE is never
-split or mangled, and a stop string of multibyte characters works on both APIs."""
+"""Unicode end to end with the real SmolLM2: multibyte output (CJK, emoji, combining marks) streamed
+over SSE is never split or mangled, and a stop string of multibyte characters works on both APIs."""
 
 from __future__ import annotations
 
@@ -69,3 +69,25 @@ def test_multibyte_output_streams_whole_and_multibyte_stop_strings_cut_it(live: 
     assert "".join(b["text"] for b in message["content"] if b["type"] == "text") == cut
     text, delta = _anthropic_stream(live, anthropic_body)
     assert text == cut and delta["stop_sequence"] == stop
+
+
+# combining marks (e + acute, n + tilde, a Devanagari conjunct), a ZWJ family, a flag, Hangul
+FORCED = "e\u0301 n\u0303 \u0915\u094d\u0937 \U0001f469\u200d\U0001f469\u200d\U0001f467 \U0001f1ef\U0001f1f5 한국어"
+
+
+def test_combining_marks_and_emoji_sequences_stream_intact(live: LiveServer, smollm2: Path) -> None:
+    """A JSON schema makes the model write them (tokens that split inside a character or a
+    sequence); the stream carries exactly those code points, unnormalised, in valid UTF-8."""
+    schema = {"type": "object", "properties": {"text": {"enum": [FORCED]}}, "required": ["text"]}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say something."}],
+        "max_tokens": 120,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "text", "schema": schema}},
+    }
+    streamed = _openai_stream(live, body)
+    assert FORCED in streamed and json.loads(streamed) == {"text": FORCED}
+    with live.http() as http:
+        whole = http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    assert whole == streamed

@@ -49,6 +49,7 @@ def _chat(page: Any, prompt: str) -> str:
     return str(page.locator(".turn.answer .text").last.inner_text())
 
 
+@pytest.mark.slow  # SmolLM2 answers
 def test_a_chat_streams_token_by_token_and_links_to_its_request(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/playground")
     page.get_by_label("Model", exact=True).select_option(SMOLLM2)
@@ -81,6 +82,7 @@ def test_a_chat_streams_token_by_token_and_links_to_its_request(page: Any, conso
     assert page.locator("#output").inner_text() == second  # what the page showed is what was logged
 
 
+@pytest.mark.slow  # SmolLM2 answers
 def test_a_script_in_the_prompt_or_the_output_is_shown_not_run(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/playground")
     page.get_by_label("Model", exact=True).select_option(SMOLLM2)
@@ -177,6 +179,7 @@ def test_screenshots_of_the_playground(browser: Any, console: LiveServer) -> Non
         assert shot.stat().st_size > 5_000
 
 
+@pytest.mark.slow  # SmolLM2 answers
 def test_screenshot_of_a_chat(console: LiveServer, page: Any) -> None:
     sign_in(page, console, "/playground")
     page.get_by_label("Model", exact=True).select_option(SMOLLM2)

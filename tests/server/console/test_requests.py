@@ -48,6 +48,14 @@ def logged(console: LiveServer) -> None:
     write(console.settings.db_path, records)
 
 
+def _wait_live(page: Any) -> None:
+    """Until the list's event stream is open (the server subscribes before it answers)."""
+    page.wait_for_function(
+        "() => { const d = document.querySelector('#rows')['htmx-internal-data'];"
+        " return !!d && !!d.sseEventSource && d.sseEventSource.readyState === EventSource.OPEN; }"
+    )
+
+
 def _ids(page: Any) -> list[str]:
     hrefs = page.locator("#rows tr td:first-child a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
     return [h.rsplit("/", 1)[1] for h in hrefs]
@@ -85,9 +93,8 @@ def test_paging_goes_to_older_requests(page: Any, console: LiveServer) -> None:
 
 def test_a_new_request_appears_live(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/requests")
-    page.wait_for_function("() => document.querySelector('#rows').getAttribute('sse-connect') !== null")
     before = _ids(page)
-    time.sleep(0.5)  # the event stream connects
+    _wait_live(page)
     answer = console.openai().chat.completions.with_raw_response.create(
         model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=3
     )
@@ -99,7 +106,7 @@ def test_a_new_request_appears_live(page: Any, console: LiveServer) -> None:
 
 def test_live_rows_follow_the_filters(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/requests?status=error")
-    time.sleep(0.5)
+    _wait_live(page)
     ok = console.openai().chat.completions.with_raw_response.create(
         model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2
     )
