@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncGenerator, Iterator
@@ -39,7 +40,7 @@ from spark.runners.protocol import HEARTBEAT_SECONDS
 from spark.runners.scheduler import RunnerState, Scheduler
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import Settings, load_settings
-from spark.types import ChatRequest, Done, Event, Message, SamplingParams, TextDelta
+from spark.types import ChatRequest, Done, Event, Failed, Message, SamplingParams, TextDelta
 
 
 @pytest.fixture
@@ -431,6 +432,42 @@ def test_measured_memory_is_close_to_the_estimate_and_trusted(library: Library, 
             # placement counts the measurement from now on, plus the runner process's allowance
             assert state.device_bytes == {"cpu": measured + RUNNER_BYTES}
             assert state.devices == ["cpu"] and state.placement.startswith("cpu, ")
+        finally:
+            await scheduler.close()
+
+    run(scenario())
+
+
+def test_a_runner_killed_for_memory_mid_answer_names_memory_and_stays_counted_at_its_peak(
+    library: Library, slow_model: str, slow_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL during decode, as the OOM killer sends it: the answer ends with an error naming memory,
+    the next request is answered by a fresh runner, and placement keeps counting the memory the
+    killed one reached (so other loads are planned around it)."""
+    grown = 300 * MIB
+    reported = RunnerProcess.rss_bytes.fget
+    assert reported is not None
+    monkeypatch.setattr(RunnerProcess, "rss_bytes", property(lambda p: reported(p) + grown))
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        try:
+            stream = scheduler.stream(long_chat(slow_llama, slow_model))
+            await first_text(stream)
+            await wait_until(
+                lambda: (state_of(scheduler, slow_model).measured_bytes or 0) > grown, what="a measurement"
+            )
+            killed = state_of(scheduler, slow_model).pid
+            assert killed is not None
+            os.kill(killed, signal.SIGKILL)
+            failed = final(await collect(stream))
+            assert isinstance(failed, Failed) and "out-of-memory killer" in failed.error.message, failed
+
+            assert isinstance(final(await collect(scheduler.stream(short_chat(slow_model)))), Done)
+            state = state_of(scheduler, slow_model)
+            assert state.pid not in (None, killed) and is_gone(killed)
+            assert (state.measured_bytes or 0) > grown, "the peak before the kill is still counted"
+            assert state.device_bytes["cpu"] > state.estimate_bytes + grown // 2
         finally:
             await scheduler.close()
 

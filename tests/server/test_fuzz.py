@@ -200,6 +200,12 @@ def check(t: Target, path: str, body: bytes, headers: dict[str, Any], shape: str
             assert set(error["error"]) == {"message", "type", "param", "code"}, error
         else:
             assert error["type"] == "error" and set(error["error"]) == {"type", "message"}, error
+    elif response.headers.get("content-type", "").startswith("text/event-stream"):
+        # an accepted stream runs to its end: no error event after the 200 (the case was valid)
+        for line in response.text.splitlines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                event = json.loads(line[6:])
+                assert "error" not in event and event.get("type") != "error", (event, body[:300])
 
 
 FUZZ = settings(

@@ -26,6 +26,8 @@ def test_soak_with_runners_killed(tmp_path: Path, tiny_llama: Path, tiny_bert: P
     print(report.table())
     assert not report.server_errors, report.server_errors[:5]
     assert report.kills >= 2 and sum(report.requests.values()) > 50
+    # no runner leaked past its kills: one per model, and at most one spare waiting for a load
+    assert len(runners) <= 3, f"runners left after the soak: {runners}"
     assert runners_gone(runners) == 0, "every runner exited with the server"
     assert report.fds[-1] <= report.fds[0] + 8, f"file descriptors grew: {report.fds}"
     assert report.rss[-1] <= report.rss[0] * 1.5 + 64 * 2**20, f"memory grew: {report.rss}"
