@@ -397,12 +397,14 @@ def test_message_body_with_thinking_and_tools() -> None:
         "tool_calls",
         USAGE,
         reasoning="Use weather.",
-        tool_calls=[ToolCall("toolu_a", "weather", '{"city": "Oslo"}'), ToolCall("toolu_b", "broken", "{not json")],
+        tool_calls=[ToolCall("call_a1", "weather", '{"city": "Oslo"}'), ToolCall("Ab3dE5gH9", "broken", "{not json")],
     )
     message = SDKMessage.model_validate_json(api.message_body("r", "m", result))
     assert [b.type for b in message.content] == ["thinking", "tool_use", "tool_use"]
     assert message.content[0].thinking == "Use weather."
-    assert message.content[1].input == {"city": "Oslo"} and message.content[1].id == "toolu_a"
+    # the engine's call_ ids read as Anthropic's; a Mistral id, which its template checks, is kept
+    assert message.content[1].input == {"city": "Oslo"} and message.content[1].id == "toolu_a1"
+    assert message.content[2].id == "Ab3dE5gH9"
     assert message.content[2].input == {}
     assert message.stop_reason == "tool_use"
 

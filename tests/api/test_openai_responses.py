@@ -9,6 +9,7 @@ import struct
 import httpx
 import openai
 import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types import Completion, CreateEmbeddingResponse, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -192,6 +193,22 @@ def test_chat_stream_tool_calls() -> None:
     assert calls[0].function.arguments + calls[1].function.arguments == '{"city": "Oslo"}'
     assert calls[2].index == 1 and calls[2].function.name == "time" and calls[2].id.startswith("call_")
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # no text: content is null from the first chunk on, as in the whole answer, and the SDK's own
+    # stream helper ends with content None too (not "")
+    assert chunks[0].model_dump(exclude_unset=True)["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    final = state.get_final_completion().choices[0]
+    assert final.message.content is None and [c.function.name for c in final.message.tool_calls or []] == [
+        "weather",
+        "time",
+    ]
+
+
+def test_chat_stream_text_starts_with_empty_content() -> None:
+    out = frames(run(api.ChatStream("r", "m", 1), [TextDelta("Hi"), Done("stop", USAGE)]))
+    assert json.loads(out[0])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
 
 
 def test_chat_stream_empty_output_still_has_role_and_finish() -> None:

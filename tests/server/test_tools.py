@@ -197,7 +197,7 @@ def test_anthropic_tool_round_trip(live: LiveServer, families: dict[str, Family]
     assert first.stop_reason == "tool_use"
     assert [b.type for b in first.content] == ["tool_use"], "no text block around a forced call"
     use = first.content[0]
-    assert use.type == "tool_use" and use.id and use.name == "get_weather"
+    assert use.type == "tool_use" and use.id.startswith("toolu_") and use.name == "get_weather"
     assert isinstance(use.input, dict)
     jsonschema.validate(use.input, WEATHER_SCHEMA)
 

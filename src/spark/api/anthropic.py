@@ -451,6 +451,14 @@ def _stop_reason(finish: FinishReason, stop_sequence: str | None) -> str:
     return "end_turn"  # also for cancelled/error: Anthropic has no word for them
 
 
+def _tool_use_id(call_id: str | None) -> str:
+    """A tool call's id as Anthropic writes them (`toolu_...`); ids of other shapes (Mistral's
+    nine characters, which its template checks when they come back) are kept as they are."""
+    if not call_id:
+        return new_tool_call_id("toolu_")
+    return "toolu_" + call_id.removeprefix("call_") if call_id.startswith("call_") else call_id
+
+
 def _tool_input(arguments: str) -> msgspec.Raw | dict[str, Any]:
     """The call's arguments as a JSON object; text that is not one becomes {}."""
     try:
@@ -467,7 +475,7 @@ def message_body(request_id: str, model: str, result: ChatResult) -> bytes:
         content.append(_ThinkingOut(result.reasoning))
     if result.text or not result.tool_calls:
         content.append(_TextOut(result.text))
-    content.extend(_ToolUseOut(c.id, c.name, _tool_input(c.arguments)) for c in result.tool_calls)
+    content.extend(_ToolUseOut(_tool_use_id(c.id), c.name, _tool_input(c.arguments)) for c in result.tool_calls)
     return _encode(
         _MessageOut(
             id=message_id(request_id),
@@ -629,7 +637,7 @@ class MessageStream:
             if event.name is not None:  # the start of a call: its own block
                 self._tool_index = event.index
                 out = self.start() + self._open_block(
-                    "tool_use", _ToolUseOut(event.id or new_tool_call_id("toolu_"), event.name, _EMPTY_INPUT)
+                    "tool_use", _ToolUseOut(_tool_use_id(event.id), event.name, _EMPTY_INPUT)
                 )
             if event.arguments and self._open == "tool_use" and event.index == self._tool_index:
                 out += self._delta(b'"input_json_delta","partial_json":', event.arguments)

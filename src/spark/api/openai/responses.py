@@ -366,6 +366,8 @@ class ChatStream(_Stream):
     _choice_key = b"delta"
     _empty = b"{}"
     _ROLE = b'{"role":"assistant","content":""}'
+    # an answer that opens with reasoning or a tool call may have no text at all: null, as in a whole answer
+    _ROLE_NO_TEXT_YET = b'{"role":"assistant","content":null}'
 
     def __init__(
         self,
@@ -385,11 +387,11 @@ class ChatStream(_Stream):
         )
         self._started = False
 
-    def _start(self) -> bytes:
+    def _start(self, text: bool = False) -> bytes:
         if self._started:
             return b""
         self._started = True
-        return self._chunk(self._ROLE)
+        return self._chunk(self._ROLE if text else self._ROLE_NO_TEXT_YET)
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (empty for events with nothing to send)."""
@@ -398,7 +400,7 @@ class ChatStream(_Stream):
         if isinstance(event, TextDelta):
             if not event.text:
                 return b""
-            return self._start() + self._chunk(_encode(_ContentDelta(event.text)))
+            return self._start(text=True) + self._chunk(_encode(_ContentDelta(event.text)))
         if isinstance(event, ReasoningDelta):
             if not event.text:
                 return b""
@@ -415,7 +417,7 @@ class ChatStream(_Stream):
                 piece = _OutToolCall(_OutFunction(arguments=event.arguments), index=event.index)
             return self._start() + self._chunk(_encode(_ToolCallsDelta((piece,))))
         if isinstance(event, Done):
-            return self._start() + self._finish(event, _FINISH[event.finish_reason])
+            return self._start(text=True) + self._finish(event, _FINISH[event.finish_reason])
         if isinstance(event, Failed):
             return self.fail(from_info(event.error))
         return b""  # SlotInfo, PromptDone: nothing to tell the client
