@@ -12,7 +12,14 @@ import tiny_gguf
 from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.native import Context
-from spark.engine.speculative import COST_SMOOTHING, MAX_DRAFT, PRIOR_TOKEN_COST, DecodeCosts, NgramDrafter
+from spark.engine.speculative import (
+    MAX_DRAFT,
+    PRIOR_TOKEN_COST,
+    SHAPE_SMOOTHING,
+    SPEED_SMOOTHING,
+    DecodeCosts,
+    NgramDrafter,
+)
 from spark.engine.vision import IMAGE_TOKEN
 from spark.types import (
     ChatRequest,
@@ -126,11 +133,24 @@ def test_step_costs_are_measured_interpolated_and_extrapolated() -> None:
     assert c.seconds(1) == 1.0 and c.seconds(5) == 1 + 4 * PRIOR_TOKEN_COST  # nothing measured yet
     c.observe(1, 0.010)
     c.observe(9, 0.050)
-    assert c.seconds(1) == 0.010
+    assert c.seconds(1) == pytest.approx(0.010) and c.seconds(9) == pytest.approx(0.050)
     assert c.seconds(5) == pytest.approx(0.030)  # between two measured sizes
     assert c.seconds(11) == pytest.approx(0.050 + 2 * PRIOR_TOKEN_COST * 0.010)  # past the largest
     c.observe(9, 0.050 * 32)  # one step 32 times slower (something else had the CPU)
-    assert c.seconds(9) == pytest.approx(0.050 * 32**COST_SMOOTHING)  # moves the estimate by a ratio
+    moved = 32 ** (SPEED_SMOOTHING + SHAPE_SMOOTHING)  # by a ratio, and little
+    assert c.seconds(9) == pytest.approx(0.050 * moved, rel=1e-3)
+
+
+def test_every_size_follows_the_speed_its_shape_stays() -> None:
+    """Steps of one token at a shallower depth (twice as fast) reprice a size measured deeper:
+    a verify batch measured long ago is not left at its old cost, which would stop drafting."""
+    c = DecodeCosts()
+    c.observe(1, 0.020)
+    c.observe(8, 0.080)
+    for _ in range(40):
+        c.observe(1, 0.010)
+    assert c.seconds(1) == pytest.approx(0.010, rel=0.01)
+    assert 0.040 < c.seconds(8) < 0.055  # most of the way with it (it stayed at 0.080 before)
 
 
 # --- the engine: the same output with and without speculation -----------------------

@@ -27,12 +27,14 @@ both depend on the machine and the model: on a GPU, or with a quantization
 that has batched kernels, verifying 8 tokens costs little more than
 decoding one; with others (Q4_1 on AVX2) each verified token costs almost a
 whole decode step. So the engine measures what its batches cost by size
-(`DecodeCosts`), the drafter measures how often its guesses hold by how long
-the match behind them is (a guess after 20 tokens that repeat earlier text
-holds far more often than one after 2), and each step drafts the number of
-tokens that gives the most expected tokens per second, which is none where
-guessing does not pay: free chat then runs as without speculation, while
-copied stretches are drafted whole.
+(`DecodeCosts`: a speed every step updates, times a shape by size, so that a
+size measured at another depth of the context is priced at today's speed),
+the drafter measures how often its guesses hold by how long the match behind
+them is (a guess after 20 tokens that repeat earlier text holds far more
+often than one after 2), and each step drafts the number of tokens that gives
+the most expected tokens per second, which is none where guessing does not
+pay: free chat then runs as without speculation, while copied stretches are
+drafted whole.
 """
 
 from __future__ import annotations
@@ -53,27 +55,45 @@ PRIOR_WEIGHT = 2.0  # the prior counts as this many drafted tokens
 # Until a batch size has been measured, each token past the first is assumed to cost this share
 # of a one-token step: hopeful, so that drafting is tried and the true cost gets measured.
 PRIOR_TOKEN_COST = 0.25
-COST_SMOOTHING = 0.2  # weight of the newest measurement of a batch size
+SPEED_SMOOTHING = 0.2  # how far every size's cost follows one measured step
+SHAPE_SMOOTHING = 0.1  # how far the measured size's own share follows it
 
 
 class DecodeCosts:
-    """What a decode step costs by the number of tokens in its batch, measured as the engine runs."""
+    """What a decode step costs by the number of tokens in its batch, measured as the engine runs.
+
+    A cost is a speed (seconds per unit, which follows every measured step: the context's depth,
+    other work on the machine) times the shape of the size (its cost relative to the others, learnt
+    where that size is measured), so a size measured long ago is still priced at today's speed."""
 
     def __init__(self) -> None:
-        self._seconds: dict[int, float] = {}  # batch size -> smoothed seconds
+        self._speed = 0.0  # seconds per unit of shape; 0 until a step is measured
+        self._shape: dict[int, float] = {}  # batch size -> relative cost
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """Record a step that decoded `n_tokens` tokens of generation (no prompt) in `seconds`."""
-        old = self._seconds.get(n_tokens)
-        # smoothed by ratio, not difference: a step slowed by something else (another process, a
-        # page fault) pulls the estimate up no more than a fast one pulls it down
-        self._seconds[n_tokens] = seconds if old is None else old * (seconds / old) ** COST_SMOOTHING
+        if seconds <= 0:
+            return
+        if not self._speed:
+            self._speed = seconds / self._relative(n_tokens)
+        old = self._shape.get(n_tokens)
+        if old is None:  # a size first measured: its shape, not the speed, was unknown
+            self._shape[n_tokens] = seconds / self._speed
+            return
+        # by ratio, not difference: a step slowed by something else moves the costs little
+        miss = seconds / (self._speed * old)
+        self._speed *= miss**SPEED_SMOOTHING
+        self._shape[n_tokens] = old * miss**SHAPE_SMOOTHING
 
     def seconds(self, n_tokens: int) -> float:
-        """The expected cost of a batch of `n_tokens`: measured, else interpolated between the
-        nearest measured sizes, else extrapolated with `PRIOR_TOKEN_COST` (in units of one token's
-        step when nothing is measured yet)."""
-        measured = self._seconds
+        """The expected cost of a batch of `n_tokens` (in units of one token's step when nothing
+        is measured yet)."""
+        return (self._speed or 1.0) * self._relative(n_tokens)
+
+    def _relative(self, n_tokens: int) -> float:
+        """The shape of `n_tokens`: measured, else interpolated between the nearest measured sizes,
+        else extrapolated with `PRIOR_TOKEN_COST`."""
+        measured = self._shape
         if (exact := measured.get(n_tokens)) is not None:
             return exact
         smallest = min(measured, default=1)
