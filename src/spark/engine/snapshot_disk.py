@@ -61,19 +61,18 @@ def layout_identity(model_path: str, *, kv_type: str, n_ctx_per_slot: int, flash
     """
     path = Path(model_path).resolve()
     st = path.stat()
-    return json.dumps(
-        {
-            "format": FORMAT_VERSION,
-            "runtime": runtime,
-            "model": str(path),
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "kv_type": kv_type,
-            "n_ctx_per_slot": n_ctx_per_slot,
-            "flash_attention": flash_attention,
-        },
-        sort_keys=True,
-    )
+    identity: dict[str, object] = {
+        "format": FORMAT_VERSION,
+        "runtime": runtime,
+        "model": str(path),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "kv_type": kv_type,
+        "n_ctx_per_slot": n_ctx_per_slot,
+    }
+    if flash_attention != "auto":  # named only when set, so that snapshots from before the setting still match
+        identity["flash_attention"] = flash_attention
+    return json.dumps(identity, sort_keys=True)
 
 
 @dataclass(slots=True, eq=False)
