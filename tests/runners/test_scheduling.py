@@ -438,16 +438,24 @@ def test_measured_memory_is_close_to_the_estimate_and_trusted(library: Library, 
     run(scenario())
 
 
-def test_a_runner_killed_for_memory_mid_answer_names_memory_and_stays_counted_at_its_peak(
-    library: Library, slow_model: str, slow_llama: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SIGKILL during decode, as the OOM killer sends it: the answer ends with an error naming memory,
-    the next request is answered by a fresh runner, and placement keeps counting the memory the
-    killed one reached (so other loads are planned around it)."""
+@pytest.fixture
+def grown_rss(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Runners report 300 MiB more resident memory than they use (a model that outgrew its
+    estimate); the extra bytes."""
     grown = 300 * MIB
     reported = RunnerProcess.rss_bytes.fget
     assert reported is not None
     monkeypatch.setattr(RunnerProcess, "rss_bytes", property(lambda p: reported(p) + grown))
+    return grown
+
+
+def test_a_runner_killed_for_memory_mid_answer_names_memory_and_stays_counted_at_its_peak(
+    library: Library, slow_model: str, slow_llama: Path, grown_rss: int
+) -> None:
+    """SIGKILL during decode, as the OOM killer sends it: the answer ends with an error naming memory,
+    the next request is answered by a fresh runner, and placement keeps counting the memory the
+    killed one reached (so other loads are planned around it)."""
+    grown = grown_rss
 
     async def scenario() -> None:
         scheduler = Scheduler(load_settings(), library)
@@ -475,17 +483,14 @@ def test_a_runner_killed_for_memory_mid_answer_names_memory_and_stays_counted_at
 
 
 def test_a_model_that_outgrew_its_estimate_is_planned_at_its_measured_size_next_time(
-    library: Library, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+    library: Library, tiny_llama: Path, grown_rss: int
 ) -> None:
     """A runner that grew past its estimate (the case of one the OOM killer ends) teaches the planner:
     the model's next load counts what it measured, so a limit it no longer fits refuses it at once,
     with the measurement in the arithmetic, instead of starting a runner to be killed again."""
     model = library.add_local(tiny_llama).id
     estimate = estimate_for(library, model, load_settings())
-    grown = 300 * MIB
-    reported = RunnerProcess.rss_bytes.fget
-    assert reported is not None
-    monkeypatch.setattr(RunnerProcess, "rss_bytes", property(lambda p: reported(p) + grown))
+    grown = grown_rss
 
     async def scenario() -> None:
         scheduler = Scheduler(load_settings(), library)
