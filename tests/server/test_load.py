@@ -30,7 +30,7 @@ def test_clients_past_the_queue_are_refused_at_once_the_rest_finish(tmp_path: Pa
     assert all(o.retry_after == "1" for o in refused), "every refusal says when to retry"
     assert all("overloaded" in o.detail for o in refused)
     assert report.health and not report.health_failures, "/health answered throughout"
-    # within 100 ms (99 % of the probes, every 50 ms: a few may meet a pause of this shared machine)
+    # within 100 ms (99 % of the probes, every 10 ms: one may meet a pause of this shared machine)
     p99 = percentile(report.health, 99)
-    assert len(report.health) >= 10 and p99 is not None and p99 < 0.100, report.table()
+    assert len(report.health) >= 50 and p99 is not None and p99 < 0.100, report.table()
     assert report.rss_after - report.rss_before < 64 * 2**20, f"the server's memory stays bounded: {report.table()}"
