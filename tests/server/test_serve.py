@@ -21,6 +21,7 @@ import pytest
 
 from server.helpers import add_slow_model, wait_for
 from spark.library import Library
+from spark.server.admin_auth import read_admin_token
 from spark.server.discovery import read_server_info, server_file
 from spark.settings import load_settings
 from spark.store.db import Database
@@ -62,8 +63,17 @@ def test_serve_runs_and_stops_cleanly(tiny_llama: Path, args: list[str], stop: s
         assert psutil.Process(proc.pid).cmdline()[1:3] == ["-m", "spark.server"]
         assert "_pydantic_core" not in Path(f"/proc/{proc.pid}/maps").read_text()
 
+        # a watcher of the live events (the console, the TUI) does not hold the stop
+        admin = httpx.Client(base_url=url, headers={"authorization": f"Bearer {read_admin_token(settings)}"})
+        watching = admin.send(admin.build_request("GET", "/api/events"), stream=True)
+        events = watching.iter_lines()
+        assert next(events) == ": connected"
+        stopping = time.monotonic()
     finally:
         output = stop_server(proc, stop)
+    assert time.monotonic() - stopping < 5, "the open events stream held the stop"
+    assert list(events) in ([], [""]), "the events stream ended cleanly"
+    watching.close()
     assert proc.returncode == 0, output
     assert f"listening on {url}" in output and "spark keys create NAME" in output
     assert "SPARK_HOST=0.0.0.0" in output

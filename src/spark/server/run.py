@@ -85,12 +85,20 @@ class SparkServer(uvicorn.Server):
         self.config.timeout_graceful_shutdown = math.ceil(grace + STREAM_END_SECONDS)
         if self._state.drain.open:
             log.info("waiting up to %g s for %d open requests to finish", grace, self._state.drain.open)
-        drain = asyncio.create_task(self._state.drain.drain(grace), name="drain open requests")
+        drain = asyncio.create_task(self._drain(grace), name="drain open requests")
         try:
             await super().shutdown(sockets)
         finally:
             if aborted := await drain:
                 log.warning("ended %d requests still running after the %g s grace period", aborted, grace)
+
+    async def _drain(self, grace: float) -> int:
+        """Let the open generations end, then the /api/events streams (the console, the TUI), which
+        would otherwise hold the stop for the whole graceful-shutdown timeout; returns how many
+        generations were aborted."""
+        aborted = await self._state.drain.drain(grace)
+        self._state.events.close()
+        return aborted
 
 
 def make_server(settings: Settings, app: Litestar) -> uvicorn.Server:
