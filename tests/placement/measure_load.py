@@ -1,11 +1,12 @@
 """Load a GGUF model the way the engine does and print the memory it took, as JSON.
 
 Run in a fresh process:
-`python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) FLASH(0|1) [--log]`.
+`python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) FLASH(0|1) [--log] [--no-decode]`.
 The baseline RSS is taken after importing llama.cpp's bindings and msgspec (what a runner
 has before it loads anything), so `growth` is what the model, its context and
 one full micro-batch decode added. `compute_buffer` is the compute buffer llama.cpp
-reserved, as its log says. `--log` sends llama.cpp's log (with its buffer sizes) to stderr.
+reserved, as its log says. `--log` sends llama.cpp's log (with its buffer sizes) to stderr;
+`--no-decode` stops once the context is made (the reserved sizes are known by then).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from spark.engine.bindings import lc
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
 SHOW_LOG = "--log" in sys.argv
+DECODE = "--no-decode" not in sys.argv
 COMPUTE_BUFFER = re.compile(r"compute buffer size = +([0-9.]+) MiB")
 compute_buffer_mib: list[float] = []
 
@@ -77,13 +79,13 @@ def main(
     created = proc.memory_info().rss
 
     # a full micro-batch touches as much of the compute buffer as a long prompt does
-    n = min(cparams.n_ubatch, per_slot)
+    n = min(cparams.n_ubatch, per_slot) if DECODE else 0
     vocab = lc.llama_model_get_vocab(model)
     text = b"The quick brown fox jumps over the lazy dog. " * 8
     piece = (lc.llama_token * 256)()
     got = lc.llama_tokenize(vocab, text, len(text), piece, 256, False, False)
     tokens = (lc.llama_token * n)(*[piece[i % got] for i in range(n)])
-    if lc.llama_decode(ctx, lc.llama_batch_get_one(tokens, n)) < 0:
+    if n and lc.llama_decode(ctx, lc.llama_batch_get_one(tokens, n)) < 0:
         raise SystemExit("decode failed")
     after = proc.memory_info().rss
     return {
@@ -97,7 +99,7 @@ def main(
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--log"]
+    args = [a for a in sys.argv[1:] if a not in ("--log", "--no-decode")]
     if len(args) != 7:
         raise SystemExit(__doc__)
     p, ctx_, par, batch, kv, emb, fa = args

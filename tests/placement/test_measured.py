@@ -32,10 +32,19 @@ MEASURE = Path(__file__).with_name("measure_load.py")
 
 
 def measure(
-    path: Path, n_ctx: int, n_parallel: int, n_batch: int, kv_type: str, embedding: bool, flash: bool = True
+    path: Path,
+    n_ctx: int,
+    n_parallel: int,
+    n_batch: int,
+    kv_type: str,
+    embedding: bool,
+    flash: bool = True,
+    decode: bool = True,
 ) -> dict[str, int]:
     args = [str(path), str(n_ctx), str(n_parallel), str(n_batch), kv_type, "1" if embedding else "0"]
     args.append("1" if flash else "0")
+    if not decode:
+        args.append("--no-decode")
     out = subprocess.run(
         [sys.executable, str(MEASURE), *args], capture_output=True, text=True, timeout=120, check=False
     )
@@ -106,7 +115,7 @@ def check_compute(path: Path, n_ctx: int, n_parallel: int) -> None:
     shape = model_shape(read_gguf_info(path))
     for flash in (True, False):
         est = estimate_memory(shape, n_ctx=n_ctx, n_parallel=n_parallel, flash_attention="on" if flash else "off")
-        reserved = measure(path, n_ctx, n_parallel, 512, "f16", False, flash)["compute_buffer"]
+        reserved = measure(path, n_ctx, n_parallel, 512, "f16", False, flash, decode=False)["compute_buffer"]
         estimated = est.compute_bytes
         assert 0.98 * reserved <= estimated <= max(1.15 * reserved, reserved + MIB), (
             f"{path.name} n_ctx={n_ctx} x {n_parallel}, flash attention {flash}: "
