@@ -235,9 +235,11 @@ def _largest_fits(settings: Settings, devices: list[Device], models: list[ModelE
         return
     best: dict[str, tuple[int, str]] = {}
     refused: list[str] = []
+    by_id = {entry.id: entry for entry in models}
     for entry in models:
         try:
-            estimate = estimate_load(model_shape(entry.info), load_options(entry, settings))
+            draft = by_id.get(entry.settings.draft_model or "")
+            estimate = estimate_load(model_shape(entry.info), load_options(entry, settings, draft))
             plan = plan_placement(estimate, devices, [])
         except PlacementRefused:
             refused.append(entry.id)

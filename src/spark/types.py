@@ -279,6 +279,11 @@ class EmbeddingResult(msgspec.Struct, frozen=True):
 # --- what a runner process is started with ----------------------------------
 
 
+# How far a draft model's vocabulary size may differ from its target's: vocabularies padded to
+# different sizes still draft (llama.cpp's rule); the tokens they share must be the same.
+DRAFT_VOCAB_SLACK = 128
+
+
 class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     """Everything a runner needs to load one model (decided by the placement)."""
 
@@ -299,5 +304,6 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     snapshot_ram_bytes: int = 256 * 1024 * 1024  # KV snapshots of conversations pushed out of a slot
     snapshot_disk_bytes: int = 0  # the disk budget of KV snapshots (all models together); 0: none on disk
     snapshot_dir: str | None = None  # where they go (one folder per model file and KV layout)
-    speculative: bool = True  # draft tokens by n-gram lookup and verify them in the batch
+    speculative: bool = True  # draft tokens (by n-gram lookup, or with the draft model) and verify them in the batch
+    draft_path: str | None = None  # a smaller model of the same vocabulary that drafts, instead of n-gram lookup
     flash_attention: FlashAttention = "auto"  # llama.cpp's flash-attention kernel (auto: llama.cpp decides)

@@ -21,6 +21,8 @@ from typing import Self
 import psutil
 
 from spark.engine import embeddings
+from spark.engine.draft_model import DraftModel
+from spark.engine.drafting import Drafting
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.native import Batch, Context, Model, runtime_version
@@ -32,7 +34,6 @@ from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.snapshot_cache import PERSIST_IDLE_SECONDS, SnapshotCache
 from spark.engine.snapshot_disk import DiskSnapshots, layout_identity
 from spark.engine.snapshots import SnapshotStore
-from spark.engine.speculative import DecodeCosts, NgramDrafter
 from spark.engine.text import TextStream
 from spark.engine.vision import Projector
 from spark.errors import RunnerFailed, SparkError
@@ -94,6 +95,7 @@ class Engine:
             tensor_split=options.tensor_split,
         )
         self._projector: Projector | None = None
+        self._drafting: Drafting | None = None  # None: no speculative decoding
         try:
             if options.mmproj_path:
                 self._projector = Projector(
@@ -101,8 +103,9 @@ class Engine:
                 )
             self._setup(model, options)
         except BaseException:
-            if self._projector is not None:
-                self._projector.close()
+            for part in (self._projector, self._drafting):
+                if part is not None:
+                    part.close()
             model.close()
             raise
         self._model = model
@@ -128,9 +131,6 @@ class Engine:
         self._n_ctx = per_slot
         self._n_slots = options.n_parallel
         self._embedding = options.embedding
-        # Rejected draft tokens must leave the cache: a recurrent state cannot drop them.
-        self._speculative = options.speculative and not options.embedding and model.can_trim
-        self._costs = DecodeCosts()  # what steps cost by batch size: whether a draft pays
         if options.embedding:
             arch = model.meta("general.architecture") or ""
             # A model that names no pooling would give per-token vectors: pool by mean.
@@ -154,6 +154,22 @@ class Engine:
             embedding=options.embedding,
             mean_pooling=mean_pooling,
         )
+        # Rejected draft tokens must leave the cache: a recurrent state cannot drop them.
+        if options.speculative and not options.embedding and model.can_trim:
+            draft_model = None
+            if options.draft_path:
+                draft_model = DraftModel(
+                    options.draft_path,
+                    model,
+                    n_ctx=per_slot,
+                    n_slots=self._n_slots,
+                    n_threads=self._n_threads,
+                    n_gpu_layers=-1 if options.n_gpu_layers else 0,  # beside the target's first layers
+                    main_gpu=options.main_gpu,
+                    kv_type=options.kv_type,
+                    flash_attention=options.flash_attention,
+                )
+            self._drafting = Drafting(draft_model, per_slot)
         self._batch = Batch(self._ctx.n_batch)
         self._prompt_budget = self._batch.capacity
         self._slots = [Slot(i) for i in range(self._n_slots)]
@@ -324,8 +340,9 @@ class Engine:
         except Exception:
             log.exception("writing KV snapshots at unload failed")
         with self._model_lock:
-            if self._projector is not None:
-                self._projector.close()
+            for part in (self._projector, self._drafting):
+                if part is not None:
+                    part.close()
             self._ctx.close()
             self._model.close()
 
@@ -397,7 +414,7 @@ class Engine:
                 if plan.reasoning_budget is not None and self._think_close
                 else None
             ),
-            drafter=NgramDrafter(prompt) if self._speculative else None,
+            drafter=self._drafting.drafter(prompt) if self._drafting else None,
         )
         self._n_active += 1
         try:
@@ -420,16 +437,20 @@ class Engine:
         generating = [s for s in self._slots if s.work is not None and s.work.token >= 0]
         chunks: list[tuple[Slot, int]] = []
         spare = min(batch.capacity - len(generating), MAX_BATCH_DRAFT)
+        drafting = self._drafting
+        proposals = drafting.propose(generating, spare) if drafting else {}
         drafted = 0
         for slot in generating:
             gen = slot.work
             assert gen is not None
             pos = len(slot.cached)
             gen.row = batch.add(gen.token, pos, slot.id, True)
-            gen.draft = self._draft(gen, pos, spare - drafted, len(generating), drafted)
+            if drafting:
+                gen.draft = drafting.draft(gen, pos, spare - drafted, len(generating), drafted, proposals.get(slot.id))
             if gen.draft:  # verified in this batch: logits at every drafted position
                 batch.add_run(gen.draft, pos + 1, slot.id, "all")
                 drafted += len(gen.draft)
+                gen.drafted += len(gen.draft)
         budget = min(batch.room, self._prompt_budget)
         for slot in self._slots:
             gen = slot.work
@@ -484,25 +505,14 @@ class Engine:
             while self._next_token(slot, gen, row + n) and n < len(draft) and gen.token == draft[n]:
                 slot.cached.append(draft[n])  # its KV is in the cache already
                 n += 1
-                assert gen.drafter is not None
-                gen.drafter.accepted += 1
+                gen.accepted += 1  # counted before the next token, which may end the request
             if draft:
-                assert gen.drafter is not None
-                gen.drafter.verified(len(draft), n)
+                if gen.drafter is not None:
+                    gen.drafter.verified(len(draft), n)
                 if n < len(draft):
                     self._drop_rejected(slot, gen)
-        if not chunks and self._speculative:  # a step of generation alone, its sampling included
-            self._costs.observe(batch.n, time.perf_counter() - started)
-
-    def _draft(self, gen: Generation, pos: int, spare: int, generating: int, drafted: int) -> list[int]:
-        """Tokens to verify after `gen.token` (fed at `pos`): none past the context, max_tokens or
-        `spare`, and only as many as pay in a batch of `generating` slots' tokens and `drafted` others."""
-        if gen.drafter is None or gen.forced:
-            return []
-        room = min(spare, self._n_ctx - 2 - pos)
-        if gen.max_tokens is not None:
-            room = min(room, gen.max_tokens - gen.n_generated - 1)
-        return gen.drafter.draft(room, self._costs, generating + drafted, generating)
+        if not chunks and drafting:  # a step of generation alone, its sampling included
+            drafting.costs.observe(batch.n, time.perf_counter() - started)
 
     def _drop_rejected(self, slot: Slot, gen: Generation) -> None:
         """Remove the KV of draft tokens past `slot.cached` (rejected, or past the output's end)."""

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias, cast
 
+import numpy as np
+
 from spark.engine.bindings import bindings_version, lc
 from spark.errors import ModelFileError, RunnerFailed
 from spark.units import format_bytes
@@ -159,6 +161,11 @@ class Model:
             if n < size:
                 return buf.value.decode("utf-8", errors="replace")
             size = n + 1
+
+    @property
+    def vocab_type(self) -> int:
+        """llama.cpp's kind of tokenizer (SPM, BPE, WPM, ...)."""
+        return int(lc.llama_vocab_type(self.vocab))
 
     def chat_template(self) -> str | None:
         """The model's default chat template (`tokenizer.chat_template`), if any."""
@@ -371,6 +378,13 @@ class Context:
     def logits(self, row: int, n_vocab: int) -> list[float]:
         """The logits of output row `row` of the last decode (a copy)."""
         return _floats(lc.llama_get_logits_ith(self.ptr, row), n_vocab)
+
+    def top(self, row: int, n_vocab: int) -> tuple[int, float]:
+        """The most likely token of output row `row` of the last decode and its probability."""
+        ptr = lc.llama_get_logits_ith(self.ptr, row)
+        logits = np.ctypeslib.as_array(ptr, shape=(n_vocab,))  # a view: nothing is copied
+        best = int(logits.argmax())
+        return best, float(1.0 / np.exp(logits - logits[best]).sum())
 
     def embedding(self, seq: int, n_embd: int) -> list[float] | None:
         """The pooled embedding of sequence `seq` after the last decode (a copy)."""

@@ -36,8 +36,10 @@ class Generation:
     budget: ThinkBudget | None = None  # closes a thinking block that runs too long
     forced: list[int] = field(default_factory=list)  # next output tokens, written instead of sampled
     logit_bias: dict[int, float] | None = None  # the request's, for the model's own next choice
-    drafter: NgramDrafter | None = None  # None: no speculative decoding for this request
+    drafter: NgramDrafter | None = None  # n-gram drafting (None: none, or the draft model's)
     draft: list[int] = field(default_factory=list)  # tokens drafted after `token` in the batch being decoded
+    drafted: int = 0  # tokens drafted over the whole generation
+    accepted: int = 0  # of which the model confirmed
 
     @property
     def prompt_done(self) -> bool:
@@ -48,8 +50,8 @@ class Generation:
             prompt_tokens=len(self.prompt),
             completion_tokens=self.n_generated,
             cached_tokens=self.n_cached,
-            drafted_tokens=self.drafter.drafted if self.drafter else 0,
-            accepted_tokens=self.drafter.accepted if self.drafter else 0,
+            drafted_tokens=self.drafted,
+            accepted_tokens=self.accepted,
         )
 
 

@@ -108,11 +108,28 @@ class DecodeCosts:
         return measured[below] + share * (measured[above] - measured[below])
 
 
+def best_length(
+    chances: Sequence[float], costs: DecodeCosts, in_batch: int, outputs: int, per_token: float = 0.0
+) -> int:
+    """How many tokens of a draft to verify: the k that gives the step the most expected output per
+    second, 0 when none pays. `chances[k]` is the chance that draft token k holds once those before
+    it have; the batch holds `in_batch` tokens already and gives `outputs` tokens without the draft;
+    making each draft token costs `per_token` seconds (a draft model's step)."""
+    best, best_rate = 0, outputs / costs.seconds(in_batch)
+    expected, chain = 0.0, 1.0  # tokens expected from a draft of k, chance all k hold
+    for k, chance in enumerate(chances, 1):
+        chain *= chance
+        expected += chain
+        rate = (outputs + expected) / (costs.seconds(in_batch + k) + k * per_token)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
 class NgramDrafter:
     """Drafts the next tokens of one generation from its prompt and output so far.
 
-    `push` every output token, `draft` before a step; after it add the confirmed
-    tokens to `accepted` and call `verified`.
+    `push` every output token, `draft` before a step, and `verified` after it.
     """
 
     def __init__(self, prompt: Sequence[int]) -> None:
@@ -124,8 +141,6 @@ class NgramDrafter:
         for n in NGRAM_SIZES:
             ngrams = zip(*(t[i:] for i in range(n)), strict=False)  # each n-gram, by where it starts
             self._index[n] = dict(zip(ngrams, range(n, len(t)), strict=False))  # later ones overwrite earlier
-        self.drafted = 0  # tokens drafted over the whole generation
-        self.accepted = 0  # of which the model confirmed
         # confirmed and drafted tokens by match bucket, the prior included
         self._confirmed = [rate * PRIOR_WEIGHT for rate in PRIOR_RATES]
         self._tried = [PRIOR_WEIGHT] * len(PRIOR_RATES)
@@ -142,32 +157,21 @@ class NgramDrafter:
 
     def draft(self, n_max: int, costs: DecodeCosts, in_batch: int = 1, outputs: int = 1) -> list[int]:
         """The tokens guessed to follow the history, as many (up to `n_max` and `MAX_DRAFT`) as give
-        the step the most expected output per second; [] when no guess pays.
-
-        `in_batch` tokens are in the batch already (this slot's next token among them) and the step
-        is to give `outputs` tokens without this draft (one per generating slot)."""
+        the step the most expected output per second (`best_length`); [] when no guess pays."""
         n_max = min(n_max, MAX_DRAFT)
         if n_max <= 0 or (found := self._lookup()) is None:
             return []
         start, match = found
-        t = self._tokens
-        best, best_rate = 0, outputs / costs.seconds(in_batch)
-        expected, chain = 0.0, 1.0  # tokens expected from a draft of k, chance all k hold
-        for k in range(1, n_max + 1):
-            chain *= self._rate(match + k - 1)
-            expected += chain
-            rate = (outputs + expected) / costs.seconds(in_batch + k)
-            if rate > best_rate:
-                best, best_rate = k, rate
+        best = best_length([self._rate(match + k) for k in range(n_max)], costs, in_batch, outputs)
         if best == 0:
             return []
+        t = self._tokens
         guess = t[start : start + best]
         period = len(t) - start
         while len(guess) < best:  # a match close to the end repeats: the guess goes on repeating
             guess.append(guess[len(guess) - period])
         if IMAGE_TOKEN in guess:  # an image position is no token to draft
             guess = guess[: guess.index(IMAGE_TOKEN)]
-        self.drafted += len(guess)
         self._match = match
         return guess
 

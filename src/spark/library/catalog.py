@@ -38,6 +38,7 @@ from spark.library.naming import (
 )
 from spark.settings import Settings
 from spark.store import Database, ModelRecord, ModelTable, get_meta, set_meta
+from spark.types import DRAFT_VOCAB_SLACK
 
 # meta key set when the user removes the bundled model, so it is not re-added
 _BUNDLED_REMOVED = "library.bundled_removed"
@@ -74,6 +75,10 @@ class Library:
     def get(self, model_id: str) -> ModelEntry:
         """The model `model_id` (case-insensitive); `ModelNotFound` when not installed."""
         return _entry(self._record(model_id))
+
+    def draft_for(self, entry: ModelEntry) -> ModelEntry | None:
+        """The model that drafts for `entry` (its `draft_model` setting), if it names one."""
+        return self.get(entry.settings.draft_model) if entry.settings.draft_model else None
 
     def exists(self, model_id: str) -> bool:
         """Whether `model_id` (or the id an older Spark gave the same model) is installed."""
@@ -170,6 +175,9 @@ class Library:
         with self.db.transaction():
             record = self._record(model_id)
             check_model_settings(settings, _entry(record).info)
+            if settings.draft_model is not None:
+                draft_id = self._check_draft(record, settings.draft_model)
+                settings = msgspec.structs.replace(settings, draft_model=draft_id)
             updated = msgspec.structs.replace(record, settings=msgspec.to_builtins(settings))
             self.table.update(updated)
         return _entry(updated)
@@ -202,8 +210,15 @@ class Library:
         return _entry(updated)
 
     def remove(self, model_id: str) -> None:
-        """Forget the model and delete the files Spark owns; a user's own files are kept."""
+        """Forget the model and delete the files Spark owns; a user's own files are kept. A model
+        that drafts for another is kept (`InvalidRequest`) until that one's draft_model changes."""
         record = self._record(model_id)
+        users = sorted(e.id for e in self.list() if e.settings.draft_model == record.id)
+        if users:
+            raise InvalidRequest(
+                f"{record.id} is the draft model of {', '.join(users)}: change their draft_model first",
+                param="model",
+            )
         self.table.delete(record.id)
         if record.source == BUNDLED_SOURCE:
             set_meta(self.db, _BUNDLED_REMOVED, "1")
@@ -243,6 +258,24 @@ class Library:
             matches = [i for i in self.table.ids() if legacy_model_id(i) == alias]
             record = self.table.get(matches[0]) if len(matches) == 1 else None
         return record
+
+    def _check_draft(self, record: ModelRecord, draft_id: str) -> str:
+        """The id of the installed model `draft_id` if it can draft for `record`'s model, else
+        `InvalidRequest` naming draft_model (the vocabularies are compared token by token at load)."""
+        found = self._find(draft_id)
+        if found is None:
+            raise InvalidRequest(f"draft_model: no model '{draft_id}' is installed", param="draft_model")
+        target, draft = _entry(record).info, _entry(found).info
+        why = None
+        if found.id == record.id:
+            why = "a model cannot draft for itself"
+        elif target.is_embedding or draft.is_embedding:
+            why = "embedding models do not generate"
+        elif abs(target.vocab_size - draft.vocab_size) > DRAFT_VOCAB_SLACK:
+            why = f"its vocabulary has {draft.vocab_size} tokens, this model's {target.vocab_size}"
+        if why:
+            raise InvalidRequest(f"draft_model {found.id} cannot draft for {record.id}: {why}", param="draft_model")
+        return found.id
 
     def _check_free_id(self, model_id: str) -> None:
         existing = self._find(model_id)

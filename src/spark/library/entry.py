@@ -23,6 +23,7 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     kv_type: Literal["f16", "q8_0", "q4_0"] | None = None  # KV cache type
     speculative: bool | None = None  # speculative decoding by n-gram lookup
     flash_attention: FlashAttention | None = None  # llama.cpp's flash-attention kernel: auto, on, off
+    draft_model: str | None = None  # an installed model of the same vocabulary that drafts for this one
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -42,7 +42,7 @@ from typing import Literal
 import msgspec
 
 from spark.errors import InvalidRequest
-from spark.library.metadata import GGUFInfo
+from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.types import FlashAttention, LoadOptions
 
 KvType = Literal["f16", "q8_0", "q4_0"]
@@ -225,6 +225,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     host_compute_bytes: int  # what stays on the host when every layer is offloaded
     host_bytes: int  # output buffer, vocabulary, llama.cpp's fixed cost
     projector_bytes: int = 0  # vision projector weights and compute
+    draft_bytes: int = 0  # the draft model: weights, its KV cache and buffers (beside the projector)
     runtime_bytes: int = RUNNER_BYTES  # the runner process
     gpu_context_bytes: int = GPU_CONTEXT_BYTES  # per GPU in use
     measured_extra_bytes: int = 0  # host memory an earlier run measured beyond the estimate (in host_bytes)
@@ -248,7 +249,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def total_bytes(self) -> int:
         """Everything, with the model on the CPU."""
-        return self.weights_bytes + self.kv_bytes + self.buffers_bytes + self.projector_bytes
+        return self.weights_bytes + self.kv_bytes + self.buffers_bytes + self.projector_bytes + self.draft_bytes
 
     def for_layers(self, n_gpu_layers: int) -> tuple[int, int]:
         """(GPU bytes, CPU bytes) with `n_gpu_layers` offloaded to one GPU (-1: all)."""
@@ -302,9 +303,9 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
             gpus[k] += self.compute_bytes + self.gpu_context_bytes
         cpu += self.compute_bytes if not used or None in where else self.host_compute_bytes
         if used:
-            gpus[used[0]] += self.projector_bytes
+            gpus[used[0]] += self.projector_bytes + self.draft_bytes
         else:
-            cpu += self.projector_bytes
+            cpu += self.projector_bytes + self.draft_bytes
         return gpus, cpu
 
     def with_measurement(self, measured_host_bytes: int) -> MemoryEstimate:
@@ -333,6 +334,8 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
             parts.append(f"{fmt(self.measured_extra_bytes)} more measured when it last ran")
         if self.projector_bytes:
             parts.append(f"vision projector {fmt(self.projector_bytes)}")
+        if self.draft_bytes:
+            parts.append(f"draft model {fmt(self.draft_bytes)}")
         return f"needs {fmt(self.total_bytes)} {name} ({' + '.join(parts)})"
 
 
@@ -430,7 +433,8 @@ def estimate_memory(
 
 
 def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
-    """`estimate_memory` for a runner's `LoadOptions` (reads the projector's file size)."""
+    """`estimate_memory` for a runner's `LoadOptions` (reads the projector's file size and the draft
+    model's header)."""
     mmproj = 0
     if options.mmproj_path:
         try:
@@ -439,7 +443,7 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
             raise InvalidRequest(
                 f"cannot read the vision projector {options.mmproj_path}: {e.strerror or e}", param="mmproj_path"
             ) from None
-    return estimate_memory(
+    estimate = estimate_memory(
         shape,
         n_ctx=options.n_ctx,
         n_parallel=options.n_parallel,
@@ -449,3 +453,15 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
         embedding=options.embedding,
         mmproj_bytes=mmproj,
     )
+    if not options.draft_path:
+        return estimate
+    # the draft model runs in the same process, with a context of the same slots and length
+    draft = estimate_memory(
+        model_shape(read_gguf_info(options.draft_path)),
+        n_ctx=estimate.n_ctx,
+        n_parallel=options.n_parallel,
+        kv_type=options.kv_type,
+        flash_attention=options.flash_attention,
+        n_batch=options.n_batch,
+    )
+    return msgspec.structs.replace(estimate, draft_bytes=draft.total_bytes - draft.runtime_bytes)

@@ -15,8 +15,9 @@ FALLBACK_CONTEXT = 4096  # when neither the settings nor the model file give a c
 _PLACEMENT_FIELDS = ("n_gpu_layers", "main_gpu", "tensor_split")  # set by the plan, not by settings
 
 
-def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
-    """How to load `entry`: its own settings first, then the server's, capped at its training context."""
+def load_options(entry: ModelEntry, settings: Settings, draft: ModelEntry | None = None) -> LoadOptions:
+    """How to load `entry`: its own settings first, then the server's, capped at its training context;
+    `draft` is its draft model (`Library.draft_for`), used when speculative decoding is on."""
     trained = entry.info.context_length
     n_ctx = entry.settings.context_length or settings.context_length or trained or FALLBACK_CONTEXT
     if trained:
@@ -24,6 +25,7 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
     kv_type = entry.settings.kv_type or settings.kv_type
     flash_attention = entry.settings.flash_attention or settings.flash_attention
     check_flash_attention(flash_attention, kv_type)
+    speculative = settings.speculative if entry.settings.speculative is None else entry.settings.speculative
     return LoadOptions(
         model_id=entry.id,
         path=entry.path,
@@ -31,7 +33,8 @@ def load_options(entry: ModelEntry, settings: Settings) -> LoadOptions:
         n_parallel=parallel_slots(entry, settings),
         n_threads=settings.threads,
         kv_type=kv_type,
-        speculative=settings.speculative if entry.settings.speculative is None else entry.settings.speculative,
+        speculative=speculative,
+        draft_path=draft.path if draft is not None and speculative else None,
         flash_attention=flash_attention,
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,

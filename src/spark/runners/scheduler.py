@@ -337,7 +337,7 @@ class Scheduler:
         """The runner for a request for `model_name`, held busy (never unloaded) until the block ends;
         `keep_alive` is the request's own (None: the admin's for the model, else the settings')."""
         entry, waiting = self._admission(model_name, keep_alive)
-        options = load_options(entry, self._settings)
+        options = load_options(entry, self._settings, self._library.draft_for(entry))
         model = entry.id
         if self._watcher is None:  # started here: the scheduler may be made before the loop runs
             self._watcher = asyncio.create_task(self._watch_idle(), name="unload idle models")

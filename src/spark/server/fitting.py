@@ -7,7 +7,7 @@ functions read files or probe devices: call them in a thread.
 
 from __future__ import annotations
 
-from spark.library import ModelEntry
+from spark.library import Library, ModelEntry
 from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.placement import LoadedModel, detect_devices, estimate_load, estimate_memory, model_shape
 from spark.placement.fit import Fit, judge
@@ -30,9 +30,11 @@ def loaded_models(states: list[RunnerState], *, leave_out: str | None = None) ->
     ]
 
 
-def installed_fit(settings: Settings, entry: ModelEntry, loaded: list[LoadedModel]) -> Fit:
-    """Where an installed model would go now with its own settings, read from its file as a load reads it."""
-    estimate = estimate_load(model_shape(read_gguf_info(entry.path)), load_options(entry, settings))
+def installed_fit(settings: Settings, library: Library, entry: ModelEntry, loaded: list[LoadedModel]) -> Fit:
+    """Where an installed model would go now with its own settings (and draft model), read from its
+    file as a load reads it."""
+    options = load_options(entry, settings, library.draft_for(entry))
+    estimate = estimate_load(model_shape(read_gguf_info(entry.path)), options)
     return judge(estimate, detect_devices(settings), loaded, max_loaded_models=settings.max_loaded_models)
 
 

@@ -81,6 +81,7 @@ class SettingsPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     kv_type: Literal["f16", "q8_0", "q4_0"] | msgspec.UnsetType | None = msgspec.UNSET
     speculative: bool | msgspec.UnsetType | None = msgspec.UNSET
     flash_attention: FlashAttention | msgspec.UnsetType | None = msgspec.UNSET
+    draft_model: str | msgspec.UnsetType | None = msgspec.UNSET  # an installed model's id
 
 
 class SettingsResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,7 +137,7 @@ async def show_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -
     memory: Fit | None = None
     error: str | None = None
     try:
-        memory = await asyncio.to_thread(installed_fit, state.settings, entry, others)
+        memory = await asyncio.to_thread(installed_fit, state.settings, state.library, entry, others)
     except SparkError as e:  # its file is gone or damaged: the rest is still worth showing
         error = e.message
     loaded = any(s.status not in ("failed", "stopped") for s in runners)
@@ -161,7 +162,9 @@ async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[st
     change = decode_body(_patch_decoder, await request.body())
     entry = await asyncio.to_thread(state.library.get, model_id)
     updated = await asyncio.to_thread(state.library.update_settings, entry.id, _apply(entry.settings, change))
-    before, after = load_options(entry, state.settings), load_options(updated, state.settings)
+    library = state.library
+    before = await asyncio.to_thread(lambda: load_options(entry, state.settings, library.draft_for(entry)))
+    after = await asyncio.to_thread(lambda: load_options(updated, state.settings, library.draft_for(updated)))
     changes = settings_changes(before, after)
     loaded = entry.id in _loaded_ids(state)
     result = SettingsResult(model=updated, loaded=loaded, reload_needed=loaded and bool(changes), changes=changes)
@@ -171,7 +174,9 @@ async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[st
 def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
     """`current` with the fields `change` gives (checked by `Library.update_settings`)."""
     fields: dict[str, Any] = {}
-    for name in ("context_length", "parallel", "system_prompt", "kv_type", "speculative", "flash_attention"):
+    for name in SettingsPatch.__struct_fields__:
+        if name in ("sampling", "keep_alive"):  # merged and parsed below
+            continue
         value = getattr(change, name)
         if value is not msgspec.UNSET:
             fields[name] = value

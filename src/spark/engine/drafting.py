@@ -1,0 +1,72 @@
+"""What each decode step drafts: n-gram guesses or a draft model's, as many tokens as pay.
+
+The engine asks `Drafting` once per step for the guesses of every generating
+slot (`propose`: the draft model drafts for all of them in one go) and then,
+slot by slot, how many tokens to put in the batch after the slot's next token
+(`draft`). Both sources give chances with their tokens, so one rule
+(`speculative.best_length`, with the step costs the engine measures) decides
+for both; the engine then verifies what it drafted.
+"""
+
+from __future__ import annotations
+
+from spark.engine.draft_model import DraftModel, Proposal
+from spark.engine.slots import Generation, Slot
+from spark.engine.speculative import MAX_DRAFT, DecodeCosts, NgramDrafter, best_length
+
+
+class Drafting:
+    """Speculative decoding for one engine: by n-gram lookup, or with `draft_model` when given."""
+
+    def __init__(self, draft_model: DraftModel | None, n_ctx: int) -> None:
+        self.costs = DecodeCosts()  # what steps cost by batch size: whether a draft pays
+        self._model = draft_model
+        self._n_ctx = n_ctx  # tokens per slot
+
+    def drafter(self, prompt: list[int]) -> NgramDrafter | None:
+        """The n-gram drafter of a new generation (None when the draft model drafts)."""
+        return NgramDrafter(prompt) if self._model is None else None
+
+    def propose(self, generating: list[Slot], spare: int) -> dict[int, Proposal]:
+        """The draft model's guesses for the generating slots that may draft, by slot id, when it is
+        loaded and even a sure guess would pay in this step's batch; `spare` tokens are free in it."""
+        n = len(generating)
+        if self._model is None or not best_length([1.0], self.costs, n, n, self._model.token_seconds):
+            return {}
+        wants = {}
+        for slot in generating:
+            gen = slot.work
+            assert gen is not None
+            room = self._room(gen, len(slot.cached), min(spare // n, MAX_DRAFT))
+            if room > 0 and not gen.forced and gen.media is None:  # the draft model sees no images
+                wants[slot.id] = ([*slot.cached, gen.token], room)
+        return self._model.propose(wants) if wants else {}
+
+    def draft(
+        self, gen: Generation, pos: int, spare: int, generating: int, drafted: int, proposal: Proposal | None
+    ) -> list[int]:
+        """Tokens to verify after `gen.token` (fed at `pos`): the draft model's `proposal` or the
+        n-gram drafter's guess, as many as pay in a batch of `generating` slots' tokens and `drafted`
+        others, and none past the context, max_tokens or `spare`."""
+        if gen.forced:
+            return []
+        room = self._room(gen, pos, spare)
+        if proposal is not None and self._model is not None:
+            tokens, chances = proposal
+            per_token = self._model.token_seconds
+            return tokens[: best_length(chances[:room], self.costs, generating + drafted, generating, per_token)]
+        if gen.drafter is None:
+            return []
+        return gen.drafter.draft(room, self.costs, generating + drafted, generating)
+
+    def _room(self, gen: Generation, pos: int, spare: int) -> int:
+        """How many tokens may follow `gen.token` (fed at `pos`) in one step: within `spare`, the
+        context and max_tokens."""
+        room = min(spare, self._n_ctx - 2 - pos)
+        if gen.max_tokens is not None:
+            room = min(room, gen.max_tokens - gen.n_generated - 1)
+        return room
+
+    def close(self) -> None:
+        if self._model is not None:
+            self._model.close()

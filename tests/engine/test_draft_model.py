@@ -1,0 +1,149 @@
+"""Speculative decoding with a draft model: the same output as without it, drafts verified in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tiny_gguf
+from engine.test_speculative import completions, outcome, run_all
+from spark.engine import Engine, draft_model
+from spark.engine.draft_model import vocabulary_mismatch
+from spark.engine.native import Model
+from spark.engine.speculative import DecodeCosts
+from spark.errors import ModelFileError
+from spark.types import ChatRequest, LoadOptions, Message, ResponseFormat, SamplingParams
+
+
+def options(path: Path, draft: Path | None, *, n_parallel: int = 4, speculative: bool = True) -> LoadOptions:
+    return LoadOptions(
+        model_id="m",
+        path=str(path),
+        n_threads=1,
+        n_ctx=512,
+        n_parallel=n_parallel,
+        speculative=speculative,
+        draft_path=str(draft) if draft else None,
+    )
+
+
+@pytest.fixture
+def drafting_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verifying costs nothing and the draft model drafts whatever its chances (a random model is
+    seldom sure): the tests are about exact output under drafts, not about when drafts pay."""
+    monkeypatch.setattr(DecodeCosts, "seconds", lambda self, n_tokens: 1.0)
+    monkeypatch.setattr(draft_model, "MIN_CHANCE", 0.0)
+
+
+@pytest.fixture(scope="module")
+def other_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny LLaMA's vocabulary with other random weights: a draft model that is often wrong."""
+    return tiny_gguf.write_tiny_llama(tmp_path_factory.mktemp("draft") / "other.gguf", seed=1)
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_llama: Path) -> Iterator[Engine]:
+    with Engine(options(tiny_llama, None, speculative=False)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_llama: Path, other_llama: Path) -> Iterator[dict[str, Engine]]:
+    """Engines whose draft model is the model itself ("same") or the other weights ("other")."""
+    with Engine(options(tiny_llama, tiny_llama)) as same, Engine(options(tiny_llama, other_llama)) as other:
+        yield {"same": same, "other": other}
+
+
+@pytest.mark.usefixtures("drafting_everywhere")
+@pytest.mark.parametrize("draft", ["same", "other"])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"temperature": 0},
+        {"temperature": 0, "stop": ["seven", "t"]},
+        {"temperature": 0, "repeat_penalty": 1.3, "logit_bias": {5: 2.0}},
+        {"temperature": 0.9, "seed": 7},
+    ],
+    ids=["greedy", "stop", "penalties", "seeded"],
+)
+def test_output_is_the_same_as_without_a_draft_model(
+    plain: Engine, engines: dict[str, Engine], draft: str, sampling: dict
+) -> None:
+    requests = completions(**sampling)
+    expected = [outcome(c) for c in run_all(plain, requests)]
+    spec = engines[draft]
+    batched = run_all(spec, requests)  # four slots drafting in the same batches
+    assert [outcome(c) for c in batched] == expected
+    assert [outcome(run_all(spec, [r])[0]) for r in requests] == expected
+    # the draft model's cache holds exactly what it says, slot by slot
+    drafter = spec._drafting._model  # type: ignore[union-attr]
+    assert drafter is not None
+    for slot, cached in enumerate(drafter._cached):
+        assert drafter._ctx.last_position(slot) == len(cached) - 1
+    usage = [c.final.usage for c in batched]  # type: ignore[union-attr]
+    drafted, accepted = sum(u.drafted_tokens for u in usage), sum(u.accepted_tokens for u in usage)
+    assert drafted > 0 and 0 < accepted <= drafted
+    if draft == "other":
+        assert accepted < drafted
+    elif sampling == {"temperature": 0}:  # the model drafting for itself guesses its own greedy choices
+        assert accepted > 0.8 * drafted
+
+
+@pytest.mark.usefixtures("drafting_everywhere")
+def test_a_grammar_leads_as_without_a_draft_model(plain: Engine, tiny_llama: Path, other_llama: Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"words": {"type": "array", "items": {"enum": ["one", "two", "three"]}}},
+        "required": ["words"],
+    }
+    request = ChatRequest(
+        model="m",
+        messages=[Message("user", 'Say {"words": ["one", "two", "one", "two", "three"]} ' * 4)],
+        sampling=SamplingParams(max_tokens=80, temperature=0),
+        response_format=ResponseFormat(type="json_schema", schema=schema),
+    )
+    with Engine(options(tiny_llama, other_llama, n_parallel=1)) as spec:
+        got = run_all(spec, [request])[0]
+    assert outcome(got) == outcome(run_all(plain, [request])[0])
+    assert got.final.usage.drafted_tokens > 0  # type: ignore[union-attr]
+
+
+def test_without_speculation_the_draft_model_is_not_loaded(tiny_llama: Path, other_llama: Path) -> None:
+    with Engine(options(tiny_llama, other_llama, n_parallel=1, speculative=False)) as e:
+        assert e._drafting is None
+        done = run_all(e, completions(temperature=0)[:1])[0].final
+        assert done.usage.drafted_tokens == 0  # type: ignore[union-attr]
+
+
+def test_a_model_of_another_vocabulary_cannot_draft(tmp_path: Path, tiny_llama: Path, tiny_bert: Path) -> None:
+    smaller = tiny_gguf.write_tiny_llama(tmp_path / "small-vocab.gguf", vocab_size=300)
+    for draft, why in ((smaller, "its vocabulary has 300 tokens"), (tiny_bert, "tokenizer is of another kind")):
+        with pytest.raises(ModelFileError) as refused:
+            Engine(options(tiny_llama, draft, n_parallel=1))
+        assert refused.value.param == "draft_model" and why in refused.value.message, refused.value.message
+
+
+def test_token_texts_must_match(tiny_llama: Path) -> None:
+    """Same size, same special tokens, one token spelled otherwise: refused, naming the token."""
+    target, draft = Model(str(tiny_llama)), Model(str(tiny_llama))
+    try:
+        assert vocabulary_mismatch(draft, target) is None
+        real = draft.token_text
+        draft.token_text = lambda token: real(token) + ("x" if token == 100 else "")  # type: ignore[method-assign]
+        why = vocabulary_mismatch(draft, target)
+        assert why is not None and why.startswith("token 100 is"), why
+    finally:
+        draft.close()
+        target.close()
+
+
+def test_a_sure_draft_that_would_not_pay_is_not_made(tiny_llama: Path) -> None:
+    """Where verifying a token costs as much as decoding one, the draft model is not even asked."""
+    with Engine(options(tiny_llama, tiny_llama, n_parallel=1)) as e:
+        assert e._drafting is not None
+        for n in range(1, 40):
+            e._drafting.costs.observe(n, 0.01 * n)
+        done = run_all(e, completions(temperature=0)[:1])[0].final
+    assert done.usage.drafted_tokens == 0  # type: ignore[union-attr]
