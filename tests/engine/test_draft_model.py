@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import tiny_gguf
-from engine.test_speculative import completions, outcome, run_all
+from engine.test_speculative import CODE, chat, completions, outcome, run_all, stream_of
 from spark.engine import Engine, draft_model
 from spark.engine.draft_model import vocabulary_mismatch
 from spark.engine.native import Model
@@ -17,12 +17,14 @@ from spark.errors import ModelFileError
 from spark.types import ChatRequest, LoadOptions, Message, ResponseFormat, SamplingParams
 
 
-def options(path: Path, draft: Path | None, *, n_parallel: int = 4, speculative: bool = True) -> LoadOptions:
+def options(
+    path: Path, draft: Path | None, *, n_parallel: int = 4, speculative: bool = True, n_ctx: int = 512
+) -> LoadOptions:
     return LoadOptions(
         model_id="m",
         path=str(path),
         n_threads=1,
-        n_ctx=512,
+        n_ctx=n_ctx,
         n_parallel=n_parallel,
         speculative=speculative,
         draft_path=str(draft) if draft else None,
@@ -147,3 +149,20 @@ def test_a_sure_draft_that_would_not_pay_is_not_made(tiny_llama: Path) -> None:
             e._drafting.costs.observe(n, 0.01 * n)
         done = run_all(e, completions(temperature=0)[:1])[0].final
     assert done.usage.drafted_tokens == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("drafting_everywhere")
+def test_a_real_model_drafting_for_itself_answers_the_same(smollm2: Path) -> None:
+    """SmolLM2's own vocabulary passes the token-by-token check, and its answers do not change."""
+    requests = [
+        chat(f"Repeat exactly: {CODE}"),
+        chat("What is the capital of France?", max_tokens=30),
+    ]
+    with Engine(options(smollm2, None, n_parallel=1, speculative=False, n_ctx=1024)) as plain:
+        expected = [stream_of(run_all(plain, [r])[0]) for r in requests]
+    with Engine(options(smollm2, smollm2, n_parallel=1, n_ctx=1024)) as spec:
+        got = [run_all(spec, [r])[0] for r in requests]
+    assert [stream_of(c) for c in got] == expected
+    assert "Paris" in "".join(e.text for e in got[1].events if hasattr(e, "text"))
+    copy = got[0].final.usage  # type: ignore[union-attr]
+    assert copy.drafted_tokens > 0.6 * copy.completion_tokens and copy.accepted_tokens > 0.9 * copy.drafted_tokens

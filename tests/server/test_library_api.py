@@ -169,6 +169,10 @@ def test_speculative_decoding_can_be_turned_off_per_model(live: LiveServer, mode
         ({"speculative": "maybe"}, "speculative"),
         ({"flash_attention": "sometimes"}, "flash_attention"),
         ({"flash_attention": True}, "flash_attention"),
+        ({"draft_model": "nope"}, "draft_model"),
+        ({"draft_model": 5}, "draft_model"),
+        ({"draft_model": "smollm2-135m-instruct-q4_1"}, "draft_model"),  # another vocabulary
+        ({"draft_model": ""}, "draft_model"),
         ({"keep_alive": "soon"}, "keep_alive"),
         ({"keep_alive": [5]}, "keep_alive"),
         ({"n_gpu_layers": 3}, "n_gpu_layers"),
@@ -255,3 +259,41 @@ def test_flash_attention_is_a_model_setting_the_estimate_follows(live: LiveServe
     assert off["buffers_bytes"] - auto["buffers_bytes"] == 4 * 9 * 512 * auto["n_ctx"]
     client.patch(f"/api/models/{model}/settings", json={"flash_attention": None})
     assert client.get(f"/api/models/{model}").json()["memory"] == auto
+
+
+def test_a_draft_model_is_a_model_setting_counted_in_its_memory(live: LiveServer, models: dict[str, str]) -> None:
+    client = admin(live)
+    model, draft = models["tuned"], models["guarded"]  # the same vocabulary
+    before = client.get(f"/api/models/{model}").json()["memory"]
+    changed = client.patch(f"/api/models/{model}/settings", json={"draft_model": draft.upper()})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["model"]["settings"]["draft_model"] == draft  # the id as installed
+    assert changed.json()["changes"].startswith("draft_path None -> ")
+    after = client.get(f"/api/models/{model}").json()["memory"]
+    assert after["draft_bytes"] > 0 and after["total_bytes"] == before["total_bytes"] + after["draft_bytes"]
+    assert "draft model" in after["arithmetic"]
+    chat(live, model)  # loaded with its draft model beside it
+    # a model that drafts for another stays until that one's setting changes
+    error = openai_error(client.delete(f"/api/models/{draft}"), 400)
+    assert error["param"] == "model" and model in error["message"]
+    assert client.get(f"/api/models/{draft}").status_code == 200
+    # speculative decoding off: no draft model loaded, nor counted
+    off = client.patch(f"/api/models/{model}/settings", json={"speculative": False}).json()
+    assert "draft_path" in off["changes"]
+    assert client.get(f"/api/models/{model}").json()["memory"]["draft_bytes"] == 0
+    client.patch(f"/api/models/{model}/settings", json={"speculative": None, "draft_model": None})
+    assert client.get(f"/api/models/{model}").json()["memory"] == before
+
+
+def test_a_model_cannot_draft_for_itself_nor_with_an_embedding_model(
+    live: LiveServer, models: dict[str, str], tiny_bert: Path
+) -> None:
+    client = admin(live)
+    model = models["tuned"]
+    error = openai_error(client.patch(f"/api/models/{model}/settings", json={"draft_model": model}), 400)
+    assert error["param"] == "draft_model" and "itself" in error["message"]
+    with Library(live.settings) as library:
+        embed = library.add_local(tiny_bert).id
+    error = openai_error(client.patch(f"/api/models/{model}/settings", json={"draft_model": embed}), 400)
+    assert error["param"] == "draft_model" and "embedding" in error["message"]
+    assert "draft_model" not in client.get(f"/api/models/{model}").json()["model"]["settings"]

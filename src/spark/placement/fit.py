@@ -33,6 +33,7 @@ class Fit(msgspec.Struct, frozen=True, kw_only=True):
     kv_bytes: int
     buffers_bytes: int
     projector_bytes: int = 0
+    draft_bytes: int = 0  # the draft model, its cache and buffers
     device_bytes: dict[str, int] = {}  # what it would take on each device
     arithmetic: str  # `needs 1.1 GiB (weights ...); cpu, 1.1 GiB of 12.0 GiB free`, or the refusal
 
@@ -80,6 +81,7 @@ def _fit(
         kv_bytes=estimate.kv_bytes,
         buffers_bytes=estimate.buffers_bytes,
         projector_bytes=estimate.projector_bytes,
+        draft_bytes=estimate.draft_bytes,
         device_bytes=device_bytes or {},
         arithmetic=arithmetic,
     )

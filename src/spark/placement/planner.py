@@ -183,7 +183,7 @@ def _fit(estimate: MemoryEstimate, cpu: Device, gpus: list[Device], avail: dict[
         if fit := attempt(-1, [g], [1.0]):
             return fit
     # per-GPU costs that do not depend on the layers, taken off before sharing out layers
-    fixed = estimate.compute_bytes + estimate.gpu_context_bytes + estimate.projector_bytes
+    fixed = estimate.compute_bytes + estimate.gpu_context_bytes + estimate.projector_bytes + estimate.draft_bytes
     shares = [float(max(avail[g.id] - fixed, 0)) for g in usable]
     multi = len(usable) > 1 and sum(shares) > 0
     if multi and (fit := attempt(-1, usable, shares)):

@@ -24,14 +24,24 @@ def test_changing_a_models_settings_is_saved_and_a_bad_value_named(page: Any, co
     page.get_by_label("Context per slot").fill("256")
     page.get_by_label("Parallel slots").fill("2")
     page.get_by_label("Flash attention").select_option("on")
+    page.get_by_label("Draft model").select_option("hostile")  # the same vocabulary
     page.get_by_role("button", name="Save settings").click()
     page.get_by_text("Saved.").wait_for()
     saved = console.state.library.get("tiny-chat").settings
     assert saved.system_prompt == "You answer in French." and saved.context_length == 256 and saved.parallel == 2
-    assert saved.flash_attention == "on"
+    assert saved.flash_attention == "on" and saved.draft_model == "hostile"
     page.reload()
     assert page.get_by_label("Context per slot").input_value() == "256"
     assert page.get_by_label("Flash attention").input_value() == "on"
+    assert page.get_by_label("Draft model").input_value() == "hostile"
+    memory = page.locator("section", has=page.get_by_role("heading", name="Memory on this machine"))
+    assert "Draft model" in memory.inner_text()
+
+    page.get_by_label("Draft model").select_option("smollm2-135m-instruct-q4_1")  # another vocabulary
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_role("alert").wait_for()
+    assert "draft_model" in page.get_by_role("alert").inner_text()
+    page.reload()
 
     page.get_by_label("KV cache type").select_option("q8_0")  # the tiny model's heads are too small for it
     page.get_by_role("button", name="Save settings").click()
@@ -49,11 +59,12 @@ def test_changing_a_models_settings_is_saved_and_a_bad_value_named(page: Any, co
         page.get_by_label(label).fill("")
     page.get_by_label("KV cache type").select_option("")
     page.get_by_label("Flash attention").select_option("")
+    page.get_by_label("Draft model").select_option("")
     page.get_by_role("button", name="Save settings").click()
     page.get_by_text("Saved.").wait_for()
     saved = console.state.library.get("tiny-chat").settings
     assert saved.system_prompt is None and saved.context_length is None and saved.kv_type is None
-    assert saved.flash_attention is None
+    assert saved.flash_attention is None and saved.draft_model is None
 
 
 def test_removing_a_model_returns_to_the_library_without_it(page: Any, console: LiveServer, tiny_llama: Path) -> None:

@@ -54,6 +54,11 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
         )
     body = detail.body
     runner = next((r for r in body["runners"] if r["status"] not in ("failed", "stopped")), None)
+    listed = await call_api(request, "GET", "/api/models")
+    # the models that could draft for this one (the API checks their vocabulary when one is chosen)
+    drafts = (
+        [s["id"] for s in listed.body if not s["embedding"] and s["id"] != body["model"]["id"]] if listed.ok else []
+    )
     context: dict[str, Any] = {"message": "", "error": "", "status_code": 200, **extra}
     return render(
         request,
@@ -66,6 +71,7 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
         memory_error=body.get("memory_error"),
         kv_types=KV_TYPES,
         flash_modes=FLASH_MODES,
+        draft_models=drafts,
         **context,
     )
 
@@ -88,6 +94,7 @@ def _settings_change(form: dict[str, str]) -> dict[str, Any]:
     change["keep_alive"] = keep_alive or None
     change["kv_type"] = form.get("kv_type") or None
     change["flash_attention"] = form.get("flash_attention") or None
+    change["draft_model"] = form.get("draft_model") or None
     return change
 
 
