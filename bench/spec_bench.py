@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Speculative decoding: decode tokens/s with and without it, Spark against llama-server.
 
-    python bench/spec_bench.py [--rounds 3] [--model GGUF] [--threads 2] [--flash-attention auto|on|off]
-                               [--llama-server /tmp/llama-peer/build/bin/llama-server]
+    python bench/spec_bench.py [--rounds 3] [--model GGUF] [--draft-model GGUF] [--threads 2]
+                               [--flash-attention auto|on|off] [--llama-server /tmp/llama-peer/build/bin/llama-server]
 
 Three workloads, one streamed greedy chat completion each:
   code   rewrite a given ~300-token code block with one change (copies most of its prompt)
@@ -12,7 +12,9 @@ Three workloads, one streamed greedy chat completion each:
 
 Servers: two `spark serve`, speculation on (SPARK_SPECULATIVE=true) and off,
 and, where the llama-server binary exists, llama-server with
-`--spec-type ngram-simple` and without; same model, threads and context. Rounds
+`--spec-type ngram-simple` and without; same model, threads and context. With
+`--draft-model`, both speculate with that model instead of n-gram lookup (Spark's
+`draft_model` setting, llama-server's `-md`). Rounds
 alternate between the servers, so whatever else the machine does slows all
 alike. Decode tokens/s is (completion tokens - 1) / (last token - first token)
 as the client sees it. Prints the median per workload and server, the ratios,
@@ -218,7 +220,11 @@ class Server:
             self.proc.kill()
 
 
-def spark_server(name: str, home: Path, model_path: Path, threads: int, speculative: bool, flash: str) -> Server:
+def spark_server(
+    name: str, home: Path, model_path: Path, threads: int, speculative: bool, flash: str, draft: Path | None = None
+) -> Server:
+    import msgspec
+
     from spark.library import Library
     from spark.settings import load_settings
     from spark.store.db import Database
@@ -240,6 +246,10 @@ def spark_server(name: str, home: Path, model_path: Path, threads: int, speculat
     settings = load_settings(env=env)
     with Library(settings) as library:
         model = library.add_local(model_path, model_id="bench").id
+        if draft is not None:
+            library.add_local(draft, model_id="bench-draft")
+            own = msgspec.structs.replace(library.get(model).settings, draft_model="bench-draft")
+            library.update_settings(model, own)
     key = KeyTable(Database(settings.db_path)).create("bench")[1]
     port = free_port()
     server = Server(name, [sys.executable, "-m", "spark", "serve", "--port", str(port)], env, port, key, model)
@@ -265,6 +275,7 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
     parser.add_argument("--flash-attention", choices=("auto", "on", "off"), default="auto", help="for every server")
+    parser.add_argument("--draft-model", type=Path, help="a smaller GGUF of the same vocabulary that drafts")
     args = parser.parse_args()
     model = args.model or smollm2()
     workloads = [w for w in args.only.split(",") if w]
@@ -272,7 +283,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="spark-spec-bench-") as tmp:
         folder = Path(tmp)
         servers = [
-            spark_server("spark spec", folder / "on", model, args.threads, True, args.flash_attention),
+            spark_server(
+                "spark spec", folder / "on", model, args.threads, True, args.flash_attention, args.draft_model
+            ),
             spark_server("spark plain", folder / "off", model, args.threads, False, args.flash_attention),
         ]
         if args.llama_server.is_file():
@@ -283,7 +296,7 @@ def main() -> None:
                     model,
                     args.threads,
                     args.flash_attention,
-                    ["--spec-type", "ngram-simple"],
+                    ["-md", str(args.draft_model)] if args.draft_model else ["--spec-type", "ngram-simple"],
                 )
             )
             servers.append(

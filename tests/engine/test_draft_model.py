@@ -165,4 +165,4 @@ def test_a_real_model_drafting_for_itself_answers_the_same(smollm2: Path) -> Non
     assert [stream_of(c) for c in got] == expected
     assert "Paris" in "".join(e.text for e in got[1].events if hasattr(e, "text"))
     copy = got[0].final.usage  # type: ignore[union-attr]
-    assert copy.drafted_tokens > 0.6 * copy.completion_tokens and copy.accepted_tokens > 0.9 * copy.drafted_tokens
+    assert copy.drafted_tokens > 0.6 * copy.completion_tokens and copy.accepted_tokens > 0.8 * copy.drafted_tokens

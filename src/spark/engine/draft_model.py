@@ -17,6 +17,7 @@ changes how fast it comes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from spark.engine.native import Batch, Context, Model
@@ -73,19 +74,22 @@ class DraftModel:
         self._n_vocab = min(model.n_vocab, target.n_vocab)  # a guess past the target's vocabulary is none
         self._batch = Batch(self._ctx.n_batch)
         self._cached: list[list[int]] = [[] for _ in range(n_slots)]  # each slot's tokens in its cache
-        self.token_seconds = 0.0  # what one drafted token costs (a draft step over the slots drafting)
+        self.token_seconds = 0.0  # what one draft token costs: a step of the draft model (0: not measured yet)
 
-    def propose(self, wants: dict[int, tuple[list[int], int]]) -> dict[int, Proposal]:
+    def propose(
+        self, wants: dict[int, tuple[list[int], int]], pays: Callable[[list[float]], bool]
+    ) -> dict[int, Proposal]:
         """Drafts for several slots at once. `wants[slot]` is (the slot's tokens: those in the
-        target's cache, then the one it feeds next; the most tokens to draft)."""
-        started = time.perf_counter()
+        target's cache, then the one it feeds next; the most tokens to draft); a slot's draft goes
+        on while `pays(its chances so far)` says one more token is worth its cost."""
         out: dict[int, Proposal] = {slot: ([], []) for slot in wants}
         feed = {slot: self._catch_up(slot, history) for slot, (history, _) in wants.items()}
-        rounds = 0
         while feed:
             batch = self._batch
             batch.clear()
             rows: dict[int, int] = {}
+            drafting = all(len(tokens) == 1 for tokens in feed.values())  # no prompt to catch up with
+            started = time.perf_counter()
             for slot, tokens in list(feed.items()):
                 if not batch.room:
                     break
@@ -102,7 +106,6 @@ class DraftModel:
             if batch.decode(self._ctx) != 0:  # no drafts this step; the caches start again
                 self.reset()
                 return {}
-            rounds += 1
             for slot, row in rows.items():
                 token, chance = self._ctx.top(row, self._model.n_vocab)
                 tokens, chances = out[slot]
@@ -110,12 +113,11 @@ class DraftModel:
                     continue
                 tokens.append(token)
                 chances.append(chance)
-                if len(tokens) < wants[slot][1] and not self._model.is_eog(token):
+                if len(tokens) < wants[slot][1] and not self._model.is_eog(token) and pays(chances):
                     feed[slot] = [token]
-        drafted = max((len(tokens) for tokens, _ in out.values()), default=0)
-        if drafted:
-            seconds = (time.perf_counter() - started) / drafted
-            self.token_seconds += STEP_SMOOTHING * (seconds - self.token_seconds) if self.token_seconds else seconds
+            if drafting:  # a step that makes one draft token per slot: what a draft token costs
+                seconds = time.perf_counter() - started
+                self.token_seconds += STEP_SMOOTHING * (seconds - self.token_seconds) if self.token_seconds else seconds
         return out
 
     def _catch_up(self, slot: int, history: list[int]) -> list[int]:

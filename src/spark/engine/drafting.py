@@ -14,6 +14,9 @@ from spark.engine.draft_model import DraftModel, Proposal
 from spark.engine.slots import Generation, Slot
 from spark.engine.speculative import MAX_DRAFT, DecodeCosts, NgramDrafter, best_length
 
+FIRST_PRIOR = 0.7  # the chance assumed for a draft model's first token before any is verified
+FIRST_PRIOR_WEIGHT = 4.0
+
 
 class Drafting:
     """Speculative decoding for one engine: by n-gram lookup, or with `draft_model` when given."""
@@ -22,16 +25,28 @@ class Drafting:
         self.costs = DecodeCosts()  # what steps cost by batch size: whether a draft pays
         self._model = draft_model
         self._n_ctx = n_ctx  # tokens per slot
+        # how often a draft model's first token held, the prior counted as FIRST_PRIOR_WEIGHT drafts
+        self._first_held, self._first_tried = FIRST_PRIOR * FIRST_PRIOR_WEIGHT, FIRST_PRIOR_WEIGHT
 
     def drafter(self, prompt: list[int]) -> NgramDrafter | None:
         """The n-gram drafter of a new generation (None when the draft model drafts)."""
         return NgramDrafter(prompt) if self._model is None else None
 
     def propose(self, generating: list[Slot], spare: int) -> dict[int, Proposal]:
-        """The draft model's guesses for the generating slots that may draft, by slot id, when it is
-        loaded and even a sure guess would pay in this step's batch; `spare` tokens are free in it."""
+        """The draft model's guesses for the generating slots that may draft, by slot id; `spare`
+        tokens are free in this step's batch. Each draft goes on while one more token, as likely
+        as the last (the first: as often as first tokens held), is expected to pay for its draft
+        step and its place in the batch; none is made where even the first would not."""
+        model = self._model
+        if model is None:
+            return {}
         n = len(generating)
-        if self._model is None or not best_length([1.0], self.costs, n, n, self._model.token_seconds):
+
+        def pays(chances: list[float]) -> bool:
+            guess = [*chances, chances[-1] if chances else self._first_held / self._first_tried]
+            return best_length(guess, self.costs, n, n, model.token_seconds) == len(guess)
+
+        if not pays([]):
             return {}
         wants = {}
         for slot in generating:
@@ -40,7 +55,12 @@ class Drafting:
             room = self._room(gen, len(slot.cached), min(spare // n, MAX_DRAFT))
             if room > 0 and not gen.forced and gen.media is None:  # the draft model sees no images
                 wants[slot.id] = ([*slot.cached, gen.token], room)
-        return self._model.propose(wants) if wants else {}
+        if not wants:
+            return {}
+        proposals = model.propose(wants, pays)
+        misses = sum(not tokens for tokens, _ in proposals.values())  # a draft step spent for no guess
+        self._first_tried += misses
+        return proposals
 
     def draft(
         self, gen: Generation, pos: int, spare: int, generating: int, drafted: int, proposal: Proposal | None
@@ -58,6 +78,14 @@ class Drafting:
         if gen.drafter is None:
             return []
         return gen.drafter.draft(room, self.costs, generating + drafted, generating)
+
+    def verified(self, gen: Generation, n_drafted: int, n_accepted: int) -> None:
+        """Learn from how much of the draft the model confirmed."""
+        if gen.drafter is not None:
+            gen.drafter.verified(n_drafted, n_accepted)
+        elif n_drafted:
+            self._first_tried += 1
+            self._first_held += n_accepted > 0
 
     def _room(self, gen: Generation, pos: int, spare: int) -> int:
         """How many tokens may follow `gen.token` (fed at `pos`) in one step: within `spare`, the

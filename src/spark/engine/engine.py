@@ -507,8 +507,8 @@ class Engine:
                 n += 1
                 gen.accepted += 1  # counted before the next token, which may end the request
             if draft:
-                if gen.drafter is not None:
-                    gen.drafter.verified(len(draft), n)
+                assert drafting is not None
+                drafting.verified(gen, len(draft), n)
                 if n < len(draft):
                     self._drop_rejected(slot, gen)
         if not chunks and drafting:  # a step of generation alone, its sampling included
