@@ -9,8 +9,9 @@ import pytest
 
 import tiny_gguf
 from engine.test_speculative import CODE, chat, completions, outcome, run_all, stream_of
-from spark.engine import Engine, draft_model
+from spark.engine import Engine, draft_model, drafting
 from spark.engine.draft_model import vocabulary_mismatch
+from spark.engine.drafting import Drafting
 from spark.engine.native import Model
 from spark.engine.speculative import DecodeCosts
 from spark.errors import ModelFileError
@@ -33,9 +34,11 @@ def options(
 
 @pytest.fixture
 def drafting_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Verifying costs nothing and the draft model drafts whatever its chances (a random model is
-    seldom sure): the tests are about exact output under drafts, not about when drafts pay."""
+    """Verifying and drafting cost nothing, and the draft model drafts whatever its chances (a random
+    model is seldom sure): the tests are about exact output under drafts, not about when drafts pay."""
     monkeypatch.setattr(DecodeCosts, "seconds", lambda self, n_tokens: 1.0)
+    monkeypatch.setattr(Drafting, "_token_seconds", lambda self: 0.0)
+    monkeypatch.setattr(drafting, "MODEL_GAIN", 0.0)  # and however often the first guesses failed
     monkeypatch.setattr(draft_model, "MIN_CHANCE", 0.0)
 
 
@@ -148,7 +151,38 @@ def test_a_sure_draft_that_would_not_pay_is_not_made(tiny_llama: Path) -> None:
         for n in range(1, 40):
             e._drafting.costs.observe(n, 0.01 * n)
         done = run_all(e, completions(temperature=0)[:1])[0].final
+        assert e._drafting._model is not None and e._drafting._model._cached == [[]]  # never caught up
     assert done.usage.drafted_tokens == 0  # type: ignore[union-attr]
+
+
+def test_the_draft_model_drafts_while_it_pays_and_catches_up_with_what_it_lacks(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(draft_model, "MIN_CHANCE", 0.0)
+    target = Model(str(tiny_llama))
+    drafter = draft_model.DraftModel(
+        str(tiny_llama), target, n_ctx=256, n_slots=2, n_threads=1, n_gpu_layers=0, main_gpu=0,
+        kv_type="f16", flash_attention="auto",
+    )  # fmt: skip
+    try:
+        history = target.tokenize("one two three four five", add_special=True, parse_special=False)
+        three = drafter.propose({1: (history, 16)}, lambda chances: len(chances) < 3)
+        tokens, chances = three[1]
+        assert len(tokens) == len(chances) == 3 and all(0 < c <= 1 for c in chances)
+        assert drafter._cached[1] == history + tokens[:2]  # the last guess was never fed
+        assert drafter._cached[0] == []  # the other slot untouched
+        # two guesses held and the target wrote another token: only that one is fed (the cache holds both)
+        longer = [*history, *tokens[:2], 7]
+        drafter.propose({1: (longer, 1)}, lambda chances: True)
+        assert drafter._cached[1] == longer and drafter._ctx.last_position(1) == len(longer) - 1
+        # a history that differs earlier: the cache is cut back to what they share
+        other = [*history[:3], 9, 9]
+        drafter.propose({1: (other, 1)}, lambda chances: True)
+        assert drafter._cached[1] == other and drafter._ctx.last_position(1) == len(other) - 1
+        assert drafter.token_seconds > 0  # measured on the steps that drafted
+    finally:
+        drafter.close()
+        target.close()
 
 
 @pytest.mark.usefixtures("drafting_everywhere")
@@ -166,3 +200,22 @@ def test_a_real_model_drafting_for_itself_answers_the_same(smollm2: Path) -> Non
     assert "Paris" in "".join(e.text for e in got[1].events if hasattr(e, "text"))
     copy = got[0].final.usage  # type: ignore[union-attr]
     assert copy.drafted_tokens > 0.6 * copy.completion_tokens and copy.accepted_tokens > 0.8 * copy.drafted_tokens
+
+
+def test_a_draft_model_whose_first_guesses_fail_stops_drafting(
+    tiny_llama: Path, other_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Free to verify and to draft, but a first guess holds one time in ten: no gain of 15 % is in
+    sight, so the draft model is not asked; the model drafting for itself learns that it holds."""
+    monkeypatch.setattr(DecodeCosts, "seconds", lambda self, n_tokens: 1.0)
+    monkeypatch.setattr(Drafting, "_token_seconds", lambda self: 0.0)
+    monkeypatch.setattr(draft_model, "MIN_CHANCE", 0.0)
+    request = completions(temperature=0)[:1]
+    with Engine(options(tiny_llama, other_llama, n_parallel=1)) as e:
+        assert e._drafting is not None
+        e._drafting._first_held, e._drafting._first_tried = 1.0, 10.0
+        assert run_all(e, request)[0].final.usage.drafted_tokens == 0  # type: ignore[union-attr]
+    with Engine(options(tiny_llama, tiny_llama, n_parallel=1)) as e:
+        assert e._drafting is not None
+        assert run_all(e, request)[0].final.usage.accepted_tokens > 0  # type: ignore[union-attr]
+        assert e._drafting._first_held / e._drafting._first_tried > drafting.FIRST_PRIOR  # learnt from the drafts

@@ -72,6 +72,7 @@ class DraftModel:
             raise
         self._model = model
         self._n_vocab = min(model.n_vocab, target.n_vocab)  # a guess past the target's vocabulary is none
+        self.size_ratio = model.size_bytes / max(target.size_bytes, 1)
         self._batch = Batch(self._ctx.n_batch)
         self._cached: list[list[int]] = [[] for _ in range(n_slots)]  # each slot's tokens in its cache
         self.token_seconds = 0.0  # what one draft token costs: a step of the draft model (0: not measured yet)

@@ -16,6 +16,9 @@ from spark.engine.speculative import MAX_DRAFT, DecodeCosts, NgramDrafter, best_
 
 FIRST_PRIOR = 0.7  # the chance assumed for a draft model's first token before any is verified
 FIRST_PRIOR_WEIGHT = 4.0
+# A draft model drafts only where its guesses promise this much more output per second than none:
+# its costs are estimates, and a draft that only breaks even still costs catching up with prompts.
+MODEL_GAIN = 1.15
 
 
 class Drafting:
@@ -41,10 +44,11 @@ class Drafting:
         if model is None:
             return {}
         n = len(generating)
+        per_token = self._token_seconds()
 
         def pays(chances: list[float]) -> bool:
             guess = [*chances, chances[-1] if chances else self._first_held / self._first_tried]
-            return best_length(guess, self.costs, n, n, model.token_seconds) == len(guess)
+            return best_length(guess, self.costs, n, n, per_token, MODEL_GAIN) == len(guess)
 
         if not pays([]):
             return {}
@@ -71,13 +75,21 @@ class Drafting:
         if gen.forced:
             return []
         room = self._room(gen, pos, spare)
-        if proposal is not None and self._model is not None:
+        if proposal is not None:
             tokens, chances = proposal
-            per_token = self._model.token_seconds
-            return tokens[: best_length(chances[:room], self.costs, generating + drafted, generating, per_token)]
+            n = best_length(
+                chances[:room], self.costs, generating + drafted, generating, self._token_seconds(), MODEL_GAIN
+            )
+            return tokens[:n]
         if gen.drafter is None:
             return []
         return gen.drafter.draft(room, self.costs, generating + drafted, generating)
+
+    def _token_seconds(self) -> float:
+        """What a draft model's token costs: measured, else a one-token step of the model it drafts
+        for scaled by their sizes (decoding reads every weight once)."""
+        assert self._model is not None
+        return self._model.token_seconds or self.costs.seconds(1) * self._model.size_ratio
 
     def verified(self, gen: Generation, n_drafted: int, n_accepted: int) -> None:
         """Learn from how much of the draft the model confirmed."""

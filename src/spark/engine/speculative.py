@@ -109,13 +109,19 @@ class DecodeCosts:
 
 
 def best_length(
-    chances: Sequence[float], costs: DecodeCosts, in_batch: int, outputs: int, per_token: float = 0.0
+    chances: Sequence[float],
+    costs: DecodeCosts,
+    in_batch: int,
+    outputs: int,
+    per_token: float = 0.0,
+    gain: float = 1.0,
 ) -> int:
     """How many tokens of a draft to verify: the k that gives the step the most expected output per
-    second, 0 when none pays. `chances[k]` is the chance that draft token k holds once those before
-    it have; the batch holds `in_batch` tokens already and gives `outputs` tokens without the draft;
-    making each draft token costs `per_token` seconds (a draft model's step)."""
-    best, best_rate = 0, outputs / costs.seconds(in_batch)
+    second, 0 when none promises `gain` times the output per second without a draft. `chances[k]`
+    is the chance that draft token k holds once those before it have; the batch holds `in_batch`
+    tokens already and gives `outputs` tokens without the draft; making each draft token costs
+    `per_token` seconds (a draft model's step)."""
+    best, best_rate = 0, gain * outputs / costs.seconds(in_batch)
     expected, chain = 0.0, 1.0  # tokens expected from a draft of k, chance all k hold
     for k, chance in enumerate(chances, 1):
         chain *= chance
