@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, TypeAlias, cast
 
-import numpy as np
-
 from spark.engine.bindings import bindings_version, lc
 from spark.errors import ModelFileError, RunnerFailed
 from spark.units import format_bytes
@@ -381,6 +379,8 @@ class Context:
 
     def top(self, row: int, n_vocab: int) -> tuple[int, float]:
         """The most likely token of output row `row` of the last decode and its probability."""
+        import numpy as np  # only a draft model needs it: a runner without one never loads numpy
+
         ptr = lc.llama_get_logits_ith(self.ptr, row)
         logits = np.ctypeslib.as_array(ptr, shape=(n_vocab,))  # a view: nothing is copied
         best = int(logits.argmax())
