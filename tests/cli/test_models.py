@@ -106,6 +106,19 @@ def test_show_template(tiny_llama_tools: Path) -> None:
     assert "tool calling      yes" in spark("show", "tiny-llama-tools").output
 
 
+def test_show_and_rm_know_a_draft_model(tiny_llama: Path, tiny_llama_tools: Path) -> None:
+    spark("pull", str(tiny_llama))
+    spark("pull", str(tiny_llama_tools))
+    with Library(load_settings()) as library:
+        entry = library.get("tiny-llama-tools")
+        library.update_settings(entry.id, msgspec.structs.replace(entry.settings, draft_model="tiny-llama-chatml"))
+    assert "draft model       tiny-llama-chatml" in spark("show", "tiny-llama-tools").output
+    refused = spark("rm", "tiny-llama-chatml", "--yes")  # `spark` prints a SparkError as one line
+    assert isinstance(refused.exception, InvalidRequest) and "draft model of tiny-llama-tools" in str(refused.exception)
+    with Library(load_settings()) as library:
+        assert library.exists("tiny-llama-chatml")
+
+
 def test_search_table(fake_hub: FakeHub) -> None:
     out = spark("search", "tiny", "--limit", "2")
     assert out.exit_code == 0, out.output

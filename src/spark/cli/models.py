@@ -308,6 +308,7 @@ def show(
         ("system prompt", s.system_prompt if s.system_prompt is not None else "(default)"),
         ("context length", str(s.context_length) if s.context_length else "(server setting)"),
         ("parallel", str(s.parallel) if s.parallel else "(server setting)"),
+        ("draft model", s.draft_model or "none (n-gram lookup)"),
     ]
     sampling = msgspec.to_builtins(s.sampling)
     rows.append(("sampling", ", ".join(f"{k}={v}" for k, v in sampling.items()) or "(defaults)"))
