@@ -52,6 +52,11 @@ def admin(live: LiveServer) -> httpx.Client:
     return live.http(key=PASSWORD)
 
 
+def estimate(memory: dict[str, Any]) -> dict[str, Any]:
+    """A model's memory figures without the arithmetic's free memory (which moves as the machine runs)."""
+    return {k: v for k, v in memory.items() if k != "arithmetic"}
+
+
 def chat(live: LiveServer, model: str) -> None:
     response = live.http().post("/v1/chat/completions", json={"model": model, "messages": CHAT, "max_tokens": 2})
     assert response.status_code == 200, response.text
@@ -258,7 +263,7 @@ def test_flash_attention_is_a_model_setting_the_estimate_follows(live: LiveServe
     # 9 query heads x 512 micro-batch tokens x the context's cells, f32
     assert off["buffers_bytes"] - auto["buffers_bytes"] == 4 * 9 * 512 * auto["n_ctx"]
     client.patch(f"/api/models/{model}/settings", json={"flash_attention": None})
-    assert client.get(f"/api/models/{model}").json()["memory"] == auto
+    assert estimate(client.get(f"/api/models/{model}").json()["memory"]) == estimate(auto)
 
 
 def test_a_draft_model_is_a_model_setting_counted_in_its_memory(live: LiveServer, models: dict[str, str]) -> None:
@@ -282,7 +287,7 @@ def test_a_draft_model_is_a_model_setting_counted_in_its_memory(live: LiveServer
     assert "draft_path" in off["changes"]
     assert client.get(f"/api/models/{model}").json()["memory"]["draft_bytes"] == 0
     client.patch(f"/api/models/{model}/settings", json={"speculative": None, "draft_model": None})
-    assert client.get(f"/api/models/{model}").json()["memory"] == before
+    assert estimate(client.get(f"/api/models/{model}").json()["memory"]) == estimate(before)
 
 
 def test_a_model_cannot_draft_for_itself_nor_with_an_embedding_model(
