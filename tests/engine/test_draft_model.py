@@ -62,16 +62,17 @@ def engines(tiny_llama: Path, other_llama: Path) -> Iterator[dict[str, Engine]]:
 
 
 @pytest.mark.usefixtures("drafting_everywhere")
-@pytest.mark.parametrize("draft", ["same", "other"])
 @pytest.mark.parametrize(
-    "sampling",
+    ("draft", "sampling"),
     [
-        {"temperature": 0},
-        {"temperature": 0, "stop": ["seven", "t"]},
-        {"temperature": 0, "repeat_penalty": 1.3, "logit_bias": {5: 2.0}},
-        {"temperature": 0.9, "seed": 7},
+        ("same", {"temperature": 0}),
+        ("same", {"temperature": 0.9, "seed": 7}),
+        ("other", {"temperature": 0}),
+        ("other", {"temperature": 0, "stop": ["seven", "t"]}),
+        ("other", {"temperature": 0, "repeat_penalty": 1.3, "logit_bias": {5: 2.0}}),
+        ("other", {"temperature": 0.9, "seed": 7}),
     ],
-    ids=["greedy", "stop", "penalties", "seeded"],
+    ids=["same-greedy", "same-seeded", "other-greedy", "other-stop", "other-penalties", "other-seeded"],
 )
 def test_output_is_the_same_as_without_a_draft_model(
     plain: Engine, engines: dict[str, Engine], draft: str, sampling: dict
