@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 import tiny_gguf
-from engine.test_speculative import CODE, chat, completions, outcome, run_all, stream_of
+from engine.test_speculative import CODE, chat, completions, outcome, run_all, stream_of, words_in_json
 from spark.engine import Engine, draft_model, drafting
 from spark.engine.draft_model import vocabulary_mismatch
 from spark.engine.drafting import Drafting
 from spark.engine.native import Model
 from spark.engine.speculative import DecodeCosts
 from spark.errors import ModelFileError
-from spark.types import ChatRequest, LoadOptions, Message, ResponseFormat, SamplingParams
+from spark.types import LoadOptions
 
 
 def options(
@@ -99,17 +99,7 @@ def test_output_is_the_same_as_without_a_draft_model(
 
 @pytest.mark.usefixtures("drafting_everywhere")
 def test_a_grammar_leads_as_without_a_draft_model(plain: Engine, tiny_llama: Path, other_llama: Path) -> None:
-    schema = {
-        "type": "object",
-        "properties": {"words": {"type": "array", "items": {"enum": ["one", "two", "three"]}}},
-        "required": ["words"],
-    }
-    request = ChatRequest(
-        model="m",
-        messages=[Message("user", 'Say {"words": ["one", "two", "one", "two", "three"]} ' * 4)],
-        sampling=SamplingParams(max_tokens=80, temperature=0),
-        response_format=ResponseFormat(type="json_schema", schema=schema),
-    )
+    request = words_in_json()
     with Engine(options(tiny_llama, other_llama, n_parallel=1)) as spec:
         got = run_all(spec, [request])[0]
     assert outcome(got) == outcome(run_all(plain, [request])[0])

@@ -264,19 +264,24 @@ def test_max_tokens_and_context_end_as_without_speculation(tiny_llama: Path) -> 
     assert results[1][1:3] == ("length", 7)
 
 
-@drafting_everywhere
-def test_json_schema_output_is_the_same(plain: Engine, spec: Engine) -> None:
+def words_in_json() -> ChatRequest:
+    """A chat whose answer a JSON schema leads (a grammar sampler in the chain)."""
     schema = {
         "type": "object",
         "properties": {"words": {"type": "array", "items": {"enum": ["one", "two", "three"]}}},
         "required": ["words"],
     }
-    request = ChatRequest(
+    return ChatRequest(
         model="m",
         messages=[Message("user", 'Say {"words": ["one", "two", "one", "two", "three"]} ' * 4)],
         sampling=SamplingParams(max_tokens=80, temperature=0),
         response_format=ResponseFormat(type="json_schema", schema=schema),
     )
+
+
+@drafting_everywhere
+def test_json_schema_output_is_the_same(plain: Engine, spec: Engine) -> None:
+    request = words_in_json()
     assert outcome(run_all(spec, [request])[0]) == outcome(run_all(plain, [request])[0])
 
 

@@ -162,13 +162,17 @@ async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[st
     change = decode_body(_patch_decoder, await request.body())
     entry = await asyncio.to_thread(state.library.get, model_id)
     updated = await asyncio.to_thread(state.library.update_settings, entry.id, _apply(entry.settings, change))
-    library = state.library
-    before = await asyncio.to_thread(lambda: load_options(entry, state.settings, library.draft_for(entry)))
-    after = await asyncio.to_thread(lambda: load_options(updated, state.settings, library.draft_for(updated)))
-    changes = settings_changes(before, after)
+    changes = await asyncio.to_thread(_changes, state, entry, updated)
     loaded = entry.id in _loaded_ids(state)
     result = SettingsResult(model=updated, loaded=loaded, reload_needed=loaded and bool(changes), changes=changes)
     return json_response(_encode(result))
+
+
+def _changes(state: ServerState, before: ModelEntry, after: ModelEntry) -> str:
+    """What the runner would load differently after the change (reads the draft models' entries)."""
+    library, settings = state.library, state.settings
+    old = load_options(before, settings, library.draft_for(before))
+    return settings_changes(old, load_options(after, settings, library.draft_for(after)))
 
 
 def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
