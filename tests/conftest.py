@@ -10,12 +10,16 @@ import pytest
 
 import tiny_gguf
 
+# Files that run for minutes go first, so that the suite's workers (pytest-xdist) overlap them with the rest.
+LONG_FILES = ("tests/server/test_soak.py",)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that uses the real SmolLM2 model is `slow`: `-m "not slow"` runs on tiny models only."""
     for item in items:
         if "smollm2" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in LONG_FILES)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

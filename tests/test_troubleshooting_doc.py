@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import ast
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,13 +17,25 @@ def quoted_messages() -> list[str]:
     return [line[2:].strip() for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("> ")]
 
 
+# Run in a fresh interpreter: CPython 3.11's ast can fail ("AST constructor recursion depth mismatch")
+# in a process where other tests changed the recursion limit.
+_CONSTANTS = """
+import ast, json, pathlib, sys
+texts = []
+for path in pathlib.Path(sys.argv[1]).rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts.append(node.value)
+print(json.dumps(texts))
+"""
+
+
 def _source_texts() -> list[str]:
     """Every string Spark can print: the constant parts of its string literals, and the installer's text."""
-    texts = []
-    for path in (ROOT / "src" / "spark").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                texts.append(node.value)
+    found = subprocess.run(
+        [sys.executable, "-c", _CONSTANTS, str(ROOT / "src" / "spark")], capture_output=True, text=True, check=True
+    )
+    texts: list[str] = json.loads(found.stdout)
     texts.append((ROOT / "install.sh").read_text(encoding="utf-8"))
     return texts
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pexpect
@@ -254,7 +255,12 @@ def test_a_first_request_shows_its_model_load(server: tuple[LiveServer, str]) ->
         "finished",
     ):
         assert label in rows, label
-    assert "longest step: model load -> model loaded" in out  # the answer to "why was it slow?"
+    # the answer to "why was it slow?": the load, unless a busy machine made another step longer
+    gaps = {(a.name, b.name): b.at_ms - a.at_ms for a, b in pairwise(logged.timeline)}
+    if max(gaps, key=lambda pair: gaps[pair]) == ("load_started", "load_finished"):
+        assert "longest step: model load -> model loaded" in out
+    else:
+        assert f": {ms(max(gaps.values()))} (" in out.split("longest step: ")[1]
     assert "user: why so slow?" in out
     listed = invoke("log")
     assert request_id in listed and "chat" in listed

@@ -77,7 +77,17 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10, what: s
         await asyncio.sleep(0.02)
 
 
+# Runner processes alive when the test began (tests/runners/conftest.py sets it): those of the servers
+# other test files share, which live on while this worker runs other files.
+runners_before: set[int] = set()
+
+
 def runner_children() -> list[psutil.Process]:
+    """Runner processes started by this test process since the test began, zombies included."""
+    return [p for p in all_runner_children() if p.pid not in runners_before]
+
+
+def all_runner_children() -> list[psutil.Process]:
     """Runner processes started by this test process, zombies included."""
     found = []
     for child in psutil.Process().children(recursive=True):

@@ -18,6 +18,7 @@ from litestar import Litestar
 from runners.helpers import control_token_bias
 from spark.library import Library, ModelSettings
 from spark.runners.scheduler import RunnerState
+from spark.server.admin_auth import read_admin_token
 from spark.server.app import create_app
 from spark.server.run import bind, make_server
 from spark.server.state import ServerState
@@ -46,6 +47,11 @@ class LiveServer:
 
     def runner(self, model: str) -> RunnerState:
         return next(r for r in self.runners() if r.model == model)
+
+    def unload(self, model: str) -> None:
+        """Stop the model's runner, if one is loaded, and wait until it is gone."""
+        self.http(key=read_admin_token(self.settings)).delete(f"/api/runners/{model}").raise_for_status()
+        wait_for(lambda: model not in {r.model for r in self.runners()}, 10, f"{model} to unload")
 
     def http(self, key: str | None = "default") -> httpx.Client:
         """A plain HTTP client, sending the server's key as a bearer token unless told otherwise."""

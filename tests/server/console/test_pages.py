@@ -25,6 +25,7 @@ def test_signing_in_in_the_browser_leads_to_the_page_asked_for(page: Any, consol
 
 
 def test_the_models_page_lists_the_library_and_opens_a_model(page: Any, console: LiveServer) -> None:
+    console.unload("smollm2-135m-instruct-q4_1")
     sign_in(page, console)
     rows = page.locator("tbody tr")
     names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
