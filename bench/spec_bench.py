@@ -143,6 +143,7 @@ class Server:
         self.rates: dict[str, list[float]] = {w: [] for w in WORKLOADS}
         self.tokens: dict[str, list[int]] = {w: [] for w in WORKLOADS}
         self.drafts: dict[str, list[tuple[int, int]]] = {w: [] for w in WORKLOADS}
+        self.answers: dict[str, str] = {}  # the last answer of each workload
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 120
@@ -172,6 +173,7 @@ class Server:
         first = last = None
         usage: dict[str, int] = {}
         timings: dict[str, int] = {}
+        text: list[str] = []
         with self.http.stream("POST", "/v1/chat/completions", json=body) as response:
             response.raise_for_status()
             request_id = response.headers.get("x-request-id")
@@ -181,9 +183,11 @@ class Server:
                 chunk = json.loads(line[6:])
                 usage = chunk.get("usage") or usage
                 timings = chunk.get("timings") or timings
-                if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
+                content = "".join((c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or [])
+                if content:
                     last = time.perf_counter()
                     first = first or last
+                    text.append(content)
         n = usage.get("completion_tokens", 0)
         if not record:
             return
@@ -191,6 +195,7 @@ class Server:
             self.rates[workload].append((n - 1) / (last - first))
             print(f"  {self.name} {workload}: {self.rates[workload][-1]:.1f} tokens/s, {n} tokens", flush=True)
         self.tokens[workload].append(n)
+        self.answers[workload] = "".join(text)
         if "draft_n" in timings:  # llama-server's own count
             self.drafts[workload].append((timings["draft_n"], timings.get("draft_n_accepted", 0)))
         elif self.admin is not None and request_id:
@@ -356,6 +361,36 @@ def report(servers: list[Server], workloads: list[str], model: Path, args: argpa
             accepted = statistics.median(p[1] for p in pairs)
             parts.append(f"{workload} {accepted:.0f}/{drafted:.0f}")
         print(f"  {server.name}: " + ", ".join(parts))
+    if not args.draft_model:
+        drafting_cost(model, by_name["spark plain"], workloads)
+
+
+def drafting_cost(model_path: Path, plain: Server, workloads: list[str]) -> None:
+    """What n-gram drafting itself costs per output token, against a plain decode step: each answer
+    replayed through the engine's `NgramDrafter`, a draft asked for before every token (what a slot
+    that drafts nothing, as in free chat, pays over plain decoding)."""
+    from spark.engine.native import Model
+    from spark.engine.speculative import MAX_DRAFT, DecodeCosts, NgramDrafter
+
+    vocabulary = Model(str(model_path))
+    print("\nn-gram drafting's own cost per output token (the answer replayed), against a plain decode step")
+    for workload in workloads:
+        answer, rates = plain.answers.get(workload), plain.rates[workload]
+        if not answer or not rates:
+            continue
+        prompt = vocabulary.tokenize(WORKLOADS[workload][0], add_special=True, parse_special=False)
+        output = vocabulary.tokenize(answer, add_special=False, parse_special=False)
+        step = 1 / statistics.median(rates)
+        costs = DecodeCosts()
+        costs.observe(1, step)  # other sizes at the hopeful prior: it drafts more than it would here
+        started = time.perf_counter()
+        drafter = NgramDrafter(prompt)
+        for token in output:
+            drafter.draft(MAX_DRAFT, costs)
+            drafter.push(token)
+        each = (time.perf_counter() - started) / len(output)
+        print(f"  {workload}: {each * 1e6:.0f} us, {each / step:.2%} of a {step * 1000:.1f} ms step")
+    vocabulary.close()
 
 
 if __name__ == "__main__":
