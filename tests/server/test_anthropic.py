@@ -76,8 +76,8 @@ def test_models_in_anthropic_shape(live: LiveServer, models: Models) -> None:
 
 
 def test_pings_while_the_model_loads(live: LiveServer, models: Models, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The server runs in this process: a short ping interval makes the load of a model
-    # nobody used yet (a fraction of a second) long enough to be pinged through.
+    # The server runs in this process: a short ping interval makes the load of a model that
+    # is not loaded (a fraction of a second) long enough to be pinged through.
     monkeypatch.setattr(generation, "PING_SECONDS", 0.01)
     live.unload(models.tools)
     with (
