@@ -27,7 +27,7 @@ from typing import Any, Literal
 import httpx
 import psutil
 
-HEALTH_EVERY_SECONDS = 0.01  # often enough that a 99th percentile is more than the one worst probe
+HEALTH_EVERY_SECONDS = 0.005  # often enough that a 99th percentile is more than the one worst probe
 REFUSED_STATUS = {"openai": 429, "anthropic": 529}
 
 

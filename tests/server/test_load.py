@@ -19,7 +19,8 @@ def test_clients_past_the_queue_are_refused_at_once_the_rest_finish(tmp_path: Pa
     with spark_serve(
         tmp_path / "home", SPARK_PARALLEL=str(SLOTS), SPARK_MAX_QUEUE=str(QUEUE), SPARK_CONTEXT_LENGTH="512"
     ) as served:
-        report = run_load(served, key, model, CLIENTS, max_tokens=200)
+        # long answers keep the admitted streams going for seconds: 200+ /health probes here
+        report = run_load(served, key, model, CLIENTS, max_tokens=400)
     print(report.table())
     failed = [o for o in report.outcomes if o.kind == "failed"]
     assert not failed, failed[:3]
@@ -30,7 +31,7 @@ def test_clients_past_the_queue_are_refused_at_once_the_rest_finish(tmp_path: Pa
     assert all(o.retry_after == "1" for o in refused), "every refusal says when to retry"
     assert all("overloaded" in o.detail for o in refused)
     assert report.health and not report.health_failures, "/health answered throughout"
-    # within 100 ms (99 % of the probes, every 10 ms: one may meet a pause of this shared machine)
+    # within 100 ms (99 % of the probes, every 5 ms: one may meet a pause of this shared machine)
     p99 = percentile(report.health, 99)
     assert len(report.health) >= 50 and p99 is not None and p99 < 0.100, report.table()
     assert report.rss_after - report.rss_before < 64 * 2**20, f"the server's memory stays bounded: {report.table()}"
