@@ -75,6 +75,7 @@ class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True):
     max_tokens: int | None = None
     stop: list[str] | None = None
     logit_bias: dict[int, float] | None = None
+    ignore_eos: bool | None = None  # never end at an end-of-generation token (llama-server's extension)
 
     def merged_over(self, defaults: SamplingParams) -> SamplingParams:
         """These parameters, with every unset one taken from `defaults`."""
@@ -102,6 +103,7 @@ DEFAULT_SAMPLING = SamplingParams(
     dry_penalty_last_n=64,
     max_tokens=None,  # up to the context's end (the server passes its default_max_tokens)
     stop=[],
+    ignore_eos=False,
 )
 
 

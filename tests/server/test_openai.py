@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from server.helpers import LiveServer, Models
+from server.helpers import LiveServer, Models, openai_error
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -143,6 +143,23 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ],
     )
     assert "Paris" in (completion.choices[0].message.content or "")
+
+
+@pytest.mark.slow
+def test_ignore_eos_writes_on_to_max_tokens_on_both_apis(live: LiveServer, smollm2: Path) -> None:
+    """llama-server's `ignore_eos` (benchmark tools send it): an answer that ends after a few tokens
+    goes on to max_tokens; it must be a boolean."""
+    model, count = "smollm2-135m-instruct-q4_1", "30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41,"
+    body = {"model": model, "max_tokens": 64, "temperature": 0, "messages": [{"role": "user", "content": count}]}
+    http = live.http()
+    ended = http.post("/v1/chat/completions", json=body).json()
+    assert ended["choices"][0]["finish_reason"] == "stop" and ended["usage"]["completion_tokens"] < 64
+    forced = http.post("/v1/chat/completions", json={**body, "ignore_eos": True}).json()
+    assert forced["choices"][0]["finish_reason"] == "length" and forced["usage"]["completion_tokens"] == 64
+    message = http.post("/v1/messages", json={**body, "ignore_eos": True}).json()
+    assert message["stop_reason"] == "max_tokens" and message["usage"]["output_tokens"] == 64
+    error = openai_error(http.post("/v1/chat/completions", json={**body, "ignore_eos": "yes"}), 400)
+    assert error["param"] == "ignore_eos"
 
 
 def test_request_ids(live: LiveServer, models: Models) -> None:

@@ -62,6 +62,7 @@ class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
     dry_base: Annotated[float, msgspec.Meta(ge=1)] | None = None
     dry_allowed_length: Annotated[int, msgspec.Meta(ge=0)] | None = None
     dry_penalty_last_n: LastN | None = None
+    ignore_eos: bool | None = None
 
     def llama_sampling(self) -> dict[str, Any]:
         """These fields as `SamplingParams` keywords."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -202,6 +203,11 @@ class Model:
         out = buf.raw[:n]
         self._pieces[token] = out
         return out
+
+    @functools.cached_property
+    def eog_tokens(self) -> list[int]:
+        """Every token that ends generation (read once: a call per token of the vocabulary)."""
+        return [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self.vocab, t)]
 
     def is_eog(self, token: int) -> bool:
         """Whether the token ends generation (EOS, EOT, ...)."""

@@ -119,11 +119,13 @@ class SamplerChain:
         self._grammar = grammar
         self._lookback = lookback(p)
         self._history: list[SamplerPointer] = []  # the samplers that look back at earlier tokens
-        if p.logit_bias:
-            arr = (lc.llama_logit_bias * len(p.logit_bias))(
-                *(lc.llama_logit_bias(token=t, bias=b) for t, b in p.logit_bias.items())
+        # ignore_eos as llama-server does it: every end-of-generation token biased to -inf
+        biases = {**(p.logit_bias or {}), **dict.fromkeys(model.eog_tokens if p.ignore_eos else (), -math.inf)}
+        if biases:
+            arr = (lc.llama_logit_bias * len(biases))(
+                *(lc.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
             )
-            samplers.append(lc.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
+            samplers.append(lc.llama_sampler_init_logit_bias(n_vocab, len(biases), arr))
         # The order of llama-server's default chain: penalties, DRY, top-k, top-p, min-p, temperature.
         if uses_penalties(p):
             self._history.append(
