@@ -206,8 +206,8 @@ class Model:
 
     @functools.cached_property
     def eog_tokens(self) -> list[int]:
-        """Every token that ends generation (read once: a call per token of the vocabulary)."""
-        return [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self.vocab, t)]
+        """Every token that ends generation (read once: `is_eog` of each token of the vocabulary)."""
+        return [t for t in range(self.n_vocab) if self.is_eog(t)]
 
     def is_eog(self, token: int) -> bool:
         """Whether the token ends generation (EOS, EOT, ...)."""
