@@ -23,6 +23,7 @@ CHAT = [{"role": "user", "content": "hi"}]
 # (method, path, extra headers, API shape)
 ROUTES = [
     ("POST", "/v1/chat/completions", {}, "openai"),
+    ("POST", "/v1/responses", {}, "openai"),
     ("POST", "/v1/completions", {}, "openai"),
     ("POST", "/v1/embeddings", {}, "openai"),
     ("GET", "/v1/models", {}, "openai"),

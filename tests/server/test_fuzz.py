@@ -109,6 +109,8 @@ def openai_bases(t: Target) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("/v1/chat/completions", {"model": t.chat, "messages": [USER], "max_tokens": 2}),
         ("/v1/chat/completions", {"model": t.chat, "messages": [USER], "max_tokens": 2, "stream": True}),
+        ("/v1/responses", {"model": t.chat, "input": [USER], "max_output_tokens": 2}),
+        ("/v1/responses", {"model": t.chat, "input": "hi", "max_output_tokens": 2, "stream": True}),
         ("/v1/completions", {"model": t.chat, "prompt": "hi", "max_tokens": 2}),
         ("/v1/embeddings", {"model": t.embed, "input": "hi"}),
     ]
@@ -126,6 +128,7 @@ FIELDS = [
     "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stop", "stop_sequences", "temperature",
     "top_p", "top_k", "seed", "logit_bias", "tools", "tool_choice", "response_format", "system", "thinking",
     "prompt", "input", "n", "keep_alive", "stream_options", "output_config", "reasoning_effort", "dimensions",
+    "instructions", "max_output_tokens", "text", "reasoning", "parallel_tool_calls",
 ]  # fmt: skip
 
 
@@ -145,7 +148,13 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
         elif kind == "message":
             message = {"role": draw(st.sampled_from(["user", "assistant", "system", "tool", "x"]))}
             message[draw(st.sampled_from(["content", "tool_calls", "name", "tool_call_id"]))] = draw(hostile_values)
-            body["messages"] = [*([USER] if draw(st.booleans()) else []), message]
+            if draw(st.booleans()):  # a Responses API item
+                message["type"] = draw(
+                    st.sampled_from(["message", "function_call", "function_call_output", "reasoning"])
+                )
+                message[draw(st.sampled_from(["call_id", "arguments", "output", "summary"]))] = draw(hostile_values)
+            field = "input" if isinstance(base.get("input"), list) else "messages"
+            body[field] = [*([USER] if draw(st.booleans()) else []), message]
         elif kind == "many":  # huge lists: messages, stop strings
             n = draw(st.sampled_from([17, 1000, 10_000]))
             body[draw(st.sampled_from(["messages", "stop", "stop_sequences", "tools", "input"]))] = (
@@ -155,12 +164,14 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
             schema = draw(st.builds(deep_schema, depths) | json_values)
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
             body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+            body["text"] = {"format": {"type": "json_schema", "name": "x", "schema": schema}}
         else:
             parameters = draw(st.builds(deep_schema, depths) | json_values)
             body["tools"] = [
                 {"type": "function", "function": {"name": draw(any_text), "parameters": parameters}},
+                {"type": "function", "name": draw(any_text), "parameters": parameters},  # the Responses API's
                 {"name": draw(any_text), "input_schema": parameters},
-            ][draw(st.integers(0, 1)) :]
+            ][draw(st.integers(0, 2)) :]
     return body
 
 

@@ -152,6 +152,83 @@ def test_openai_tool_round_trip(live: LiveServer, families: dict[str, Family], f
     assert prompt_size(call.function.arguments, RESULT + " Light wind.") > final.usage.prompt_tokens
 
 
+RESPONSES_TOOLS: list[Any] = [{"type": "function", **t["function"]} for t in OPENAI_TOOLS]
+
+
+@pytest.mark.parametrize("family", ["hermes", "generic"])
+def test_responses_tool_round_trip(live: LiveServer, families: dict[str, Family], family: str) -> None:
+    """The Responses API's function calls: an output item, then sent back with its output as the
+    SDK returned it; the prompt is the one the chat API builds from the same conversation."""
+    client, model = live.openai(), families[family].model
+    first = client.responses.create(
+        model=model,
+        input=[QUESTION],
+        tools=RESPONSES_TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"},
+        parallel_tool_calls=False,
+        max_output_tokens=CALL_TOKENS,
+        extra_body={"seed": 3},
+    )
+    assert first.status == "completed" and first.output_text == "", "the call's text does not leak"
+    [call] = first.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert call.call_id.startswith("call_") and call.id.startswith("fc_")
+    check_arguments(call.arguments)
+
+    history: list[Any] = [
+        QUESTION,
+        *first.output,
+        {"type": "function_call_output", "call_id": call.call_id, "output": RESULT},
+    ]
+    final = client.responses.create(
+        model=model,
+        input=history,
+        tools=RESPONSES_TOOLS,
+        tool_choice="none",
+        max_output_tokens=8,
+        extra_body={"seed": 3},
+    )
+    assert final.status == "incomplete" and final.output_text and final.output[0].type == "message"
+    chat = client.chat.completions.create(
+        model=model,
+        messages=[
+            QUESTION,
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call.call_id, "content": RESULT},
+        ],
+        tools=OPENAI_TOOLS,
+        tool_choice="none",
+        max_tokens=1,
+    )
+    assert final.usage is not None and chat.usage is not None
+    assert final.usage.input_tokens == chat.usage.prompt_tokens
+
+    with client.responses.stream(
+        model=model,
+        input=[QUESTION],
+        tools=RESPONSES_TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=CALL_TOKENS,
+        extra_body={"seed": 5, **families[family].end},
+    ) as stream:
+        events = list(stream)
+        streamed = stream.get_final_response()
+    pieces = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert done and done[0].arguments == pieces == streamed.output[0].arguments  # type: ignore[union-attr]
+    assert not any(e.type == "response.output_text.delta" for e in events)
+    check_arguments(pieces)
+
+
 @pytest.mark.parametrize("family", ["hermes", "generic"])
 def test_openai_streamed_tool_call(live: LiveServer, families: dict[str, Family], family: str) -> None:
     chunks = list(

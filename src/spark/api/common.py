@@ -309,18 +309,23 @@ def _count(value: object) -> int:
 
 def usage_in(payload: object) -> Usage | None:
     """The token counts in an OpenAI or Anthropic answer, or in one of their stream events
-    (Anthropic's `message_start` nests them in its message); None when it carries none.
+    (Anthropic's `message_start` nests them in its message, the Responses API's events in
+    their response); None when it carries none.
 
-    Anthropic's `input_tokens` excludes the cached prompt tokens, so the prompt is their sum.
+    Anthropic's `input_tokens` excludes the cached prompt tokens, so the prompt is their sum;
+    the Responses API's includes them (`input_tokens_details.cached_tokens`).
     """
     if not isinstance(payload, dict):
         return None
     usage = payload.get("usage")
-    message = payload.get("message")
-    if not isinstance(usage, dict) and isinstance(message, dict):
-        usage = message.get("usage")
+    for holder in (payload.get("message"), payload.get("response")):
+        if not isinstance(usage, dict) and isinstance(holder, dict):
+            usage = holder.get("usage")
     if not isinstance(usage, dict):
         return None
+    if isinstance(details := usage.get("input_tokens_details"), dict):
+        cached = _count(details.get("cached_tokens"))
+        return Usage(_count(usage.get("input_tokens")), _count(usage.get("output_tokens")), cached)
     if "input_tokens" in usage or "output_tokens" in usage:
         cached = _count(usage.get("cache_read_input_tokens"))
         return Usage(_count(usage.get("input_tokens")) + cached, _count(usage.get("output_tokens")), cached)
@@ -340,4 +345,7 @@ def finish_reason_in(payload: object) -> str | None:
     for holder in (payload, payload.get("delta")):
         if isinstance(holder, dict) and isinstance(holder.get("stop_reason"), str):
             return str(holder["stop_reason"])
+    response = payload.get("response")
+    if isinstance(response, dict) and response.get("object") == "response":
+        return {"completed": "stop", "incomplete": "length"}.get(str(response.get("status")))
     return None

@@ -4,6 +4,7 @@ Routes served with these functions:
 
 - `GET /v1/models`, `GET /v1/models/{id}`: `model_list_body`, `model_body`
 - `POST /v1/chat/completions`: `parse_chat`, then `chat_completion_body` or `ChatStream`
+- `POST /v1/responses`: `parse_responses`, then `response_body` or `ResponseStream`
 - `POST /v1/completions`: `parse_completion`, then `completion_body` or `CompletionStream`
 - `POST /v1/embeddings`: `parse_embeddings`, then `embeddings_body`
 - any error: `error_body`
@@ -31,13 +32,23 @@ from spark.api.openai.responses import (
     model_body,
     model_list_body,
 )
+from spark.api.openai.responses_api import (
+    Echo,
+    ResponsesCall,
+    ResponseStream,
+    parse_responses,
+    response_body,
+)
 
 __all__ = [
     "ChatCall",
     "ChatStream",
     "CompletionCall",
     "CompletionStream",
+    "Echo",
     "EmbeddingCall",
+    "ResponseStream",
+    "ResponsesCall",
     "chat_completion_body",
     "completion_body",
     "embeddings_body",
@@ -47,4 +58,6 @@ __all__ = [
     "parse_chat",
     "parse_completion",
     "parse_embeddings",
+    "parse_responses",
+    "response_body",
 ]

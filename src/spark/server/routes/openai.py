@@ -1,4 +1,4 @@
-"""OpenAI's API: `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`.
+"""OpenAI's API: `POST /v1/chat/completions`, `/v1/responses`, `/v1/completions`, `/v1/embeddings`.
 
 Bodies are decoded from raw bytes by `spark.api.openai`; errors are answered
 by the server's exception handlers (spark.server.errors).
@@ -15,12 +15,15 @@ from litestar import Request, Response, post
 from spark.api.openai import (
     ChatStream,
     CompletionStream,
+    ResponseStream,
     chat_completion_body,
     completion_body,
     embeddings_body,
     parse_chat,
     parse_completion,
     parse_embeddings,
+    parse_responses,
+    response_body,
 )
 from spark.server.generation import run_chat, run_embeddings, stream_response
 from spark.server.images import parse_with_images
@@ -39,6 +42,25 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         state.settings, parse_chat, await request.body(), max_tokens_limit=state.max_tokens_limit
     )
     return await _generate(request, call.request, call.include_usage, ChatStream, chat_completion_body)
+
+
+@post("/responses", status_code=200)
+async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
+    state = state_of(request)
+    call = await parse_with_images(
+        state.settings, parse_responses, await request.body(), max_tokens_limit=state.max_tokens_limit
+    )
+    echo, generation = call.echo, call.request
+    request_id, created = request_ids(request.scope).id, int(time.time())
+    if generation.stream:
+        encoder = ResponseStream(request_id, generation.model, created, echo)
+        if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
+            return routed
+        return await stream_response(state, request.scope, generation, encoder, recorder=recorder_of(request.scope))
+    if (routed := await routed_response(request, generation)) is not None:
+        return routed
+    result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
+    return json_response(response_body(request_id, generation.model, created, result, echo))
 
 
 @post("/completions", status_code=200)
@@ -79,4 +101,4 @@ async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 
 
-OPENAI_ROUTES = [chat_completions, completions, embeddings]
+OPENAI_ROUTES = [chat_completions, responses, completions, embeddings]

@@ -1,0 +1,358 @@
+"""spark.types results and events -> the Responses API's response object and SSE events."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from spark.api.common import (
+    new_tool_call_id,
+    sse,
+)
+from spark.api.openai.responses import OVERLOADED_STATUS, error_body
+from spark.api.openai.responses_api.requests import Echo
+from spark.errors import SparkError, from_info
+from spark.types import (
+    ChatResult,
+    Done,
+    Event,
+    Failed,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+
+# --- response objects -----------------------------------------------------------
+
+
+class _Out(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class _OutputText(_Out, tag="output_text"):
+    text: str
+    annotations: tuple[()] = ()
+    logprobs: tuple[()] = ()
+
+
+class _ReasoningText(_Out, tag="reasoning_text"):
+    text: str
+
+
+class _MessageItem(_Out, tag="message"):
+    id: str
+    status: str
+    content: list[_OutputText]
+    role: Literal["assistant"] = "assistant"
+
+
+class _ReasoningItem(_Out, tag="reasoning"):
+    id: str
+    status: str
+    content: list[_ReasoningText]
+    summary: tuple[()] = ()
+
+
+class _FunctionCallItem(_Out, tag="function_call"):
+    id: str
+    status: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+_Item = _MessageItem | _ReasoningItem | _FunctionCallItem
+
+
+class _InputDetails(msgspec.Struct, frozen=True):
+    cached_tokens: int  # read from the KV cache
+    cache_write_tokens: int  # evaluated now, and kept in the slot's cache for the next turn
+
+
+class _OutputDetails(msgspec.Struct, frozen=True):
+    reasoning_tokens: int = 0  # not counted apart: the reasoning's tokens are in output_tokens
+
+
+class _Usage(msgspec.Struct, frozen=True):
+    input_tokens: int
+    input_tokens_details: _InputDetails
+    output_tokens: int
+    output_tokens_details: _OutputDetails
+    total_tokens: int
+
+
+class _Incomplete(msgspec.Struct, frozen=True):
+    reason: str
+
+
+class _Error(msgspec.Struct, frozen=True):
+    code: str
+    message: str
+
+
+class _Response(msgspec.Struct, kw_only=True):
+    id: str
+    created_at: int
+    model: str
+    status: str
+    output: list[_Item]
+    usage: _Usage | None
+    echo: Echo
+    incomplete_details: _Incomplete | None = None
+    error: _Error | None = None
+    object: Literal["response"] = "response"
+    previous_response_id: None = None
+    store: bool = False
+    background: bool = False
+    truncation: str = "disabled"
+
+
+def _usage(usage: Usage) -> _Usage:
+    return _Usage(
+        usage.prompt_tokens,
+        _InputDetails(usage.cached_tokens, usage.prompt_tokens - usage.cached_tokens),
+        usage.completion_tokens,
+        _OutputDetails(),
+        usage.total_tokens,
+    )
+
+
+def _encode_response(response: _Response) -> bytes:
+    """The response object: Echo's fields are written at the top level, as OpenAI writes them."""
+    fields = msgspec.to_builtins(response)
+    fields.update(fields.pop("echo"))
+    return msgspec.json.encode(fields)
+
+
+def _failure_code(error: SparkError) -> str:
+    """A failed response's `error.code`: one of the few OpenAI defines (its SDK checks them)."""
+    status, _ = error_body(error)
+    if status == OVERLOADED_STATUS:
+        return "rate_limit_exceeded"
+    return "invalid_prompt" if status < 500 else "server_error"
+
+
+def response_id(request_id: str) -> str:
+    return "resp_" + request_id
+
+
+def _item_id(prefix: str, request_id: str, index: int) -> str:
+    return f"{prefix}_{request_id}{index:02d}"
+
+
+def _ending(finish_reason: str) -> tuple[str, _Incomplete | None]:
+    if finish_reason == "length":
+        return "incomplete", _Incomplete("max_output_tokens")
+    return "completed", None
+
+
+def response_body(request_id: str, model: str, created: int, result: ChatResult, echo: Echo) -> bytes:
+    """The `response` JSON body for a finished, non-streamed request."""
+    status, incomplete = _ending(result.finish_reason)
+    output: list[_Item] = []
+    if result.reasoning:
+        output.append(_ReasoningItem(_item_id("rs", request_id, 0), status, [_ReasoningText(result.reasoning)]))
+    if result.text or not result.tool_calls:
+        output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [_OutputText(result.text)]))
+    for call in result.tool_calls:
+        output.append(
+            _FunctionCallItem(_item_id("fc", request_id, len(output)), "completed", call.id, call.name, call.arguments)
+        )
+    response = _Response(
+        id=response_id(request_id),
+        created_at=created,
+        model=model,
+        status=status,
+        output=output,
+        usage=_usage(result.usage),
+        echo=echo,
+        incomplete_details=incomplete,
+    )
+    return _encode_response(response)
+
+
+# --- streaming ------------------------------------------------------------------
+
+
+class ResponseStream:
+    """Turns one request's events into the Responses API's named SSE events.
+
+    Order: `response.created`, `response.in_progress`; per output item
+    `response.output_item.added`, for text and reasoning `response.content_part.added`,
+    the deltas (`response.output_text.delta`, `response.reasoning_text.delta`,
+    `response.function_call_arguments.delta`) and their `.done` events, then
+    `response.output_item.done`; last `response.completed` (or `response.incomplete`
+    when max_output_tokens ended it) with the whole response. `Failed` (or `fail()`)
+    ends it with `response.failed`, whose response carries the error.
+    """
+
+    def __init__(self, request_id: str, model: str, created: int, echo: Echo) -> None:
+        self._request_id = request_id
+        self.id = response_id(request_id)
+        self.model = model
+        self.created = created
+        self.echo = echo
+        self.finished = False
+        self._sequence = 0
+        self._started = False
+        self._items: list[_Item] = []  # closed ones
+        self._open: _Item | None = None
+        self._pieces: list[str] = []  # the open item's text or arguments so far
+        self._tool_index = -1  # the engine's index of the open function call
+
+    def feed(self, event: Event) -> bytes:
+        """The SSE bytes for one event (empty for events with nothing to send)."""
+        if self.finished:
+            return b""
+        if isinstance(event, TextDelta):
+            return self._delta("message", event.text) if event.text else b""
+        if isinstance(event, ReasoningDelta):
+            return self._delta("reasoning", event.text) if event.text else b""
+        if isinstance(event, ToolCallDelta):
+            out = b""
+            if event.name is not None:  # the start of a call: its own item
+                self._tool_index = event.index
+                call_id = event.id or new_tool_call_id("call_")
+                out = self._start() + self._open_item(
+                    _FunctionCallItem(self._next_id("fc"), "in_progress", call_id, event.name, "")
+                )
+            if event.arguments and isinstance(self._open, _FunctionCallItem) and event.index == self._tool_index:
+                self._pieces.append(event.arguments)
+                out += self._event(
+                    "response.function_call_arguments.delta",
+                    {"item_id": self._open.id, "output_index": len(self._items), "delta": event.arguments},
+                )
+            return out
+        if isinstance(event, Done):
+            return self._done(event)
+        if isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return self._start()  # SlotInfo, PromptDone: the response has begun
+
+    def fail(self, error: SparkError) -> bytes:
+        """`response.failed`, its response carrying the error; the stream is over."""
+        if self.finished:
+            return b""
+        out = self._start() + self._close_item("incomplete")
+        self.finished = True
+        response = self._response("failed", None)
+        response.error = _Error(_failure_code(error), error.message)
+        return out + self._event("response.failed", {"response": response})
+
+    def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
+        payload = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return sse(_encode(payload), kind)
+
+    def _response(self, status: str, usage: Usage | None, incomplete: _Incomplete | None = None) -> _Response:
+        return _Response(
+            id=self.id,
+            created_at=self.created,
+            model=self.model,
+            status=status,
+            output=list(self._items),
+            usage=None if usage is None else _usage(usage),
+            echo=self.echo,
+            incomplete_details=incomplete,
+        )
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        response = self._response("in_progress", None)
+        return self._event("response.created", {"response": response}) + self._event(
+            "response.in_progress", {"response": response}
+        )
+
+    def _next_id(self, prefix: str) -> str:
+        return _item_id(prefix, self._request_id, len(self._items) + (self._open is not None))
+
+    def _delta(self, kind: Literal["message", "reasoning"], text: str) -> bytes:
+        out = self._ensure(kind)
+        assert self._open is not None
+        self._pieces.append(text)
+        fields: dict[str, Any] = {
+            "item_id": self._open.id,
+            "output_index": len(self._items),
+            "content_index": 0,
+            "delta": text,
+        }
+        if kind == "message":
+            fields["logprobs"] = []
+        return out + self._event(f"response.{'output' if kind == 'message' else 'reasoning'}_text.delta", fields)
+
+    def _ensure(self, kind: Literal["message", "reasoning"]) -> bytes:
+        """Open a message (or reasoning) item with its one content part, unless one is open."""
+        out = self._start()
+        if isinstance(self._open, _MessageItem if kind == "message" else _ReasoningItem):
+            return out
+        item: _Item
+        part: _OutputText | _ReasoningText
+        if kind == "message":
+            item, part = _MessageItem(self._next_id("msg"), "in_progress", []), _OutputText("")
+        else:
+            item, part = _ReasoningItem(self._next_id("rs"), "in_progress", []), _ReasoningText("")
+        return (
+            out
+            + self._open_item(item)
+            + self._event(
+                "response.content_part.added",
+                {"item_id": item.id, "output_index": len(self._items), "content_index": 0, "part": part},
+            )
+        )
+
+    def _open_item(self, item: _Item) -> bytes:
+        out = self._close_item("completed")
+        self._open, self._pieces = item, []
+        return out + self._event("response.output_item.added", {"output_index": len(self._items), "item": item})
+
+    def _close_item(self, status: str) -> bytes:
+        item = self._open
+        if item is None:
+            return b""
+        whole = "".join(self._pieces)
+        index = len(self._items)
+        where = {"item_id": item.id, "output_index": index}
+        out = b""
+        if isinstance(item, _FunctionCallItem):
+            item = msgspec.structs.replace(item, status="completed", arguments=whole)
+            out += self._event(
+                "response.function_call_arguments.done", {**where, "name": item.name, "arguments": whole}
+            )
+        else:
+            if isinstance(item, _MessageItem):
+                part: _OutputText | _ReasoningText = _OutputText(whole)
+                item = msgspec.structs.replace(item, status=status, content=[part])
+                out += self._event(
+                    "response.output_text.done", {**where, "content_index": 0, "text": whole, "logprobs": []}
+                )
+            else:
+                part = _ReasoningText(whole)
+                item = msgspec.structs.replace(item, status=status, content=[part])
+                out += self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": whole})
+            out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
+        self._items.append(item)
+        self._open = None
+        return out + self._event("response.output_item.done", {"output_index": index, "item": item})
+
+    def _done(self, done: Done) -> bytes:
+        status, incomplete = _ending(done.finish_reason)
+        out = self._start()
+        if not self._items and self._open is None:  # an empty answer is still one message
+            out += self._ensure("message")
+        out += self._close_item(status)
+        self.finished = True
+        response = self._response(status, done.usage, incomplete)
+        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+        return out + self._event(kind, {"response": response})
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    """An event's JSON; a response in it is written with its echoed request fields at the top."""
+    response = payload.get("response")
+    if isinstance(response, _Response):
+        payload = {**payload, "response": msgspec.Raw(_encode_response(response))}
+    return msgspec.json.encode(payload)

@@ -1,0 +1,411 @@
+"""Responses API request bodies -> spark.types; bad input raises `InvalidRequest` with `param` set."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from spark.api.common import (
+    MAX_MESSAGES,
+    ImageFetcher,
+    LlamaSampling,
+    NonEmptyStr,
+    PositiveInt,
+    Probability,
+    StopList,
+    check_max_tokens,
+    check_tool_choice,
+    check_tools,
+    collapsed,
+    decode_body,
+    image_from_url,
+    joined,
+    json_arguments,
+    keep_alive_seconds,
+)
+from spark.api.openai.requests import Effort
+from spark.errors import InvalidRequest
+from spark.types import (
+    ChatRequest,
+    ContentPart,
+    Message,
+    Reasoning,
+    ResponseFormat,
+    SamplingParams,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+
+# --- request wire types -------------------------------------------------------
+
+
+class _Part(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class InputText(_Part, tag="input_text"):
+    text: str
+
+
+class OutputText(_Part, tag="output_text"):  # an earlier answer, sent back as history
+    text: str
+
+
+class RefusalPart(_Part, tag="refusal"):
+    refusal: str
+
+
+class InputImage(_Part, tag="input_image"):
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None  # no meaning for local vision projectors
+
+
+class InputFile(_Part, tag="input_file"):
+    pass
+
+
+class InputAudio(_Part, tag="input_audio"):
+    pass
+
+
+class ReasoningText(_Part, tag="reasoning_text"):
+    text: str
+
+
+class SummaryText(_Part, tag="summary_text"):
+    text: str
+
+
+ContentIn = InputText | OutputText | RefusalPart | InputImage | InputFile | InputAudio | ReasoningText
+
+
+class InputItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of `input`. A message may leave out `type` (OpenAI's "easy" message), so the item
+    is one struct and its `type` is checked here rather than by msgspec's tagged unions."""
+
+    type: str = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[ContentIn] | None = None
+    call_id: str | None = None  # function_call, function_call_output
+    name: str | None = None  # function_call
+    arguments: str | None = None  # function_call
+    output: str | list[ContentIn] | None = None  # function_call_output
+    summary: list[SummaryText] | None = None  # reasoning
+
+
+class FunctionToolDef(msgspec.Struct, frozen=True, kw_only=True):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class NamedFunctionChoice(msgspec.Struct, tag_field="type", tag="function", frozen=True):
+    name: NonEmptyStr
+
+
+class _TextFormat(msgspec.Struct, tag_field="type", frozen=True):
+    pass
+
+
+class PlainFormat(_TextFormat, tag="text", frozen=True):
+    pass
+
+
+class JSONObjectFormat(_TextFormat, tag="json_object", frozen=True):
+    pass
+
+
+class JSONSchemaFormat(_TextFormat, tag="json_schema", kw_only=True, frozen=True):
+    name: str = ""
+    schema: dict[str, Any]
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextOptions(msgspec.Struct, frozen=True):
+    format: PlainFormat | JSONObjectFormat | JSONSchemaFormat | None = None
+    verbosity: str | None = None  # no meaning for local models
+
+
+class ReasoningOptions(msgspec.Struct, frozen=True):
+    effort: Effort | None = None
+    summary: str | None = None  # local models think in the open: their reasoning is given whole
+
+
+class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
+    model: NonEmptyStr
+    input: str | Annotated[list[InputItem], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
+    instructions: str | None = None
+    max_output_tokens: PositiveInt | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    top_p: Probability | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None  # llama-server's extensions, as on chat
+    seed: int | None = None
+    stop: NonEmptyStr | StopList | None = None
+    tools: list[FunctionToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
+    stream: bool | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    previous_response_id: str | None = None
+    conversation: Any = None
+    prompt: Any = None
+    background: bool | None = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    keep_alive: float | str | None = None
+
+
+_decoder = msgspec.json.Decoder(ResponsesBody)
+
+
+class Echo(msgspec.Struct, frozen=True):
+    """What a response object repeats of its request (OpenAI's SDKs read these back)."""
+
+    instructions: str | None
+    max_output_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    parallel_tool_calls: bool
+    tool_choice: str | dict[str, str]
+    tools: list[dict[str, Any]]
+    text: dict[str, Any]
+    reasoning: dict[str, str | None]
+    metadata: dict[str, str]
+
+
+class ResponsesCall(msgspec.Struct, frozen=True):
+    """A decoded `POST /v1/responses` body: the canonical request and what the answer echoes."""
+
+    request: ChatRequest
+    echo: Echo
+
+
+def _refuse(condition: bool, param: str, message: str) -> None:
+    if condition:
+        raise InvalidRequest(message, param=param)
+
+
+_STATELESS = "this server keeps no responses: send the whole conversation in 'input'."
+
+
+def parse_responses(
+    body: bytes, *, max_tokens_limit: int | None = None, fetch_image: ImageFetcher | None = None
+) -> ResponsesCall:
+    """Decode a `POST /v1/responses` body (bad input raises `InvalidRequest` naming the param)."""
+    wire = decode_body(_decoder, body)
+    _refuse(wire.previous_response_id is not None, "previous_response_id", f"'previous_response_id': {_STATELESS}")
+    _refuse(wire.conversation is not None, "conversation", f"'conversation': {_STATELESS}")
+    _refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
+    _refuse(bool(wire.background), "background", "Background responses are not supported by this server.")
+    _refuse(bool(wire.top_logprobs), "top_logprobs", "'top_logprobs' is not supported by this server.")
+    check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
+
+    tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
+    check_tools(tools, "tools[{}].name")
+    tool_choice = _tool_choice(wire.tool_choice)
+    check_tool_choice(tool_choice, tools)
+
+    messages = [Message("system", wire.instructions)] if wire.instructions else []
+    if isinstance(wire.input, str):
+        messages.append(Message("user", wire.input))
+    else:
+        messages += _messages(wire.input, fetch_image)
+    stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
+    request = ChatRequest(
+        model=wire.model,
+        messages=messages,
+        sampling=SamplingParams(
+            **wire.llama_sampling(),
+            temperature=wire.temperature,
+            top_p=wire.top_p,
+            top_k=wire.top_k,
+            seed=wire.seed,
+            max_tokens=wire.max_output_tokens,
+            stop=stop or None,
+        ),
+        stream=bool(wire.stream),
+        tools=tools or None,
+        keep_alive=keep_alive_seconds(wire.keep_alive),
+        tool_choice=tool_choice,
+        parallel_tool_calls=wire.parallel_tool_calls is not False,
+        response_format=_response_format(wire.text),
+        reasoning=_reasoning(wire.reasoning),
+    )
+    return ResponsesCall(request, _echo(wire))
+
+
+def _tool(wire: FunctionToolDef, i: int) -> Tool:
+    _refuse(
+        wire.type != "function",
+        f"tools[{i}].type",
+        f"Tool type '{wire.type}' is not supported by this server: only 'function' tools are.",
+    )
+    _refuse(not wire.name, f"tools[{i}].name", f"Missing required parameter: 'tools[{i}].name'.")
+    return Tool(wire.name or "", wire.description or "", wire.parameters or {})
+
+
+def _tool_choice(wire: str | NamedFunctionChoice | None) -> ToolChoice | None:
+    if wire is None:
+        return None
+    if isinstance(wire, NamedFunctionChoice):
+        return ToolChoice("required", wire.name)
+    return ToolChoice(wire)  # type: ignore[arg-type]  # the Literal checked by msgspec
+
+
+def _response_format(wire: TextOptions | None) -> ResponseFormat | None:
+    form = wire.format if wire is not None else None
+    if isinstance(form, JSONSchemaFormat):
+        return ResponseFormat("json_schema", form.schema)
+    if isinstance(form, JSONObjectFormat):
+        return ResponseFormat("json_object")
+    return None
+
+
+def _reasoning(wire: ReasoningOptions | None) -> Reasoning | None:
+    if wire is None or wire.effort is None:
+        return None
+    if wire.effort == "none" or wire.effort == "minimal":  # noqa: PLR1714 (`in` would not narrow the Literal)
+        return Reasoning(enabled=False)
+    return Reasoning(effort=wire.effort)
+
+
+def _messages(items: list[InputItem], fetch_image: ImageFetcher | None) -> list[Message]:
+    """The items as chat messages: an assistant's reasoning, text and function calls, which the
+    Responses API sends as separate items, become one assistant message, as a chat template
+    expects them."""
+    messages: list[Message] = []
+
+    def assistant() -> Message:
+        """The assistant message the next assistant item belongs to (a new one after any other)."""
+        if not messages or messages[-1].role != "assistant":
+            messages.append(Message("assistant", None))
+        return messages[-1]
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if item.type == "message":
+            _refuse(item.role is None, f"{where}.role", f"Missing required parameter: '{where}.role'.")
+            _refuse(item.content is None, f"{where}.content", f"Missing required parameter: '{where}.content'.")
+            assert item.role is not None and item.content is not None
+            if item.role == "assistant":
+                last = assistant()
+                text = _text(item.content, f"{where}.content")
+                if last.content or last.tool_calls:  # a second answer in a row: its own message
+                    messages.append(Message("assistant", text))
+                else:
+                    messages[-1] = msgspec.structs.replace(last, content=text)
+            elif item.role == "user":
+                messages.append(Message("user", _user_content(item.content, f"{where}.content", fetch_image)))
+            else:
+                messages.append(Message(item.role, _text(item.content, f"{where}.content")))
+        elif item.type == "function_call":
+            for field in ("call_id", "name", "arguments"):
+                _refuse(
+                    getattr(item, field) is None, f"{where}.{field}", f"Missing required parameter: '{where}.{field}'."
+                )
+            call = ToolCall(
+                item.call_id or "", item.name or "", json_arguments(item.arguments or "", f"{where}.arguments")
+            )
+            last = assistant()
+            messages[-1] = msgspec.structs.replace(last, tool_calls=[*(last.tool_calls or ()), call])
+        elif item.type == "function_call_output":
+            _refuse(item.call_id is None, f"{where}.call_id", f"Missing required parameter: '{where}.call_id'.")
+            _refuse(item.output is None, f"{where}.output", f"Missing required parameter: '{where}.output'.")
+            assert item.output is not None
+            messages.append(Message("tool", _text(item.output, f"{where}.output"), tool_call_id=item.call_id))
+        elif item.type == "reasoning":
+            thought = joined(p.text for p in item.content or () if isinstance(p, ReasoningText)) or joined(
+                p.text for p in item.summary or ()
+            )
+            if thought:
+                last = assistant()
+                if last.content or last.tool_calls:
+                    messages.append(Message("assistant", None))
+                messages[-1] = msgspec.structs.replace(messages[-1], reasoning_content=thought)
+        elif item.type == "item_reference":
+            raise InvalidRequest(f"'{where}': item references need stored items; {_STATELESS}", param=f"{where}.type")
+        else:
+            raise InvalidRequest(
+                f"Input item type '{item.type}' is not supported by this server: send messages, "
+                "function_call and function_call_output items.",
+                param=f"{where}.type",
+            )
+    return messages
+
+
+def _text(content: str | list[ContentIn], param: str) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for i, part in enumerate(content):
+        if isinstance(part, (InputText, OutputText, ReasoningText)):
+            texts.append(part.text)
+        elif isinstance(part, RefusalPart):
+            texts.append(part.refusal)
+        else:
+            raise InvalidRequest(f"'{param}[{i}]' must be text here.", param=f"{param}[{i}]")
+    return joined(texts)
+
+
+def _user_content(
+    content: str | list[ContentIn], param: str, fetch_image: ImageFetcher | None
+) -> str | list[ContentPart]:
+    if isinstance(content, str):
+        return content
+    parts: list[ContentPart] = []
+    for i, part in enumerate(content):
+        where = f"{param}[{i}]"
+        if isinstance(part, InputImage):
+            _refuse(
+                part.image_url is None,
+                f"{where}.image_url",
+                "Images must be sent as 'image_url' (file ids need stored files).",
+            )
+            parts.append(image_from_url(part.image_url or "", f"{where}.image_url", fetch_image))
+        elif isinstance(part, InputAudio):
+            raise InvalidRequest("Audio input is not supported by this server.", param=where)
+        elif isinstance(part, InputFile):
+            raise InvalidRequest(
+                "File parts are not supported by this server; send the file's text as an input_text part.", param=where
+            )
+        else:
+            parts.append(TextPart(_text([part], param)))
+    return collapsed(parts)
+
+
+def _echo(wire: ResponsesBody) -> Echo:
+    choice = wire.tool_choice
+    tools = [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": t.parameters,
+            "strict": t.strict,
+        }
+        for t in wire.tools or ()
+    ]
+    form = wire.text.format if wire.text is not None and wire.text.format is not None else PlainFormat()
+    return Echo(
+        instructions=wire.instructions,
+        max_output_tokens=wire.max_output_tokens,
+        temperature=wire.temperature,
+        top_p=wire.top_p,
+        parallel_tool_calls=wire.parallel_tool_calls is not False,
+        tool_choice={"type": "function", "name": choice.name}
+        if isinstance(choice, NamedFunctionChoice)
+        else choice or "auto",
+        tools=tools,
+        text={"format": msgspec.to_builtins(form)},
+        reasoning={"effort": wire.reasoning.effort if wire.reasoning else None, "summary": None},
+        metadata=wire.metadata or {},
+    )

@@ -1,0 +1,228 @@
+"""The Responses API's translation: input items -> chat messages, events -> the SDK's stream events."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from openai.types.responses import Response
+
+from spark.api.common import finish_reason_in, usage_in
+from spark.api.openai import ResponseStream, parse_responses, response_body
+from spark.errors import InvalidRequest, RunnerFailed
+from spark.types import (
+    ChatResult,
+    Done,
+    Failed,
+    ImagePart,
+    Message,
+    ReasoningDelta,
+    SlotInfo,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+
+
+def parse(**body: Any) -> Any:
+    return parse_responses(json.dumps({"model": "m", **body}).encode())
+
+
+def test_a_string_input_is_one_user_message_after_the_instructions() -> None:
+    call = parse(input="hi", instructions="Be brief.", max_output_tokens=5, temperature=0.5, stream=True)
+    assert call.request.messages == [Message("system", "Be brief."), Message("user", "hi")]
+    assert call.request.sampling.max_tokens == 5 and call.request.sampling.temperature == 0.5
+    assert call.request.stream and call.echo.instructions == "Be brief."
+
+
+def test_an_assistants_items_become_one_message() -> None:
+    """Reasoning, text and function calls are separate items in the Responses API and one
+    assistant message in a chat template."""
+    call = parse(
+        input=[
+            {"role": "developer", "content": "Use tools."},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Ask."}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]},
+            {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": '{"city":"Oslo"}'},
+            {"type": "function_call", "call_id": "c2", "name": "time", "arguments": ""},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "noon"}]},
+            {"role": "assistant", "content": "Sunny at noon."},
+            {"role": "user", "content": "Thanks"},
+            {"role": "assistant", "content": "You're welcome."},
+            {"role": "assistant", "content": "Bye."},
+        ]
+    )
+    assert call.request.messages == [
+        Message("developer", "Use tools."),
+        Message("user", "Weather?"),
+        Message(
+            "assistant",
+            "Let me look.",
+            tool_calls=[ToolCall("c1", "weather", '{"city":"Oslo"}'), ToolCall("c2", "time", "{}")],
+            reasoning_content="Ask.",
+        ),
+        Message("tool", "sunny", tool_call_id="c1"),
+        Message("tool", "noon", tool_call_id="c2"),
+        Message("assistant", "Sunny at noon."),
+        Message("user", "Thanks"),
+        Message("assistant", "You're welcome."),
+        Message("assistant", "Bye."),  # a second answer in a row stays its own message
+    ]
+
+
+def test_images_tools_formats_and_reasoning() -> None:
+    call = parse(
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is this?"},
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+                ],
+            }
+        ],
+        tools=[{"type": "function", "name": "look", "parameters": {"type": "object"}, "strict": True}],
+        tool_choice={"type": "function", "name": "look"},
+        parallel_tool_calls=False,
+        text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+        reasoning={"effort": "low"},
+    )
+    request = call.request
+    parts = request.messages[0].content
+    assert isinstance(parts, list) and isinstance(parts[1], ImagePart)
+    assert request.tools is not None and request.tools[0].name == "look"
+    assert request.tool_choice is not None and request.tool_choice.name == "look"
+    assert request.parallel_tool_calls is False
+    assert request.response_format is not None and request.response_format.type == "json_schema"
+    assert request.reasoning is not None and request.reasoning.effort == "low"
+    assert parse(input="x", reasoning={"effort": "none"}).request.reasoning.enabled is False
+    assert call.echo.tool_choice == {"type": "function", "name": "look"}
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": [{"role": "user"}]}, "input[0].content"),
+        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
+        (
+            {"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0]",
+        ),
+        ({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "input[0].content[0]"),
+        (
+            {"input": "x", "tools": [{"type": "function", "name": "a"}, {"type": "function", "name": "a"}]},
+            "tools[1].name",
+        ),
+    ],
+)
+def test_refusals_name_the_param(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse(**body)
+    assert e.value.param == param
+
+
+USAGE = Usage(prompt_tokens=12, completion_tokens=5, cached_tokens=4)
+
+
+def test_response_body_is_the_sdks_response() -> None:
+    echo = parse(input="x", max_output_tokens=9).echo
+    result = ChatResult("", "tool_calls", USAGE, reasoning="Think.", tool_calls=[ToolCall("call_1", "f", '{"a":1}')])
+    body = json.loads(response_body("abc", "m", 1700000000, result, echo))
+    response = Response.model_validate(body)  # the SDK's own model, validated
+    assert [item.type for item in response.output] == ["reasoning", "function_call"]
+    assert response.status == "completed" and response.max_output_tokens == 9
+    assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 4
+    assert usage_in(body) == USAGE and finish_reason_in({"response": body}) == "stop"
+    cut = json.loads(response_body("abc", "m", 1, ChatResult("Hel", "length", USAGE), echo))
+    assert cut["status"] == "incomplete" and cut["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert cut["output"][0]["content"][0]["text"] == "Hel"
+    assert finish_reason_in({"type": "response.incomplete", "response": cut}) == "length"
+
+
+def events(frames: bytes) -> list[dict[str, Any]]:
+    out = []
+    for frame in frames.decode().split("\n\n"):
+        if frame:
+            kind, data = frame.split("\n")
+            payload = json.loads(data.removeprefix("data: "))
+            assert kind == "event: " + payload["type"]
+            out.append(payload)
+    return out
+
+
+def test_stream_of_reasoning_text_and_a_call() -> None:
+    stream = ResponseStream("abc", "m", 1, parse(input="x").echo)
+    frames = b"".join(
+        stream.feed(e)
+        for e in [
+            SlotInfo(0, 12, 4),
+            ReasoningDelta("Hm"),
+            ReasoningDelta("m."),
+            TextDelta("Hi"),
+            ToolCallDelta(0, id="call_1", name="f"),
+            ToolCallDelta(0, arguments='{"a":'),
+            ToolCallDelta(0, arguments="1}"),
+            Done("tool_calls", USAGE),
+        ]
+    )
+    got = events(frames)
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert [e["type"].removeprefix("response.") for e in got] == [
+        "created",
+        "in_progress",
+        "output_item.added",
+        "content_part.added",
+        "reasoning_text.delta",
+        "reasoning_text.delta",
+        "reasoning_text.done",
+        "content_part.done",
+        "output_item.done",
+        "output_item.added",
+        "content_part.added",
+        "output_text.delta",
+        "output_text.done",
+        "content_part.done",
+        "output_item.done",
+        "output_item.added",
+        "function_call_arguments.delta",
+        "function_call_arguments.delta",
+        "function_call_arguments.done",
+        "output_item.done",
+        "completed",
+    ]
+    final = Response.model_validate(got[-1]["response"])
+    assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output_text == "Hi" and final.output[2].arguments == '{"a":1}'  # type: ignore[union-attr]
+    assert final.output[0].content[0].text == "Hmm."  # type: ignore[union-attr,index]
+    assert {e["output_index"] for e in got if "item_id" in e} == {0, 1, 2}
+    assert stream.finished and stream.feed(TextDelta("late")) == b""
+
+
+def test_a_failure_ends_the_stream_with_response_failed() -> None:
+    stream = ResponseStream("abc", "m", 1, parse(input="x").echo)
+    frames = stream.feed(TextDelta("Hel")) + stream.feed(Failed(RunnerFailed("the model's runner crashed").info()))
+    got = events(frames)
+    assert got[-1]["type"] == "response.failed"
+    failed = Response.model_validate(got[-1]["response"])
+    assert failed.status == "failed" and failed.error is not None
+    assert "crashed" in failed.error.message
+    assert failed.output[0].status == "incomplete" and failed.output_text == "Hel"  # type: ignore[union-attr]
+    assert stream.fail(RunnerFailed("again")) == b""
+
+
+def test_an_empty_answer_is_one_empty_message() -> None:
+    stream = ResponseStream("abc", "m", 1, parse(input="x").echo)
+    got = events(stream.feed(Done("stop", USAGE)))
+    final = msgspec.json.decode(json.dumps(got[-1]["response"]))
+    assert got[-1]["type"] == "response.completed"
+    assert [item["type"] for item in final["output"]] == ["message"]
+    assert final["output"][0]["content"][0]["text"] == ""

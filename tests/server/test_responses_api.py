@@ -1,0 +1,153 @@
+"""OpenAI's Responses API (`POST /v1/responses`), driven by the official `openai` SDK against a real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from server.helpers import LiveServer, Models, openai_error
+
+SMOLLM2 = "smollm2-135m-instruct-q4_1"
+
+
+def test_response_object(live: LiveServer, models: Models) -> None:
+    raw = live.openai().responses.with_raw_response.create(
+        model=models.chat, input="hi", max_output_tokens=6, extra_body={"seed": 4}, metadata={"run": "1"}
+    )
+    response = raw.parse()
+    assert response.id == "resp_" + raw.headers["x-request-id"].removeprefix("req_")
+    assert response.object == "response" and response.model == models.chat
+    # six tokens and no end: cut short by max_output_tokens
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    [item] = response.output
+    assert item.type == "message" and item.role == "assistant" and item.id.startswith("msg_")
+    assert item.content[0].type == "output_text" and response.output_text
+    assert response.usage is not None and response.usage.output_tokens == 6
+    assert response.usage.total_tokens == response.usage.input_tokens + 6
+    # what the request asked is echoed, as OpenAI's SDKs read it back
+    assert response.max_output_tokens == 6 and response.metadata == {"run": "1"}
+    assert response.tool_choice == "auto" and response.tools == [] and response.store is False
+
+
+def test_stream_events_build_the_same_response(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    ask: Any = {"model": models.chat, "input": [{"role": "user", "content": "hi"}], "max_output_tokens": 8}
+    whole = client.responses.create(**ask, temperature=0)
+    with client.responses.stream(**ask, temperature=0) as stream:
+        events = list(stream)
+    # cut short, it ends as OpenAI's do, with `response.incomplete` (the SDK's
+    # get_final_response() waits for `response.completed`: see the real model's test)
+    final = events[-1].response  # type: ignore[union-attr]
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == final.output_text == whole.output_text != ""
+    assert final.usage is not None and final.usage.output_tokens == 8
+    assert final.status == "incomplete" and final.id.startswith("resp_")
+
+
+@pytest.mark.slow
+def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
+    client = live.openai()
+    asked: Any = {
+        "model": SMOLLM2,
+        "instructions": "You are a helpful assistant.",
+        "temperature": 0,
+        "max_output_tokens": 30,
+    }
+    response = client.responses.create(**asked, input="What is the capital of France?")
+    assert response.status == "completed" and "Paris" in response.output_text
+    with client.responses.stream(**asked, input="What is the capital of France?") as stream:
+        streamed = stream.get_final_response()
+    assert streamed.output_text == response.output_text and streamed.status == "completed"
+    # an earlier turn sent back as items (the answer as an output_text part)
+    follow = client.responses.create(
+        **asked,
+        input=[
+            {"role": "user", "content": "What is the capital of France?"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": response.output_text}],
+            },
+            {"role": "user", "content": [{"type": "input_text", "text": "And what is the capital of Italy?"}]},
+        ],
+    )
+    assert follow.status == "completed" and "Rome" in follow.output_text
+    assert follow.usage is not None and follow.usage.input_tokens > response.usage.input_tokens  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"background": True}, "background"),
+        ({"input": []}, "input"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
+        ({"input": [{"content": "no role"}]}, "input[0].role"),
+        ({"input": [{"type": "function_call_output", "call_id": "call_1"}]}, "input[0].output"),
+        ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]}, "input[0].arguments"),
+        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0]"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].image_url",
+        ),
+        ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "function"}]}, "tools[0].name"),
+        ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"temperature": 3}, "temperature"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+    ],
+)
+def test_bad_input_names_the_param(live: LiveServer, models: Models, body: dict[str, Any], param: str) -> None:
+    request = {"model": models.chat, "input": "hi", "max_output_tokens": 4, **body}
+    for stream in (False, True):
+        error = openai_error(live.http().post("/v1/responses", json={**request, "stream": stream}), 400)
+        assert error["param"] == param and error["type"] == "invalid_request_error", error
+
+
+def test_unknown_model_is_openais_404(live: LiveServer) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        live.openai().responses.create(model="no-such-model", input="hi")
+    assert e.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
+def test_json_schema_format(live: LiveServer, models: Models) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    response = live.openai().responses.create(
+        model=models.chat,
+        input="a number",
+        max_output_tokens=40,
+        text={"format": {"type": "json_schema", "name": "number", "schema": schema, "strict": True}},
+        extra_body={"seed": 1},
+    )
+    value = json.loads(response.output_text)
+    assert set(value) == {"n"} and 0 <= value["n"] <= 9
+    assert response.text is not None and response.text.format.type == "json_schema"  # type: ignore[union-attr]
