@@ -12,6 +12,7 @@ import tiny_gguf
 from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.native import Context
+from spark.engine.output import merged
 from spark.engine.speculative import (
     MAX_DRAFT,
     PRIOR_TOKEN_COST,
@@ -305,13 +306,13 @@ def test_speculation_off_drafts_nothing(plain: Engine) -> None:
 
 
 def stream_of(c: Collector) -> list[object]:
-    """What the client sees, call ids aside (they are random)."""
+    """What the client sees, call ids aside (they are random), each run of text, reasoning or one
+    call's arguments as one piece (a verified draft's tokens arrive as one event)."""
     done = c.final
     assert isinstance(done, Done), done
     out: list[object] = [
         msgspec.structs.replace(e, id=None) if isinstance(e, ToolCallDelta) else e
-        for e in c.events
-        if isinstance(e, (TextDelta, ReasoningDelta, ToolCallDelta))
+        for e in merged([e for e in c.events if isinstance(e, (TextDelta, ReasoningDelta, ToolCallDelta))])
     ]
     return [*out, done.finish_reason, done.usage.completion_tokens]
 
@@ -410,6 +411,10 @@ def test_copying_code_is_exact_and_mostly_drafted(
     assert stream_of(got) == expected
     usage = got.final.usage  # type: ignore[union-attr]
     assert usage.accepted_tokens >= usage.completion_tokens // 3  # a third of the answer came from drafts
+    # a verified draft's text goes out as one event: far fewer events than tokens
+    deltas = [e for e in got.events if isinstance(e, TextDelta)]
+    assert len(deltas) <= usage.completion_tokens - usage.accepted_tokens + 1
+    assert len([e for e in run_all(off, [request])[0].events if isinstance(e, TextDelta)]) > len(deltas)
 
 
 @pytest.mark.slow

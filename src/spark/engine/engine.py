@@ -26,7 +26,7 @@ from spark.engine.drafting import Drafting
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.native import Batch, Context, Model, runtime_version
-from spark.engine.output import StopAtStrings, parser_for
+from spark.engine.output import StopAtStrings, merged, parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
@@ -501,16 +501,25 @@ class Engine:
                 continue
             row, gen.row = gen.row, -1
             draft, gen.draft = gen.draft, []
+            if not draft:
+                self._next_token(slot, gen, row)
+                continue
+            emit, held = gen.emit, []
+            gen.emit = held.append  # the draft's events go out merged, once it is verified
             n = 0  # draft tokens confirmed: sampled at the position before them, as drafted
-            while self._next_token(slot, gen, row + n) and n < len(draft) and gen.token == draft[n]:
-                slot.cached.append(draft[n])  # its KV is in the cache already
-                n += 1
-                gen.accepted += 1  # counted before the next token, which may end the request
-            if draft:
-                assert drafting is not None
-                drafting.verified(gen, len(draft), n)
-                if n < len(draft):
-                    self._drop_rejected(slot, gen)
+            try:
+                while self._next_token(slot, gen, row + n) and n < len(draft) and gen.token == draft[n]:
+                    slot.cached.append(draft[n])  # its KV is in the cache already
+                    n += 1
+                    gen.accepted += 1  # counted before the next token, which may end the request
+            finally:
+                gen.emit = emit
+                for event in merged(held):
+                    _safe_emit(emit, event, gen.request_id)
+            assert drafting is not None
+            drafting.verified(gen, len(draft), n)
+            if n < len(draft):
+                self._drop_rejected(slot, gen)
         if not chunks and drafting:  # a step of generation alone, its sampling included
             drafting.costs.observe(batch.n, time.perf_counter() - started)
 
