@@ -504,7 +504,7 @@ class Engine:
             if not draft:
                 self._next_token(slot, gen, row)
                 continue
-            emit, held = gen.emit, []
+            emit, held = gen.emit, list[Event]()
             gen.emit = held.append  # the draft's events go out merged, once it is verified
             n = 0  # draft tokens confirmed: sampled at the position before them, as drafted
             try:
