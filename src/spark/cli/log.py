@@ -38,6 +38,7 @@ FOLLOW_POLL_SECONDS = 1.0
 BAR_WIDTH = 40
 _ROUTES = {
     "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
     "/v1/completions": "completion",
     "/v1/embeddings": "embeddings",
     "/v1/messages": "messages",

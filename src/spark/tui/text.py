@@ -16,6 +16,7 @@ from spark.units import format_bytes, format_duration
 
 ROUTES = {
     "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
     "/v1/completions": "completion",
     "/v1/embeddings": "embed",
     "/v1/messages": "messages",
