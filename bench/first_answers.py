@@ -86,11 +86,14 @@ QUESTIONS: list[tuple[str, Callable[[str], bool]]] = [
 OLD_SYSTEM = "You are a helpful assistant."
 BRIEF_SYSTEM = "You are a helpful assistant. Answer briefly, in English."
 SHORT_SYSTEM = "You are a helpful assistant. Answer in one or two short sentences, in English."
+POINT_SYSTEM = "You are a helpful assistant. Keep your answers short and to the point. Answer in English."
 PRESETS: dict[str, dict[str, Any]] = {
     "before: t0.2 top_p0.9": {"system": OLD_SYSTEM, "temperature": 0.2, "top_p": 0.9, "min_p": 0.05},
     "brief t0": {"system": BRIEF_SYSTEM, "temperature": 0.0},
     "brief t0 dry0.8": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8},
-    "brief t0 dry0.8 len4 (chosen)": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8}
+    "brief t0 dry0.8 len4": {"system": BRIEF_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8}
+    | {"dry_allowed_length": 4},
+    "to the point t0 dry0.8 len4 (chosen)": {"system": POINT_SYSTEM, "temperature": 0.0, "dry_multiplier": 0.8}
     | {"dry_allowed_length": 4},
     "brief t0 rp1.1": {"system": BRIEF_SYSTEM, "temperature": 0.0, "repeat_penalty": 1.1},
     "brief t0 fp0.3": {"system": BRIEF_SYSTEM, "temperature": 0.0, "frequency_penalty": 0.3},

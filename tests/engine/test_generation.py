@@ -90,7 +90,11 @@ def test_requests_joining_mid_decode_match_their_solo_runs(tiny_llama: Path) -> 
         "b": chat("Something else entirely", max_tokens=30, seed=2, temperature=1.0),
         "c": chat("A third, longer prompt about the sea and ships", max_tokens=60, seed=3, temperature=1.0),
     }
-    options = LoadOptions(model_id="tiny", path=str(tiny_llama), n_threads=1, n_ctx=512, n_parallel=3)
+    # One event per token: with speculation a verified draft's tokens arrive as one event, and a
+    # request could run to its end before the test sees the events it waits for.
+    options = LoadOptions(
+        model_id="tiny", path=str(tiny_llama), n_threads=1, n_ctx=512, n_parallel=3, speculative=False
+    )
     with Engine(options) as alone:
         solo = {name: run(alone, r).text for name, r in requests.items()}
 
@@ -104,7 +108,7 @@ def test_requests_joining_mid_decode_match_their_solo_runs(tiny_llama: Path) -> 
         e.submit("a", requests["a"], got["a"])
         wait_until(lambda: texts("a") >= 10)
         e.submit("b", requests["b"], got["b"])
-        wait_until(lambda: texts("b") >= 5)
+        wait_until(lambda: texts("b") >= 2)
         e.submit("c", requests["c"], got["c"])
         for c in got.values():
             c.wait()

@@ -71,6 +71,20 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         },
         "messages[0].content[0]",
     ),
+    ("/v1/responses", "`input[]` `item_reference`, other item types"): (
+        {"input": [{"type": "item_reference", "id": "msg_1"}]},
+        "input[0].type",
+    ),
+    ("/v1/responses", "`input_image` with `file_id`, `input_file`, `input_audio`"): (
+        {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
+        "input[0].content[0]",
+    ),
+    ("/v1/responses", "`previous_response_id`, `conversation`"): (
+        {"previous_response_id": "resp_1"},
+        "previous_response_id",
+    ),
+    ("/v1/responses", "`background`, `prompt` (stored prompt templates)"): ({"background": True}, "background"),
+    ("/v1/responses", "`top_logprobs`"): ({"top_logprobs": 2}, "top_logprobs"),
 }
 
 
@@ -103,6 +117,7 @@ def _body(route: str, models: Models, changes: dict[str, Any]) -> dict[str, Any]
         "/v1/completions": {"model": models.chat, "prompt": "hi", "max_tokens": 2},
         "/v1/embeddings": {"model": models.embed, "input": "hi"},
         "/v1/messages": {"model": models.chat, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+        "/v1/responses": {"model": models.chat, "input": "hi", "max_output_tokens": 2},
     }[route]
     return {**base, **changes}
 
