@@ -15,6 +15,7 @@ from spark.engine.drafting import Drafting
 from spark.engine.native import Model
 from spark.engine.speculative import DecodeCosts
 from spark.errors import ModelFileError
+from spark.library.bundled import BUNDLED_SETTINGS
 from spark.types import LoadOptions
 
 
@@ -181,7 +182,7 @@ def test_a_real_model_drafting_for_itself_answers_the_same(smollm2: Path) -> Non
     """SmolLM2's own vocabulary passes the token-by-token check, and its answers do not change."""
     requests = [
         chat(f"Repeat exactly: {CODE}"),
-        chat("What is the capital of France?", max_tokens=30),
+        chat("What is the capital of France?", system=BUNDLED_SETTINGS.system_prompt, max_tokens=30),
     ]
     with Engine(options(smollm2, None, n_parallel=1, speculative=False, n_ctx=1024)) as plain:
         expected = [stream_of(run_all(plain, [r])[0]) for r in requests]

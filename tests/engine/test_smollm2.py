@@ -8,6 +8,7 @@ import pytest
 
 from engine.helpers import Collector
 from spark.engine import Engine
+from spark.library.bundled import BUNDLED_SETTINGS
 from spark.types import (
     ChatRequest,
     Done,
@@ -24,9 +25,10 @@ def test_capital_of_france(smollm2: Path) -> None:
     with Engine(LoadOptions(model_id="smollm2", path=str(smollm2), n_threads=1, n_ctx=1024, n_parallel=2)) as e:
         assert e.info().chat_template_source == "gguf"
         # (With the template's own default system prompt this small model's greedy
-        # answer to exactly this question is off topic, in llama-cpp-python too.)
+        # answer to exactly this question is off topic, in llama-cpp-python too; the
+        # bundled one holds on every CPU, tests/library/test_bundled.py.)
         question = [
-            Message("system", "You are a helpful assistant."),
+            Message("system", BUNDLED_SETTINGS.system_prompt or ""),
             Message("user", "What is the capital of France?"),
         ]
         req = ChatRequest(model="smollm2", messages=question, sampling=SamplingParams(temperature=0, max_tokens=48))

@@ -380,10 +380,10 @@ def average(items):
 """
 
 
-def chat(text: str, **sampling: object) -> ChatRequest:
+def chat(text: str, *, system: str | None = None, **sampling: object) -> ChatRequest:
     return ChatRequest(
         model="m",
-        messages=[Message("user", text)],
+        messages=[*([Message("system", system)] if system else []), Message("user", text)],
         sampling=SamplingParams(**{"temperature": 0, "max_tokens": 120, **sampling}),  # type: ignore[arg-type]
     )
 

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from server.helpers import LiveServer, Models, openai_error
+from spark.library.bundled import BUNDLED_SETTINGS
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -138,7 +139,7 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         max_tokens=30,
         # this small model answers off topic under its template's default system prompt
         messages=[
-            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "system", "content": BUNDLED_SETTINGS.system_prompt or ""},
             {"role": "user", "content": "What is the capital of France?"},
         ],
     )

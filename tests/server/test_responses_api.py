@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from server.helpers import LiveServer, Models, openai_error
+from spark.library.bundled import BUNDLED_SETTINGS
 
 SMOLLM2 = "smollm2-135m-instruct-q4_1"
 
@@ -68,7 +69,7 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
     client = live.openai()
     asked: Any = {
         "model": SMOLLM2,
-        "instructions": "You are a helpful assistant.",
+        "instructions": BUNDLED_SETTINGS.system_prompt,
         "temperature": 0,
         "max_output_tokens": 30,
     }
