@@ -31,6 +31,13 @@ def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert
 
     completion = sp.complete(chat_model, "Once upon a time")
     assert completion.usage.completion_tokens == 16, "completions default to 16 tokens"
+    assert result.logprobs is None and completion.logprobs is None  # not asked
+
+    scored = sp.chat(chat_model, "hi", max_tokens=5, seed=3, logprobs=2)
+    assert scored.logprobs is not None and len(scored.logprobs) == 5
+    assert b"".join(e.piece for e in scored.logprobs).decode() == scored.text == result.text
+    assert all(len(e.top) == 2 for e in scored.logprobs)
+    assert len(sp.complete(chat_model, "Once upon a time", logprobs=0).logprobs or ()) == 16
 
     emb = sp.embed(embed_model, ["hello world", "the cat"], dimensions=8)
     assert len(emb.vectors) == 2 and all(len(v) == 8 for v in emb.vectors)
@@ -45,6 +52,8 @@ def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
         sp.chat(model, "hi", temprature=1)
     with pytest.raises(InvalidRequest, match="messages"):
         sp.chat(model, [{"role": "wizard", "content": "hi"}])
+    with pytest.raises(InvalidRequest, match="logprobs"):
+        sp.chat(model, "hi", logprobs=21)
 
 
 def test_closing_a_stream_early_cancels_it(sp: spark.Spark, tiny_llama: Path) -> None:

@@ -18,6 +18,7 @@ from spark.types import (
     Failed,
     ReasoningDelta,
     TextDelta,
+    TokenLogprob,
     ToolCall,
     ToolCallDelta,
 )
@@ -30,11 +31,15 @@ class ChatCollector:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, dict[str, str]] = {}
+        self._logprobs: list[TokenLogprob] | None = None
 
     def add(self, event: Event) -> ChatResult | None:
         """Take one event; returns the result at `Done`, raises the request's error at `Failed`."""
         if isinstance(event, TextDelta):
             self._text.append(event.text)
+            if event.logprobs is not None:
+                self._logprobs = self._logprobs or []
+                self._logprobs.extend(event.logprobs)
         elif isinstance(event, ReasoningDelta):
             self._reasoning.append(event.text)
         elif isinstance(event, ToolCallDelta):
@@ -50,6 +55,7 @@ class ChatCollector:
                 reasoning="".join(self._reasoning),
                 stop_sequence=event.stop_sequence,
                 tool_calls=[ToolCall(**c) for _, c in sorted(self._calls.items())],
+                logprobs=self._logprobs,
             )
         elif isinstance(event, Failed):
             raise from_info(event.error)

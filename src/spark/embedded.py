@@ -25,6 +25,7 @@ from spark.library import Library
 from spark.runners.scheduler import Scheduler
 from spark.settings import Settings, load_settings
 from spark.types import (
+    MAX_LOGPROBS,
     ChatRequest,
     ChatResult,
     CompletionRequest,
@@ -64,6 +65,12 @@ def to_sampling(options: Mapping[str, Any]) -> SamplingParams:
         return msgspec.convert(dict(options), SamplingParams)
     except msgspec.ValidationError as e:
         raise InvalidRequest(f"sampling options: {e}") from None
+
+
+def _checked_logprobs(n: int | None) -> int | None:
+    if n is not None and not 0 <= n <= MAX_LOGPROBS:
+        raise InvalidRequest(f"logprobs must be from 0 to {MAX_LOGPROBS}", param="logprobs")
+    return n
 
 
 class Spark:
@@ -119,15 +126,26 @@ class Spark:
             if isinstance(event, TextDelta):
                 yield event.text
 
-    def chat(self, model: str, messages: MessagesLike, **sampling: Any) -> ChatResult:
-        """One chat turn: `messages` is a prompt string or a list of messages."""
-        request = ChatRequest(model=model, messages=to_messages(messages), sampling=to_sampling(sampling))
+    def chat(self, model: str, messages: MessagesLike, *, logprobs: int | None = None, **sampling: Any) -> ChatResult:
+        """One chat turn: `messages` is a prompt string or a list of messages.
+
+        `logprobs` (0 to 20): the result's `logprobs` holds each answer token's log probability
+        with that many likeliest alternatives."""
+        request = ChatRequest(
+            model=model,
+            messages=to_messages(messages),
+            sampling=to_sampling(sampling),
+            logprobs=_checked_logprobs(logprobs),
+        )
         return collect_chat(self.events(request))
 
-    def complete(self, model: str, prompt: str, **sampling: Any) -> ChatResult:
-        """Raw text completion, without the chat template (max_tokens defaults to 16)."""
+    def complete(self, model: str, prompt: str, *, logprobs: int | None = None, **sampling: Any) -> ChatResult:
+        """Raw text completion, without the chat template (max_tokens defaults to 16); `logprobs` as
+        for `chat`."""
         sampling.setdefault("max_tokens", 16)
-        request = CompletionRequest(model=model, prompt=prompt, sampling=to_sampling(sampling))
+        request = CompletionRequest(
+            model=model, prompt=prompt, sampling=to_sampling(sampling), logprobs=_checked_logprobs(logprobs)
+        )
         return collect_chat(self.events(request))
 
     def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:

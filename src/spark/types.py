@@ -158,6 +158,8 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     # Set by the server for zero-retention keys: nothing of the conversation is written to disk,
     # not even its KV cache.
     zero_retention: bool = False
+    # None: no log probabilities; n: each answer token's, with the n most likely tokens at its place.
+    logprobs: int | None = None
 
 
 class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defaults=True):
@@ -169,6 +171,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     stream: bool = False
     keep_alive: float | None = None
     zero_retention: bool = False  # as ChatRequest's
+    logprobs: int | None = None  # as ChatRequest's
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
@@ -197,10 +200,33 @@ class Usage(msgspec.Struct, frozen=True):
 # --- events streamed back for one request -----------------------------------
 
 
-class TextDelta(msgspec.Struct, tag="text", frozen=True):
-    """A piece of output text, safe to show (whole UTF-8, no pending stop string)."""
+MAX_LOGPROBS = 20  # the most alternatives per token a request may ask for (OpenAI's limit)
+
+
+class TokenChoice(msgspec.Struct, frozen=True, array_like=True):
+    """A token (its bytes: a piece may hold part of a UTF-8 character) and its log probability."""
+
+    piece: bytes
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """An answer token's log probability under the model (its raw logits, before sampling),
+    and the most likely tokens at its place, most likely first."""
+
+    piece: bytes
+    logprob: float
+    top: list[TokenChoice] = []
+
+
+class TextDelta(msgspec.Struct, tag="text", frozen=True, omit_defaults=True):
+    """A piece of output text, safe to show (whole UTF-8, no pending stop string).
+
+    `logprobs`, when the request asked for them: the tokens that made this text.
+    """
 
     text: str
+    logprobs: list[TokenLogprob] | None = None
 
 
 class ReasoningDelta(msgspec.Struct, tag="reasoning", frozen=True):
@@ -271,6 +297,7 @@ class ChatResult(msgspec.Struct, frozen=True):
     reasoning: str = ""
     tool_calls: list[ToolCall] = []
     stop_sequence: str | None = None  # as in `Done`
+    logprobs: list[TokenLogprob] | None = None  # the text's tokens, when asked for
 
 
 class EmbeddingResult(msgspec.Struct, frozen=True):

@@ -272,7 +272,10 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
         ({"logit_bias": {"1": 200}}, "logit_bias"),
         ({"seed": "x"}, "seed"),
         ({"stream": "yes"}, "stream"),
-        ({"logprobs": True}, "logprobs"),
+        ({"logprobs": "yes"}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"functions": [{"name": "f"}]}, "functions"),
@@ -305,6 +308,16 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
 )
 def test_bad_chat_requests_name_the_param(fields: dict, param: str) -> None:
     assert chat_error(**fields).param == param
+
+
+@pytest.mark.parametrize(
+    ("sent", "wanted"),
+    [({}, None), ({"logprobs": False}, None), ({"logprobs": True}, 0), ({"logprobs": True, "top_logprobs": 5}, 5)],
+)
+def test_logprobs_and_how_many_alternatives(sent: dict, wanted: int | None) -> None:
+    assert chat(**sent).request.logprobs == wanted
+    legacy = api.parse_completion(body(prompt="x", **({"logprobs": wanted} if wanted is not None else {})))
+    assert legacy.request.logprobs == wanted
 
 
 def test_n_message() -> None:
@@ -455,7 +468,8 @@ def test_completion_prompt_forms_and_defaults() -> None:
         ({"prompt": "x", "best_of": 3}, "best_of", "1"),
         ({"prompt": "x", "echo": True}, "echo", "echo"),
         ({"prompt": "x", "suffix": "end"}, "suffix", "fill-in-the-middle"),
-        ({"prompt": "x", "logprobs": 2}, "logprobs", "logprobs"),
+        ({"prompt": "x", "logprobs": 21}, "logprobs", "20"),
+        ({"prompt": "x", "logprobs": True}, "logprobs", "int"),
         ({"prompt": "x", "max_tokens": 0}, "max_tokens", "max_tokens"),
         ({}, "prompt", "prompt"),
     ],

@@ -39,6 +39,8 @@ from spark.types import (
     ReasoningDelta,
     SlotInfo,
     TextDelta,
+    TokenChoice,
+    TokenLogprob,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -109,6 +111,57 @@ def test_completion_body() -> None:
     assert parsed.id == "cmpl-r2" and parsed.object == "text_completion"
     assert parsed.choices[0].text == " there" and parsed.choices[0].finish_reason == "length"
     assert parsed.usage.total_tokens == 17
+
+
+# "Héllo": the second token holds the first byte of "é", the third the second; both show the
+# replacement character as text and their own bytes, as OpenAI's entries do.
+LOGPROBS = [
+    TokenLogprob(b"H", -0.25, [TokenChoice(b"H", -0.25), TokenChoice(b"J", -1.5)]),
+    TokenLogprob(b"\xc3", -0.5, [TokenChoice(b"\xc3", -0.5), TokenChoice(b"e", -2.0)]),
+    TokenLogprob(b"\xa9llo", -0.125, [TokenChoice(b"\xa9llo", -0.125), TokenChoice(b"\xa8", -3.0)]),
+]
+
+
+def test_chat_completion_body_with_logprobs() -> None:
+    raw = api.chat_completion_body("r", "m", 1, ChatResult("Héllo", "stop", USAGE, logprobs=LOGPROBS))
+    content = ChatCompletion.model_validate_json(raw).choices[0].logprobs.content  # type: ignore[union-attr]
+    assert [(c.token, c.logprob, c.bytes) for c in content] == [
+        ("H", -0.25, [72]),
+        ("\ufffd", -0.5, [0xC3]),
+        ("\ufffdllo", -0.125, [0xA9, 108, 108, 111]),
+    ]
+    assert bytes(b for c in content for b in c.bytes or []).decode() == "Héllo"
+    assert [(t.token, t.logprob) for t in content[0].top_logprobs] == [("H", -0.25), ("J", -1.5)]
+    assert json.loads(raw)["choices"][0]["logprobs"]["refusal"] is None
+    # not asked: null, as OpenAI
+    plain = api.chat_completion_body("r", "m", 1, ChatResult("Héllo", "stop", USAGE))
+    assert json.loads(plain)["choices"][0]["logprobs"] is None
+
+
+def test_completion_body_with_logprobs_counts_offsets_from_the_prompt() -> None:
+    raw = api.completion_body("r", "m", 1, ChatResult("Héllo", "stop", USAGE, logprobs=LOGPROBS), prompt_chars=4)
+    logprobs = Completion.model_validate_json(raw).choices[0].logprobs
+    assert logprobs is not None
+    assert logprobs.tokens == ["H", "\ufffd", "\ufffdllo"] and logprobs.token_logprobs == [-0.25, -0.5, -0.125]
+    assert logprobs.top_logprobs == [
+        {"H": -0.25, "J": -1.5},
+        {"\ufffd": -0.5, "e": -2.0},
+        {"\ufffdllo": -0.125, "\ufffd": -3.0},
+    ]
+    assert logprobs.text_offset == [4, 5, 6]
+
+
+def test_streams_carry_each_chunks_logprobs(openai_client) -> None:
+    events = [TextDelta("H", LOGPROBS[:1]), TextDelta("éllo", LOGPROBS[1:]), Done("stop", USAGE)]
+    chunks = [ChatCompletionChunk.model_validate_json(f) for f in frames(run(api.ChatStream("r", "m", 1), events))[:-1]]
+    per_chunk = [
+        [c.token for c in chunk.choices[0].logprobs.content] if chunk.choices[0].logprobs else None for chunk in chunks
+    ]
+    assert per_chunk == [None, ["H"], ["\ufffd", "\ufffdllo"], None]  # the role chunk and the finish carry none
+    raw = run(api.CompletionStream("r", "m", 1, prompt_chars=2), events)
+    client = openai_client(lambda request: httpx.Response(200, headers=SSE, content=raw))
+    pieces = [c.choices[0].logprobs for c in client.completions.create(model="m", prompt="hi", stream=True)]
+    assert [(p.tokens, p.text_offset) for p in pieces if p] == [(["H"], [2]), (["\ufffd", "\ufffdllo"], [3, 4])]
 
 
 def test_embeddings_float_and_base64_round_trip() -> None:

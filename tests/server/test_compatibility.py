@@ -34,7 +34,6 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         "messages[0].role",
     ),
     ("/v1/chat/completions", "`n`"): ({"n": 2}, "n"),
-    ("/v1/chat/completions", "`logprobs`"): ({"logprobs": True}, "logprobs"),
     ("/v1/chat/completions", '`audio`, `modalities` with `"audio"`'): ({"modalities": ["text", "audio"]}, "modalities"),
     ("/v1/chat/completions", "`functions`, `function_call`"): (
         {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
@@ -44,7 +43,6 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
     ("/v1/completions", "`n`, `best_of`"): ({"best_of": 2}, "best_of"),
     ("/v1/completions", "`echo`"): ({"echo": True}, "echo"),
     ("/v1/completions", "`suffix`"): ({"suffix": "end"}, "suffix"),
-    ("/v1/completions", "`logprobs`"): ({"logprobs": 2}, "logprobs"),
     ("/v1/embeddings", "`input` as token arrays, empty list, empty string"): ({"input": []}, "input"),
     ("/v1/messages", "`image` blocks, `url` source"): (
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},
@@ -84,7 +82,6 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         "previous_response_id",
     ),
     ("/v1/responses", "`background`, `prompt` (stored prompt templates)"): ({"background": True}, "background"),
-    ("/v1/responses", "`top_logprobs`"): ({"top_logprobs": 2}, "top_logprobs"),
 }
 
 

@@ -47,6 +47,35 @@ def test_chat_completion(live: LiveServer, models: Models) -> None:
     assert completion.usage.completion_tokens == 6 and completion.usage.prompt_tokens > 0
 
 
+def test_logprobs_through_the_sdk(live: LiveServer, models: Models) -> None:
+    """Chat and legacy completions, whole and streamed: an entry per answer token, the same both ways."""
+    client = live.openai()
+    asked = {"model": models.chat, "max_tokens": 8, "temperature": 0}
+    whole = client.chat.completions.create(messages=CHAT, logprobs=True, top_logprobs=2, **asked)  # type: ignore[call-overload]
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens == 8
+    assert "".join(c.token for c in content) == whole.choices[0].message.content
+    assert all(len(c.top_logprobs) == 2 and c.top_logprobs[0].token == c.token for c in content)
+    streamed = client.chat.completions.create(messages=CHAT, logprobs=True, top_logprobs=2, stream=True, **asked)  # type: ignore[call-overload]
+    pieces = [
+        e
+        for chunk in streamed
+        if chunk.choices and chunk.choices[0].logprobs
+        for e in chunk.choices[0].logprobs.content
+    ]
+    assert [p.token for p in pieces] == [c.token for c in content]
+    # (the second request reads its prompt from the cache: the last prompt token's batch differs)
+    assert [p.logprob for p in pieces] == pytest.approx([c.logprob for c in content], abs=1e-3)
+    assert whole.choices[0].logprobs is not None
+    assert client.chat.completions.create(messages=CHAT, **asked).choices[0].logprobs is None  # type: ignore[call-overload]
+
+    legacy = client.completions.create(prompt="Once upon", logprobs=1, **asked)  # type: ignore[call-overload]
+    columns = legacy.choices[0].logprobs
+    assert columns is not None and len(columns.tokens) == len(columns.token_logprobs) == 8
+    assert columns.text_offset[0] == len("Once upon") and "".join(columns.tokens) == legacy.choices[0].text
+    assert all(len(top) == 1 for top in columns.top_logprobs)
+
+
 def test_chat_stream_with_usage(live: LiveServer, models: Models) -> None:
     client = live.openai()
     same = client.chat.completions.create(

@@ -119,7 +119,7 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"temperature": 3}, "temperature"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
-        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"top_logprobs": 21}, "top_logprobs"),
     ],
 )
 def test_bad_input_names_the_param(live: LiveServer, models: Models, body: dict[str, Any], param: str) -> None:
@@ -127,6 +127,24 @@ def test_bad_input_names_the_param(live: LiveServer, models: Models, body: dict[
     for stream in (False, True):
         error = openai_error(live.http().post("/v1/responses", json={**request, "stream": stream}), 400)
         assert error["param"] == param and error["type"] == "invalid_request_error", error
+
+
+def test_logprobs_when_included(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    asked: Any = {"model": models.chat, "input": "hi", "max_output_tokens": 6, "temperature": 0}
+    wanted = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    response = client.responses.create(**asked, **wanted)
+    text = response.output[0].content[0]  # type: ignore[union-attr]
+    assert len(text.logprobs) == 6 and "".join(t.token for t in text.logprobs) == text.text  # type: ignore[union-attr]
+    assert all(len(t.top_logprobs) == 2 for t in text.logprobs)  # type: ignore[union-attr]
+    events = list(client.responses.create(**asked, **wanted, stream=True))
+    deltas = [t.token for e in events if e.type == "response.output_text.delta" for t in e.logprobs]
+    final = events[-1].response  # response.incomplete: cut at max_output_tokens  # type: ignore[union-attr]
+    assert deltas == [t.token for t in final.output[0].content[0].logprobs] == [t.token for t in text.logprobs]  # type: ignore[union-attr]
+    # only the include entry: the chosen tokens without alternatives; neither: none
+    only = client.responses.create(**asked, include=["message.output_text.logprobs"])
+    assert [t.top_logprobs for t in only.output[0].content[0].logprobs] == [[]] * 6  # type: ignore[union-attr]
+    assert client.responses.create(**asked).output[0].content[0].logprobs == []  # type: ignore[union-attr]
 
 
 def test_unknown_model_is_openais_404(live: LiveServer) -> None:

@@ -25,6 +25,7 @@ from spark.engine.draft_model import DraftModel
 from spark.engine.drafting import Drafting
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
+from spark.engine.logprobs import Logprobs
 from spark.engine.native import Batch, Context, Model, runtime_version
 from spark.engine.output import StopAtStrings, merged, parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
@@ -415,6 +416,7 @@ class Engine:
                 else None
             ),
             drafter=self._drafting.drafter(prompt) if self._drafting else None,
+            logprobs=None if job.request.logprobs is None else Logprobs(self._model, job.request.logprobs),
         )
         self._n_active += 1
         try:
@@ -545,6 +547,8 @@ class Engine:
                 gen.sampler.force(token)
             else:
                 token = gen.sampler.sample(self._ctx.ptr, row)
+            if gen.logprobs is not None:
+                gen.logprobs.add(self._ctx, row, token)
             self._on_token(slot, gen, token)
         except Exception as e:
             self._fail(slot, e)
@@ -591,8 +595,7 @@ class Engine:
         piece = self._marker_pieces.get(token) or self._model.piece(token)
         text = gen.stream.push(piece)
         if text:
-            for event in gen.stops.filter(gen.parser.feed(text)):
-                gen.emit(event)
+            gen.output(gen.stops.filter(gen.parser.feed(text)))
         if gen.budget is not None:
             gen.forced += gen.budget.after(piece, in_reasoning=gen.parser.in_reasoning)
         if gen.stops.stopped or gen.parser.complete:  # a whole call ends it: "tool_calls"
@@ -627,9 +630,7 @@ class Engine:
         try:
             if reason != "cancelled":
                 gen.stream.flush()
-                events = gen.parser.finish()
-                for event in gen.stops.filter(events) + gen.stops.flush():
-                    gen.emit(event)
+                gen.output(gen.stops.filter(gen.parser.finish()) + gen.stops.flush())
                 if reason == "stop" and gen.parser.made_tool_calls:
                     reason = "tool_calls"
         except Exception as e:

@@ -18,11 +18,15 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 from spark.engine.bindings import bindings_version, lc
 from spark.errors import ModelFileError, RunnerFailed
 from spark.units import format_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 log = logging.getLogger("spark.engine.llama")
 
@@ -383,12 +387,19 @@ class Context:
         """The logits of output row `row` of the last decode (a copy)."""
         return _floats(lc.llama_get_logits_ith(self.ptr, row), n_vocab)
 
+    def logits_array(self, row: int, n_vocab: int) -> NDArray[np.float32]:
+        """The logits of output row `row` of the last decode as a numpy view (valid until the next
+        decode). numpy is imported here: only a draft model and log probabilities need it, so a
+        runner without them never loads it."""
+        import numpy as np
+
+        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ptr, row), shape=(n_vocab,))
+
     def top(self, row: int, n_vocab: int) -> tuple[int, float]:
         """The most likely token of output row `row` of the last decode and its probability."""
-        import numpy as np  # only a draft model needs it: a runner without one never loads numpy
+        import numpy as np
 
-        ptr = lc.llama_get_logits_ith(self.ptr, row)
-        logits = np.ctypeslib.as_array(ptr, shape=(n_vocab,))  # a view: nothing is copied
+        logits = self.logits_array(row, n_vocab)
         best = int(logits.argmax())
         return best, float(1.0 / np.exp(logits - logits[best]).sum())
 

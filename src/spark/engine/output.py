@@ -253,7 +253,8 @@ def merged(events: Sequence[Event]) -> list[Event]:
     for event in events:
         last = out[-1] if out else None
         if isinstance(event, TextDelta) and isinstance(last, TextDelta):
-            out[-1] = TextDelta(last.text + event.text)
+            logprobs = [*(last.logprobs or ()), *(event.logprobs or ())]
+            out[-1] = TextDelta(last.text + event.text, logprobs if last.logprobs or event.logprobs else None)
         elif isinstance(event, ReasoningDelta) and isinstance(last, ReasoningDelta):
             out[-1] = ReasoningDelta(last.text + event.text)
         elif (

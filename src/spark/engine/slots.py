@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from spark.engine.logprobs import Logprobs
 from spark.engine.output import OutputParser, StopAtStrings
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
@@ -40,10 +41,16 @@ class Generation:
     draft: list[int] = field(default_factory=list)  # tokens drafted after `token` in the batch being decoded
     drafted: int = 0  # tokens drafted over the whole generation
     accepted: int = 0  # of which the model confirmed
+    logprobs: Logprobs | None = None  # the tokens' log probabilities, when the request asks
 
     @property
     def prompt_done(self) -> bool:
         return self.n_evaluated == len(self.prompt)
+
+    def output(self, events: Sequence[Event]) -> None:
+        """Send the output events of the tokens so far, with their log probabilities if asked."""
+        for event in events if self.logprobs is None else self.logprobs.attach(events):
+            self.emit(event)
 
     def usage(self) -> Usage:
         return Usage(

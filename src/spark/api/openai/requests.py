@@ -27,6 +27,7 @@ from spark.api.common import (
 )
 from spark.errors import InvalidRequest
 from spark.types import (
+    MAX_LOGPROBS,
     ChatRequest,
     CompletionRequest,
     ContentPart,
@@ -204,6 +205,7 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     think: bool | None = None  # Ollama's switch
     chat_template_kwargs: dict[str, Any] | None = None  # llama-server's and vLLM's; enable_thinking is read
     logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
     functions: list[Any] | None = None
@@ -211,6 +213,7 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
 
 
 TokenArrays = list[str | int | list[int]]
+TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
 
 
 class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
@@ -219,7 +222,7 @@ class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
-    logprobs: int | None = None
+    logprobs: TopLogprobs | None = None  # the legacy form: how many alternatives per token
 
 
 class EmbeddingBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,7 +271,11 @@ def parse_chat(
     """
     wire = decode_body(_chat_decoder, body)
     _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
-    _refuse(bool(wire.logprobs), "logprobs", "'logprobs' is not supported by this server.")
+    _refuse(
+        wire.top_logprobs is not None and not wire.logprobs,
+        "top_logprobs",
+        "'top_logprobs' needs 'logprobs' to be true.",
+    )
     _refuse(wire.audio is not None, "audio", "Audio output is not supported by this server.")
     _refuse("audio" in (wire.modalities or ()), "modalities", "Audio output is not supported by this server.")
     _refuse(wire.functions is not None, "functions", "'functions' is deprecated; use 'tools'.")
@@ -295,6 +302,7 @@ def parse_chat(
         parallel_tool_calls=wire.parallel_tool_calls is not False,
         response_format=_response_format(wire.response_format),
         reasoning=_reasoning(wire),
+        logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
     )
     return ChatCall(request, _include_usage(wire))
 
@@ -306,7 +314,6 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
     _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
     _refuse(bool(wire.echo), "echo", "'echo' is not supported by this server.")
     _refuse(bool(wire.suffix), "suffix", "'suffix' (fill-in-the-middle) is not supported by this server.")
-    _refuse(wire.logprobs is not None, "logprobs", "'logprobs' is not supported by this server.")
     max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
     request = CompletionRequest(
@@ -315,6 +322,7 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         sampling=_sampling(wire, max_tokens),
         stream=bool(wire.stream),
         keep_alive=keep_alive_seconds(wire.keep_alive),
+        logprobs=wire.logprobs,
     )
     return CompletionCall(request, _include_usage(wire))
 

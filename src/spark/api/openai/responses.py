@@ -23,6 +23,8 @@ from spark.types import (
     FinishReason,
     ReasoningDelta,
     TextDelta,
+    TokenChoice,
+    TokenLogprob,
     ToolCallDelta,
     Usage,
 )
@@ -71,11 +73,67 @@ class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     reasoning_content: str | None = None
 
 
+class _TopLogprob(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ContentLogprob(msgspec.Struct, frozen=True):
+    """One answer token as OpenAI writes it (chat's `logprobs.content[]`, the Responses API's `logprobs[]`)."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[_TopLogprob]
+
+
+class _ChatLogprobs(msgspec.Struct, frozen=True):
+    content: list[ContentLogprob]
+    refusal: None = None
+
+
+def _top(choice: TokenChoice) -> _TopLogprob:
+    return _TopLogprob(choice.piece.decode("utf-8", "replace"), choice.logprob, list(choice.piece))
+
+
+def content_logprobs(entries: list[TokenLogprob]) -> list[ContentLogprob]:
+    """OpenAI's per-token entries (chat's `logprobs.content`, the Responses API's `logprobs`)."""
+    return [
+        ContentLogprob(e.piece.decode("utf-8", "replace"), e.logprob, list(e.piece), [_top(c) for c in e.top])
+        for e in entries
+    ]
+
+
+class _TextLogprobs(msgspec.Struct, frozen=True):
+    """The legacy completions' columns: each token, its log probability, its alternatives (token
+    text -> log probability) and where its text starts (counted from the prompt's start, as OpenAI)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+def _text_logprobs(entries: list[TokenLogprob], offset: int) -> _TextLogprobs:
+    tokens = [e.piece.decode("utf-8", "replace") for e in entries]
+    offsets = []
+    for token in tokens:
+        offsets.append(offset)
+        offset += len(token)
+    return _TextLogprobs(
+        tokens,
+        [e.logprob for e in entries],
+        [{c.piece.decode("utf-8", "replace"): c.logprob for c in e.top} for e in entries],
+        offsets,
+    )
+
+
 class _ChatChoice(msgspec.Struct, frozen=True):
     message: _OutMessage
     finish_reason: str
     index: int = 0
-    logprobs: None = None
+    logprobs: _ChatLogprobs | None = None
 
 
 class _ChatCompletion(msgspec.Struct, frozen=True):
@@ -92,7 +150,7 @@ class _TextChoice(msgspec.Struct, frozen=True):
     text: str
     finish_reason: str
     index: int = 0
-    logprobs: None = None
+    logprobs: _TextLogprobs | None = None
 
 
 class _TextCompletion(msgspec.Struct, frozen=True):
@@ -191,7 +249,13 @@ def chat_completion_body(
             id=chat_completion_id(request_id),
             created=created,
             model=model,
-            choices=[_ChatChoice(message, _FINISH[result.finish_reason])],
+            choices=[
+                _ChatChoice(
+                    message,
+                    _FINISH[result.finish_reason],
+                    logprobs=None if result.logprobs is None else _ChatLogprobs(content_logprobs(result.logprobs)),
+                )
+            ],
             usage=_usage(result.usage),
             system_fingerprint=system_fingerprint,
         )
@@ -199,16 +263,24 @@ def chat_completion_body(
 
 
 def completion_body(
-    request_id: str, model: str, created: int, result: ChatResult, *, system_fingerprint: str | None = None
+    request_id: str,
+    model: str,
+    created: int,
+    result: ChatResult,
+    *,
+    prompt_chars: int = 0,
+    system_fingerprint: str | None = None,
 ) -> bytes:
-    """The `text_completion` JSON body for a finished, non-streamed request."""
+    """The `text_completion` JSON body for a finished, non-streamed request (`prompt_chars`: the
+    prompt's length, where the text's offsets begin)."""
     finish = "length" if result.finish_reason == "length" else "stop"
+    logprobs = None if result.logprobs is None else _text_logprobs(result.logprobs, prompt_chars)
     return _encode(
         _TextCompletion(
             id=completion_id(request_id),
             created=created,
             model=model,
-            choices=[_TextChoice(result.text, finish)],
+            choices=[_TextChoice(result.text, finish, logprobs=logprobs)],
             usage=_usage(result.usage),
             system_fingerprint=system_fingerprint,
         )
@@ -323,8 +395,10 @@ class _Stream:
         )
         self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
-    def _chunk(self, payload: bytes) -> bytes:
-        return self._head + payload + self._tail
+    def _chunk(self, payload: bytes, logprobs: msgspec.Struct | None = None) -> bytes:
+        if logprobs is None:
+            return self._head + payload + self._tail
+        return self._head + payload + b',"logprobs":' + _encode(logprobs) + b',"finish_reason":null}]}\n\n'
 
     def _finish(self, done: Done, finish_reason: str) -> bytes:
         self.finished = True
@@ -400,7 +474,8 @@ class ChatStream(_Stream):
         if isinstance(event, TextDelta):
             if not event.text:
                 return b""
-            return self._start(text=True) + self._chunk(_encode(_ContentDelta(event.text)))
+            logprobs = None if event.logprobs is None else _ChatLogprobs(content_logprobs(event.logprobs))
+            return self._start(text=True) + self._chunk(_encode(_ContentDelta(event.text)), logprobs)
         if isinstance(event, ReasoningDelta):
             if not event.text:
                 return b""
@@ -437,6 +512,7 @@ class CompletionStream(_Stream):
         created: int,
         *,
         include_usage: bool = False,
+        prompt_chars: int = 0,
         system_fingerprint: str | None = None,
     ) -> None:
         super().__init__(
@@ -446,13 +522,20 @@ class CompletionStream(_Stream):
             include_usage=include_usage,
             system_fingerprint=system_fingerprint,
         )
+        self._offset = prompt_chars  # where the next token's text begins (see completion_body)
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (empty for events with nothing to send)."""
         if self.finished:
             return b""
         if isinstance(event, TextDelta):
-            return self._chunk(_encode(event.text)) if event.text else b""
+            if not event.text:
+                return b""
+            if event.logprobs is None:
+                return self._chunk(_encode(event.text))
+            logprobs = _text_logprobs(event.logprobs, self._offset)
+            self._offset += sum(map(len, logprobs.tokens))
+            return self._chunk(_encode(event.text), logprobs)
         if isinstance(event, Done):
             return self._finish(event, "length" if event.finish_reason == "length" else "stop")
         if isinstance(event, Failed):

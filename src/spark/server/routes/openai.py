@@ -6,6 +6,7 @@ by the server's exception handlers (spark.server.errors).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,12 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     call = await parse_with_images(
         state.settings, parse_chat, await request.body(), max_tokens_limit=state.max_tokens_limit
     )
-    return await _generate(request, call.request, call.include_usage, ChatStream, chat_completion_body)
+    return await _generate(
+        request,
+        call.request,
+        lambda *ids: ChatStream(*ids, include_usage=call.include_usage),
+        chat_completion_body,
+    )
 
 
 @post("/responses", status_code=200)
@@ -67,21 +73,27 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
-    return await _generate(request, call.request, call.include_usage, CompletionStream, completion_body)
+    prompt_chars = len(call.request.prompt)  # where the answer's text offsets begin
+    return await _generate(
+        request,
+        call.request,
+        lambda *ids: CompletionStream(*ids, include_usage=call.include_usage, prompt_chars=prompt_chars),
+        functools.partial(completion_body, prompt_chars=prompt_chars),
+    )
 
 
 async def _generate(
     request: Request[Any, Any, Any],
     generation: ChatRequest | CompletionRequest,
-    include_usage: bool,
-    stream_class: type[ChatStream] | type[CompletionStream],
+    stream: Callable[[str, str, int], ChatStream | CompletionStream],
     body: Callable[[str, str, int, ChatResult], bytes],
 ) -> Response[Any]:
-    """Chat and completions alike: stream the chunks, or answer with one body."""
+    """Chat and completions alike: stream the chunks (`stream` makes the encoder from the request
+    id, model and creation time), or answer with one body."""
     state, recorder = state_of(request), recorder_of(request.scope)
     request_id, created = request_ids(request.scope).id, int(time.time())
     if generation.stream:
-        encoder = stream_class(request_id, generation.model, created, include_usage=include_usage)
+        encoder = stream(request_id, generation.model, created)
         if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
             return routed
         return await stream_response(state, request.scope, generation, encoder, recorder=recorder)

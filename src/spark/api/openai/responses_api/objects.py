@@ -10,7 +10,7 @@ from spark.api.common import (
     new_tool_call_id,
     sse,
 )
-from spark.api.openai.responses import OVERLOADED_STATUS, error_body
+from spark.api.openai.responses import OVERLOADED_STATUS, ContentLogprob, content_logprobs, error_body
 from spark.api.openai.responses_api.requests import Echo
 from spark.errors import SparkError, from_info
 from spark.types import (
@@ -34,7 +34,7 @@ class _Out(msgspec.Struct, tag_field="type"):
 class _OutputText(_Out, tag="output_text"):
     text: str
     annotations: tuple[()] = ()
-    logprobs: tuple[()] = ()
+    logprobs: list[ContentLogprob] = []
 
 
 class _ReasoningText(_Out, tag="reasoning_text"):
@@ -155,7 +155,8 @@ def response_body(request_id: str, model: str, created: int, result: ChatResult,
     if result.reasoning:
         output.append(_ReasoningItem(_item_id("rs", request_id, 0), status, [_ReasoningText(result.reasoning)]))
     if result.text or not result.tool_calls:
-        output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [_OutputText(result.text)]))
+        text = _OutputText(result.text, logprobs=content_logprobs(result.logprobs or []))
+        output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [text]))
     for call in result.tool_calls:
         output.append(
             _FunctionCallItem(_item_id("fc", request_id, len(output)), "completed", call.id, call.name, call.arguments)
@@ -200,6 +201,7 @@ class ResponseStream:
         self._items: list[_Item] = []  # closed ones
         self._open: _Item | None = None
         self._pieces: list[str] = []  # the open item's text or arguments so far
+        self._logprobs: list[ContentLogprob] = []  # the open message's log probabilities so far
         self._tool_index = -1  # the engine's index of the open function call
 
     def feed(self, event: Event) -> bytes:
@@ -207,7 +209,9 @@ class ResponseStream:
         if self.finished:
             return b""
         if isinstance(event, TextDelta):
-            return self._delta("message", event.text) if event.text else b""
+            if not event.text:
+                return b""
+            return self._delta("message", event.text, content_logprobs(event.logprobs or []))
         if isinstance(event, ReasoningDelta):
             return self._delta("reasoning", event.text) if event.text else b""
         if isinstance(event, ToolCallDelta):
@@ -270,7 +274,9 @@ class ResponseStream:
     def _next_id(self, prefix: str) -> str:
         return _item_id(prefix, self._request_id, len(self._items) + (self._open is not None))
 
-    def _delta(self, kind: Literal["message", "reasoning"], text: str) -> bytes:
+    def _delta(
+        self, kind: Literal["message", "reasoning"], text: str, logprobs: list[ContentLogprob] | None = None
+    ) -> bytes:
         out = self._ensure(kind)
         assert self._open is not None
         self._pieces.append(text)
@@ -281,7 +287,8 @@ class ResponseStream:
             "delta": text,
         }
         if kind == "message":
-            fields["logprobs"] = []
+            fields["logprobs"] = logprobs or []
+            self._logprobs += fields["logprobs"]
         return out + self._event(f"response.{'output' if kind == 'message' else 'reasoning'}_text.delta", fields)
 
     def _ensure(self, kind: Literal["message", "reasoning"]) -> bytes:
@@ -306,7 +313,7 @@ class ResponseStream:
 
     def _open_item(self, item: _Item) -> bytes:
         out = self._close_item("completed")
-        self._open, self._pieces = item, []
+        self._open, self._pieces, self._logprobs = item, [], []
         return out + self._event("response.output_item.added", {"output_index": len(self._items), "item": item})
 
     def _close_item(self, status: str) -> bytes:
@@ -324,10 +331,11 @@ class ResponseStream:
             )
         else:
             if isinstance(item, _MessageItem):
-                part: _OutputText | _ReasoningText = _OutputText(whole)
+                part: _OutputText | _ReasoningText = _OutputText(whole, logprobs=self._logprobs)
                 item = msgspec.structs.replace(item, status=status, content=[part])
                 out += self._event(
-                    "response.output_text.done", {**where, "content_index": 0, "text": whole, "logprobs": []}
+                    "response.output_text.done",
+                    {**where, "content_index": 0, "text": whole, "logprobs": self._logprobs},
                 )
             else:
                 part = _ReasoningText(whole)

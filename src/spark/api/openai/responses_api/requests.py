@@ -27,6 +27,7 @@ from spark.api.common import (
 from spark.api.openai.requests import Effort
 from spark.errors import InvalidRequest
 from spark.types import (
+    MAX_LOGPROBS,
     ChatRequest,
     ContentPart,
     Message,
@@ -160,7 +161,8 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     conversation: Any = None
     prompt: Any = None
     background: bool | None = None
-    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] | None = None
+    include: list[str] | None = None
     keep_alive: float | str | None = None
 
 
@@ -194,6 +196,7 @@ def _refuse(condition: bool, param: str, message: str) -> None:
         raise InvalidRequest(message, param=param)
 
 
+LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
 _STATELESS = "this server keeps no responses: send the whole conversation in 'input'."
 
 
@@ -206,7 +209,6 @@ def parse_responses(
     _refuse(wire.conversation is not None, "conversation", f"'conversation': {_STATELESS}")
     _refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
     _refuse(bool(wire.background), "background", "Background responses are not supported by this server.")
-    _refuse(bool(wire.top_logprobs), "top_logprobs", "'top_logprobs' is not supported by this server.")
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
 
     tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
@@ -239,6 +241,7 @@ def parse_responses(
         parallel_tool_calls=wire.parallel_tool_calls is not False,
         response_format=_response_format(wire.text),
         reasoning=_reasoning(wire.reasoning),
+        logprobs=(wire.top_logprobs or 0) if LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
     )
     return ResponsesCall(request, _echo(wire))
 
