@@ -93,16 +93,18 @@ class _ChatLogprobs(msgspec.Struct, frozen=True):
     refusal: None = None
 
 
+def _token_text(piece: bytes) -> str:
+    """A token's text; a piece of a UTF-8 character reads as U+FFFD (its `bytes` say which)."""
+    return piece.decode("utf-8", "replace")
+
+
 def _top(choice: TokenChoice) -> _TopLogprob:
-    return _TopLogprob(choice.piece.decode("utf-8", "replace"), choice.logprob, list(choice.piece))
+    return _TopLogprob(_token_text(choice.piece), choice.logprob, list(choice.piece))
 
 
 def content_logprobs(entries: list[TokenLogprob]) -> list[ContentLogprob]:
     """OpenAI's per-token entries (chat's `logprobs.content`, the Responses API's `logprobs`)."""
-    return [
-        ContentLogprob(e.piece.decode("utf-8", "replace"), e.logprob, list(e.piece), [_top(c) for c in e.top])
-        for e in entries
-    ]
+    return [ContentLogprob(_token_text(e.piece), e.logprob, list(e.piece), [_top(c) for c in e.top]) for e in entries]
 
 
 class _TextLogprobs(msgspec.Struct, frozen=True):
@@ -116,7 +118,7 @@ class _TextLogprobs(msgspec.Struct, frozen=True):
 
 
 def _text_logprobs(entries: list[TokenLogprob], offset: int) -> _TextLogprobs:
-    tokens = [e.piece.decode("utf-8", "replace") for e in entries]
+    tokens = [_token_text(e.piece) for e in entries]
     offsets = []
     for token in tokens:
         offsets.append(offset)
@@ -124,7 +126,7 @@ def _text_logprobs(entries: list[TokenLogprob], offset: int) -> _TextLogprobs:
     return _TextLogprobs(
         tokens,
         [e.logprob for e in entries],
-        [{c.piece.decode("utf-8", "replace"): c.logprob for c in e.top} for e in entries],
+        [{_token_text(c.piece): c.logprob for c in e.top} for e in entries],
         offsets,
     )
 
@@ -361,6 +363,8 @@ class _Stream:
     _object: ClassVar[str]
     _choice_key: ClassVar[bytes]  # the choice's payload: b"delta" or b"text"
     _empty: ClassVar[bytes]  # that payload when it carries nothing
+    _TAIL = b',"finish_reason":null}]}\n\n'
+    _NO_LOGPROBS = b',"logprobs":null' + _TAIL
 
     def __init__(
         self,
@@ -393,12 +397,11 @@ class _Stream:
             + self._choice_key
             + b'":'
         )
-        self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def _chunk(self, payload: bytes, logprobs: msgspec.Struct | None = None) -> bytes:
         if logprobs is None:
-            return self._head + payload + self._tail
-        return self._head + payload + b',"logprobs":' + _encode(logprobs) + b',"finish_reason":null}]}\n\n'
+            return self._head + payload + self._NO_LOGPROBS
+        return self._head + payload + b',"logprobs":' + _encode(logprobs) + self._TAIL
 
     def _finish(self, done: Done, finish_reason: str) -> bytes:
         self.finished = True

@@ -196,7 +196,7 @@ def _refuse(condition: bool, param: str, message: str) -> None:
         raise InvalidRequest(message, param=param)
 
 
-LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
+_INCLUDE_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
 _STATELESS = "this server keeps no responses: send the whole conversation in 'input'."
 
 
@@ -241,7 +241,7 @@ def parse_responses(
         parallel_tool_calls=wire.parallel_tool_calls is not False,
         response_format=_response_format(wire.text),
         reasoning=_reasoning(wire.reasoning),
-        logprobs=(wire.top_logprobs or 0) if LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
+        logprobs=(wire.top_logprobs or 0) if _INCLUDE_LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
     )
     return ResponsesCall(request, _echo(wire))
 
