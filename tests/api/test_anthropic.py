@@ -250,6 +250,37 @@ def test_structured_output() -> None:
     )
 
 
+def test_text_documents_are_read_with_their_title_and_context() -> None:
+    documents = [
+        {"type": "text", "text": "Summarise:"},
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": "The grass is green."},
+            "title": "Grass",
+            "context": "From a field guide",
+            "citations": {"enabled": True},
+        },
+        {"type": "document", "source": {"type": "content", "content": "Plain content."}},
+    ]
+    (message,) = parse(messages=[{"role": "user", "content": documents}]).messages
+    assert message.content == "Summarise:\nGrass\nFrom a field guide\nThe grass is green.\nPlain content."
+    with_image = {
+        "type": "document",
+        "source": {
+            "type": "content",
+            "content": [
+                {"type": "text", "text": "First part."},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+            ],
+        },
+    }
+    (message,) = parse(messages=[{"role": "user", "content": [with_image]}]).messages
+    assert message.content == [TextPart("First part."), ImagePart(PNG, "image/png")]
+    url = {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}
+    refused = error(messages=[{"role": "user", "content": [url]}])
+    assert refused.param == "messages[0].content[0].source.type" and "text documents" in refused.message
+
+
 def test_remote_image_needs_a_fetcher() -> None:
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
     messages = [{"role": "user", "content": [image]}]
@@ -269,10 +300,30 @@ def test_remote_image_needs_a_fetcher() -> None:
         (
             {
                 "messages": [
-                    {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "x"}}]}
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "document",
+                                "source": {"type": "base64", "media_type": "application/pdf", "data": "x"},
+                            }
+                        ],
+                    }
                 ]
             },
-            "messages[0].content[0]",
+            "messages[0].content[0].source.type",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "f"}}]}
+                ]
+            },
+            "messages[0].content[0].source.type",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "text"}}]}]},
+            "messages[0].content[0].source.data",
         ),
         (
             {

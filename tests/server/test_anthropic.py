@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anthropic
 import pytest
 
@@ -62,6 +64,30 @@ def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: M
     message = client.messages.create(max_tokens=2, **body)  # type: ignore[arg-type]
     used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
     assert counted.input_tokens == used > 10
+
+
+@pytest.mark.slow
+def test_a_text_document_is_read(live: LiveServer, smollm2: Path) -> None:
+    memo = "The meeting is on Tuesday in room 12. Bring the blue folder."
+    document = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": memo},
+        "title": "Memo",
+    }
+    question = {"type": "text", "text": "Which room is the meeting in?"}
+    client = live.anthropic()
+    asked = {"model": "smollm2-135m-instruct-q4_1", "messages": [{"role": "user", "content": [document, question]}]}
+    message = client.messages.create(max_tokens=40, **asked)  # type: ignore[arg-type]  # greedy (bundled settings)
+    assert "12" in message.content[0].text  # type: ignore[union-attr]
+    without = {**asked, "messages": [{"role": "user", "content": [question]}]}
+    assert (
+        client.messages.count_tokens(**asked).input_tokens > client.messages.count_tokens(**without).input_tokens + 10
+    )  # type: ignore[arg-type]
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+    with pytest.raises(anthropic.BadRequestError, match="text documents"):
+        client.messages.create(
+            max_tokens=4, model="smollm2-135m-instruct-q4_1", messages=[{"role": "user", "content": [pdf]}]
+        )  # type: ignore[arg-type]
 
 
 def test_models_in_anthropic_shape(live: LiveServer, models: Models) -> None:

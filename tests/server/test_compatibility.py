@@ -48,18 +48,18 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},
         "messages[0].content[0]",
     ),
-    ("/v1/messages", "`document` blocks"): (
+    ("/v1/messages", "`document` blocks, `base64` (PDF), `url` and `file` sources"): (
         {
             "messages": [
                 {
                     "role": "user",
                     "content": [
-                        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
+                        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "x"}}
                     ],
                 }
             ]
         },
-        "messages[0].content[0]",
+        "messages[0].content[0].source.type",
     ),
     ("/v1/messages", "other block types (`search_result`, server tool results, …)"): (
         {

@@ -92,8 +92,36 @@ class ImageBlock(_Block, tag="image"):
     source: Base64Source | URLSource
 
 
-class DocumentBlock(_Block, tag="document"):
+class TextDocument(msgspec.Struct, tag_field="type", tag="text", frozen=True):
+    data: str
+    media_type: str = "text/plain"
+
+
+class ContentDocument(msgspec.Struct, tag_field="type", tag="content", frozen=True):
+    content: str | list[TextBlock | ImageBlock]
+
+
+class _StoredDocument(msgspec.Struct, tag_field="type", frozen=True):
+    """A PDF, a URL or an uploaded file: named so that the refusal can say what is read instead."""
+
+
+class PDFDocument(_StoredDocument, tag="base64", frozen=True):
     pass
+
+
+class URLDocument(_StoredDocument, tag="url", frozen=True):
+    pass
+
+
+class FileDocument(_StoredDocument, tag="file", frozen=True):
+    pass
+
+
+class DocumentBlock(_Block, tag="document"):
+    source: TextDocument | ContentDocument | PDFDocument | URLDocument | FileDocument
+    title: str | None = None
+    context: str | None = None
+    citations: dict[str, Any] | None = None  # no citations are made: the answer is plain text
 
 
 class ToolUseBlock(_Block, tag="tool_use"):
@@ -299,14 +327,34 @@ def _user_messages(content: str | list[Any], param: str, fetch_image: ImageFetch
                 out.append(Message("user", collapsed(pending)))
                 pending = []
             out.append(Message("tool", _tool_result(block, where, fetch_image), tool_call_id=block.tool_use_id))
-        else:
-            raise InvalidRequest(
-                "Document blocks are not supported by this server; send the document's text as a text block.",
-                param=where,
-            )
+        else:  # a document (the turn's blocks are decoded as one of these four)
+            pending += _document(block, where, fetch_image)
     if pending:
         out.append(Message("user", collapsed(pending)))
     return out
+
+
+def _document(block: DocumentBlock, param: str, fetch_image: ImageFetcher | None) -> list[ContentPart]:
+    """A text document's parts: its title and context, then its text (or its content blocks)."""
+    source = block.source
+    if isinstance(source, _StoredDocument):
+        raise InvalidRequest(
+            "Only text documents are read by this server (source type 'text' or 'content'): "
+            "send a PDF's or a file's text instead.",
+            param=f"{param}.source.type",
+        )
+    heading = [TextPart(t) for t in (block.title, block.context) if t]
+    if isinstance(source, TextDocument):
+        return [*heading, TextPart(source.data)]
+    if isinstance(source.content, str):
+        return [*heading, TextPart(source.content)]
+    return [
+        *heading,
+        *(
+            TextPart(b.text) if isinstance(b, TextBlock) else _image(b, f"{param}.source.content[{j}]", fetch_image)
+            for j, b in enumerate(source.content)
+        ),
+    ]
 
 
 def _tool_result(block: ToolResultBlock, param: str, fetch_image: ImageFetcher | None) -> str | list[ContentPart]:
