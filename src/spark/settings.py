@@ -157,7 +157,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         bool,
         _doc(
             "Speculative decoding: guess the next tokens from the prompt and the output so far "
-            "(n-gram lookup) and verify them in one batch. Output is unchanged; answers that copy "
+            "(n-gram lookup) and verify them in one batch. Every token is chosen as it would be without a "
+            "draft (where llama.cpp has a batched kernel for the weights' type, Q4_0, Q4_K, Q8_0 or F16, a batch "
+            "rounds differently from one token, so a near tie can go the other way); answers that copy "
             "from their prompt come faster. It drafts only where that pays, by what longer batches are "
             "measured to cost on this machine and how often its guesses hold, so answers that copy nothing "
             "run as they would without it. A model's own setting overrides it (models loaded from then on)."
