@@ -54,6 +54,8 @@ def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
         sp.chat(model, [{"role": "wizard", "content": "hi"}])
     with pytest.raises(InvalidRequest, match="logprobs"):
         sp.chat(model, "hi", logprobs=21)
+    with pytest.raises(InvalidRequest, match="fill-in-the-middle"):
+        sp.complete(model, "def f():", suffix="return 1")  # this model has no FIM tokens
 
 
 def test_closing_a_stream_early_cancels_it(sp: spark.Spark, tiny_llama: Path) -> None:

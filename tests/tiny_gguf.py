@@ -92,6 +92,13 @@ Numbers 0 1 2 3 4 5 6 7 8 9 10 100 1000 and some punctuation , . ; : ! ? ( ) [ ]
 """
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Fill-in-the-middle tokens as Qwen2.5-Coder names them (`write_tiny_llama(fim=True)`), with the keys
+# that tell llama.cpp which is which.
+FIM_TOKENS = {
+    "<|fim_prefix|>": "tokenizer.ggml.fim_pre_token_id",
+    "<|fim_suffix|>": "tokenizer.ggml.fim_suf_token_id",
+    "<|fim_middle|>": "tokenizer.ggml.fim_mid_token_id",
+}
 _FILLER = "<|unused_"
 _PRETOKENIZE = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
 _SUPPRESS = -30.0  # output-head bias that keeps a token from ever being sampled
@@ -115,13 +122,15 @@ def _byte_to_unicode() -> dict[int, str]:
     return table
 
 
-def _bpe_vocab(vocab_size: int) -> tuple[list[str], list[int], list[str], dict[str, int]]:
+def _bpe_vocab(
+    vocab_size: int, specials: tuple[str, ...] = SPECIAL_TOKENS
+) -> tuple[list[str], list[int], list[str], dict[str, int]]:
     """256 byte tokens, merges learned on the corpus, fillers, then the specials."""
     b2u = _byte_to_unicode()
     tokens = [b2u[b] for b in range(256)]
-    n_merges = vocab_size - 256 - len(SPECIAL_TOKENS)
+    n_merges = vocab_size - 256 - len(specials)
     if n_merges < 0:
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}")
+        raise ValueError(f"vocab_size must be at least {256 + len(specials)}")
 
     words = Counter("".join(b2u[b] for b in w.encode()) for w in _PRETOKENIZE.findall(_CORPUS))
     splits = {w: list(w) for w in words}
@@ -152,11 +161,11 @@ def _bpe_vocab(vocab_size: int) -> tuple[list[str], list[int], list[str], dict[s
                     out.append(parts[i])
                     i += 1
             splits[word] = out
-    n_fill = vocab_size - len(SPECIAL_TOKENS) - len(tokens)
+    n_fill = vocab_size - len(specials) - len(tokens)
     tokens += [f"{_FILLER}{k}|>" for k in range(n_fill)]
     types = [int(gguf.TokenType.NORMAL)] * len(tokens)
     special_ids = {}
-    for tok in SPECIAL_TOKENS:
+    for tok in specials:
         special_ids[tok] = len(tokens)
         tokens.append(tok)
         types.append(int(gguf.TokenType.CONTROL))
@@ -201,10 +210,11 @@ def _llama_writer(
     weight_type: WeightType,
     name: str,
     split_max_tensors: int = 0,
+    fim: bool = False,
 ) -> gguf.GGUFWriter:
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
-    tokens, types, merges, special = _bpe_vocab(vocab_size)
+    tokens, types, merges, special = _bpe_vocab(vocab_size, SPECIAL_TOKENS + (tuple(FIM_TOKENS) if fim else ()))
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
@@ -230,6 +240,8 @@ def _llama_writer(
     w.add_eos_token_id(special["<|im_end|>"])
     w.add_pad_token_id(special["<|endoftext|>"])
     w.add_add_bos_token(False)
+    for token, key in FIM_TOKENS.items() if fim else ():
+        w.add_uint32(key, special[token])
     if template is not None:
         w.add_chat_template(TEMPLATES.get(template, template))
 
@@ -278,8 +290,10 @@ def write_tiny_llama(
     n_ff: int = 128,
     weight_type: WeightType = "f32",
     name: str = "tiny-llama-random",
+    fim: bool = False,
 ) -> Path:
-    """Write a tiny LLaMA. `template`: "chatml", "tools", a Jinja text, or None for none.
+    """Write a tiny LLaMA. `template`: "chatml", "tools", a Jinja text, or None for none; `fim`:
+    with fill-in-the-middle tokens (`FIM_TOKENS`).
 
     The model never samples a control token, so generations run to max_tokens;
     to test a natural stop, bias its EOS (<|im_end|>) up with logit_bias.
@@ -298,6 +312,7 @@ def write_tiny_llama(
         template=template,
         weight_type=weight_type,
         name=name,
+        fim=fim,
     )
     _finish(w)
     return path

@@ -139,12 +139,25 @@ class Spark:
         )
         return collect_chat(self.events(request))
 
-    def complete(self, model: str, prompt: str, *, logprobs: int | None = None, **sampling: Any) -> ChatResult:
-        """Raw text completion, without the chat template (max_tokens defaults to 16); `logprobs` as
-        for `chat`."""
+    def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        suffix: str | None = None,
+        logprobs: int | None = None,
+        **sampling: Any,
+    ) -> ChatResult:
+        """Raw text completion, without the chat template (max_tokens defaults to 16). With `suffix`,
+        fill in the middle: the answer goes between `prompt` and `suffix` (a code model with FIM
+        tokens). `logprobs` as for `chat`."""
         sampling.setdefault("max_tokens", 16)
         request = CompletionRequest(
-            model=model, prompt=prompt, sampling=to_sampling(sampling), logprobs=_checked_logprobs(logprobs)
+            model=model,
+            prompt=prompt,
+            sampling=to_sampling(sampling),
+            logprobs=_checked_logprobs(logprobs),
+            suffix=suffix,
         )
         return collect_chat(self.events(request))
 

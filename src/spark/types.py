@@ -172,6 +172,8 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     keep_alive: float | None = None
     zero_retention: bool = False  # as ChatRequest's
     logprobs: int | None = None  # as ChatRequest's
+    # Fill in the middle: the answer is what goes between `prompt` and `suffix` (a code model's FIM tokens).
+    suffix: str | None = None
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):

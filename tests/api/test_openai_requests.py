@@ -320,6 +320,11 @@ def test_logprobs_and_how_many_alternatives(sent: dict, wanted: int | None) -> N
     assert legacy.request.logprobs == wanted
 
 
+@pytest.mark.parametrize(("sent", "suffix"), [({}, None), ({"suffix": ""}, None), ({"suffix": "\n}"}, "\n}")])
+def test_a_completions_suffix_asks_to_fill_in_the_middle(sent: dict, suffix: str | None) -> None:
+    assert api.parse_completion(body(prompt="def f():", **sent)).request.suffix == suffix
+
+
 def test_n_message() -> None:
     assert chat_error(n=3).message == "'n' must be 1: this server generates one choice per request."
 
@@ -467,7 +472,7 @@ def test_completion_prompt_forms_and_defaults() -> None:
         ({"prompt": "x", "n": 2}, "n", "1"),
         ({"prompt": "x", "best_of": 3}, "best_of", "1"),
         ({"prompt": "x", "echo": True}, "echo", "echo"),
-        ({"prompt": "x", "suffix": "end"}, "suffix", "fill-in-the-middle"),
+        ({"prompt": "x", "suffix": 3}, "suffix", "str"),
         ({"prompt": "x", "logprobs": 21}, "logprobs", "20"),
         ({"prompt": "x", "logprobs": True}, "logprobs", "int"),
         ({"prompt": "x", "max_tokens": 0}, "max_tokens", "max_tokens"),

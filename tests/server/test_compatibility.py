@@ -42,7 +42,6 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
     ("/v1/completions", "`prompt` as token arrays or several prompts"): ({"prompt": [[1, 2, 3]]}, "prompt"),
     ("/v1/completions", "`n`, `best_of`"): ({"best_of": 2}, "best_of"),
     ("/v1/completions", "`echo`"): ({"echo": True}, "echo"),
-    ("/v1/completions", "`suffix`"): ({"suffix": "end"}, "suffix"),
     ("/v1/embeddings", "`input` as token arrays, empty list, empty string"): ({"input": []}, "input"),
     ("/v1/messages", "`image` blocks, `url` source"): (
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},

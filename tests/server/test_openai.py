@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from server.helpers import LiveServer, Models, openai_error
+import tiny_gguf
+from server.helpers import LiveServer, Models, live_server, openai_error, server_settings
+from spark.library import Library
 from spark.library.bundled import BUNDLED_SETTINGS
 
 CHAT = [{"role": "user", "content": "hi"}]
@@ -74,6 +77,33 @@ def test_logprobs_through_the_sdk(live: LiveServer, models: Models) -> None:
     assert columns is not None and len(columns.tokens) == len(columns.token_logprobs) == 8
     assert columns.text_offset[0] == len("Once upon") and "".join(columns.tokens) == legacy.choices[0].text
     assert all(len(top) == 1 for top in columns.top_logprobs)
+
+
+@pytest.fixture(scope="module")
+def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+    """A server with one model that has fill-in-the-middle tokens."""
+    home = tmp_path_factory.mktemp("fim-home")
+    path = tiny_gguf.write_tiny_llama(home / "tiny-fim.gguf", fim=True)
+    settings = server_settings(home)
+    with Library(settings) as library:
+        model = library.add_local(path).id
+    with live_server(settings) as live:
+        yield live, model
+
+
+def test_a_suffix_fills_in_the_middle(fim_server: tuple[LiveServer, str], live: LiveServer, models: Models) -> None:
+    fim, model = fim_server
+    asked = {"prompt": "def add(a, b):\n    return ", "max_tokens": 6, "seed": 2}
+    middle = fim.openai().completions.create(model=model, suffix="\n\nprint(add(1, 2))", **asked)  # type: ignore[call-overload]
+    plain = fim.openai().completions.create(model=model, **asked)  # type: ignore[call-overload]
+    assert middle.usage.prompt_tokens > plain.usage.prompt_tokens + 3  # the suffix and the three FIM tokens
+    assert middle.choices[0].text and middle.usage.completion_tokens == 6
+    streamed = fim.openai().completions.create(model=model, suffix="\n\nprint(add(1, 2))", stream=True, **asked)  # type: ignore[call-overload]
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == middle.choices[0].text
+    # a model without FIM tokens: OpenAI's 400, naming the parameter
+    with pytest.raises(openai.BadRequestError) as e:
+        live.openai().completions.create(model=models.chat, suffix="}", **asked)  # type: ignore[call-overload]
+    assert e.value.body["param"] == "suffix" and "fill-in-the-middle" in e.value.body["message"]  # type: ignore[index]
 
 
 def test_chat_stream_with_usage(live: LiveServer, models: Models) -> None:

@@ -143,6 +143,13 @@ class Model:
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.eos = lc.llama_vocab_eos(self.vocab)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        fim = (
+            lc.llama_vocab_fim_pre(self.vocab),
+            lc.llama_vocab_fim_suf(self.vocab),
+            lc.llama_vocab_fim_mid(self.vocab),
+        )
+        # Fill-in-the-middle tokens (prefix, suffix, middle), None unless the vocabulary has all three.
+        self.fim: tuple[int, int, int] | None = fim if min(fim) >= 0 else None
         # Per-token answers cached: these run once per generated token.
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}

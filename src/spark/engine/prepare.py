@@ -89,6 +89,8 @@ class Preparer:
         if isinstance(request, ChatRequest):
             text, images = self._render(request)
             param = "messages"
+        elif request.suffix is not None:
+            return self._infill(request.prompt, request.suffix), None, request.prompt
         else:
             text = request.prompt
             param = "prompt"
@@ -110,6 +112,26 @@ class Preparer:
                 raise InvalidRequest("the prompt is empty", param=param)
             tokens = [model.bos]
         return tokens, None, text
+
+    def _infill(self, prefix: str, suffix: str) -> list[int]:
+        """Fill in the middle, as llama-server's /infill: the prefix and the suffix after the model's
+        FIM tokens (prefix-suffix-middle order), the user's text never read as special tokens."""
+        model = self._model
+        if model.fim is None:
+            raise InvalidRequest(
+                f"{self._options.model_id} has no fill-in-the-middle tokens: 'suffix' needs a code model "
+                "trained for it (e.g. Qwen2.5-Coder, StarCoder2, CodeLlama)",
+                param="suffix",
+            )
+        pre, suf, mid = model.fim
+        return [
+            *([model.bos] if model.add_bos and model.bos >= 0 else []),
+            pre,
+            *model.tokenize(prefix, add_special=False, parse_special=False),
+            suf,
+            *model.tokenize(suffix, add_special=False, parse_special=False),
+            mid,
+        ]
 
     def _render(self, request: ChatRequest) -> tuple[str, list[ImagePart]]:
         """The chat's prompt text, and its image parts in order."""
