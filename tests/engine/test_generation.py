@@ -86,8 +86,9 @@ def test_requests_joining_mid_decode_match_their_solo_runs(tiny_llama: Path) -> 
     """Continuous batching: a request that joins while others decode, with other lengths and
     prompts no slot has seen, gets exactly the text it gets alone."""
     requests = {
-        "a": chat("Tell me a story", max_tokens=90, seed=1, temperature=1.0),
-        "b": chat("Something else entirely", max_tokens=30, seed=2, temperature=1.0),
+        # long enough that b and c join well before the others end, even on a busy machine
+        "a": chat("Tell me a story", max_tokens=240, seed=1, temperature=1.0),
+        "b": chat("Something else entirely", max_tokens=160, seed=2, temperature=1.0),
         "c": chat("A third, longer prompt about the sea and ships", max_tokens=60, seed=3, temperature=1.0),
     }
     # One event per token: with speculation a verified draft's tokens arrive as one event, and a
@@ -122,7 +123,7 @@ def test_requests_joining_mid_decode_match_their_solo_runs(tiny_llama: Path) -> 
     # b and c joined while a (and then b) were decoding, and each finished at its own length
     assert at("a", TextDelta) < at("b", SlotInfo) < at("a", Done)
     assert at("b", TextDelta) < at("c", SlotInfo) < at("b", Done)
-    assert [got[n].final.usage.completion_tokens for n in "abc"] == [90, 30, 60]  # type: ignore[attr-defined]
+    assert [got[n].final.usage.completion_tokens for n in "abc"] == [240, 160, 60]  # type: ignore[attr-defined]
 
 
 def test_stop_string_across_tokens_cuts_the_text(engine: Engine) -> None:
