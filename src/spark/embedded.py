@@ -142,15 +142,15 @@ class Spark:
     def complete(
         self,
         model: str,
-        prompt: str,
+        prompt: str | list[int],
         *,
         suffix: str | None = None,
         logprobs: int | None = None,
         **sampling: Any,
     ) -> ChatResult:
-        """Raw text completion, without the chat template (max_tokens defaults to 16). With `suffix`,
-        fill in the middle: the answer goes between `prompt` and `suffix` (a code model with FIM
-        tokens). `logprobs` as for `chat`."""
+        """Raw text completion, without the chat template (max_tokens defaults to 16); `prompt` is
+        text or the model's token ids. With `suffix`, fill in the middle: the answer goes between
+        `prompt` and `suffix` (a code model with FIM tokens). `logprobs` as for `chat`."""
         sampling.setdefault("max_tokens", 16)
         request = CompletionRequest(
             model=model,
@@ -163,7 +163,7 @@ class Spark:
 
     def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:
         """Normalized embedding vectors, one per input string."""
-        texts = [input] if isinstance(input, str) else list(input)
+        texts: list[str | list[int]] = [input] if isinstance(input, str) else list(input)
         for event in self.events(EmbeddingRequest(model=model, input=texts, dimensions=dimensions)):
             if (result := embedding_result(event)) is not None:
                 return result

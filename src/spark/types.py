@@ -166,7 +166,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     """Raw text completion (no chat template)."""
 
     model: str
-    prompt: str
+    prompt: str | list[int]  # text, or token ids of the model's vocabulary (used as given: no BOS added)
     sampling: SamplingParams = SamplingParams(max_tokens=16)
     stream: bool = False
     keep_alive: float | None = None
@@ -178,7 +178,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
     model: str
-    input: list[str]
+    input: list[str | list[int]]  # texts, or token ids as CompletionRequest.prompt
     dimensions: int | None = None
     keep_alive: float | None = None
 

@@ -447,6 +447,8 @@ def test_completion_prompt_forms_and_defaults() -> None:
     assert call.request.prompt == "Once upon"
     assert call.request.sampling == SamplingParams(max_tokens=16)
     assert completion(prompt=["one"]).request.prompt == "one"
+    assert completion(prompt=[1, 2, 3]).request.prompt == [1, 2, 3]  # token ids, as llama-server and vLLM take
+    assert completion(prompt=[[1, 2, 3]]).request.prompt == [1, 2, 3]  # a batch of one (lm-evaluation-harness)
     full = completion(
         prompt="x",
         max_tokens=5,
@@ -465,8 +467,8 @@ def test_completion_prompt_forms_and_defaults() -> None:
 @pytest.mark.parametrize(
     ("fields", "param", "words"),
     [
-        ({"prompt": [1, 2, 3]}, "prompt", "token arrays"),
-        ({"prompt": [[1, 2], [3]]}, "prompt", "token arrays"),
+        ({"prompt": [[1, 2], [3]]}, "prompt", "batches"),
+        ({"prompt": [1, "a"]}, "prompt", "mixes token ids"),
         ({"prompt": ["a", "b"]}, "prompt", "batches"),
         ({"prompt": []}, "prompt", "batches"),
         ({"prompt": "x", "n": 2}, "n", "1"),
@@ -501,6 +503,9 @@ def test_embedding_inputs() -> None:
     call = api.parse_embeddings(body(input=["a", "b"], encoding_format="base64", dimensions=32, keep_alive="10s"))
     assert call.request.input == ["a", "b"] and call.request.dimensions == 32
     assert call.encoding_format == "base64" and call.request.keep_alive == 10
+    # token ids: one array, or a list of arrays and texts (checked against the vocabulary in the runner)
+    assert api.parse_embeddings(body(input=[1, 2, 3])).request.input == [[1, 2, 3]]
+    assert api.parse_embeddings(body(input=[[1, 2], "b"])).request.input == [[1, 2], "b"]
 
 
 @pytest.mark.parametrize(
@@ -509,8 +514,8 @@ def test_embedding_inputs() -> None:
         ({"input": []}, "input"),
         ({"input": ""}, "input"),
         ({"input": ["a", ""]}, "input[1]"),
-        ({"input": [1, 2, 3]}, "input"),
-        ({"input": [[1, 2]]}, "input"),
+        ({"input": [[1, 2], []]}, "input[1]"),
+        ({"input": [[1, 2], 3]}, "input"),
         ({"input": ["x"] * 2049}, "input"),
         ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
         ({"input": "x", "dimensions": 0}, "dimensions"),

@@ -11,6 +11,7 @@ import pytest
 from engine.helpers import Collector
 from spark.engine import Engine
 from spark.engine.embeddings import normalize, pack
+from spark.engine.native import Model
 from spark.types import (
     ChatRequest,
     EmbeddingRequest,
@@ -53,6 +54,26 @@ def test_batched_vectors_equal_single_ones(bert: Engine) -> None:
         single = embed(bert, [text])
         assert isinstance(single, Embeddings)
         assert np.allclose(single.vectors[0], vec, atol=1e-5)
+
+
+def test_token_ids_embed_as_their_text(bert: Engine, tiny_bert: Path) -> None:
+    model = Model(str(tiny_bert))
+    try:
+        tokens = model.tokenize("hello world", add_special=True, parse_special=False)
+    finally:
+        model.close()
+    c = Collector()
+    bert.submit("e", EmbeddingRequest(model="m", input=[tokens, "hello world"]), c)
+    out = c.wait()
+    assert isinstance(out, Embeddings)
+    assert np.allclose(out.vectors[0], out.vectors[1], atol=1e-5)
+
+
+def test_bad_token_ids(bert: Engine) -> None:
+    c = Collector()
+    bert.submit("e", EmbeddingRequest(model="m", input=["ok", [1, 10**6]]), c)
+    out = c.wait()
+    assert isinstance(out, Failed) and out.error.param == "input[1]" and "vocabulary" in out.error.message
 
 
 def test_dimensions_truncate_and_renormalize(bert: Engine) -> None:

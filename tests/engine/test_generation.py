@@ -9,6 +9,7 @@ import pytest
 
 from engine.helpers import Collector, wait_until
 from spark.engine import Engine
+from spark.engine.native import Model
 from spark.types import (
     ChatRequest,
     CompletionRequest,
@@ -62,6 +63,33 @@ def test_completion_uses_the_raw_prompt_and_16_tokens_by_default(engine: Engine)
     assert engine.count_tokens(req) < engine.count_tokens(chat("The quick brown fox"))
     done = run(engine, req).final
     assert isinstance(done, Done) and done.usage.completion_tokens == 16
+
+
+def test_a_completion_prompt_of_token_ids_is_used_as_given(engine: Engine, tiny_llama: Path) -> None:
+    model = Model(str(tiny_llama))
+    try:
+        tokens = model.tokenize("The quick brown fox", add_special=False, parse_special=True)
+    finally:
+        model.close()
+    as_text = CompletionRequest(model="tiny", prompt="The quick brown fox", sampling=SamplingParams(temperature=0))
+    as_ids = CompletionRequest(model="tiny", prompt=tokens, sampling=SamplingParams(temperature=0))
+    assert engine.count_tokens(as_ids) == len(tokens) == engine.count_tokens(as_text)
+    assert run(engine, as_ids).text == run(engine, as_text).text
+
+
+@pytest.mark.parametrize(
+    ("prompt", "suffix", "param", "words"),
+    [
+        ([], None, "prompt", "no tokens"),
+        ([5, -1], None, "prompt", "token id -1 (at 1)"),
+        ([5, 10**6], None, "prompt", "outside this model's vocabulary"),
+        ([5, 6], "x", "suffix", "text prompt"),
+    ],
+)
+def test_bad_token_prompts(engine: Engine, prompt: list[int], suffix: str | None, param: str, words: str) -> None:
+    done = run(engine, CompletionRequest(model="tiny", prompt=prompt, suffix=suffix)).final
+    assert isinstance(done, Failed) and done.error.param == param and words in done.error.message
+    assert isinstance(run(engine, chat(max_tokens=2)).final, Done)  # the runner goes on
 
 
 def test_same_seed_same_text_other_seed_other_text(engine: Engine) -> None:

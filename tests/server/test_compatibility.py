@@ -39,10 +39,10 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
         "functions",
     ),
-    ("/v1/completions", "`prompt` as token arrays or several prompts"): ({"prompt": [[1, 2, 3]]}, "prompt"),
+    ("/v1/completions", "`prompt` as several prompts"): ({"prompt": [[1, 2, 3], "x"]}, "prompt"),
     ("/v1/completions", "`n`, `best_of`"): ({"best_of": 2}, "best_of"),
     ("/v1/completions", "`echo`"): ({"echo": True}, "echo"),
-    ("/v1/embeddings", "`input` as token arrays, empty list, empty string"): ({"input": []}, "input"),
+    ("/v1/embeddings", "`input` as an empty list, an empty string or an empty token array"): ({"input": []}, "input"),
     ("/v1/messages", "`image` blocks, `url` source"): (
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},
         "messages[0].content[0]",

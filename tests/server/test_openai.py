@@ -12,6 +12,7 @@ import pytest
 
 import tiny_gguf
 from server.helpers import LiveServer, Models, live_server, openai_error, server_settings
+from spark.engine.native import Model
 from spark.library import Library
 from spark.library.bundled import BUNDLED_SETTINGS
 
@@ -167,6 +168,39 @@ def test_completions(live: LiveServer, models: Models) -> None:
     )
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
     assert "".join(c.choices[0].text for c in chunks if c.choices)
+
+
+def token_ids(path: Path, text: str, *, add_special: bool) -> list[int]:
+    model = Model(str(path))
+    try:
+        return model.tokenize(text, add_special=add_special, parse_special=False)
+    finally:
+        model.close()
+
+
+def test_token_id_prompts(live: LiveServer, models: Models, tiny_llama: Path, tiny_bert: Path) -> None:
+    """Token ids instead of text (lm-evaluation-harness sends them, a batch of one): the same answer
+    and the same vector; an id outside the vocabulary is a 400 naming the parameter."""
+    client = live.openai()
+    ids = token_ids(tiny_llama, "Once upon a time", add_special=False)
+    as_text = client.completions.create(model=models.chat, prompt="Once upon a time", max_tokens=6, temperature=0)
+    for prompt in (ids, [ids]):
+        as_ids = client.completions.create(model=models.chat, prompt=prompt, max_tokens=6, temperature=0, logprobs=0)
+        assert as_ids.choices[0].text == as_text.choices[0].text
+        assert as_ids.usage is not None and as_ids.usage.prompt_tokens == len(ids)
+        logprobs = as_ids.choices[0].logprobs
+        assert logprobs is not None and logprobs.text_offset is not None
+        assert logprobs.text_offset[0] == 0  # no prompt text to count from
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=models.chat, prompt=[*ids, 10**6], max_tokens=2)
+    assert e.value.body["param"] == "prompt" and "vocabulary" in e.value.body["message"]  # type: ignore[index]
+
+    bert_ids = token_ids(tiny_bert, "hello world", add_special=True)
+    vectors = client.embeddings.create(model=models.embed, input=[bert_ids, "hello world"], encoding_format="float")
+    assert vectors.data[0].embedding == pytest.approx(vectors.data[1].embedding, abs=1e-5)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=models.embed, input=[[1, 2], [10**6]])
+    assert e.value.body["param"] == "input[1]"  # type: ignore[index]
 
 
 def test_embeddings_float_and_base64(live: LiveServer, models: Models) -> None:

@@ -79,7 +79,7 @@ class Preparer:
         self.tools = tool_syntax(source)
 
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
-        """The prompt's tokens, its images (if any) and its text."""
+        """The prompt's tokens, its images (if any) and its text ("" for token ids)."""
         if self._embedding:
             raise InvalidRequest(
                 f"{self._options.model_id} is an embedding model; it cannot generate text",
@@ -89,6 +89,10 @@ class Preparer:
         if isinstance(request, ChatRequest):
             text, images = self._render(request)
             param = "messages"
+        elif isinstance(request.prompt, list):
+            if request.suffix is not None:
+                raise InvalidRequest("'suffix' needs a text prompt, not token ids", param="suffix")
+            return self._checked(request.prompt, "prompt"), None, ""
         elif request.suffix is not None:
             return self._infill(request.prompt, request.suffix), None, request.prompt
         else:
@@ -112,6 +116,20 @@ class Preparer:
                 raise InvalidRequest("the prompt is empty", param=param)
             tokens = [model.bos]
         return tokens, None, text
+
+    def _checked(self, tokens: list[int], param: str) -> list[int]:
+        """Token ids a client sent, used as given once each is known to be in the vocabulary (an id
+        past it would read past llama.cpp's tables)."""
+        if not tokens:
+            raise InvalidRequest(f"'{param}' holds no tokens", param=param)
+        n_vocab = self._model.n_vocab
+        for i, token in enumerate(tokens):
+            if not 0 <= token < n_vocab:
+                raise InvalidRequest(
+                    f"'{param}' holds token id {token} (at {i}), outside this model's vocabulary of {n_vocab}",
+                    param=param,
+                )
+        return tokens
 
     def _infill(self, prefix: str, suffix: str) -> list[int]:
         """Fill in the middle, as llama-server's /infill: the prefix and the suffix after the model's
@@ -192,8 +210,11 @@ class Preparer:
             )
         model = self._model
         inputs = []
-        for text in request.input:
-            tokens = model.tokenize(text, add_special=True, parse_special=False)
+        for i, item in enumerate(request.input):
+            if isinstance(item, list):
+                tokens = self._checked(item, "input" if len(request.input) == 1 else f"input[{i}]")
+            else:
+                tokens = model.tokenize(item, add_special=True, parse_special=False)
             if not tokens:
                 if model.bos < 0:
                     raise InvalidRequest("input holds an empty text", param="input")

@@ -61,7 +61,8 @@ def affinity_key(request: Request) -> str | None:
                 break
         text = b"\x00".join(lead)
     elif isinstance(request, CompletionRequest):
-        text = request.prompt[:AFFINITY_PROMPT_CHARS].encode()
+        prompt = request.prompt[:AFFINITY_PROMPT_CHARS]
+        text = prompt.encode() if isinstance(prompt, str) else msgspec.json.encode(prompt)
     else:
         return None
     return hashlib.sha256(request.model.encode() + b"\x01" + text).hexdigest()

@@ -308,7 +308,7 @@ def parse_chat(
 
 
 def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> CompletionCall:
-    """Decode a `POST /v1/completions` body (one text prompt; max_tokens defaults to 16)."""
+    """Decode a `POST /v1/completions` body (one prompt: text or token ids; max_tokens defaults to 16)."""
     wire = decode_body(_completion_decoder, body)
     _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
     _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
@@ -328,22 +328,19 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
 
 
 def parse_embeddings(body: bytes) -> EmbeddingCall:
-    """Decode a `POST /v1/embeddings` body: a string or a non-empty list of strings."""
+    """Decode a `POST /v1/embeddings` body: a string, a token array, or a non-empty list of them."""
     wire = decode_body(_embedding_decoder, body)
-    texts = [wire.input] if isinstance(wire.input, str) else wire.input
-    _refuse(not texts, "input", "'input' must not be an empty list.")
-    for i, text in enumerate(texts):
+    inputs = _prompts(wire.input, "input")
+    _refuse(not inputs, "input", "'input' must not be an empty list.")
+    for i, item in enumerate(inputs):
         _refuse(
-            not isinstance(text, str), "input", "'input' must be text: token arrays are not supported by this server."
-        )
-        _refuse(
-            text == "",
+            not item,
             "input" if isinstance(wire.input, str) else f"input[{i}]",
-            "'input' must not contain empty strings.",
+            "'input' must not contain empty strings or token arrays.",
         )
     request = EmbeddingRequest(
         model=wire.model,
-        input=texts,  # type: ignore[arg-type]  # checked above: all str
+        input=inputs,
         dimensions=wire.dimensions,
         keep_alive=keep_alive_seconds(wire.keep_alive),
     )
@@ -483,14 +480,27 @@ def _reasoning(wire: ChatBody) -> Reasoning | None:
     return Reasoning(effort=effort)
 
 
-def _single_prompt(prompt: str | TokenArrays) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if len(prompt) == 1 and isinstance(prompt[0], str):
-        return prompt[0]
-    if any(not isinstance(p, str) for p in prompt):
-        raise InvalidRequest("'prompt' must be text: token arrays are not supported by this server.", param="prompt")
-    raise InvalidRequest(
-        "'prompt' must be one string: batches of prompts are not supported; send one request per prompt.",
-        param="prompt",
+def _prompts(value: str | TokenArrays, param: str) -> list[str | list[int]]:
+    """OpenAI's prompt or input forms as a list: a string, a token array, or a list of strings and
+    token arrays."""
+    if isinstance(value, str):
+        return [value]
+    if value and all(isinstance(v, int) for v in value):
+        return [value]  # type: ignore[list-item]  # checked: all int
+    _refuse(
+        any(isinstance(v, int) for v in value),
+        param,
+        f"'{param}' mixes token ids with texts or token arrays: send one token array, or a list of them.",
     )
+    return value  # type: ignore[return-value]  # checked: no int
+
+
+def _single_prompt(prompt: str | TokenArrays) -> str | list[int]:
+    prompts = _prompts(prompt, "prompt")
+    _refuse(
+        len(prompts) != 1,
+        "prompt",
+        "'prompt' must be one string or one token array: batches of prompts are not supported; "
+        "send one request per prompt.",
+    )
+    return prompts[0]

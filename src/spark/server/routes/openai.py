@@ -73,7 +73,8 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
-    prompt_chars = len(call.request.prompt)  # where the answer's text offsets begin
+    prompt = call.request.prompt
+    prompt_chars = len(prompt) if isinstance(prompt, str) else 0  # where the answer's text offsets begin
     return await _generate(
         request,
         call.request,
