@@ -38,6 +38,9 @@ def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert
     assert b"".join(e.piece for e in scored.logprobs).decode() == scored.text == result.text
     assert all(len(e.top) == 2 for e in scored.logprobs)
     assert len(sp.complete(chat_model, "Once upon a time", logprobs=0).logprobs or ()) == 16
+    echoed = sp.complete(chat_model, "Once upon a time", echo=True, logprobs=0, max_tokens=2)
+    assert echoed.text.startswith("Once upon a time") and echoed.logprobs is not None
+    assert echoed.logprobs[0].logprob is None  # the prompt's first token: nothing precedes it
 
     emb = sp.embed(embed_model, ["hello world", "the cat"], dimensions=8)
     assert len(emb.vectors) == 2 and all(len(v) == 8 for v in emb.vectors)

@@ -211,6 +211,7 @@ def _llama_writer(
     name: str,
     split_max_tensors: int = 0,
     fim: bool = False,
+    add_bos: bool = False,
 ) -> gguf.GGUFWriter:
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
@@ -239,7 +240,7 @@ def _llama_writer(
     w.add_bos_token_id(special["<|endoftext|>"])
     w.add_eos_token_id(special["<|im_end|>"])
     w.add_pad_token_id(special["<|endoftext|>"])
-    w.add_add_bos_token(False)
+    w.add_add_bos_token(add_bos)
     for token, key in FIM_TOKENS.items() if fim else ():
         w.add_uint32(key, special[token])
     if template is not None:
@@ -291,9 +292,10 @@ def write_tiny_llama(
     weight_type: WeightType = "f32",
     name: str = "tiny-llama-random",
     fim: bool = False,
+    add_bos: bool = False,
 ) -> Path:
     """Write a tiny LLaMA. `template`: "chatml", "tools", a Jinja text, or None for none; `fim`:
-    with fill-in-the-middle tokens (`FIM_TOKENS`).
+    with fill-in-the-middle tokens (`FIM_TOKENS`); `add_bos`: llama.cpp puts BOS before a prompt.
 
     The model never samples a control token, so generations run to max_tokens;
     to test a natural stop, bias its EOS (<|im_end|>) up with logit_bias.
@@ -313,6 +315,7 @@ def write_tiny_llama(
         weight_type=weight_type,
         name=name,
         fim=fim,
+        add_bos=add_bos,
     )
     _finish(w)
     return path

@@ -146,11 +146,13 @@ class Spark:
         *,
         suffix: str | None = None,
         logprobs: int | None = None,
+        echo: bool = False,
         **sampling: Any,
     ) -> ChatResult:
         """Raw text completion, without the chat template (max_tokens defaults to 16); `prompt` is
         text or the model's token ids. With `suffix`, fill in the middle: the answer goes between
-        `prompt` and `suffix` (a code model with FIM tokens). `logprobs` as for `chat`."""
+        `prompt` and `suffix` (a code model with FIM tokens). `logprobs` as for `chat`; with `echo`
+        the text (and the log probabilities) begin with the prompt's."""
         sampling.setdefault("max_tokens", 16)
         request = CompletionRequest(
             model=model,
@@ -158,6 +160,7 @@ class Spark:
             sampling=to_sampling(sampling),
             logprobs=_checked_logprobs(logprobs),
             suffix=suffix,
+            echo=echo,
         )
         return collect_chat(self.events(request))
 

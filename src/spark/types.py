@@ -174,6 +174,8 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     logprobs: int | None = None  # as ChatRequest's
     # Fill in the middle: the answer is what goes between `prompt` and `suffix` (a code model's FIM tokens).
     suffix: str | None = None
+    # The prompt's text comes first in the answer (with its tokens' log probabilities when `logprobs` is set).
+    echo: bool = False
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
@@ -213,11 +215,12 @@ class TokenChoice(msgspec.Struct, frozen=True, array_like=True):
 
 
 class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
-    """An answer token's log probability under the model (its raw logits, before sampling),
-    and the most likely tokens at its place, most likely first."""
+    """A token's log probability under the model (its raw logits, before sampling), and the most
+    likely tokens at its place, most likely first. None only for an echoed prompt's first token:
+    nothing precedes it."""
 
     piece: bytes
-    logprob: float
+    logprob: float | None
     top: list[TokenChoice] = []
 
 

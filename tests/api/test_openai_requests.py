@@ -449,6 +449,7 @@ def test_completion_prompt_forms_and_defaults() -> None:
     assert completion(prompt=["one"]).request.prompt == "one"
     assert completion(prompt=[1, 2, 3]).request.prompt == [1, 2, 3]  # token ids, as llama-server and vLLM take
     assert completion(prompt=[[1, 2, 3]]).request.prompt == [1, 2, 3]  # a batch of one (lm-evaluation-harness)
+    assert completion(prompt="x", echo=True, logprobs=1).request.echo
     full = completion(
         prompt="x",
         max_tokens=5,
@@ -473,7 +474,6 @@ def test_completion_prompt_forms_and_defaults() -> None:
         ({"prompt": []}, "prompt", "batches"),
         ({"prompt": "x", "n": 2}, "n", "1"),
         ({"prompt": "x", "best_of": 3}, "best_of", "1"),
-        ({"prompt": "x", "echo": True}, "echo", "echo"),
         ({"prompt": "x", "suffix": 3}, "suffix", "str"),
         ({"prompt": "x", "logprobs": 21}, "logprobs", "20"),
         ({"prompt": "x", "logprobs": True}, "logprobs", "int"),

@@ -41,7 +41,6 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
     ),
     ("/v1/completions", "`prompt` as several prompts"): ({"prompt": [[1, 2, 3], "x"]}, "prompt"),
     ("/v1/completions", "`n`, `best_of`"): ({"best_of": 2}, "best_of"),
-    ("/v1/completions", "`echo`"): ({"echo": True}, "echo"),
     ("/v1/embeddings", "`input` as an empty list, an empty string or an empty token array"): ({"input": []}, "input"),
     ("/v1/messages", "`image` blocks, `url` source"): (
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},

@@ -203,6 +203,34 @@ def test_token_id_prompts(live: LiveServer, models: Models, tiny_llama: Path, ti
     assert e.value.body["param"] == "input[1]"  # type: ignore[index]
 
 
+def test_echo_scores_a_continuation(live: LiveServer, models: Models, tiny_llama: Path) -> None:
+    """lm-evaluation-harness's loglikelihood request: token ids, echo, logprobs, one new token; the
+    prompt's tokens come first with their log probabilities, the first null, as OpenAI's."""
+    client = live.openai()
+    ids = token_ids(tiny_llama, "Once upon a time there was", add_special=False)
+    scored = client.completions.create(
+        model=models.chat, prompt=[ids], echo=True, logprobs=1, max_tokens=1, temperature=0, seed=1234
+    )
+    choice = scored.choices[0]
+    assert choice.text.startswith("Once upon a time there was") and len(choice.text) > len("Once upon a time there was")
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.tokens is not None and logprobs.token_logprobs is not None
+    assert logprobs.top_logprobs is not None and logprobs.text_offset is not None
+    assert len(logprobs.tokens) == len(ids) + 1
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(lp is not None and lp <= 0 for lp in logprobs.token_logprobs[1:])
+    assert all(top is not None and len(top) == 1 for top in logprobs.top_logprobs[1:])
+    assert logprobs.text_offset == [sum(map(len, logprobs.tokens[:i])) for i in range(len(ids) + 1)]
+    assert scored.usage is not None and scored.usage.completion_tokens == 1
+
+    chunks = list(
+        client.completions.create(model=models.chat, prompt="Once upon a time", echo=True, max_tokens=3, stream=True)
+    )
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert texts[0] == "Once upon a time" and len("".join(texts)) > len(texts[0])
+
+
 def test_embeddings_float_and_base64(live: LiveServer, models: Models) -> None:
     client = live.openai()
     texts = ["hello world", "the cat sat"]

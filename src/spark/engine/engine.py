@@ -16,13 +16,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 import psutil
 
 from spark.engine import embeddings
 from spark.engine.draft_model import DraftModel
 from spark.engine.drafting import Drafting
+from spark.engine.echo import PromptEcho
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.logprobs import Logprobs
@@ -371,11 +372,18 @@ class Engine:
 
     def _start(self, job: GenerationJob, free: list[Slot]) -> None:
         prompt = job.prompt
+        logprobs = None if job.request.logprobs is None else Logprobs(self._model, job.request.logprobs)
+        echo = None if job.echo is None else PromptEcho(*job.echo, prompt=prompt, logprobs=logprobs)
         slot, n_keep = pick_slot(free, prompt)
-        limit = job.media.first_image if job.media is not None else len(prompt)
+        # An echo's log probabilities need logits at every prompt position, which no cache holds:
+        # nothing is reused (limit 0), but what the slot loses is saved as for any prompt.
+        whole = echo is not None and echo.needs_logits
+        limit = 0 if whole else job.media.first_image if job.media is not None else len(prompt)
         reuse = self._snapshots.use(self._ctx, slot, free, prompt, limit)
         if reuse is not None:
             n_keep = reuse.n_tokens
+        if whole:
+            n_keep = 0
         # Re-evaluate at least the last prompt token: its logits start the generation.
         n_keep = min(n_keep, len(prompt) - 1)
         if job.media is not None:  # cached image positions may hold another image
@@ -416,7 +424,8 @@ class Engine:
                 else None
             ),
             drafter=self._drafting.drafter(prompt) if self._drafting else None,
-            logprobs=None if job.request.logprobs is None else Logprobs(self._model, job.request.logprobs),
+            logprobs=logprobs,
+            echo=echo,
         )
         self._n_active += 1
         try:
@@ -466,8 +475,14 @@ class Engine:
             take = min(budget, len(gen.prompt) - start)
             if gen.media is not None:  # text runs stop at the next image
                 take = min(take, gen.media.next_image(start) - start)
+            echo = gen.echo if gen.echo is not None and gen.echo.needs_logits else None
+            if echo is not None:  # logits at every position: as many as a draft's verification has
+                take = min(take, MAX_BATCH_DRAFT)
             last = start + take == len(gen.prompt)
-            row = batch.add_run(gen.prompt[start : start + take], start, slot.id, "last" if last else "none")
+            output: Literal["none", "last", "all"] = "all" if echo is not None else "last" if last else "none"
+            row = batch.add_run(gen.prompt[start : start + take], start, slot.id, output)
+            if echo is not None:
+                echo.chunk(start, row, take)
             gen.row = row if last else -1
             chunks.append((slot, take))
             budget -= take
@@ -492,11 +507,15 @@ class Engine:
             assert gen is not None
             slot.cached.extend(gen.prompt[gen.n_evaluated : gen.n_evaluated + take])
             gen.n_evaluated += take
-            if gen.prompt_done:
-                try:
+            try:
+                if gen.echo is not None:
+                    gen.echo.evaluated(self._ctx)
+                if gen.prompt_done:
                     gen.emit(PromptDone(len(gen.prompt) - gen.n_cached, now - gen.started))
-                except Exception as e:
-                    self._fail(slot, e)
+                    if gen.echo is not None:
+                        gen.emit(gen.echo.event())
+            except Exception as e:
+                self._fail(slot, e)
         for slot in self._slots:
             gen = slot.work
             if gen is None or gen.row < 0:

@@ -25,8 +25,11 @@ class Logprobs:
     def add(self, ctx: Context, row: int, token: int) -> None:
         """Record `token`, chosen from output `row` of the last decode (an end of generation is no
         answer token: it is left out)."""
-        if self._model.is_eog(token):
-            return
+        if not self._model.is_eog(token):
+            self._pending.append(self.entry(ctx, row, token))
+
+    def entry(self, ctx: Context, row: int, token: int) -> TokenLogprob:
+        """`token`'s entry, read from output `row` of the last decode."""
         import numpy as np
 
         logits = ctx.logits_array(row, self._model.n_vocab)
@@ -36,8 +39,12 @@ class Logprobs:
         if self._n_top:
             best = np.argpartition(logits, -self._n_top)[-self._n_top :]
             best = best[np.argsort(logits[best])[::-1]]
-            top = [TokenChoice(self._model.piece(int(t)), float(logits[t]) - log_total) for t in best]
-        self._pending.append(TokenLogprob(self._model.piece(token), float(logits[token]) - log_total, top))
+            top = [TokenChoice(self.piece(int(t)), float(logits[t]) - log_total) for t in best]
+        return TokenLogprob(self.piece(token), float(logits[token]) - log_total, top)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes `token` stands for."""
+        return self._model.piece(token)
 
     def attach(self, events: Sequence[Event]) -> Sequence[Event]:
         """`events` (the output of the tokens added so far) with those tokens' entries on the first

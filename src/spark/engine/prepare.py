@@ -44,6 +44,7 @@ class GenerationJob:
     params: SamplingParams
     plan: OutputPlan
     media: PromptMedia | None  # the prompt's images, if it has any
+    echo: tuple[str, int] | None = None  # echo: the prompt's text, where its tokens start (after an added BOS)
 
 
 @dataclass(slots=True, eq=False)
@@ -79,7 +80,7 @@ class Preparer:
         self.tools = tool_syntax(source)
 
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
-        """The prompt's tokens, its images (if any) and its text ("" for token ids)."""
+        """The prompt's tokens, its images (if any) and its text."""
         if self._embedding:
             raise InvalidRequest(
                 f"{self._options.model_id} is an embedding model; it cannot generate text",
@@ -92,8 +93,11 @@ class Preparer:
         elif isinstance(request.prompt, list):
             if request.suffix is not None:
                 raise InvalidRequest("'suffix' needs a text prompt, not token ids", param="suffix")
-            return self._checked(request.prompt, "prompt"), None, ""
+            tokens = self._checked(request.prompt, "prompt")
+            return tokens, None, b"".join(map(self._model.piece, tokens)).decode("utf-8", "replace")
         elif request.suffix is not None:
+            if request.echo:
+                raise InvalidRequest("'echo' cannot go with 'suffix': the answer goes between two texts", param="echo")
             return self._infill(request.prompt, request.suffix), None, request.prompt
         else:
             text = request.prompt
@@ -195,7 +199,11 @@ class Preparer:
             if media is not None:
                 media.close()
             raise
-        return GenerationJob(request_id, request, emit, tokens, params, plan, media)
+        echo = None
+        if isinstance(request, CompletionRequest) and request.echo:
+            added_bos = isinstance(request.prompt, str) and tokens[0] == self._model.bos
+            echo = text, int(added_bos and not (self._bos_text and text.startswith(self._bos_text)))
+        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echo)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not self._embedding:

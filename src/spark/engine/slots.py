@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from spark.engine.echo import PromptEcho
 from spark.engine.logprobs import Logprobs
 from spark.engine.output import OutputParser, StopAtStrings
 from spark.engine.reasoning import ThinkBudget
@@ -42,6 +43,7 @@ class Generation:
     drafted: int = 0  # tokens drafted over the whole generation
     accepted: int = 0  # of which the model confirmed
     logprobs: Logprobs | None = None  # the tokens' log probabilities, when the request asks
+    echo: PromptEcho | None = None  # the prompt, sent back before the answer (a completion's echo)
 
     @property
     def prompt_done(self) -> bool:

@@ -312,7 +312,6 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
     wire = decode_body(_completion_decoder, body)
     _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
     _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
-    _refuse(bool(wire.echo), "echo", "'echo' is not supported by this server.")
     max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
     request = CompletionRequest(
@@ -323,6 +322,7 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         keep_alive=keep_alive_seconds(wire.keep_alive),
         logprobs=wire.logprobs,
         suffix=wire.suffix or None,  # an empty suffix asks for a plain completion, as OpenAI's
+        echo=bool(wire.echo),
     )
     return CompletionCall(request, _include_usage(wire))
 

@@ -83,7 +83,7 @@ class ContentLogprob(msgspec.Struct, frozen=True):
     """One answer token as OpenAI writes it (chat's `logprobs.content[]`, the Responses API's `logprobs[]`)."""
 
     token: str
-    logprob: float
+    logprob: float | None  # None only for an echoed prompt's first token (never in chat answers)
     bytes: list[int]
     top_logprobs: list[_TopLogprob]
 
@@ -112,8 +112,8 @@ class _TextLogprobs(msgspec.Struct, frozen=True):
     text -> log probability) and where its text starts (counted from the prompt's start, as OpenAI)."""
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]  # null for an echoed prompt's first token, as OpenAI's
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 
@@ -126,7 +126,7 @@ def _text_logprobs(entries: list[TokenLogprob], offset: int) -> _TextLogprobs:
     return _TextLogprobs(
         tokens,
         [e.logprob for e in entries],
-        [{_token_text(c.piece): c.logprob for c in e.top} for e in entries],
+        [None if e.logprob is None else {_token_text(c.piece): c.logprob for c in e.top} for e in entries],
         offsets,
     )
 

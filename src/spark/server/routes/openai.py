@@ -73,8 +73,9 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
-    prompt = call.request.prompt
-    prompt_chars = len(prompt) if isinstance(prompt, str) else 0  # where the answer's text offsets begin
+    # where the answer's text offsets begin: after the prompt's text, unless the answer echoes it
+    prompt, echo = call.request.prompt, call.request.echo
+    prompt_chars = len(prompt) if isinstance(prompt, str) and not echo else 0
     return await _generate(
         request,
         call.request,
