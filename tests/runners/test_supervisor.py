@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -204,7 +205,9 @@ def test_hung_runner_is_killed_and_restarted(slow_llama: Path, tiny_llama: Path)
 
         failed = final(await streaming)
         assert isinstance(failed, Failed) and failed.error.code == "runner_failed"
-        assert "hung (no progress for 2 s" in failed.error.message
+        # the stall as the watchdog saw it: the 2 s limit, or a little more on a busy machine
+        stalled = re.search(r"hung \(no progress for (\d+) s with work in flight\)", failed.error.message)
+        assert stalled is not None and 2 <= int(stalled.group(1)) <= 5
         retried = final(await queued)
         assert isinstance(retried, Done) and retried.usage.completion_tokens == 4
 
