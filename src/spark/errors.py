@@ -266,3 +266,10 @@ _BY_CODE[SparkError.code] = SparkError
 def from_info(info: ErrorInfo) -> SparkError:
     """Rebuild the typed error that `SparkError.info()` serialized (an unknown code gives a plain `SparkError`)."""
     return _BY_CODE.get(info.code, SparkError).rebuild(info)
+
+
+def as_spark_error(exc: BaseException, where: str) -> SparkError:
+    """`exc` itself when typed, else a `SparkError` naming the unexpected exception and `where` it arose."""
+    if isinstance(exc, SparkError):
+        return exc
+    return SparkError(f"internal error in {where}: {type(exc).__name__}: {exc}")

@@ -450,6 +450,7 @@ def test_completion_prompt_forms_and_defaults() -> None:
     assert completion(prompt=[1, 2, 3]).request.prompt == [1, 2, 3]  # token ids, as llama-server and vLLM take
     assert completion(prompt=[[1, 2, 3]]).request.prompt == [1, 2, 3]  # a batch of one (lm-evaluation-harness)
     assert completion(prompt="x", echo=True, logprobs=1).request.echo
+    assert completion(prompt="x", echo=True, max_tokens=0).request.sampling.max_tokens == 0  # scoring alone
     full = completion(
         prompt="x",
         max_tokens=5,

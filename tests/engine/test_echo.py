@@ -103,3 +103,15 @@ def test_an_added_bos_is_not_echoed(tmp_path: Path) -> None:
 def test_echo_with_a_suffix_is_refused(engine: Engine) -> None:
     out = run(engine, prompt="def f():", suffix="return 1", echo=True).events[-1]
     assert isinstance(out, Failed) and out.error.param == "echo"
+
+
+def test_max_tokens_0_scores_the_prompt_alone(engine: Engine) -> None:
+    scored = run(engine, prompt="Once upon a time", echo=True, logprobs=1, max_tokens=0)
+    texts = [e for e in scored.events if isinstance(e, TextDelta)]
+    assert [t.text for t in texts] == ["Once upon a time"]
+    done = scored.events[-1]
+    assert isinstance(done, Done) and done.finish_reason == "length" and done.usage.completion_tokens == 0
+    # without echo there is nothing to give: refused, naming the parameter
+    refused = run(engine, prompt="Once upon a time", max_tokens=0).events[-1]
+    assert isinstance(refused, Failed) and refused.error.param == "max_tokens"
+    assert isinstance(run(engine, prompt="Once upon a time", max_tokens=2).events[-1], Done)

@@ -224,6 +224,13 @@ def test_echo_scores_a_continuation(live: LiveServer, models: Models, tiny_llama
     assert logprobs.text_offset == [sum(map(len, logprobs.tokens[:i])) for i in range(len(ids) + 1)]
     assert scored.usage is not None and scored.usage.completion_tokens == 1
 
+    alone = client.completions.create(model=models.chat, prompt="Once upon a time", echo=True, logprobs=0, max_tokens=0)
+    assert alone.choices[0].text == "Once upon a time" and alone.choices[0].finish_reason == "length"
+    assert alone.usage is not None and alone.usage.completion_tokens == 0
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=models.chat, prompt="Once upon a time", max_tokens=0)
+    assert e.value.body["param"] == "max_tokens"  # type: ignore[index]
+
     chunks = list(
         client.completions.create(model=models.chat, prompt="Once upon a time", echo=True, max_tokens=3, stream=True)
     )

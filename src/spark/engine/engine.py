@@ -15,8 +15,7 @@ import logging
 import os
 import threading
 import time
-from pathlib import Path
-from typing import Literal, Self
+from typing import Self
 
 import psutil
 
@@ -27,18 +26,18 @@ from spark.engine.echo import PromptEcho
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
 from spark.engine.logprobs import Logprobs
-from spark.engine.native import Batch, Context, Model, runtime_version
+from spark.engine.native import Batch, Context, Model
 from spark.engine.output import StopAtStrings, merged, parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
 from spark.engine.slots import Generation, Slot, pick_slot
 from spark.engine.snapshot_cache import PERSIST_IDLE_SECONDS, SnapshotCache
-from spark.engine.snapshot_disk import DiskSnapshots, layout_identity
+from spark.engine.snapshot_disk import disk_store
 from spark.engine.snapshots import SnapshotStore
 from spark.engine.text import TextStream
 from spark.engine.vision import Projector
-from spark.errors import RunnerFailed, SparkError
+from spark.errors import RunnerFailed, SparkError, as_spark_error
 from spark.types import (
     ChatRequest,
     CompletionRequest,
@@ -58,12 +57,6 @@ log = logging.getLogger(__name__)
 
 # Most drafted tokens in one batch, all slots together: prompt chunks keep the rest.
 MAX_BATCH_DRAFT = 64
-
-
-def _as_spark_error(exc: BaseException) -> SparkError:
-    if isinstance(exc, SparkError):
-        return exc
-    return SparkError(f"internal error in the engine: {type(exc).__name__}: {exc}")
 
 
 def _safe_emit(emit: Emit, event: Event, request_id: str) -> None:
@@ -177,7 +170,7 @@ class Engine:
         self._slots = [Slot(i) for i in range(self._n_slots)]
         self._snapshots = SnapshotCache(
             SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes),
-            _disk_store(options, per_slot),
+            disk_store(options, per_slot),
         )
         self._prep = Preparer(model, options, n_ctx=per_slot, projector=self._projector)
         think = self._prep.think
@@ -250,7 +243,7 @@ class Engine:
         except Exception as e:
             if not isinstance(e, SparkError):
                 log.exception("preparing request %s failed", request_id)
-            _safe_emit(emit, Failed(_as_spark_error(e).info()), request_id)
+            _safe_emit(emit, Failed(as_spark_error(e, "the engine").info()), request_id)
 
     def cancel(self, request_id: str) -> None:
         """Stop a request: it ends with `Done(finish_reason="cancelled")` and frees its slot."""
@@ -380,10 +373,7 @@ class Engine:
         whole = echo is not None and echo.needs_logits
         limit = 0 if whole else job.media.first_image if job.media is not None else len(prompt)
         reuse = self._snapshots.use(self._ctx, slot, free, prompt, limit)
-        if reuse is not None:
-            n_keep = reuse.n_tokens
-        if whole:
-            n_keep = 0
+        n_keep = 0 if whole else reuse.n_tokens if reuse is not None else n_keep
         # Re-evaluate at least the last prompt token: its logits start the generation.
         n_keep = min(n_keep, len(prompt) - 1)
         if job.media is not None:  # cached image positions may hold another image
@@ -401,7 +391,7 @@ class Engine:
         except Exception as e:
             if job.media is not None:
                 job.media.close()
-            _safe_emit(job.emit, Failed(_as_spark_error(e).info()), job.request_id)
+            _safe_emit(job.emit, Failed(as_spark_error(e, "the engine").info()), job.request_id)
             return
         sampler.see_prompt(prompt)
         slot.work = Generation(
@@ -476,11 +466,11 @@ class Engine:
             if gen.media is not None:  # text runs stop at the next image
                 take = min(take, gen.media.next_image(start) - start)
             echo = gen.echo if gen.echo is not None and gen.echo.needs_logits else None
-            if echo is not None:  # logits at every position: as many as a draft's verification has
-                take = min(take, MAX_BATCH_DRAFT)
+            take = take if echo is None else min(take, MAX_BATCH_DRAFT)  # logits at all: as many as drafts have
             last = start + take == len(gen.prompt)
-            output: Literal["none", "last", "all"] = "all" if echo is not None else "last" if last else "none"
-            row = batch.add_run(gen.prompt[start : start + take], start, slot.id, output)
+            row = batch.add_run(
+                gen.prompt[start : start + take], start, slot.id, "all" if echo else "last" if last else "none"
+            )
             if echo is not None:
                 echo.chunk(start, row, take)
             gen.row = row if last else -1
@@ -514,6 +504,8 @@ class Engine:
                     gen.emit(PromptDone(len(gen.prompt) - gen.n_cached, now - gen.started))
                     if gen.echo is not None:
                         gen.emit(gen.echo.event())
+                        if gen.max_tokens == 0:  # the prompt scored, no answer asked for
+                            self._finish(slot, "length")
             except Exception as e:
                 self._fail(slot, e)
         for slot in self._slots:
@@ -655,7 +647,7 @@ class Engine:
         except Exception as e:
             if not isinstance(e, SparkError):
                 log.exception("finishing request %s failed", gen.request_id)
-            _safe_emit(gen.emit, Failed(_as_spark_error(e).info()), gen.request_id)
+            _safe_emit(gen.emit, Failed(as_spark_error(e, "the engine").info()), gen.request_id)
             return
         _safe_emit(gen.emit, Done(reason, gen.usage(), gen.stops.stop_sequence), gen.request_id)
 
@@ -663,7 +655,7 @@ class Engine:
         if not isinstance(exc, SparkError):
             log.exception("request %s failed", slot.work.request_id if slot.work else "?")
         gen = self._release(slot)
-        _safe_emit(gen.emit, Failed(_as_spark_error(exc).info()), gen.request_id)
+        _safe_emit(gen.emit, Failed(as_spark_error(exc, "the engine").info()), gen.request_id)
 
     def _release(self, slot: Slot) -> Generation:
         """Free the slot (its cache stays for later prefix reuse) and the request's sampler."""
@@ -693,7 +685,7 @@ class Engine:
         except Exception as e:
             if not isinstance(e, SparkError):
                 log.exception("embedding request %s failed", job.request_id)
-            _safe_emit(job.emit, Failed(_as_spark_error(e).info()), job.request_id)
+            _safe_emit(job.emit, Failed(as_spark_error(e, "the engine").info()), job.request_id)
         else:
             usage = Usage(prompt_tokens=sum(len(t) for t in job.inputs))
             _safe_emit(job.emit, Embeddings(vectors, usage), job.request_id)
@@ -702,17 +694,3 @@ class Engine:
 
     def _bump(self) -> None:
         self._progress += 1
-
-
-def _disk_store(options: LoadOptions, n_ctx_per_slot: int) -> DiskSnapshots | None:
-    """The disk store of this model's KV layout, or None when snapshots stay off disk."""
-    if options.embedding or options.snapshot_disk_bytes <= 0 or not options.snapshot_dir:
-        return None
-    identity = layout_identity(
-        options.path,
-        kv_type=options.kv_type,
-        n_ctx_per_slot=n_ctx_per_slot,
-        flash_attention=options.flash_attention,
-        runtime=runtime_version(),
-    )
-    return DiskSnapshots(Path(options.snapshot_dir), identity, options.snapshot_disk_bytes)

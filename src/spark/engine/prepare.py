@@ -190,20 +190,27 @@ class Preparer:
         if isinstance(request, EmbeddingRequest):
             return EmbeddingJob(request_id, request, emit, self._embedding_inputs(request))
         tokens, media, text = self.prompt(request)
+        echoed = None
+        if isinstance(request, CompletionRequest) and request.echo:
+            added_bos = isinstance(request.prompt, str) and tokens[0] == self._model.bos
+            echoed = text, int(added_bos and not (self._bos_text and text.startswith(self._bos_text)))
         try:
             if len(tokens) > self._n_ctx:
                 raise ContextLengthExceeded(len(tokens), self._n_ctx)
-            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab, self._n_ctx)
+            # an echo may ask for no answer at all (max_tokens 0): the prompt's log probabilities are the point
+            params = resolve(
+                request.sampling,
+                self._options.sampling,
+                self._model.n_vocab,
+                self._n_ctx,
+                min_tokens=0 if echoed else 1,
+            )
             plan = plan_output(request, text, self.think, self.tools) if isinstance(request, ChatRequest) else PLAIN
         except BaseException:
             if media is not None:
                 media.close()
             raise
-        echo = None
-        if isinstance(request, CompletionRequest) and request.echo:
-            added_bos = isinstance(request.prompt, str) and tokens[0] == self._model.bos
-            echo = text, int(added_bos and not (self._bos_text and text.startswith(self._bos_text)))
-        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echo)
+        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not self._embedding:

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from spark.engine.native import runtime_version
 from spark.engine.slots import common_prefix
 from spark.engine.snapshots import Snapshot, extends
+from spark.types import LoadOptions
 
 log = logging.getLogger(__name__)
 
@@ -375,3 +377,17 @@ class DiskSnapshots:
                 log.warning("cannot read the KV snapshot %s: %s", path, e)
                 continue
             self._entries[item.name] = entry
+
+
+def disk_store(options: LoadOptions, n_ctx_per_slot: int) -> DiskSnapshots | None:
+    """The disk store of a loaded model's KV layout, or None when its snapshots stay off disk."""
+    if options.embedding or options.snapshot_disk_bytes <= 0 or not options.snapshot_dir:
+        return None
+    identity = layout_identity(
+        options.path,
+        kv_type=options.kv_type,
+        n_ctx_per_slot=n_ctx_per_slot,
+        flash_attention=options.flash_attention,
+        runtime=runtime_version(),
+    )
+    return DiskSnapshots(Path(options.snapshot_dir), identity, options.snapshot_disk_bytes)

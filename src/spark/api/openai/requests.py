@@ -218,7 +218,7 @@ TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
 
 class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     prompt: str | TokenArrays
-    max_tokens: PositiveInt | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None  # 0 only with echo: the prompt scored
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
@@ -313,6 +313,11 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
     _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
     _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
     max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
+    _refuse(
+        max_tokens == 0 and not wire.echo,
+        "max_tokens",
+        "'max_tokens' must be at least 1 (0 only with echo, to score the prompt without an answer).",
+    )
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
     request = CompletionRequest(
         model=wire.model,
