@@ -7,6 +7,7 @@ the runner process receives them over its socket (msgpack) and streams
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -199,6 +200,19 @@ class Usage(msgspec.Struct, frozen=True):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @staticmethod
+    def of_choices(usages: Sequence[Usage]) -> Usage:
+        """The usage of several choices of one prompt (OpenAI's `n`): the prompt counted once (the
+        first choice's), the generated tokens of all."""
+        first = usages[0]
+        return Usage(
+            prompt_tokens=first.prompt_tokens,
+            completion_tokens=sum(u.completion_tokens for u in usages),
+            cached_tokens=first.cached_tokens,
+            drafted_tokens=sum(u.drafted_tokens for u in usages),
+            accepted_tokens=sum(u.accepted_tokens for u in usages),
+        )
 
 
 # --- events streamed back for one request -----------------------------------

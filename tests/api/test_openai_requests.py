@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from spark.api import openai as api
+from spark.api.common import choice_requests
 from spark.errors import InvalidRequest
 from spark.types import (
     ImagePart,
@@ -246,7 +247,8 @@ def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
             "messages[0].tool_calls[0].function.arguments",
         ),
         ({"model": ""}, "model"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
+        ({"n": 0}, "n"),
         ({"temperature": 2.5}, "temperature"),
         ({"temperature": -0.1}, "temperature"),
         ({"top_p": 1.5}, "top_p"),
@@ -325,8 +327,16 @@ def test_a_completions_suffix_asks_to_fill_in_the_middle(sent: dict, suffix: str
     assert api.parse_completion(body(prompt="def f():", **sent)).request.suffix == suffix
 
 
-def test_n_message() -> None:
-    assert chat_error(n=3).message == "'n' must be 1: this server generates one choice per request."
+def test_n_choices_and_their_seeds() -> None:
+    assert chat_error(n=17).message == "'n' must be between 1 and 16."
+    call = chat(n=3, seed=7)
+    assert call.n == 3
+    requests = choice_requests(call.request, call.n)
+    assert [r.sampling.seed for r in requests] == [7, 8, 9]  # distinct, each reproducible
+    assert all(r.messages == call.request.messages for r in requests)
+    unseeded = chat(n=2)
+    assert choice_requests(unseeded.request, 2) == [unseeded.request] * 2  # each draws its own seed
+    assert api.parse_completion(body(prompt="x", n=2)).n == 2
 
 
 def test_invalid_json_body() -> None:
@@ -473,7 +483,7 @@ def test_completion_prompt_forms_and_defaults() -> None:
         ({"prompt": [1, "a"]}, "prompt", "mixes token ids"),
         ({"prompt": ["a", "b"]}, "prompt", "batches"),
         ({"prompt": []}, "prompt", "batches"),
-        ({"prompt": "x", "n": 2}, "n", "1"),
+        ({"prompt": "x", "n": 17}, "n", "between 1 and 16"),
         ({"prompt": "x", "best_of": 3}, "best_of", "1"),
         ({"prompt": "x", "suffix": 3}, "suffix", "str"),
         ({"prompt": "x", "logprobs": 21}, "logprobs", "20"),

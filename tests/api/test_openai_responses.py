@@ -294,6 +294,54 @@ def test_stream_fail_for_errors_outside_the_runner() -> None:
     assert out[1] == b"[DONE]" and stream.fail(Overloaded("busy")) == b""
 
 
+def test_choices_stream_interleaves_choices_and_ends_once(openai_client) -> None:
+    """n = 2: each choice's chunks carry its index, in whatever order they come; one usage chunk
+    (the prompt once, every choice's tokens) and one [DONE] after the last choice ends."""
+    streams = [api.ChatStream("r", "m", 1, include_usage=True, index=i, part=True) for i in range(2)]
+    choices = api.ChoicesStream(streams)
+    second = Usage(prompt_tokens=12, completion_tokens=3, cached_tokens=8)
+    events = [
+        (1, TextDelta("B")),
+        (0, TextDelta("A")),
+        (0, Done("stop", USAGE)),
+        (1, TextDelta("b")),
+        (1, Done("stop", second)),
+    ]
+    raw = b"".join(choices.feed(item) for item in events)
+    assert choices.finished and choices.feed((1, TextDelta("late"))) == b""
+    out = frames(raw)
+    assert out.count(b"[DONE]") == 1 and out[-1] == b"[DONE]"
+    client = openai_client(lambda request: httpx.Response(200, headers=SSE, content=raw))
+    chunks = list(
+        client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "x"}],
+            n=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    state = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    final = state.get_final_completion()
+    assert [(c.index, c.message.content, c.finish_reason) for c in final.choices] == [
+        (0, "A", "stop"),
+        (1, "Bb", "stop"),
+    ]
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.prompt_tokens == 12 and usage.completion_tokens == 5 + 3
+
+
+def test_a_failing_choice_ends_the_stream() -> None:
+    choices = api.ChoicesStream([api.ChatStream("r", "m", 1, index=i, part=True) for i in range(2)])
+    raw = choices.feed((0, TextDelta("A"))) + choices.feed((1, Failed(RunnerFailed("gone").info())))
+    out = frames(raw)
+    assert json.loads(out[-2])["error"]["code"] == "runner_failed" and out[-1] == b"[DONE]"
+    assert choices.finished and choices.feed((0, Done("stop", USAGE))) == b""
+
+
 def test_completion_stream(openai_client) -> None:
     events = [SlotInfo(0, 3, 0), TextDelta("a"), ReasoningDelta("ignored"), TextDelta("b"), Done("length", USAGE)]
     raw = run(api.CompletionStream("r", "m", 1, include_usage=True), events)
@@ -417,7 +465,7 @@ def test_unknown_model_message_and_sdk_exceptions(openai_client) -> None:
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], n=2)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], n=17)
     assert bad.value.param == "n"
 
 

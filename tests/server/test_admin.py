@@ -147,6 +147,22 @@ def test_requests_list_detail_and_paging(live: LiveServer, model: str) -> None:
     assert error["code"] == "request_not_found" and "'no-such-id'" in error["message"]
 
 
+def test_a_request_with_several_choices_is_one_log_row(live: LiveServer, model: str) -> None:
+    """n = 3: one row with every choice's tokens (the prompt once), the first choice's text, and each
+    choice's slot and finish in the timeline."""
+    body = {"model": model, "messages": CHAT, "max_tokens": 4, "n": 3, "seed": 1, "temperature": 1.0}
+    response = live.http().post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    answer = response.json()
+    detail = as_admin(live).get(f"/api/requests/{response.headers['x-request-id']}").json()
+    assert detail["completion_tokens"] == 12 == answer["usage"]["completion_tokens"]
+    assert detail["prompt_tokens"] == answer["usage"]["prompt_tokens"]
+    assert detail["content"]["output"] == answer["choices"][0]["message"]["content"]
+    finished = [s for s in detail["timeline"] if s["name"] == "finished"]
+    assert sorted(s["details"].get("choice", 0) for s in finished) == [0, 1, 2]
+    assert len([s for s in detail["timeline"] if s["name"] == "slot"]) == 3
+
+
 @pytest.mark.parametrize(
     ("params", "param"),
     [

@@ -33,14 +33,14 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"messages": [{"role": "function", "name": "f", "content": "x"}]},
         "messages[0].role",
     ),
-    ("/v1/chat/completions", "`n`"): ({"n": 2}, "n"),
+    ("/v1/chat/completions", "`n` above 16"): ({"n": 17}, "n"),
     ("/v1/chat/completions", '`audio`, `modalities` with `"audio"`'): ({"modalities": ["text", "audio"]}, "modalities"),
     ("/v1/chat/completions", "`functions`, `function_call`"): (
         {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
         "functions",
     ),
     ("/v1/completions", "`prompt` as several prompts"): ({"prompt": [[1, 2, 3], "x"]}, "prompt"),
-    ("/v1/completions", "`n`, `best_of`"): ({"best_of": 2}, "best_of"),
+    ("/v1/completions", "`best_of`"): ({"best_of": 2}, "best_of"),
     ("/v1/embeddings", "`input` as an empty list, an empty string or an empty token array"): ({"input": []}, "input"),
     ("/v1/messages", "`image` blocks, `url` source"): (
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},

@@ -51,7 +51,7 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
         error = openai_error(http.post("/v1/chat/completions", json={"model": models.chat}), 400)
         assert error["param"] == "messages" and error["message"] == "Missing required parameter: 'messages'."
         error = openai_error(
-            http.post("/v1/chat/completions", json={"model": models.chat, "messages": CHAT, "n": 2}), 400
+            http.post("/v1/chat/completions", json={"model": models.chat, "messages": CHAT, "n": 17}), 400
         )
         assert error["param"] == "n"
         error = anthropic_error(http.post("/v1/messages", json={"model": models.chat, "messages": CHAT}), 400)

@@ -170,6 +170,47 @@ def test_completions(live: LiveServer, models: Models) -> None:
     assert "".join(c.choices[0].text for c in chunks if c.choices)
 
 
+def test_several_choices(live: LiveServer, models: Models) -> None:
+    """n: the choices are generated side by side, each from its own seed (seed + i), so seeded
+    choices differ and each is reproducible; usage counts the prompt once."""
+    client = live.openai()
+    ask = {"model": models.chat, "messages": CHAT, "max_tokens": 6, "temperature": 1.0, "seed": 3}
+    three = client.chat.completions.create(n=3, **ask)  # type: ignore[call-overload]
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    texts = [c.message.content for c in three.choices]
+    assert len(set(texts)) == 3
+    alone = [client.chat.completions.create(**{**ask, "seed": 3 + i}).choices[0].message.content for i in range(3)]
+    assert texts == alone
+    assert three.usage is not None and three.usage.completion_tokens == 18
+    assert three.usage.prompt_tokens == client.chat.completions.create(**ask).usage.prompt_tokens  # type: ignore[union-attr]
+
+    streamed: dict[int, str] = {}
+    for chunk in client.chat.completions.create(n=2, stream=True, **ask):  # type: ignore[call-overload]
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + (choice.delta.content or "")
+    assert list(streamed) == [0, 1] and list(streamed.values()) == texts[:2]  # choices open in index order
+
+    completions = client.completions.create(model=models.chat, prompt="Once upon", n=2, max_tokens=4, temperature=0)
+    assert [c.index for c in completions.choices] == [0, 1]
+    assert completions.choices[0].text == completions.choices[1].text  # greedy: the same answer
+    chunks = list(
+        client.completions.create(
+            model=models.chat,
+            prompt="Once upon",
+            n=2,
+            max_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert {c.choices[0].index for c in chunks if c.choices} == {0, 1}
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
+
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=models.chat, messages=CHAT, n=17)  # type: ignore[arg-type]
+    assert e.value.body["param"] == "n"  # type: ignore[index]
+
+
 def token_ids(path: Path, text: str, *, add_special: bool) -> list[int]:
     model = Model(str(path))
     try:

@@ -17,10 +17,11 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from spark.errors import InvalidRequest, SettingsError
-from spark.types import ContentPart, ImagePart, TextPart, Tool, ToolChoice, Usage
+from spark.types import ChatRequest, CompletionRequest, ContentPart, ImagePart, TextPart, Tool, ToolChoice, Usage
 from spark.units import parse_duration
 
 T = TypeVar("T")
+G = TypeVar("G", bound=ChatRequest | CompletionRequest)
 
 MAX_STOP_SEQUENCES = 16
 """More than OpenAI's 4: a local server has no reason to be stricter, but every stop
@@ -349,3 +350,15 @@ def finish_reason_in(payload: object) -> str | None:
     if isinstance(response, dict) and response.get("object") == "response":
         return {"completed": "stop", "incomplete": "length"}.get(str(response.get("status")))
     return None
+
+
+def choice_requests(request: G, n: int) -> list[G]:
+    """One request per choice (OpenAI's `n`). With a seed, choice i samples with seed + i, so that
+    the choices differ and each stays reproducible; without one, each draws its own."""
+    seed = request.sampling.seed
+    if n == 1 or seed is None:
+        return [request] * n
+    return [
+        msgspec.structs.replace(request, sampling=msgspec.structs.replace(request.sampling, seed=seed + i))
+        for i in range(n)
+    ]

@@ -10,8 +10,9 @@ request in its runner: a client that goes away frees its slot at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Protocol
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from litestar.background_tasks import BackgroundTask
@@ -28,6 +29,7 @@ from spark.types import (
     ChatRequest,
     ChatResult,
     CompletionRequest,
+    Done,
     EmbeddingResult,
     Event,
     Failed,
@@ -72,11 +74,14 @@ class Generation:
         *,
         receive: Receive | None = None,
         recorder: RequestRecorder | None = None,
+        choice: int = 0,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._recorder = recorder
+        self._choice = choice  # which of a request's choices (OpenAI's `n`) this generates
         if recorder is not None:
-            recorder.decoded(request)
+            if choice == 0:
+                recorder.decoded(request)
             if recorder.zero_retention and isinstance(request, (ChatRequest, CompletionRequest)):
                 # the runner writes no KV snapshot of it to disk
                 request = msgspec.structs.replace(request, zero_retention=True)
@@ -99,7 +104,7 @@ class Generation:
         try:
             async for event in events:
                 if self._recorder is not None:
-                    self._recorder.event(event)
+                    self._recorder.event(event, self._choice)
                 self._queue.put_nowait(event)
         except Exception as e:  # handed to the reader, who raises it in the route
             self._queue.put_nowait(e)
@@ -169,10 +174,29 @@ async def run_chat(
 ) -> ChatResult:
     """The whole answer to a chat or completion request (`receive`: the client's ASGI channel)."""
     async with Generation(state, request, receive=receive, recorder=recorder) as generation:
-        collector = ChatCollector()
-        while (result := collector.add(await generation.next())) is None:
-            pass
-        return result
+        return await _collect(generation)
+
+
+async def run_choices(
+    state: ServerState, requests: Sequence[GenerationRequest], receive: Receive, recorder: RequestRecorder | None = None
+) -> list[ChatResult]:
+    """The whole answers of a request's choices (OpenAI's `n`: one request each), generated side by
+    side; the first error cancels them all."""
+    async with contextlib.AsyncExitStack() as stack:
+        generations = [
+            await stack.enter_async_context(
+                Generation(state, r, receive=receive if i == 0 else None, recorder=recorder, choice=i)
+            )
+            for i, r in enumerate(requests)
+        ]
+        return list(await asyncio.gather(*map(_collect, generations)))
+
+
+async def _collect(generation: Generation) -> ChatResult:
+    collector = ChatCollector()
+    while (result := collector.add(await generation.next())) is None:
+        pass
+    return result
 
 
 async def run_embeddings(
@@ -198,21 +222,76 @@ async def count_tokens(state: ServerState, request: Request, recorder: RequestRe
     return tokens
 
 
-class StreamEncoder(Protocol):
-    """An API's SSE writer for one response (`ChatStream`, `CompletionStream`, `MessageStream`)."""
+E = TypeVar("E")
+E_co = TypeVar("E_co", covariant=True)
+E_contra = TypeVar("E_contra", contravariant=True)
+
+
+class StreamEncoder(Protocol[E_contra]):
+    """An API's SSE writer for one response (`ChatStream`, `CompletionStream`, `MessageStream`; a
+    `ChoicesStream` takes each choice's events with its index)."""
 
     finished: bool
 
-    def feed(self, event: Event) -> bytes: ...
+    def feed(self, event: E_contra, /) -> bytes: ...
 
     def fail(self, error: SparkError) -> bytes: ...
+
+
+class _Source(Protocol[E_co]):
+    """What a stream reads: a `Generation`'s events, or `Choices`' indexed ones."""
+
+    async def next_within(self, wait: float | None) -> E_co | None: ...
+
+    def close(self) -> None: ...
+
+
+class Choices:
+    """The events of a request's choices (OpenAI's `n`), as they come, each with its choice's index.
+
+    Choice 0's `first` event was read already (it decides whether the response starts)."""
+
+    def __init__(self, generations: list[Generation], first: Event) -> None:
+        self._generations = generations
+        self._queue: asyncio.Queue[tuple[int, Event] | Exception] = asyncio.Queue()
+        self._tasks = [
+            asyncio.create_task(self._read(i, g))
+            for i, g in enumerate(generations)
+            if i > 0 or not isinstance(first, (Done, Failed))
+        ]
+
+    async def _read(self, index: int, generation: Generation) -> None:
+        try:
+            while True:
+                event = await generation.next()
+                self._queue.put_nowait((index, event))
+                if isinstance(event, (Done, Failed)):
+                    return
+        except Exception as e:  # raised to the stream's reader
+            self._queue.put_nowait(e)
+
+    async def next_within(self, wait: float | None) -> tuple[int, Event] | None:
+        try:
+            async with asyncio.timeout(wait):
+                item = await self._queue.get()
+        except TimeoutError:
+            return None
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for generation in self._generations:
+            generation.close()
 
 
 async def stream_response(
     state: ServerState,
     scope: Scope,
     request: GenerationRequest,
-    encoder: StreamEncoder,
+    encoder: StreamEncoder[Event],
     *,
     ping: Callable[[], bytes] | None = None,
     recorder: RequestRecorder | None = None,
@@ -234,23 +313,47 @@ async def stream_response(
     except BaseException:
         generation.close()
         raise
+    source: _Source[Event] = generation  # spelled out: mypy infers no event type from a Generation here
+    return _sse(_frames(source, encoder, first, wait, ping, scope, recorder), generation)
 
+
+async def stream_choices(
+    state: ServerState,
+    scope: Scope,
+    requests: Sequence[GenerationRequest],
+    encoder: StreamEncoder[tuple[int, Event]],
+    *,
+    recorder: RequestRecorder | None = None,
+) -> Stream:
+    """An SSE response for a request's choices (OpenAI's `n`: one request each), generated side by
+    side. Errors before choice 0's first event are raised, as `stream_response`'s."""
+    generations: list[Generation] = []
+    try:
+        for i, request in enumerate(requests):
+            generations.append(Generation(state, request, recorder=recorder, choice=i))
+        first = await generations[0].next()
+        if isinstance(first, Failed):
+            raise from_info(first.error)
+    except BaseException:
+        for generation in generations:
+            generation.close()
+        raise
+    choices = Choices(generations, first)
+    return _sse(_frames(choices, encoder, (0, first), None, None, scope, recorder), choices)
+
+
+def _sse(frames: AsyncGenerator[bytes, None], source: _Source[Any]) -> Stream:
     async def close() -> None:
         # The server may stop iterating the body without closing it (client gone while sending).
-        generation.close()
+        source.close()
 
-    return Stream(
-        _frames(generation, encoder, first, wait, ping, scope, recorder),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-        background=BackgroundTask(close),
-    )
+    return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS, background=BackgroundTask(close))
 
 
 async def _frames(
-    generation: Generation,
-    encoder: StreamEncoder,
-    event: Event | None,
+    generation: _Source[E],
+    encoder: StreamEncoder[E],
+    event: E | None,
     wait: float | None,
     ping: Callable[[], bytes] | None,
     scope: Scope,

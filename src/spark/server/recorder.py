@@ -73,6 +73,7 @@ class RequestRecorder:
         self._output: ChatCollector | None = None
         self._result: RequestContent | None = None
         self._usage: Usage | None = None
+        self._usages: dict[int, Usage] = {}  # by choice
         self._finish_reason: FinishReason | None = None
         self._ended = False  # a Done, Embeddings or token count arrived
         self._first_token_ms: float | None = None
@@ -118,8 +119,9 @@ class RequestRecorder:
                 stream=bool(getattr(request, "stream", False)),
             )
 
-    def event(self, event: Event) -> None:
-        """One event of the request's stream, as the route receives it."""
+    def event(self, event: Event, choice: int = 0) -> None:
+        """One event of the request's stream, as the route receives it. Of several choices
+        (OpenAI's `n`), the log keeps the first's text and all their tokens."""
         if isinstance(event, _OUTPUT):
             if self._first_token_ms is None:
                 self._first_token_ms = self.trace.elapsed_ms()
@@ -131,11 +133,14 @@ class RequestRecorder:
                         model=self.request.model,
                         ttft_ms=round(self._first_token_ms, 3),
                     )
-            if self._output is not None:
+            if self._output is not None and choice == 0:
                 self._output.add(event)
-        elif isinstance(event, SlotInfo):
+            return
+        which = {"choice": choice} if choice else {}  # steps of later choices say which
+        if isinstance(event, SlotInfo):
             # what the engine tells, e.g. cached_tokens and where they came from
-            self.trace.step(steps.SLOT, **{k: v for k, v in msgspec.structs.asdict(event).items() if v is not None})
+            details = {k: v for k, v in msgspec.structs.asdict(event).items() if v is not None}
+            self.trace.step(steps.SLOT, **details, **which)
         elif isinstance(event, PromptDone):
             rate = event.evaluated_tokens / event.seconds if event.seconds > 0 else None
             self.trace.step(
@@ -143,15 +148,19 @@ class RequestRecorder:
                 tokens=event.evaluated_tokens,
                 seconds=round(event.seconds, 6),
                 tokens_per_second=None if rate is None else round(rate, 1),
+                **which,
             )
         elif isinstance(event, Done):
-            self._ended, self._usage, self._finish_reason = True, event.usage, event.finish_reason
-            if self._output is not None:
-                result = self._output.add(event)
-                assert result is not None  # Done always completes a result
-                self._result = RequestContent(
-                    output=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls
-                )
+            self._usages[choice] = event.usage
+            self._ended, self._usage = True, Usage.of_choices([self._usages[i] for i in sorted(self._usages)])
+            if choice == 0:
+                self._finish_reason = event.finish_reason
+                if self._output is not None:
+                    result = self._output.add(event)
+                    assert result is not None  # Done always completes a result
+                    self._result = RequestContent(
+                        output=result.text, reasoning=result.reasoning, tool_calls=result.tool_calls
+                    )
             name = steps.CANCELLED if event.finish_reason == "cancelled" else steps.FINISHED
             usage = event.usage
             drafts = (
@@ -160,7 +169,7 @@ class RequestRecorder:
                 else {}
             )
             self.trace.step(
-                name, finish_reason=event.finish_reason, completion_tokens=usage.completion_tokens, **drafts
+                name, finish_reason=event.finish_reason, completion_tokens=usage.completion_tokens, **drafts, **which
             )
         elif isinstance(event, Embeddings):
             self._ended, self._usage = True, event.usage

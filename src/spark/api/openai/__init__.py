@@ -24,6 +24,7 @@ from spark.api.openai.requests import (
 )
 from spark.api.openai.responses import (
     ChatStream,
+    ChoicesStream,
     CompletionStream,
     chat_completion_body,
     completion_body,
@@ -43,6 +44,7 @@ from spark.api.openai.responses_api import (
 __all__ = [
     "ChatCall",
     "ChatStream",
+    "ChoicesStream",
     "CompletionCall",
     "CompletionStream",
     "Echo",

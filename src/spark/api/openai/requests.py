@@ -246,11 +246,13 @@ class ChatCall(msgspec.Struct, frozen=True):
 
     request: ChatRequest
     include_usage: bool = False  # stream_options.include_usage
+    n: int = 1  # choices to generate (see `choice_requests`)
 
 
 class CompletionCall(msgspec.Struct, frozen=True):
     request: CompletionRequest
     include_usage: bool = False
+    n: int = 1
 
 
 class EmbeddingCall(msgspec.Struct, frozen=True):
@@ -258,7 +260,12 @@ class EmbeddingCall(msgspec.Struct, frozen=True):
     encoding_format: Literal["float", "base64"] = "float"
 
 
-_ONE_CHOICE = "'n' must be 1: this server generates one choice per request."
+MAX_CHOICES = 16  # each choice is a generation of its own, in a slot of its own
+
+
+def _choices(n: int | None) -> int:
+    _refuse(n is not None and not 1 <= n <= MAX_CHOICES, "n", f"'n' must be between 1 and {MAX_CHOICES}.")
+    return n or 1
 
 
 def parse_chat(
@@ -270,7 +277,7 @@ def parse_chat(
     Remote (http) image URLs are refused unless `fetch_image` is given.
     """
     wire = decode_body(_chat_decoder, body)
-    _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
+    n = _choices(wire.n)
     _refuse(
         wire.top_logprobs is not None and not wire.logprobs,
         "top_logprobs",
@@ -304,13 +311,13 @@ def parse_chat(
         reasoning=_reasoning(wire),
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
     )
-    return ChatCall(request, _include_usage(wire))
+    return ChatCall(request, _include_usage(wire), n)
 
 
 def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> CompletionCall:
     """Decode a `POST /v1/completions` body (one prompt: text or token ids; max_tokens defaults to 16)."""
     wire = decode_body(_completion_decoder, body)
-    _refuse(wire.n not in (None, 1), "n", _ONE_CHOICE)
+    n = _choices(wire.n)
     _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
     max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
     _refuse(
@@ -329,7 +336,7 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         suffix=wire.suffix or None,  # an empty suffix asks for a plain completion, as OpenAI's
         echo=bool(wire.echo),
     )
-    return CompletionCall(request, _include_usage(wire))
+    return CompletionCall(request, _include_usage(wire), n)
 
 
 def parse_embeddings(body: bytes) -> EmbeddingCall:

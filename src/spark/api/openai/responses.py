@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import msgspec
@@ -235,10 +236,36 @@ def completion_id(request_id: str) -> str:
     return "cmpl-" + request_id
 
 
+def _each(results: ChatResult | Sequence[ChatResult]) -> tuple[Sequence[ChatResult], Usage]:
+    """The choices of a body (one result, or one per choice of `n`) and their usage."""
+    if isinstance(results, ChatResult):
+        return [results], results.usage
+    return results, Usage.of_choices([r.usage for r in results])
+
+
 def chat_completion_body(
-    request_id: str, model: str, created: int, result: ChatResult, *, system_fingerprint: str | None = None
+    request_id: str,
+    model: str,
+    created: int,
+    results: ChatResult | Sequence[ChatResult],
+    *,
+    system_fingerprint: str | None = None,
 ) -> bytes:
-    """The `chat.completion` JSON body for a finished, non-streamed request."""
+    """The `chat.completion` JSON body for a finished, non-streamed request (`results`: one per choice)."""
+    each, usage = _each(results)
+    return _encode(
+        _ChatCompletion(
+            id=chat_completion_id(request_id),
+            created=created,
+            model=model,
+            choices=[_chat_choice(i, result) for i, result in enumerate(each)],
+            usage=_usage(usage),
+            system_fingerprint=system_fingerprint,
+        )
+    )
+
+
+def _chat_choice(index: int, result: ChatResult) -> _ChatChoice:
     calls = [_OutToolCall(_OutFunction(c.name, c.arguments), id=c.id, type="function") for c in result.tool_calls]
     message = _OutMessage(
         role="assistant",
@@ -246,44 +273,38 @@ def chat_completion_body(
         tool_calls=calls or None,
         reasoning_content=result.reasoning or None,
     )
-    return _encode(
-        _ChatCompletion(
-            id=chat_completion_id(request_id),
-            created=created,
-            model=model,
-            choices=[
-                _ChatChoice(
-                    message,
-                    _FINISH[result.finish_reason],
-                    logprobs=None if result.logprobs is None else _ChatLogprobs(content_logprobs(result.logprobs)),
-                )
-            ],
-            usage=_usage(result.usage),
-            system_fingerprint=system_fingerprint,
-        )
-    )
+    logprobs = None if result.logprobs is None else _ChatLogprobs(content_logprobs(result.logprobs))
+    return _ChatChoice(message, _FINISH[result.finish_reason], index, logprobs)
 
 
 def completion_body(
     request_id: str,
     model: str,
     created: int,
-    result: ChatResult,
+    results: ChatResult | Sequence[ChatResult],
     *,
     prompt_chars: int = 0,
     system_fingerprint: str | None = None,
 ) -> bytes:
-    """The `text_completion` JSON body for a finished, non-streamed request (`prompt_chars`: the
-    prompt's length, where the text's offsets begin)."""
-    finish = "length" if result.finish_reason == "length" else "stop"
-    logprobs = None if result.logprobs is None else _text_logprobs(result.logprobs, prompt_chars)
+    """The `text_completion` JSON body for a finished, non-streamed request (`results`: one per
+    choice; `prompt_chars`: the prompt's length, where the text's offsets begin)."""
+    each, usage = _each(results)
+    choices = [
+        _TextChoice(
+            result.text,
+            "length" if result.finish_reason == "length" else "stop",
+            i,
+            None if result.logprobs is None else _text_logprobs(result.logprobs, prompt_chars),
+        )
+        for i, result in enumerate(each)
+    ]
     return _encode(
         _TextCompletion(
             id=completion_id(request_id),
             created=created,
             model=model,
-            choices=[_TextChoice(result.text, finish, logprobs=logprobs)],
-            usage=_usage(result.usage),
+            choices=choices,
+            usage=_usage(usage),
             system_fingerprint=system_fingerprint,
         )
     )
@@ -374,12 +395,15 @@ class _Stream:
         *,
         include_usage: bool = False,
         system_fingerprint: str | None = None,
+        index: int = 0,
+        part: bool = False,
     ) -> None:
         self.id = response_id
         self.model = model
         self.created = created
         self.include_usage = include_usage
         self.system_fingerprint = system_fingerprint
+        self.part = part  # one choice of several (`ChoicesStream` ends the stream)
         self.finished = False
         fingerprint = b',"system_fingerprint":' + _encode(system_fingerprint) if system_fingerprint else b""
         # Everything around the per-token payload is encoded once.
@@ -393,7 +417,9 @@ class _Stream:
             + b',"model":'
             + _encode(model)
             + fingerprint
-            + b',"choices":[{"index":0,"'
+            + b',"choices":[{"index":'
+            + str(index).encode()
+            + b',"'
             + self._choice_key
             + b'":'
         )
@@ -406,28 +432,37 @@ class _Stream:
     def _finish(self, done: Done, finish_reason: str) -> bytes:
         self.finished = True
         out = self._head + self._empty + b',"logprobs":null,"finish_reason":' + _encode(finish_reason) + b"}]}\n\n"
-        if self.include_usage:
-            out += sse(
-                _encode(
-                    _UsageChunk(
-                        self.id,
-                        self._object,
-                        self.created,
-                        self.model,
-                        (),
-                        _usage(done.usage),
-                        system_fingerprint=self.system_fingerprint,
-                    )
-                )
-            )
-        return out + _DONE_FRAME
+        return out if self.part else out + self.end(done.usage)
+
+    def opening(self) -> bytes:
+        """The choice's first chunk before any event (none by default; see `ChoicesStream`)."""
+        return b""
+
+    def end(self, usage: Usage) -> bytes:
+        """The stream's end: the usage chunk (with `include_usage`) and `[DONE]`."""
+        if not self.include_usage:
+            return _DONE_FRAME
+        chunk = _UsageChunk(
+            self.id,
+            self._object,
+            self.created,
+            self.model,
+            (),
+            _usage(usage),
+            system_fingerprint=self.system_fingerprint,
+        )
+        return sse(_encode(chunk)) + _DONE_FRAME
 
     def fail(self, error: SparkError) -> bytes:
         """The error frame (OpenAI's shape) and `[DONE]`; the stream is over."""
         if self.finished:
             return b""
         self.finished = True
-        return sse(_encode(_ErrorEnvelope(_error_object(error)))) + _DONE_FRAME
+        return _error_frame(error)
+
+
+def _error_frame(error: SparkError) -> bytes:
+    return sse(_encode(_ErrorEnvelope(_error_object(error)))) + _DONE_FRAME
 
 
 class ChatStream(_Stream):
@@ -454,6 +489,8 @@ class ChatStream(_Stream):
         *,
         include_usage: bool = False,
         system_fingerprint: str | None = None,
+        index: int = 0,
+        part: bool = False,
     ) -> None:
         super().__init__(
             chat_completion_id(request_id),
@@ -461,6 +498,8 @@ class ChatStream(_Stream):
             created,
             include_usage=include_usage,
             system_fingerprint=system_fingerprint,
+            index=index,
+            part=part,
         )
         self._started = False
 
@@ -469,6 +508,10 @@ class ChatStream(_Stream):
             return b""
         self._started = True
         return self._chunk(self._ROLE if text else self._ROLE_NO_TEXT_YET)
+
+    def opening(self) -> bytes:
+        """The role chunk, before the choice's first output is known."""
+        return self._start()
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (empty for events with nothing to send)."""
@@ -517,6 +560,8 @@ class CompletionStream(_Stream):
         include_usage: bool = False,
         prompt_chars: int = 0,
         system_fingerprint: str | None = None,
+        index: int = 0,
+        part: bool = False,
     ) -> None:
         super().__init__(
             completion_id(request_id),
@@ -524,6 +569,8 @@ class CompletionStream(_Stream):
             created,
             include_usage=include_usage,
             system_fingerprint=system_fingerprint,
+            index=index,
+            part=part,
         )
         self._offset = prompt_chars  # where the next token's text begins (see completion_body)
 
@@ -544,3 +591,43 @@ class CompletionStream(_Stream):
         if isinstance(event, Failed):
             return self.fail(from_info(event.error))
         return b""  # raw completions have no reasoning or tool calls to parse
+
+
+class ChoicesStream:
+    """The streams of several choices (OpenAI's `n`) as one SSE stream: each choice's chunks carry
+    its index; once every choice has finished, one usage chunk (the choices' together) and `[DONE]`.
+    A choice that fails ends the whole stream with its error."""
+
+    def __init__(self, streams: Sequence[ChatStream | CompletionStream]) -> None:
+        self._streams = streams  # made with index=i, part=True
+        self._usages: dict[int, Usage] = {}
+        self._opened = False
+        self.finished = False
+
+    def feed(self, item: tuple[int, Event]) -> bytes:
+        """The SSE bytes for one event of choice `index`. The choices open in index order first:
+        the SDKs' stream accumulators number choices by when they first appear."""
+        index, event = item
+        if self.finished:
+            return b""
+        if isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        out = b""
+        if not self._opened:
+            self._opened = True
+            out = b"".join(s.opening() for s in self._streams)
+        stream = self._streams[index]
+        out += stream.feed(event)
+        if isinstance(event, Done):
+            self._usages[index] = event.usage
+            if len(self._usages) == len(self._streams):
+                self.finished = True
+                out += stream.end(Usage.of_choices([self._usages[i] for i in range(len(self._streams))]))
+        return out
+
+    def fail(self, error: SparkError) -> bytes:
+        """The error frame and `[DONE]`; the stream is over."""
+        if self.finished:
+            return b""
+        self.finished = True
+        return _error_frame(error)

@@ -13,8 +13,10 @@ from typing import Any
 
 from litestar import Request, Response, post
 
+from spark.api.common import choice_requests
 from spark.api.openai import (
     ChatStream,
+    ChoicesStream,
     CompletionStream,
     ResponseStream,
     chat_completion_body,
@@ -26,7 +28,7 @@ from spark.api.openai import (
     parse_responses,
     response_body,
 )
-from spark.server.generation import run_chat, run_embeddings, stream_response
+from spark.server.generation import run_chat, run_choices, run_embeddings, stream_choices, stream_response
 from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
@@ -45,7 +47,8 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     return await _generate(
         request,
         call.request,
-        lambda *ids: ChatStream(*ids, include_usage=call.include_usage),
+        call.n,
+        lambda *ids, **choice: ChatStream(*ids, include_usage=call.include_usage, **choice),
         chat_completion_body,
     )
 
@@ -79,7 +82,10 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     return await _generate(
         request,
         call.request,
-        lambda *ids: CompletionStream(*ids, include_usage=call.include_usage, prompt_chars=prompt_chars),
+        call.n,
+        lambda *ids, **choice: CompletionStream(
+            *ids, include_usage=call.include_usage, prompt_chars=prompt_chars, **choice
+        ),
         functools.partial(completion_body, prompt_chars=prompt_chars),
     )
 
@@ -87,22 +93,31 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
 async def _generate(
     request: Request[Any, Any, Any],
     generation: ChatRequest | CompletionRequest,
-    stream: Callable[[str, str, int], ChatStream | CompletionStream],
-    body: Callable[[str, str, int, ChatResult], bytes],
+    n: int,
+    stream: Callable[..., ChatStream | CompletionStream],
+    body: Callable[[str, str, int, list[ChatResult]], bytes],
 ) -> Response[Any]:
-    """Chat and completions alike: stream the chunks (`stream` makes the encoder from the request
-    id, model and creation time), or answer with one body."""
+    """Chat and completions alike, with `n` choices: stream the chunks (`stream` makes a choice's
+    encoder from the request id, model and creation time, and its `index` and `part`), or answer
+    with one body. A node of the fleet that serves it generates all the choices."""
     state, recorder = state_of(request), recorder_of(request.scope)
     request_id, created = request_ids(request.scope).id, int(time.time())
+    requests = choice_requests(generation, n)
     if generation.stream:
-        encoder = stream(request_id, generation.model, created)
-        if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
+        if n == 1:
+            encoder = stream(request_id, generation.model, created)
+            if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
+                return routed
+            return await stream_response(state, request.scope, generation, encoder, recorder=recorder)
+        streams = [stream(request_id, generation.model, created, index=i, part=True) for i in range(n)]
+        choices = ChoicesStream(streams)
+        if (routed := await routed_response(request, generation, stream=True, fail=choices.fail)) is not None:
             return routed
-        return await stream_response(state, request.scope, generation, encoder, recorder=recorder)
+        return await stream_choices(state, request.scope, requests, choices, recorder=recorder)
     if (routed := await routed_response(request, generation)) is not None:
         return routed
-    result = await run_chat(state, generation, request.receive, recorder)
-    return json_response(body(request_id, generation.model, created, result))
+    results = await run_choices(state, requests, request.receive, recorder)
+    return json_response(body(request_id, generation.model, created, results))
 
 
 @post("/embeddings", status_code=200)
