@@ -202,14 +202,14 @@ class Usage(msgspec.Struct, frozen=True):
         return self.prompt_tokens + self.completion_tokens
 
     @staticmethod
-    def of_choices(usages: Sequence[Usage]) -> Usage:
-        """The usage of several choices of one prompt (OpenAI's `n`): the prompt counted once (the
-        first choice's), the generated tokens of all."""
-        first = usages[0]
+    def of_choices(usages: Sequence[Usage], per_prompt: int) -> Usage:
+        """The usage of several choices (OpenAI's `n`), `per_prompt` of each prompt in a row: each
+        prompt counted once (its first choice's), the generated tokens of all."""
+        firsts = usages[::per_prompt]
         return Usage(
-            prompt_tokens=first.prompt_tokens,
+            prompt_tokens=sum(u.prompt_tokens for u in firsts),
             completion_tokens=sum(u.completion_tokens for u in usages),
-            cached_tokens=first.cached_tokens,
+            cached_tokens=sum(u.cached_tokens for u in firsts),
             drafted_tokens=sum(u.drafted_tokens for u in usages),
             accepted_tokens=sum(u.accepted_tokens for u in usages),
         )

@@ -337,6 +337,15 @@ def test_n_choices_and_their_seeds() -> None:
     unseeded = chat(n=2)
     assert choice_requests(unseeded.request, 2) == [unseeded.request] * 2  # each draws its own seed
     assert api.parse_completion(body(prompt="x", n=2)).n == 2
+    batch = api.parse_completion(body(prompt=["a", [1, 2]], n=2, seed=1))
+    assert batch.request.prompt == "a" and batch.prompts == ["a", [1, 2]]
+    # choice p * n + i is prompt p's i-th
+    assert [(r.prompt, r.sampling.seed) for r in choice_requests(batch.request, batch.n, batch.prompts)] == [
+        ("a", 1),
+        ("a", 2),
+        ([1, 2], 1),
+        ([1, 2], 2),
+    ]
 
 
 def test_invalid_json_body() -> None:
@@ -479,10 +488,9 @@ def test_completion_prompt_forms_and_defaults() -> None:
 @pytest.mark.parametrize(
     ("fields", "param", "words"),
     [
-        ({"prompt": [[1, 2], [3]]}, "prompt", "batches"),
         ({"prompt": [1, "a"]}, "prompt", "mixes token ids"),
-        ({"prompt": ["a", "b"]}, "prompt", "batches"),
-        ({"prompt": []}, "prompt", "batches"),
+        ({"prompt": ["x"] * 33, "n": 2}, "prompt", "at most 64 answers"),
+        ({"prompt": []}, "prompt", "empty"),
         ({"prompt": "x", "n": 17}, "n", "between 1 and 16"),
         ({"prompt": "x", "best_of": 3}, "best_of", "1"),
         ({"prompt": "x", "suffix": 3}, "suffix", "str"),

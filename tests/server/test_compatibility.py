@@ -39,7 +39,7 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
         "functions",
     ),
-    ("/v1/completions", "`prompt` as several prompts"): ({"prompt": [[1, 2, 3], "x"]}, "prompt"),
+    ("/v1/completions", "more than 64 answers (prompts x `n`)"): ({"prompt": ["x"] * 65}, "prompt"),
     ("/v1/completions", "`best_of`"): ({"best_of": 2}, "best_of"),
     ("/v1/embeddings", "`input` as an empty list, an empty string or an empty token array"): ({"input": []}, "input"),
     ("/v1/messages", "`image` blocks, `url` source"): (

@@ -279,6 +279,33 @@ def test_echo_scores_a_continuation(live: LiveServer, models: Models, tiny_llama
     assert texts[0] == "Once upon a time" and len("".join(texts)) > len(texts[0])
 
 
+def test_a_batch_of_prompts(live: LiveServer, models: Models, tiny_llama: Path) -> None:
+    """lm-evaluation-harness with --batch_size: several prompts (texts and token ids) in one request,
+    one choice each in order, each as its own request would answer; usage counts every prompt."""
+    client = live.openai()
+    ids = token_ids(tiny_llama, "Once upon a time there was", add_special=False)
+    prompts: list[str | list[int]] = ["Once upon a time", ids, "The quick brown fox"]
+    batch = client.completions.create(
+        model=models.chat, prompt=prompts, echo=True, logprobs=1, max_tokens=2, temperature=0
+    )  # type: ignore[arg-type]
+    singles = [
+        client.completions.create(model=models.chat, prompt=[p], echo=True, logprobs=1, max_tokens=2, temperature=0)  # type: ignore[list-item]
+        for p in prompts
+    ]
+    assert [c.index for c in batch.choices] == [0, 1, 2]
+    assert [c.text for c in batch.choices] == [s.choices[0].text for s in singles]
+    for choice, single in zip(batch.choices, singles, strict=True):
+        assert choice.logprobs is not None and single.choices[0].logprobs is not None
+        assert choice.logprobs.text_offset == single.choices[0].logprobs.text_offset  # each from its own prompt
+    assert batch.usage is not None
+    assert batch.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles if s.usage)
+    assert batch.usage.completion_tokens == 6
+
+    two_each = client.completions.create(model=models.chat, prompt=["a b", "c d"], n=2, max_tokens=3, seed=4)
+    assert [c.index for c in two_each.choices] == [0, 1, 2, 3]
+    assert two_each.usage is not None and two_each.usage.completion_tokens == 12
+
+
 def test_embeddings_float_and_base64(live: LiveServer, models: Models) -> None:
     client = live.openai()
     texts = ["hello world", "the cat sat"]

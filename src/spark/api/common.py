@@ -11,7 +11,7 @@ import base64
 import binascii
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -352,13 +352,16 @@ def finish_reason_in(payload: object) -> str | None:
     return None
 
 
-def choice_requests(request: G, n: int) -> list[G]:
-    """One request per choice (OpenAI's `n`). With a seed, choice i samples with seed + i, so that
-    the choices differ and each stays reproducible; without one, each draws its own."""
+def choice_requests(request: G, n: int, prompts: Sequence[str | list[int]] = ()) -> list[G]:
+    """One request per choice (OpenAI's `n`), for each of a batch's `prompts` (completions) in turn:
+    choice `p * n + i` is prompt p's i-th. With a seed, the i-th samples with seed + i, so that a
+    prompt's choices differ and each stays reproducible; without one, each draws its own."""
+    bases = [msgspec.structs.replace(request, prompt=p) for p in prompts] if prompts else [request]
     seed = request.sampling.seed
-    if n == 1 or seed is None:
-        return [request] * n
     return [
-        msgspec.structs.replace(request, sampling=msgspec.structs.replace(request.sampling, seed=seed + i))
+        base
+        if seed is None
+        else msgspec.structs.replace(base, sampling=msgspec.structs.replace(base.sampling, seed=seed + i))
+        for base in bases
         for i in range(n)
     ]

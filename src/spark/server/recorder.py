@@ -74,6 +74,7 @@ class RequestRecorder:
         self._result: RequestContent | None = None
         self._usage: Usage | None = None
         self._usages: dict[int, Usage] = {}  # by choice
+        self.per_prompt = 1  # choices of each prompt, in a row (OpenAI's `n`; see Usage.of_choices)
         self._finish_reason: FinishReason | None = None
         self._ended = False  # a Done, Embeddings or token count arrived
         self._first_token_ms: float | None = None
@@ -152,7 +153,8 @@ class RequestRecorder:
             )
         elif isinstance(event, Done):
             self._usages[choice] = event.usage
-            self._ended, self._usage = True, Usage.of_choices([self._usages[i] for i in sorted(self._usages)])
+            usages = [self._usages[i] for i in sorted(self._usages)]
+            self._ended, self._usage = True, Usage.of_choices(usages, self.per_prompt)
             if choice == 0:
                 self._finish_reason = event.finish_reason
                 if self._output is not None:

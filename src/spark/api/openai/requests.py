@@ -250,9 +250,10 @@ class ChatCall(msgspec.Struct, frozen=True):
 
 
 class CompletionCall(msgspec.Struct, frozen=True):
-    request: CompletionRequest
+    request: CompletionRequest  # the first prompt's
     include_usage: bool = False
     n: int = 1
+    prompts: list[str | list[int]] = []  # every prompt of a batch, the first included (choice_requests)
 
 
 class EmbeddingCall(msgspec.Struct, frozen=True):
@@ -261,6 +262,7 @@ class EmbeddingCall(msgspec.Struct, frozen=True):
 
 
 MAX_CHOICES = 16  # each choice is a generation of its own, in a slot of its own
+MAX_GENERATIONS = 64  # prompts x n of one completions request (a model's default queue)
 
 
 def _choices(n: int | None) -> int:
@@ -315,7 +317,7 @@ def parse_chat(
 
 
 def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> CompletionCall:
-    """Decode a `POST /v1/completions` body (one prompt: text or token ids; max_tokens defaults to 16)."""
+    """Decode a `POST /v1/completions` body (text or token-id prompts, one or a batch; max_tokens defaults to 16)."""
     wire = decode_body(_completion_decoder, body)
     n = _choices(wire.n)
     _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
@@ -326,9 +328,16 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         "'max_tokens' must be at least 1 (0 only with echo, to score the prompt without an answer).",
     )
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
+    prompts = _prompts(wire.prompt, "prompt")
+    _refuse(not prompts, "prompt", "'prompt' must not be an empty list.")
+    _refuse(
+        len(prompts) * n > MAX_GENERATIONS,
+        "prompt",
+        f"'prompt' holds {len(prompts)} prompts for {n} choices each: at most {MAX_GENERATIONS} answers per request.",
+    )
     request = CompletionRequest(
         model=wire.model,
-        prompt=_single_prompt(wire.prompt),
+        prompt=prompts[0],
         sampling=_sampling(wire, max_tokens),
         stream=bool(wire.stream),
         keep_alive=keep_alive_seconds(wire.keep_alive),
@@ -336,7 +345,7 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         suffix=wire.suffix or None,  # an empty suffix asks for a plain completion, as OpenAI's
         echo=bool(wire.echo),
     )
-    return CompletionCall(request, _include_usage(wire), n)
+    return CompletionCall(request, _include_usage(wire), n, prompts if len(prompts) > 1 else [])
 
 
 def parse_embeddings(body: bytes) -> EmbeddingCall:
@@ -505,14 +514,3 @@ def _prompts(value: str | TokenArrays, param: str) -> list[str | list[int]]:
         f"'{param}' mixes token ids with texts or token arrays: send one token array, or a list of them.",
     )
     return value  # type: ignore[return-value]  # checked: no int
-
-
-def _single_prompt(prompt: str | TokenArrays) -> str | list[int]:
-    prompts = _prompts(prompt, "prompt")
-    _refuse(
-        len(prompts) != 1,
-        "prompt",
-        "'prompt' must be one string or one token array: batches of prompts are not supported; "
-        "send one request per prompt.",
-    )
-    return prompts[0]

@@ -236,11 +236,12 @@ def completion_id(request_id: str) -> str:
     return "cmpl-" + request_id
 
 
-def _each(results: ChatResult | Sequence[ChatResult]) -> tuple[Sequence[ChatResult], Usage]:
-    """The choices of a body (one result, or one per choice of `n`) and their usage."""
+def _each(results: ChatResult | Sequence[ChatResult], per_prompt: int | None) -> tuple[Sequence[ChatResult], Usage]:
+    """The choices of a body (one result, or one per choice) and their usage (`per_prompt` choices of
+    each prompt in a row; None: all of one prompt)."""
     if isinstance(results, ChatResult):
         return [results], results.usage
-    return results, Usage.of_choices([r.usage for r in results])
+    return results, Usage.of_choices([r.usage for r in results], per_prompt or len(results))
 
 
 def chat_completion_body(
@@ -252,7 +253,7 @@ def chat_completion_body(
     system_fingerprint: str | None = None,
 ) -> bytes:
     """The `chat.completion` JSON body for a finished, non-streamed request (`results`: one per choice)."""
-    each, usage = _each(results)
+    each, usage = _each(results, None)
     return _encode(
         _ChatCompletion(
             id=chat_completion_id(request_id),
@@ -283,20 +284,23 @@ def completion_body(
     created: int,
     results: ChatResult | Sequence[ChatResult],
     *,
-    prompt_chars: int = 0,
+    prompt_chars: int | Sequence[int] = 0,
+    per_prompt: int | None = None,
     system_fingerprint: str | None = None,
 ) -> bytes:
     """The `text_completion` JSON body for a finished, non-streamed request (`results`: one per
-    choice; `prompt_chars`: the prompt's length, where the text's offsets begin)."""
-    each, usage = _each(results)
+    choice, `per_prompt` of each prompt in a row; `prompt_chars`: the prompt's length, where the
+    text's offsets begin, or each choice's)."""
+    each, usage = _each(results, per_prompt)
+    offsets = [prompt_chars] * len(each) if isinstance(prompt_chars, int) else prompt_chars
     choices = [
         _TextChoice(
             result.text,
             "length" if result.finish_reason == "length" else "stop",
             i,
-            None if result.logprobs is None else _text_logprobs(result.logprobs, prompt_chars),
+            None if result.logprobs is None else _text_logprobs(result.logprobs, offset),
         )
-        for i, result in enumerate(each)
+        for i, (result, offset) in enumerate(zip(each, offsets, strict=True))
     ]
     return _encode(
         _TextCompletion(
@@ -598,8 +602,9 @@ class ChoicesStream:
     its index; once every choice has finished, one usage chunk (the choices' together) and `[DONE]`.
     A choice that fails ends the whole stream with its error."""
 
-    def __init__(self, streams: Sequence[ChatStream | CompletionStream]) -> None:
+    def __init__(self, streams: Sequence[ChatStream | CompletionStream], per_prompt: int | None = None) -> None:
         self._streams = streams  # made with index=i, part=True
+        self._per_prompt = per_prompt or len(streams)  # choices of each prompt, in a row
         self._usages: dict[int, Usage] = {}
         self._opened = False
         self.finished = False
@@ -622,7 +627,8 @@ class ChoicesStream:
             self._usages[index] = event.usage
             if len(self._usages) == len(self._streams):
                 self.finished = True
-                out += stream.end(Usage.of_choices([self._usages[i] for i in range(len(self._streams))]))
+                usages = [self._usages[i] for i in range(len(self._streams))]
+                out += stream.end(Usage.of_choices(usages, self._per_prompt))
         return out
 
     def fail(self, error: SparkError) -> bytes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from litestar import Request, Response, post
@@ -46,7 +46,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     )
     return await _generate(
         request,
-        call.request,
+        choice_requests(call.request, call.n),
         call.n,
         lambda *ids, **choice: ChatStream(*ids, include_usage=call.include_usage, **choice),
         chat_completion_body,
@@ -76,41 +76,44 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
-    # where the answer's text offsets begin: after the prompt's text, unless the answer echoes it
-    prompt, echo = call.request.prompt, call.request.echo
-    prompt_chars = len(prompt) if isinstance(prompt, str) and not echo else 0
+    requests = choice_requests(call.request, call.n, call.prompts)
+    # where each answer's text offsets begin: after its prompt's text, unless the answer echoes it
+    offsets = [len(r.prompt) if isinstance(r.prompt, str) and not r.echo else 0 for r in requests]
     return await _generate(
         request,
-        call.request,
+        requests,
         call.n,
-        lambda *ids, **choice: CompletionStream(
-            *ids, include_usage=call.include_usage, prompt_chars=prompt_chars, **choice
+        lambda *ids, index=0, **part: CompletionStream(
+            *ids, include_usage=call.include_usage, prompt_chars=offsets[index], index=index, **part
         ),
-        functools.partial(completion_body, prompt_chars=prompt_chars),
+        functools.partial(completion_body, prompt_chars=offsets, per_prompt=call.n),
     )
 
 
 async def _generate(
     request: Request[Any, Any, Any],
-    generation: ChatRequest | CompletionRequest,
-    n: int,
+    requests: Sequence[ChatRequest] | Sequence[CompletionRequest],
+    per_prompt: int,
     stream: Callable[..., ChatStream | CompletionStream],
     body: Callable[[str, str, int, list[ChatResult]], bytes],
 ) -> Response[Any]:
-    """Chat and completions alike, with `n` choices: stream the chunks (`stream` makes a choice's
-    encoder from the request id, model and creation time, and its `index` and `part`), or answer
-    with one body. A node of the fleet that serves it generates all the choices."""
+    """Chat and completions alike, one request per choice (`per_prompt` of each prompt in a row):
+    stream the chunks (`stream` makes a choice's encoder from the request id, model and creation
+    time, and its `index` and `part`), or answer with one body. A node of the fleet that serves it
+    gets the body whole and generates every choice."""
     state, recorder = state_of(request), recorder_of(request.scope)
     request_id, created = request_ids(request.scope).id, int(time.time())
-    requests = choice_requests(generation, n)
+    generation = requests[0]
+    if recorder is not None:
+        recorder.per_prompt = per_prompt
     if generation.stream:
-        if n == 1:
+        if len(requests) == 1:
             encoder = stream(request_id, generation.model, created)
             if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
                 return routed
             return await stream_response(state, request.scope, generation, encoder, recorder=recorder)
-        streams = [stream(request_id, generation.model, created, index=i, part=True) for i in range(n)]
-        choices = ChoicesStream(streams)
+        streams = [stream(request_id, generation.model, created, index=i, part=True) for i in range(len(requests))]
+        choices = ChoicesStream(streams, per_prompt)
         if (routed := await routed_response(request, generation, stream=True, fail=choices.fail)) is not None:
             return routed
         return await stream_choices(state, request.scope, requests, choices, recorder=recorder)
