@@ -48,6 +48,7 @@ from spark.types import (
     ToolChoice,
     Usage,
 )
+from tiny_pdf import make_pdf
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
 PNG_B64 = base64.b64encode(PNG).decode()
@@ -278,7 +279,30 @@ def test_text_documents_are_read_with_their_title_and_context() -> None:
     assert message.content == [TextPart("First part."), ImagePart(PNG, "image/png")]
     url = {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}
     refused = error(messages=[{"role": "user", "content": [url]}])
-    assert refused.param == "messages[0].content[0].source.type" and "text documents" in refused.message
+    assert refused.param == "messages[0].content[0].source.type" and "sent inline" in refused.message
+
+
+def test_pdf_documents_are_read_as_their_text() -> None:
+    pdf = base64.b64encode(
+        make_pdf("Kestrel Point light: electrified in 1938.", "Last keeper: Margaret Hale.")
+    ).decode()
+    document = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+        "title": "Lighthouse",
+        "cache_control": {"type": "ephemeral"},
+    }
+    question = {"type": "text", "text": "Who was the last keeper?"}
+    (message,) = parse(messages=[{"role": "user", "content": [document, question]}]).messages
+    assert message.content == (
+        "Lighthouse\nKestrel Point light: electrified in 1938.\n\nLast keeper: Margaret Hale.\nWho was the last keeper?"
+    )
+    scanned = {
+        **document,
+        "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(make_pdf("")).decode()},
+    }
+    refused = error(messages=[{"role": "user", "content": [question, scanned]}])
+    assert refused.param == "messages[0].content[1].source.data" and "no text layer" in refused.message
 
 
 def test_remote_image_needs_a_fetcher() -> None:
@@ -311,7 +335,7 @@ def test_remote_image_needs_a_fetcher() -> None:
                     }
                 ]
             },
-            "messages[0].content[0].source.type",
+            "messages[0].content[0].source.data",
         ),
         (
             {

@@ -24,6 +24,7 @@ from spark.types import (
     ToolCall,
     ToolChoice,
 )
+from tiny_pdf import make_pdf
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
 PNG_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
@@ -207,17 +208,26 @@ def test_remote_image_refused_unless_fetched() -> None:
 
 
 @pytest.mark.parametrize(
-    ("part", "words"),
+    ("part", "param", "words"),
     [
-        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "Audio input"),
-        ({"type": "file", "file": {"file_id": "f"}}, "File parts"),
+        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "", "Audio input"),
+        ({"type": "file", "file": {"file_id": "file-abc"}}, ".file.file_data", "sent inline"),
+        ({"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0x"}}, ".file.file_data", "PDF"),
     ],
 )
-def test_audio_and_file_parts_are_refused(part: dict, words: str) -> None:
+def test_audio_and_unreadable_file_parts_are_refused(part: dict, param: str, words: str) -> None:
     messages = [{"role": "user", "content": [{"type": "text", "text": "x"}, part]}]
     error = chat_error(messages=messages)
-    assert error.param == "messages[0].content[1]"
+    assert error.param == "messages[0].content[1]" + param
     assert words in error.message
+
+
+def test_file_parts_are_read_as_their_name_and_text() -> None:
+    pdf = base64.b64encode(make_pdf("Invoice 7\nTotal: 42 EUR")).decode()
+    file = {"type": "file", "file": {"filename": "invoice.pdf", "file_data": f"data:application/pdf;base64,{pdf}"}}
+    messages = [{"role": "user", "content": [file, {"type": "text", "text": "What is the total?"}]}]
+    call = api.parse_chat(body(messages=messages))
+    assert call.request.messages[0].content == "invoice.pdf\nInvoice 7\nTotal: 42 EUR\nWhat is the total?"
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from spark.types import (
     ToolCallDelta,
     Usage,
 )
+from tiny_pdf import make_pdf
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 
@@ -119,6 +120,10 @@ def test_images_tools_formats_and_reasoning() -> None:
         ),
         ({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "input[0].content[0]"),
         (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x.test/a.pdf"}]}]},
+            "input[0].content[0].file_data",
+        ),
+        (
             {"input": "x", "tools": [{"type": "function", "name": "a"}, {"type": "function", "name": "a"}]},
             "tools[1].name",
         ),
@@ -128,6 +133,14 @@ def test_refusals_name_the_param(body: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as e:
         parse(**body)
     assert e.value.param == param
+
+
+def test_input_files_are_read_as_their_name_and_text() -> None:
+    pdf = base64.b64encode(make_pdf("Invoice 7", "Total: 42 EUR")).decode()
+    file = {"type": "input_file", "filename": "invoice.pdf", "file_data": f"data:application/pdf;base64,{pdf}"}
+    question = {"type": "input_text", "text": "What is the total?"}
+    request = parse(input=[{"role": "user", "content": [file, question]}]).request
+    assert request.messages[-1].content == "invoice.pdf\nInvoice 7\n\nTotal: 42 EUR\nWhat is the total?"
 
 
 USAGE = Usage(prompt_tokens=12, completion_tokens=5, cached_tokens=4)

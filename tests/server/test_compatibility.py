@@ -21,7 +21,7 @@ PNG_URL = "https://example.com/cat.png"
 
 # (route, first cell of the refused row) -> (body changes, the param the 400 names)
 EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
-    ("/v1/chat/completions", "`messages[].content` `input_audio`, `file` parts"): (
+    ("/v1/chat/completions", "`messages[].content` `input_audio` parts, `file` parts with `file_id` only"): (
         {
             "messages": [
                 {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
@@ -46,14 +46,12 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},
         "messages[0].content[0]",
     ),
-    ("/v1/messages", "`document` blocks, `base64` (PDF), `url` and `file` sources"): (
+    ("/v1/messages", "`document` blocks, `url` and `file` sources"): (
         {
             "messages": [
                 {
                     "role": "user",
-                    "content": [
-                        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "x"}}
-                    ],
+                    "content": [{"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}],
                 }
             ]
         },
@@ -71,9 +69,9 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"input": [{"type": "item_reference", "id": "msg_1"}]},
         "input[0].type",
     ),
-    ("/v1/responses", "`input_image` with `file_id`, `input_file`, `input_audio`"): (
+    ("/v1/responses", "`input_image` with `file_id`, `input_file` with `file_id` or `file_url`, `input_audio`"): (
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
-        "input[0].content[0]",
+        "input[0].content[0].file_data",
     ),
     ("/v1/responses", "`previous_response_id`, `conversation`"): (
         {"previous_response_id": "resp_1"},

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 # each is imported on first use: the Hub client by a search or pull, httpx by a call out (a pull,
-# a remote image, a fleet); numpy, gguf and llama.cpp only ever in runner processes; pydantic and
-# attrs never (Spark's types are msgspec's)
-NOT_AT_START = ("huggingface_hub", "gguf", "numpy", "llama_cpp", "pydantic", "attr", "httpx")
+# a remote image, a fleet), pypdf by the first PDF in a request; numpy, gguf and llama.cpp only ever
+# in runner processes; pydantic and attrs never (Spark's types are msgspec's)
+NOT_AT_START = ("huggingface_hub", "gguf", "numpy", "llama_cpp", "pydantic", "attr", "httpx", "pypdf")
 
 CODE = f"""
 import sys

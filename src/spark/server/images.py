@@ -2,7 +2,8 @@
 
 By default nothing leaves the machine: the API parsers refuse http(s) image
 URLs. With `allow_remote_images` the server fetches them here, bounded in time
-and size, before the request reaches a model.
+and size, before the request reaches a model. Parsing that may take a while
+(fetching, or reading a PDF's text) runs off the event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ if TYPE_CHECKING:  # imported where used: a server that never calls out does not
     import httpx
 
 FETCH_TIMEOUT_SECONDS = 10.0
+# A body holding either may carry a PDF to read: its media type, or "%PDF-" in base64
+PDF_MARKERS = (b"application/pdf", b"JVBERi0")
 MAX_REDIRECTS = 5
 
 T = TypeVar("T")
@@ -124,12 +127,15 @@ def _pinned(url: httpx.URL, param: str) -> httpx.URL:
 
 async def parse_with_images(settings: Settings, parse: Callable[..., T], body: bytes, **kwargs: object) -> T:
     """`parse(body, **kwargs)` with the server's image policy: remote URLs fetched when
-    allowed (in a worker thread, off the event loop), and every image within the size limit."""
+    allowed, and every image within the size limit. A body that may fetch images or hold a PDF
+    (whose text is extracted while parsing) is parsed in a worker thread, off the event loop."""
     fetch = image_fetcher(settings)
-    if fetch is None:
+    if fetch is None and not any(marker in body for marker in PDF_MARKERS):
         parsed = parse(body, **kwargs)
     else:
-        parsed = await anyio.to_thread.run_sync(partial(parse, body, fetch_image=fetch, **kwargs))
+        if fetch is not None:
+            kwargs["fetch_image"] = fetch
+        parsed = await anyio.to_thread.run_sync(partial(parse, body, **kwargs))
     chat = getattr(parsed, "request", parsed)
     if isinstance(chat, ChatRequest):
         check_image_sizes(chat, settings.max_image_bytes)

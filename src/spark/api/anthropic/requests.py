@@ -18,12 +18,14 @@ from spark.api.common import (
     check_tool_choice,
     check_tools,
     collapsed,
+    decode_base64,
     decode_body,
     image_from_base64,
     image_from_url,
     joined,
     keep_alive_seconds,
 )
+from spark.api.documents import document_text
 from spark.errors import InvalidRequest
 from spark.types import (
     ChatRequest,
@@ -73,12 +75,13 @@ class ContentDocument(msgspec.Struct, tag_field="type", tag="content", frozen=Tr
     content: str | list[TextBlock | ImageBlock]
 
 
+class PDFDocument(msgspec.Struct, tag_field="type", tag="base64", frozen=True):
+    data: str
+    media_type: str = "application/pdf"
+
+
 class _StoredDocument(msgspec.Struct, tag_field="type", frozen=True):
-    """A PDF, a URL or an uploaded file: named so that the refusal can say what is read instead."""
-
-
-class PDFDocument(_StoredDocument, tag="base64", frozen=True):
-    pass
+    """A URL or an uploaded file: named so that the refusal can say what is read instead."""
 
 
 class URLDocument(_StoredDocument, tag="url", frozen=True):
@@ -307,15 +310,18 @@ def _user_messages(content: str | list[Any], param: str, fetch_image: ImageFetch
 
 
 def _document(block: DocumentBlock, param: str, fetch_image: ImageFetcher | None) -> list[ContentPart]:
-    """A text document's parts: its title and context, then its text (or its content blocks)."""
+    """A document's parts: its title and context, then its text (a PDF's text layer) or its content blocks."""
     source = block.source
     if isinstance(source, _StoredDocument):
         raise InvalidRequest(
-            "Only text documents are read by this server (source type 'text' or 'content'): "
-            "send a PDF's or a file's text instead.",
+            "This server reads documents sent inline (source type 'base64' for a PDF, 'text' or 'content'); "
+            "it neither fetches URLs nor stores files.",
             param=f"{param}.source.type",
         )
     heading = [TextPart(t) for t in (block.title, block.context) if t]
+    if isinstance(source, PDFDocument):
+        where = f"{param}.source.data"
+        return [*heading, TextPart(document_text(decode_base64(source.data, where), source.media_type, where))]
     if isinstance(source, TextDocument):
         return [*heading, TextPart(source.data)]
     if isinstance(source.content, str):

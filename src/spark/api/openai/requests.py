@@ -25,6 +25,7 @@ from spark.api.common import (
     json_arguments,
     keep_alive_seconds,
 )
+from spark.api.documents import file_parts
 from spark.errors import InvalidRequest
 from spark.types import (
     MAX_LOGPROBS,
@@ -69,8 +70,14 @@ class AudioContent(_Part, tag="input_audio"):
     pass
 
 
+class FileRef(msgspec.Struct, frozen=True):
+    file_data: str | None = None  # a data URL (data:application/pdf;base64,...)
+    file_id: str | None = None
+    filename: str | None = None
+
+
 class FileContent(_Part, tag="file"):
-    pass
+    file: FileRef
 
 
 class RefusalContent(_Part, tag="refusal"):
@@ -453,9 +460,7 @@ def _user_content(
         elif isinstance(part, AudioContent):
             raise InvalidRequest("Audio input ('input_audio' parts) is not supported by this server.", param=where)
         else:
-            raise InvalidRequest(
-                "File parts are not supported by this server; send the file's text as a text part.", param=where
-            )
+            parts += file_parts(part.file.file_data, part.file.filename, f"{where}.file.file_data")
     return collapsed(parts)
 
 

@@ -24,6 +24,7 @@ from spark.api.common import (
     json_arguments,
     keep_alive_seconds,
 )
+from spark.api.documents import file_parts
 from spark.api.openai.requests import Effort
 from spark.errors import InvalidRequest
 from spark.types import (
@@ -66,7 +67,10 @@ class InputImage(_Part, tag="input_image"):
 
 
 class InputFile(_Part, tag="input_file"):
-    pass
+    file_data: str | None = None  # a data URL (data:application/pdf;base64,...)
+    file_id: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
 
 
 class InputAudio(_Part, tag="input_audio"):
@@ -377,9 +381,7 @@ def _user_content(
         elif isinstance(part, InputAudio):
             raise InvalidRequest("Audio input is not supported by this server.", param=where)
         elif isinstance(part, InputFile):
-            raise InvalidRequest(
-                "File parts are not supported by this server; send the file's text as an input_text part.", param=where
-            )
+            parts += file_parts(part.file_data, part.filename, f"{where}.file_data")
         else:
             parts.append(TextPart(_text([part], param)))
     return collapsed(parts)

@@ -1,0 +1,97 @@
+"""Documents in requests (PDFs and text files): their text, which is what a local model reads.
+
+Anthropic's `document` blocks, OpenAI's chat `file` parts and the Responses
+API's `input_file` parts all carry a file inline as base64. A PDF's text
+layer is extracted page by page (pypdf, imported on the first PDF so that a
+server that never sees one does not load it); a text file is decoded as
+UTF-8. Anything unreadable is an `InvalidRequest` naming the parameter: a PDF
+is untrusted input, and a malformed one must never become a 500.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from spark.api.common import decode_base64
+from spark.errors import InvalidRequest
+from spark.types import TextPart
+
+MAX_PDF_PAGES = 100  # Anthropic's own limit per document
+PDF_MAGIC = b"%PDF-"
+
+
+def document_text(data: bytes, media_type: str, param: str) -> str:
+    """The text of a file of `media_type` (a PDF or any text/* type)."""
+    if media_type == "application/pdf":
+        return pdf_text(data, param)
+    if media_type.startswith("text/"):
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise InvalidRequest(f"'{param}' is not UTF-8 text.", param=param) from None
+    raise InvalidRequest(
+        f"'{param}' has media type '{media_type or '(none)'}'; this server reads PDFs (application/pdf) "
+        "and text files (text/*).",
+        param=param,
+    )
+
+
+def document_from_data(file_data: str, param: str) -> str:
+    """The text of a file sent as OpenAI's `file_data`: a `data:<type>;base64,` URL, or bare base64
+    of a PDF (as some clients send it)."""
+    if not file_data.startswith("data:"):
+        data = decode_base64(file_data, param)
+        if not data.startswith(PDF_MAGIC):
+            raise InvalidRequest(f"'{param}' must be a base64 data URL (data:application/pdf;base64,...).", param=param)
+        return pdf_text(data, param)
+    header, comma, payload = file_data.partition(",")
+    media_type, *attrs = header.removeprefix("data:").split(";")
+    if not comma or not attrs or attrs[-1] != "base64":
+        raise InvalidRequest(f"'{param}' must be a base64 data URL (data:application/pdf;base64,...).", param=param)
+    return document_text(decode_base64(payload, param), media_type.strip().lower(), param)
+
+
+def pdf_text(data: bytes, param: str) -> str:
+    """The text of a PDF's pages, a blank line between pages."""
+    if not data.startswith(PDF_MAGIC):
+        raise InvalidRequest(f"'{param}' is not a PDF (it does not start with %PDF-).", param=param)
+    from pypdf import PdfReader
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # a sloppy PDF's warnings are not the server's
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):  # most "protected" PDFs open with no password
+            raise InvalidRequest(f"'{param}': the PDF is encrypted with a password; send it unprotected.", param=param)
+        pages = reader.pages
+        if len(pages) > MAX_PDF_PAGES:
+            raise InvalidRequest(
+                f"'{param}': the PDF has {len(pages)} pages; this server reads at most {MAX_PDF_PAGES} per document.",
+                param=param,
+            )
+        texts = [page.extract_text().strip() for page in pages]
+    except InvalidRequest:
+        raise
+    except Exception as e:  # pypdf raises many kinds on malformed files: every one is bad input here
+        raise InvalidRequest(f"'{param}': the PDF could not be read ({type(e).__name__}).", param=param) from None
+    text = "\n\n".join(t for t in texts if t)
+    if not text:
+        raise InvalidRequest(
+            f"'{param}': the PDF has no text layer (scanned pages?); this server reads a PDF's text only.",
+            param=param,
+        )
+    return text
+
+
+def file_parts(file_data: str | None, filename: str | None, param: str) -> list[TextPart]:
+    """An OpenAI file part (chat's `file`, the Responses API's `input_file`) as text: its file name,
+    then its text. `param` names the part's `file_data`; a part without it names a stored file
+    (`file_id`) or a URL, which this server does not have or fetch."""
+    if file_data is None:
+        raise InvalidRequest(
+            f"'{param}' is required: this server reads files sent inline (file ids and URLs would need "
+            "stored or fetched files).",
+            param=param,
+        )
+    heading = [TextPart(filename)] if filename else []
+    return [*heading, TextPart(document_from_data(file_data, param))]
