@@ -41,6 +41,7 @@ def test_a_pdf_protected_only_against_editing_opens() -> None:
         (make_pdf("Secret", password="hunter2"), "encrypted with a password"),
         (make_pdf(""), "no text layer"),
     ],
+    ids=["not-pdf", "garbage", "cut-short", "encrypted", "no-text"],  # encryption is random: no ids from data
 )
 def test_unreadable_pdfs_are_refused_naming_the_parameter(data: bytes, words: str) -> None:
     error = refusal(pdf_text, data, "messages[0].content[0].source.data")
