@@ -161,6 +161,9 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     zero_retention: bool = False
     # None: no log probabilities; n: each answer token's, with the n most likely tokens at its place.
     logprobs: int | None = None
+    # Text the answer is expected to repeat mostly (OpenAI's Predicted Outputs, e.g. the code being
+    # edited): speculative decoding drafts from it, and usage counts how much of it the answer kept.
+    prediction: str | None = None
 
 
 class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defaults=True):
@@ -196,6 +199,9 @@ class Usage(msgspec.Struct, frozen=True):
     cached_tokens: int = 0
     drafted_tokens: int = 0  # completion tokens guessed ahead by speculative decoding
     accepted_tokens: int = 0  # of the drafted ones, those the model confirmed
+    # With a prediction: its tokens that the answer holds, in order, and the rest of them.
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -212,6 +218,8 @@ class Usage(msgspec.Struct, frozen=True):
             cached_tokens=sum(u.cached_tokens for u in firsts),
             drafted_tokens=sum(u.drafted_tokens for u in usages),
             accepted_tokens=sum(u.accepted_tokens for u in usages),
+            accepted_prediction_tokens=sum(u.accepted_prediction_tokens for u in usages),
+            rejected_prediction_tokens=sum(u.rejected_prediction_tokens for u in usages),
         )
 
 

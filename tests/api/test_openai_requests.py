@@ -207,6 +207,16 @@ def test_remote_image_refused_unless_fetched() -> None:
     assert call.request.messages[0].content == [TextPart("what is it"), ImagePart(PNG)]
 
 
+def test_a_prediction_is_read_as_its_text() -> None:
+    assert chat().request.prediction is None
+    assert chat(prediction={"type": "content", "content": "def f(): pass"}).request.prediction == "def f(): pass"
+    parts = [{"type": "text", "text": "def f():"}, {"type": "text", "text": " pass"}]
+    assert chat(prediction={"type": "content", "content": parts}).request.prediction == "def f(): pass"
+    assert chat(prediction={"type": "content", "content": ""}).request.prediction is None
+    assert chat_error(prediction={"type": "audio", "content": "x"}).param == "prediction.type"
+    assert chat_error(prediction={"type": "content", "content": 3}).param == "prediction.content"
+
+
 @pytest.mark.parametrize(
     ("part", "param", "words"),
     [

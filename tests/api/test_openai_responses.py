@@ -77,6 +77,15 @@ def test_chat_completion_body() -> None:
     assert parsed.usage.prompt_tokens == 12 and parsed.usage.completion_tokens == 5
     assert parsed.usage.total_tokens == 17
     assert parsed.usage.prompt_tokens_details.cached_tokens == 8
+    assert parsed.usage.completion_tokens_details is None  # no prediction: no details to give
+
+
+def test_a_predictions_tokens_are_in_the_usage_details() -> None:
+    usage = Usage(prompt_tokens=12, completion_tokens=5, accepted_prediction_tokens=4, rejected_prediction_tokens=2)
+    raw = api.chat_completion_body("r1", "smollm2", 1700000000, ChatResult("Hello!", "stop", usage))
+    details = ChatCompletion.model_validate_json(raw).usage.completion_tokens_details  # type: ignore[union-attr]
+    assert details is not None
+    assert details.accepted_prediction_tokens == 4 and details.rejected_prediction_tokens == 2
 
 
 def test_chat_completion_body_with_tool_calls_and_reasoning() -> None:

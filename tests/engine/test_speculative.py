@@ -89,6 +89,26 @@ def test_image_positions_are_never_drafted() -> None:
     assert d.draft(4, FLAT) == [3]
 
 
+def test_a_predicted_answer_is_guessed_from_its_start_and_never_past_its_end() -> None:
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    d = NgramDrafter(prompt, prediction=[20, 21, 22])
+    assert d.draft(8, FLAT) == [20, 21, 22]  # the answer is guessed to start as predicted
+    d.push(20)
+    assert d.draft(8, FLAT) == [21, 22]  # and to end where the prediction does: no prompt after it
+    assert NgramDrafter(prompt).draft(8, FLAT) == []
+
+
+def test_a_prediction_wins_over_the_prompt() -> None:
+    # "1 2" is followed by 3 in the prompt, by 9 in the prediction: the prediction's guess is drafted
+    prompt = [1, 2, 3, 0, 7, 7, 7, 7, 7, 7]
+    with_prediction, without = NgramDrafter(prompt, prediction=[5, 1, 2, 9]), NgramDrafter(prompt)
+    for d in (with_prediction, without):
+        for token in (8, 1, 2):
+            d.push(token)
+    assert with_prediction.draft(1, FLAT) == [9]
+    assert without.draft(1, FLAT) == [3]
+
+
 def test_nothing_is_drafted_where_verifying_costs_as_much_as_decoding() -> None:
     d = NgramDrafter([1, 2, 3, 4] * 20)  # a long match: guesses that almost always hold
     assert d.draft(8, costs(lambda n: 0.01 * n)) == []
@@ -233,6 +253,39 @@ def test_output_is_the_same_with_and_without_speculation(plain: Engine, spec: En
     assert sum(u.drafted_tokens for u in usage) > 0
     assert all(u.accepted_tokens <= u.drafted_tokens for u in usage)
     assert sum(u.accepted_tokens for u in usage) > 0
+
+
+@drafting_everywhere
+def test_a_prediction_drafts_the_answer_and_counts_what_it_kept(plain: Engine, spec: Engine, tiny_llama: Path) -> None:
+    def request(prediction: str | None) -> ChatRequest:
+        return ChatRequest(
+            model="m",
+            messages=[Message("user", "count on: one two three")],
+            sampling=SamplingParams(max_tokens=40, temperature=0),
+            prediction=prediction,
+        )
+
+    expected = run_all(plain, [request(None)])[0]
+    answer = expected.text
+    assert expected.final.usage.accepted_prediction_tokens == 0  # type: ignore[union-attr]
+    for prediction in (answer, answer[: len(answer) // 2] + " zebra quartz " + answer[len(answer) // 2 :]):
+        got = run_all(spec, [request(prediction)])[0]
+        assert outcome(got) == outcome(expected)  # the model's own answer, whatever was predicted
+        usage = got.final.usage  # type: ignore[union-attr]
+        assert usage.accepted_tokens >= usage.completion_tokens // 2  # most of it came from the prediction
+        assert usage.accepted_prediction_tokens > 0 and usage.rejected_prediction_tokens >= 0
+    # the exact answer predicted: every predicted token kept (the answer may end with an end token)
+    exact = run_all(spec, [request(answer)])[0].final.usage  # type: ignore[union-attr]
+    assert exact.rejected_prediction_tokens == 0
+    # without speculation the prediction drafts nothing, and is still counted
+    counted = run_all(plain, [request(answer)])[0].final.usage  # type: ignore[union-attr]
+    assert counted.drafted_tokens == 0 and counted.accepted_prediction_tokens == exact.accepted_prediction_tokens
+
+
+def test_a_prediction_longer_than_the_context_is_refused(plain: Engine) -> None:
+    request = ChatRequest(model="m", messages=[Message("user", "hi")], prediction="word " * 600)
+    failed = run_all(plain, [request])[0].final
+    assert isinstance(failed, Failed) and failed.error.param == "prediction"
 
 
 @drafting_everywhere

@@ -342,6 +342,41 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
     assert "Paris" in (completion.choices[0].message.content or "")
 
 
+PREDICTED_CODE = """def total(items):
+    return sum(items)
+
+
+def average(items):
+    if not items:
+        return 0
+    return total(items) / len(items)
+"""
+
+
+@pytest.mark.slow
+def test_predicted_outputs_through_the_sdk(live: LiveServer, smollm2: Path) -> None:
+    """OpenAI's Predicted Outputs: the code being edited drafts the answer, which stays the model's own."""
+    client, model = live.openai(), "smollm2-135m-instruct-q4_1"
+    messages = [
+        {"role": "user", "content": f"Copy this code exactly, in one code block:\n\n```python\n{PREDICTED_CODE}```"}
+    ]
+    plain = client.chat.completions.create(model=model, temperature=0, max_tokens=120, messages=messages)  # type: ignore[arg-type]
+    assert plain.usage is not None and plain.usage.completion_tokens_details is None
+    predicted = client.chat.completions.create(
+        model=model,
+        temperature=0,
+        max_tokens=120,
+        messages=messages,  # type: ignore[arg-type]
+        prediction={"type": "content", "content": PREDICTED_CODE},
+    )
+    # (the same answer as without the prediction is the engine tests' to show: here the second request
+    # reuses the first one's cached prompt, whose last token then rounds differently, alone in its batch)
+    assert "def average(items):" in (predicted.choices[0].message.content or "")
+    details = predicted.usage.completion_tokens_details  # type: ignore[union-attr]
+    assert details is not None and details.accepted_prediction_tokens
+    assert details.accepted_prediction_tokens > 20  # the answer holds the code
+
+
 @pytest.mark.slow
 def test_ignore_eos_writes_on_to_max_tokens_on_both_apis(live: LiveServer, smollm2: Path) -> None:
     """llama-server's `ignore_eos` (benchmark tools send it): an answer that ends after a few tokens

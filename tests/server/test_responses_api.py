@@ -107,7 +107,10 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ({"input": [{"content": "no role"}]}, "input[0].role"),
         ({"input": [{"type": "function_call_output", "call_id": "call_1"}]}, "input[0].output"),
         ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]}, "input[0].arguments"),
-        ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0]"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].file_data",
+        ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
             "input[0].content[0].image_url",

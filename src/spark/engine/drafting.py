@@ -31,9 +31,10 @@ class Drafting:
         # how often a draft model's first token held, the prior counted as FIRST_PRIOR_WEIGHT drafts
         self._first_held, self._first_tried = FIRST_PRIOR * FIRST_PRIOR_WEIGHT, FIRST_PRIOR_WEIGHT
 
-    def drafter(self, prompt: list[int]) -> NgramDrafter | None:
-        """The n-gram drafter of a new generation (None when the draft model drafts)."""
-        return NgramDrafter(prompt) if self._model is None else None
+    def drafter(self, prompt: list[int], prediction: list[int] | None = None) -> NgramDrafter | None:
+        """The n-gram drafter of a new generation, guessing from its prompt and its predicted
+        answer if it has one (None when the draft model drafts)."""
+        return NgramDrafter(prompt, prediction) if self._model is None else None
 
     def propose(self, generating: list[Slot], spare: int) -> dict[int, Proposal]:
         """The draft model's guesses for the generating slots that may draft, by slot id; `spare`

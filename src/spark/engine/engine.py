@@ -413,9 +413,10 @@ class Engine:
                 if plan.reasoning_budget is not None and self._think_close
                 else None
             ),
-            drafter=self._drafting.drafter(prompt) if self._drafting else None,
+            drafter=self._drafting.drafter(prompt, job.prediction) if self._drafting else None,
             logprobs=logprobs,
             echo=echo,
+            prediction=job.prediction,
         )
         self._n_active += 1
         try:
@@ -600,6 +601,8 @@ class Engine:
         gen.n_generated += 1
         if gen.drafter is not None:
             gen.drafter.push(token)
+        if gen.prediction is not None:
+            gen.answer.append(token)
         if self._model.is_eog(token):
             self._finish(slot, "stop")
             return

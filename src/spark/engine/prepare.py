@@ -45,6 +45,7 @@ class GenerationJob:
     plan: OutputPlan
     media: PromptMedia | None  # the prompt's images, if it has any
     echo: tuple[str, int] | None = None  # echo: the prompt's text, where its tokens start (after an added BOS)
+    prediction: list[int] | None = None  # the tokens of a chat's predicted answer
 
 
 @dataclass(slots=True, eq=False)
@@ -185,6 +186,18 @@ class Preparer:
         )
         return text, images
 
+    def _prediction(self, request: GenerationRequest) -> list[int] | None:
+        """The tokens of a chat's predicted answer (None without one)."""
+        if not isinstance(request, ChatRequest) or not request.prediction:
+            return None
+        tokens = self._model.tokenize(request.prediction, add_special=False, parse_special=False)
+        if len(tokens) > self._n_ctx:  # no answer can hold it: surely not what the client meant
+            raise InvalidRequest(
+                f"prediction has {len(tokens)} tokens; an answer holds at most {self._n_ctx} in this model's context",
+                param="prediction",
+            )
+        return tokens
+
     def prepare(self, request_id: str, request: Request, emit: Emit) -> Job:
         """The job for `request`; raises a `SparkError` for a request that cannot run here."""
         if isinstance(request, EmbeddingRequest):
@@ -206,11 +219,12 @@ class Preparer:
                 min_tokens=0 if echoed else 1,
             )
             plan = plan_output(request, text, self.think, self.tools) if isinstance(request, ChatRequest) else PLAIN
+            prediction = self._prediction(request)
         except BaseException:
             if media is not None:
                 media.close()
             raise
-        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed)
+        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed, prediction)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not self._embedding:

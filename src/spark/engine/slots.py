@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 
 from spark.engine.echo import PromptEcho
 from spark.engine.logprobs import Logprobs
@@ -44,6 +45,8 @@ class Generation:
     accepted: int = 0  # of which the model confirmed
     logprobs: Logprobs | None = None  # the tokens' log probabilities, when the request asks
     echo: PromptEcho | None = None  # the prompt, sent back before the answer (a completion's echo)
+    prediction: list[int] | None = None  # the predicted answer's tokens (OpenAI's Predicted Outputs)
+    answer: list[int] = field(default_factory=list)  # the answer's tokens, kept with a prediction only
 
     @property
     def prompt_done(self) -> bool:
@@ -55,13 +58,23 @@ class Generation:
             self.emit(event)
 
     def usage(self) -> Usage:
+        kept = 0 if self.prediction is None else predicted_tokens_kept(self.prediction, self.answer)
         return Usage(
             prompt_tokens=len(self.prompt),
             completion_tokens=self.n_generated,
             cached_tokens=self.n_cached,
             drafted_tokens=self.drafted,
             accepted_tokens=self.accepted,
+            accepted_prediction_tokens=kept,
+            rejected_prediction_tokens=0 if self.prediction is None else len(self.prediction) - kept,
         )
+
+
+def predicted_tokens_kept(prediction: Sequence[int], answer: Sequence[int]) -> int:
+    """How many of the prediction's tokens the answer holds in the same order (the matching blocks
+    of a diff: what an edit kept of the text it was predicted to repeat)."""
+    matcher = SequenceMatcher(None, prediction, answer, autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks())
 
 
 @dataclass(slots=True, eq=False)

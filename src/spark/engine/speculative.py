@@ -47,6 +47,7 @@ from spark.engine.vision import IMAGE_TOKEN
 # n-gram sizes looked up, longest first: a longer match predicts better.
 NGRAM_SIZES = (6, 4, 3, 2)
 MAX_DRAFT = 16  # most tokens one slot drafts in one step
+SEPARATOR = -2  # between a predicted answer and the prompt in the history: neither a token nor an image
 # How often a drafted token is confirmed, by how many tokens before it repeat the earlier text (the
 # match length, from 2): buckets start at these lengths, with the rate assumed before any is measured.
 MATCH_BUCKETS = (2, 3, 4, 6, 10, 20)
@@ -138,15 +139,18 @@ class NgramDrafter:
     `push` every output token, `draft` before a step, and `verified` after it.
     """
 
-    def __init__(self, prompt: Sequence[int]) -> None:
-        self._tokens = list(prompt)
-        t = self._tokens
+    def __init__(self, prompt: Sequence[int], prediction: Sequence[int] | None = None) -> None:
+        # A predicted answer goes first, after the prompt's last tokens (so that the answer's start
+        # is guessed to be the prediction's) and before a separator that no token matches.
+        lead = [*prompt[-NGRAM_SIZES[0] :], *prediction, SEPARATOR] if prediction else []
+        self._tokens = [*lead, *prompt]
         # index[n][ngram] = the position right after the latest occurrence of `ngram` that has a
         # successor; the history's own last n-gram is not indexed until its successor arrives.
+        # The prediction's n-grams win over the prompt's: it is what the answer is expected to be.
         self._index: dict[int, dict[tuple[int, ...], int]] = {}
         for n in NGRAM_SIZES:
-            ngrams = zip(*(t[i:] for i in range(n)), strict=False)  # each n-gram, by where it starts
-            self._index[n] = dict(zip(ngrams, range(n, len(t)), strict=False))  # later ones overwrite earlier
+            index = self._index[n] = _ngram_ends(self._tokens, n)
+            index.update(_ngram_ends(lead, n))
         # confirmed and drafted tokens by match bucket, the prior included
         self._confirmed = [rate * PRIOR_WEIGHT for rate in PRIOR_RATES]
         self._tried = [PRIOR_WEIGHT] * len(PRIOR_RATES)
@@ -176,8 +180,10 @@ class NgramDrafter:
         period = len(t) - start
         while len(guess) < best:  # a match close to the end repeats: the guess goes on repeating
             guess.append(guess[len(guess) - period])
-        if IMAGE_TOKEN in guess:  # an image position is no token to draft
-            guess = guess[: guess.index(IMAGE_TOKEN)]
+        for i, token in enumerate(guess):
+            if token in (IMAGE_TOKEN, SEPARATOR):  # an image position, or past a prediction's end
+                guess = guess[:i]
+                break
         self._match = match
         return guess
 
@@ -206,6 +212,12 @@ class NgramDrafter:
                     match += 1
                 return start, match
         return None
+
+
+def _ngram_ends(tokens: list[int], n: int) -> dict[tuple[int, ...], int]:
+    """Each n-gram of `tokens` that has a successor, and the position right after its latest occurrence."""
+    ngrams = zip(*(tokens[i:] for i in range(n)), strict=False)  # each n-gram, by where it starts
+    return dict(zip(ngrams, range(n, len(tokens)), strict=False))  # later ones overwrite earlier
 
 
 def _bucket(match: int) -> int:

@@ -170,6 +170,9 @@ class RequestRecorder:
                 if usage.drafted_tokens
                 else {}
             )
+            if usage.accepted_prediction_tokens or usage.rejected_prediction_tokens:
+                drafts["prediction_tokens_kept"] = usage.accepted_prediction_tokens
+                drafts["prediction_tokens_dropped"] = usage.rejected_prediction_tokens
             self.trace.step(
                 name, finish_reason=event.finish_reason, completion_tokens=usage.completion_tokens, **drafts, **which
             )

@@ -199,6 +199,13 @@ class ReasoningOption(msgspec.Struct, frozen=True):
     effort: Effort | None = None
 
 
+class Prediction(msgspec.Struct, frozen=True):
+    """Predicted Outputs: text the answer is expected to repeat (e.g. the code being edited)."""
+
+    type: Literal["content"]
+    content: str | list[TextContent]
+
+
 class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: PositiveInt | None = None
@@ -217,6 +224,7 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     modalities: list[str] | None = None
     functions: list[Any] | None = None
     function_call: Any = None
+    prediction: Prediction | None = None
 
 
 TokenArrays = list[str | int | list[int]]
@@ -319,8 +327,16 @@ def parse_chat(
         response_format=_response_format(wire.response_format),
         reasoning=_reasoning(wire),
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
+        prediction=_prediction(wire.prediction),
     )
     return ChatCall(request, _include_usage(wire), n)
+
+
+def _prediction(wire: Prediction | None) -> str | None:
+    if wire is None:
+        return None
+    text = wire.content if isinstance(wire.content, str) else "".join(part.text for part in wire.content)
+    return text or None
 
 
 def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> CompletionCall:

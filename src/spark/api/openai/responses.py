@@ -37,11 +37,17 @@ class _PromptDetails(msgspec.Struct, frozen=True):
     cached_tokens: int
 
 
-class _Usage(msgspec.Struct, frozen=True):
+class _CompletionDetails(msgspec.Struct, frozen=True):
+    accepted_prediction_tokens: int
+    rejected_prediction_tokens: int
+
+
+class _Usage(msgspec.Struct, frozen=True, omit_defaults=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: _PromptDetails
+    completion_tokens_details: _CompletionDetails | None = None  # with a prediction
 
 
 class _EmbeddingUsage(msgspec.Struct, frozen=True):
@@ -50,7 +56,14 @@ class _EmbeddingUsage(msgspec.Struct, frozen=True):
 
 
 def _usage(usage: Usage) -> _Usage:
-    return _Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, _PromptDetails(usage.cached_tokens))
+    predicted = usage.accepted_prediction_tokens + usage.rejected_prediction_tokens
+    return _Usage(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.total_tokens,
+        _PromptDetails(usage.cached_tokens),
+        _CompletionDetails(usage.accepted_prediction_tokens, usage.rejected_prediction_tokens) if predicted else None,
+    )
 
 
 class _OutFunction(msgspec.Struct, frozen=True, omit_defaults=True):
