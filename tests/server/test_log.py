@@ -136,6 +136,18 @@ def test_speculative_decoding_shows_drafted_and_accepted_tokens(live: LiveServer
     assert 0 < accepted <= drafted
 
 
+def test_a_predictions_kept_and_dropped_tokens_are_logged(live: LiveServer, models: dict[str, str]) -> None:
+    body = {"model": models["chat"], "messages": CHAT, "max_tokens": 12, "temperature": 0}
+    answer = live.http().post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    predicted = {**body, "prediction": {"type": "content", "content": answer + " and more words"}}
+    response = live.http().post("/v1/chat/completions", json=predicted)
+    details = response.json()["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] > 0 and details["rejected_prediction_tokens"] > 0
+    finished = next(s for s in logged_request(live, response).timeline if s.name == steps.FINISHED)
+    assert finished.details["prediction_tokens_kept"] == details["accepted_prediction_tokens"]
+    assert finished.details["prediction_tokens_dropped"] == details["rejected_prediction_tokens"]
+
+
 def test_streams_record_their_output(live: LiveServer, models: dict[str, str]) -> None:
     text = []
     with (
