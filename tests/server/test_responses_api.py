@@ -35,6 +35,24 @@ def test_response_object(live: LiveServer, models: Models) -> None:
     assert response.tool_choice == "auto" and response.tools == [] and response.store is False
 
 
+def test_input_tokens_counts_what_a_response_reads(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    asked = {
+        "model": models.chat,
+        "instructions": "You count.",
+        "input": [{"role": "user", "content": "one two three"}, {"role": "assistant", "content": "four"}],
+    }
+    counted = client.responses.input_tokens.count(**asked)  # type: ignore[arg-type]
+    assert counted.object == "response.input_tokens"
+    response = client.responses.create(max_output_tokens=2, **asked)  # type: ignore[arg-type]
+    assert response.usage is not None and counted.input_tokens == response.usage.input_tokens > 5
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_tokens.count(model="no-such-model", input="hi")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.input_tokens.count(model=models.chat, input="hi", previous_response_id="resp_1")
+    assert refused.value.param == "previous_response_id"  # type: ignore[attr-defined]
+
+
 def test_stream_events_build_the_same_response(live: LiveServer, models: Models) -> None:
     client = live.openai()
     ask: Any = {"model": models.chat, "input": [{"role": "user", "content": "hi"}], "max_output_tokens": 8}

@@ -5,6 +5,7 @@ Routes served with these functions:
 - `GET /v1/models`, `GET /v1/models/{id}`: `model_list_body`, `model_body`
 - `POST /v1/chat/completions`: `parse_chat`, then `chat_completion_body` or `ChatStream`
 - `POST /v1/responses`: `parse_responses`, then `response_body` or `ResponseStream`
+- `POST /v1/responses/input_tokens`: `parse_responses`, then `input_tokens_body`
 - `POST /v1/completions`: `parse_completion`, then `completion_body` or `CompletionStream`
 - `POST /v1/embeddings`: `parse_embeddings`, then `embeddings_body`
 - any error: `error_body`
@@ -37,6 +38,7 @@ from spark.api.openai.responses_api import (
     Echo,
     ResponsesCall,
     ResponseStream,
+    input_tokens_body,
     parse_responses,
     response_body,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "completion_body",
     "embeddings_body",
     "error_body",
+    "input_tokens_body",
     "model_body",
     "model_list_body",
     "parse_chat",

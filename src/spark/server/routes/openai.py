@@ -1,4 +1,5 @@
-"""OpenAI's API: `POST /v1/chat/completions`, `/v1/responses`, `/v1/completions`, `/v1/embeddings`.
+"""OpenAI's API: `POST /v1/chat/completions`, `/v1/responses`, `/v1/responses/input_tokens`,
+`/v1/completions`, `/v1/embeddings`.
 
 Bodies are decoded from raw bytes by `spark.api.openai`; errors are answered
 by the server's exception handlers (spark.server.errors).
@@ -22,13 +23,21 @@ from spark.api.openai import (
     chat_completion_body,
     completion_body,
     embeddings_body,
+    input_tokens_body,
     parse_chat,
     parse_completion,
     parse_embeddings,
     parse_responses,
     response_body,
 )
-from spark.server.generation import run_chat, run_choices, run_embeddings, stream_choices, stream_response
+from spark.server.generation import (
+    count_tokens,
+    run_chat,
+    run_choices,
+    run_embeddings,
+    stream_choices,
+    stream_response,
+)
 from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
@@ -70,6 +79,16 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
         return routed
     result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
     return json_response(response_body(request_id, generation.model, created, result, echo))
+
+
+@post("/responses/input_tokens", status_code=200)
+async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+    """How many tokens a Responses request's input makes for its model (as Anthropic's count_tokens)."""
+    state = state_of(request)
+    call = await parse_with_images(state.settings, parse_responses, await request.body())
+    if (routed := await routed_response(request, call.request)) is not None:
+        return routed
+    return json_response(input_tokens_body(await count_tokens(state, call.request, recorder_of(request.scope))))
 
 
 @post("/completions", status_code=200)
@@ -133,4 +152,4 @@ async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 
 
-OPENAI_ROUTES = [chat_completions, responses, completions, embeddings]
+OPENAI_ROUTES = [chat_completions, responses, responses_input_tokens, completions, embeddings]

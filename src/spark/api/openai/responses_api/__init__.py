@@ -13,7 +13,7 @@ says so, and nothing is stored (`store` reads back false).
 echoes); `objects` writes the response object and the stream's events.
 """
 
-from spark.api.openai.responses_api.objects import ResponseStream, response_body
+from spark.api.openai.responses_api.objects import ResponseStream, input_tokens_body, response_body
 from spark.api.openai.responses_api.requests import Echo, ResponsesCall, parse_responses
 
-__all__ = ["Echo", "ResponseStream", "ResponsesCall", "parse_responses", "response_body"]
+__all__ = ["Echo", "ResponseStream", "ResponsesCall", "input_tokens_body", "parse_responses", "response_body"]

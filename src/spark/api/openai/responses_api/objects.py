@@ -148,6 +148,16 @@ def _ending(finish_reason: str) -> tuple[str, _Incomplete | None]:
     return "completed", None
 
 
+class _InputTokens(msgspec.Struct, frozen=True):
+    input_tokens: int
+    object: str = "response.input_tokens"
+
+
+def input_tokens_body(input_tokens: int) -> bytes:
+    """`{"object": "response.input_tokens", "input_tokens": n}` for `POST /v1/responses/input_tokens`."""
+    return msgspec.json.encode(_InputTokens(input_tokens))
+
+
 def response_body(request_id: str, model: str, created: int, result: ChatResult, echo: Echo) -> bytes:
     """The `response` JSON body for a finished, non-streamed request."""
     status, incomplete = _ending(result.finish_reason)
