@@ -85,7 +85,12 @@ def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
     method, path = request.method, request.scope["path"]
     error: SparkError
     if exc.status_code == HTTP_404_NOT_FOUND:
-        error = RouteNotFound(f"There is no route {method} {path} on this server (the APIs are under /v1).")
+        where = (
+            "docs/compatibility.md lists the routes Spark serves"
+            if path.startswith("/v1/")
+            else "the OpenAI and Anthropic APIs are under /v1"
+        )
+        error = RouteNotFound(f"There is no route {method} {path} on this server ({where}).")
     elif exc.status_code == HTTP_405_METHOD_NOT_ALLOWED:
         error = MethodNotAllowed(f"{path} does not accept {method} requests.")
     elif exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
