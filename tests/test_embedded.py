@@ -42,6 +42,10 @@ def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert
     assert echoed.text.startswith("Once upon a time") and echoed.logprobs is not None
     assert echoed.logprobs[0].logprob is None  # the prompt's first token: nothing precedes it
 
+    predicted = sp.chat(chat_model, "hi", max_tokens=5, seed=3, prediction=result.text + " and more")
+    assert predicted.text == result.text  # the model's own answer, drafted from the prediction
+    assert predicted.usage.accepted_prediction_tokens > 0 and predicted.usage.rejected_prediction_tokens > 0
+
     emb = sp.embed(embed_model, ["hello world", "the cat"], dimensions=8)
     assert len(emb.vectors) == 2 and all(len(v) == 8 for v in emb.vectors)
     assert all(math.isclose(math.fsum(x * x for x in v), 1.0, rel_tol=1e-4) for v in emb.vectors)

@@ -126,16 +126,26 @@ class Spark:
             if isinstance(event, TextDelta):
                 yield event.text
 
-    def chat(self, model: str, messages: MessagesLike, *, logprobs: int | None = None, **sampling: Any) -> ChatResult:
+    def chat(
+        self,
+        model: str,
+        messages: MessagesLike,
+        *,
+        logprobs: int | None = None,
+        prediction: str | None = None,
+        **sampling: Any,
+    ) -> ChatResult:
         """One chat turn: `messages` is a prompt string or a list of messages.
 
         `logprobs` (0 to 20): the result's `logprobs` holds each answer token's log probability
-        with that many likeliest alternatives."""
+        with that many likeliest alternatives. `prediction`: text the answer is expected to repeat
+        mostly (the code being edited), drafted from; the usage counts how much of it was kept."""
         request = ChatRequest(
             model=model,
             messages=to_messages(messages),
             sampling=to_sampling(sampling),
             logprobs=_checked_logprobs(logprobs),
+            prediction=prediction or None,
         )
         return collect_chat(self.events(request))
 
