@@ -15,6 +15,7 @@ from server.helpers import LiveServer
 from spark.library import Library
 from spark.server.console.playground import CONSOLE_KEY_NAME, ConsoleKey
 from spark.store.keys import KeyTable
+from tiny_pdf import make_pdf
 
 SMOLLM2 = "smollm2-135m-instruct-q4_1"
 HOSTILE = "<script>window.pwned = 1</script>"
@@ -134,6 +135,30 @@ def test_an_image_goes_with_the_message_to_a_model_with_a_projector(page: Any, c
     page.goto(f"{console.url}/playground")
     page.get_by_label("Model", exact=True).select_option("tiny-chat")
     assert page.locator("#pg-image-box").is_hidden()
+
+
+@pytest.mark.slow  # SmolLM2 answers
+def test_a_document_goes_with_the_message_and_stays_in_the_conversation(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(SMOLLM2)
+    page.get_by_label("Max tokens").fill("30")
+    document = page.get_by_label("Document (PDF or text file; the model reads its text)")
+    scanned = {"name": "scan.pdf", "mimeType": "application/pdf", "buffer": make_pdf("")}
+    document.set_input_files(files=[scanned])
+    page.get_by_label("Message").fill("What does it say?")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function("() => document.getElementById('pg-error').textContent.includes('no text layer')")
+    assert document.evaluate("input => input.files.length") == 1  # kept, to send again or replace
+
+    notes = make_pdf("Team meeting notes", "The next meeting is in Lisbon on Friday.")
+    document.set_input_files(files=[{"name": "notes.pdf", "mimeType": "application/pdf", "buffer": notes}])
+    assert "Lisbon" in _chat(page, "Where is the next meeting?")
+    assert page.locator(".turn.question .text").last.inner_text().endswith("[notes.pdf]")
+    assert document.evaluate("input => input.files.length") == 0  # sent once, held by the conversation
+    page.locator("#pg-request-link").click()
+    page.wait_for_url(f"{console.url}/requests/**")
+    asked = page.locator(".content .turn").all_inner_texts()
+    assert any("notes.pdf" in t and "Lisbon on Friday" in t and "Where is the next meeting?" in t for t in asked)
 
 
 def test_the_chat_route_needs_a_session_and_the_csrf_token(console: LiveServer) -> None:

@@ -43,18 +43,28 @@
 
   function newChat() {
     history = [];
+    $("pg-document").value = "";
     log.replaceChildren();
     showError("");
   }
   $("pg-clear").addEventListener("click", newChat);
 
-  function readImage(file) {
+  function dataURL(file) {
     return new Promise((resolve, reject) => {
       const reader = new FileReader();
       reader.onload = () => resolve(reader.result);
-      reader.onerror = () => reject(new Error("could not read the image file"));
+      reader.onerror = () => reject(new Error("could not read " + file.name));
       reader.readAsDataURL(file);
     });
+  }
+
+  // A PDF goes as an OpenAI file part (the server reads its text); any other file is read here as text.
+  async function documentPart(file) {
+    if (file.type === "application/pdf" || file.name.toLowerCase().endsWith(".pdf")) {
+      const data = (await dataURL(file)).split(",")[1];  // the browser may not know the type: say it
+      return { type: "file", file: { filename: file.name, file_data: "data:application/pdf;base64," + data } };
+    }
+    return { type: "text", text: file.name + "\n" + (await file.text()) };
   }
 
   function number(name) {
@@ -63,11 +73,12 @@
   }
 
   async function body(text) {
-    const image = $("pg-image");
-    let content = text;
+    const image = $("pg-image"), documentFile = $("pg-document").files[0];
+    const parts = documentFile ? [await documentPart(documentFile), { type: "text", text }] : [{ type: "text", text }];
     if (!$("pg-image-box").hidden && image.files.length) {
-      content = [{ type: "text", text }, { type: "image_url", image_url: { url: await readImage(image.files[0]) } }];
+      parts.push({ type: "image_url", image_url: { url: await dataURL(image.files[0]) } });
     }
+    const content = parts.length > 1 ? parts : text;
     const messages = [];
     const system = $("pg-system").value.trim();
     if (system) messages.push({ role: "system", content: system });
@@ -90,7 +101,7 @@
       }
       request.response_format = { type: "json_schema", json_schema: { name: "playground", schema } };
     }
-    return { request, user };
+    return { request, user, attached: documentFile ? documentFile.name : null };
   }
 
   function setStat(id, text) { $(id).textContent = text; }
@@ -107,7 +118,7 @@
       showError(e.message);
       return;
     }
-    turn("user", text);
+    turn("user", call.attached ? text + "\n[" + call.attached + "]" : text);
     const answerBox = turn("assistant", "");
     const answer = answerBox.querySelector(".text");
     answerBox.setAttribute("aria-busy", "true");
@@ -183,6 +194,7 @@
         }
       }
       history.push(call.user, { role: "assistant", content: output });
+      if (call.attached) $("pg-document").value = "";  // the conversation holds it from now on
       showStats(sent, first, performance.now(), usage);
     } catch (e) {
       if (e.name === "AbortError") {
