@@ -55,6 +55,14 @@ def test_a_pdf_over_the_page_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -
     assert "has 3 pages" in refusal(pdf_text, make_pdf("a", "b", "c"), "p").message
 
 
+def test_reading_stops_past_any_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(documents, "MAX_TEXT_CHARS", 20)
+    assert pdf_text(make_pdf("short", "text"), "p") == "short\n\ntext"
+    assert (
+        "more than 20 characters" in refusal(pdf_text, make_pdf("a page of more than twenty characters"), "p").message
+    )
+
+
 def test_text_files_are_utf8() -> None:
     assert document_text("\ufeffnaïve café".encode(), "text/markdown", "p") == "naïve café"
     assert "not UTF-8" in refusal(document_text, b"\xff\xfe\x00", "text/plain", "p").message

@@ -18,6 +18,7 @@ from spark.errors import InvalidRequest
 from spark.types import TextPart
 
 MAX_PDF_PAGES = 100  # Anthropic's own limit per document
+MAX_TEXT_CHARS = 4_000_000  # about a million tokens: more than any model's context, so reading stops there
 PDF_MAGIC = b"%PDF-"
 
 
@@ -69,7 +70,16 @@ def pdf_text(data: bytes, param: str) -> str:
                 f"'{param}': the PDF has {len(pages)} pages; this server reads at most {MAX_PDF_PAGES} per document.",
                 param=param,
             )
-        texts = [page.extract_text().strip() for page in pages]
+        texts, size = [], 0
+        for page in pages:
+            texts.append(page.extract_text().strip())
+            size += len(texts[-1])
+            if size > MAX_TEXT_CHARS:
+                raise InvalidRequest(
+                    f"'{param}': the PDF holds more than {MAX_TEXT_CHARS:,} characters of text, more than "
+                    "a model's context holds.",
+                    param=param,
+                )
     except InvalidRequest:
         raise
     except Exception as e:  # pypdf raises many kinds on malformed files: every one is bad input here
