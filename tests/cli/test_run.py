@@ -13,6 +13,7 @@ import pytest
 
 from spark.library import Library
 from spark.settings import load_settings
+from tiny_pdf import make_pdf
 
 
 def spark_cmd(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -40,6 +41,17 @@ def test_prompt_from_stdin(tiny_model: str) -> None:
     assert out.stdout.strip(), "an answer was printed"
     again = spark_cmd("run", tiny_model, "--max-tokens", "5", "--seed", "1", input="hello there\n")
     assert again.stdout == out.stdout, "same seed, same answer"
+
+
+def test_a_piped_pdf_is_read_as_its_text(smollm2: Path) -> None:
+    notes = make_pdf("Team meeting notes", "The next meeting is in Lisbon on Friday.")
+    run = [sys.executable, "-m", "spark", "run", "smollm2-135m-instruct-q4_1", "Where is the next meeting?"]
+    out = subprocess.run(run, input=notes, capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert b"Lisbon" in out.stdout
+    scanned = subprocess.run(run, input=make_pdf(""), capture_output=True, timeout=120)
+    assert scanned.returncode == 1 and b"'standard input': the PDF has no text layer" in scanned.stderr
+    assert b"Traceback" not in scanned.stderr
 
 
 def test_unknown_model_is_one_clear_line() -> None:

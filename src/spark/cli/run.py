@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from spark.api.documents import PDF_MAGIC, pdf_text
 from spark.embedded import Spark, to_sampling
 from spark.errors import ModelNotFound, SparkError
 from spark.settings import load_settings
@@ -217,7 +218,7 @@ def _show_event(event: Any, sink: Callable[[str], None]) -> Done | None:
 
 def run(
     model: str = typer.Argument(..., help="Model id (see `spark ls`)."),
-    prompt: list[str] = typer.Argument(None, help="Prompt; without one (and no piped input) a chat opens."),
+    prompt: list[str] = typer.Argument(None, help="Prompt; piped input (text, or a PDF's text) follows it; without either a chat opens."),
     system: str = typer.Option(None, "--system", help="System message."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature."),
     seed: int = typer.Option(None, "--seed", help="Random seed (same seed, same answer)."),
@@ -229,7 +230,7 @@ def run(
     console = Console(stderr=True)
     text = " ".join(prompt or [])
     if not sys.stdin.isatty():
-        piped = sys.stdin.read()
+        piped = _piped_text(sys.stdin.buffer.read())
         text = f"{text}\n\n{piped}".strip() if text else piped.strip()
     options = {
         k: v for k, v in (("temperature", temperature), ("seed", seed), ("max_tokens", max_tokens)) if v is not None
@@ -250,6 +251,13 @@ def run(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _enable_history(settings.data_dir / "history")
         repl.loop()
+
+
+def _piped_text(data: bytes) -> str:
+    """What was piped in: a PDF's text (`spark run MODEL "Summarise" < report.pdf`), else UTF-8 text."""
+    if data.startswith(PDF_MAGIC):
+        return pdf_text(data, "standard input")
+    return data.decode("utf-8", errors="replace")
 
 
 def _enable_history(path: os.PathLike[str]) -> None:
