@@ -58,6 +58,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "settings",
         "trace",
         "collect",
+        "api",  # pure translation, as the TUI uses it: `spark run` reads a piped PDF with api.documents
         "embedded",
         "library",
         "placement",

@@ -38,10 +38,12 @@ def vision_model(console: LiveServer, tiny_llama: Path, tiny_mmproj: Path) -> No
 
 def _chat(page: Any, prompt: str) -> str:
     """Send `prompt` and wait for the answer; returns the answer's text."""
+    answers = page.locator(".turn.answer").count()  # a new one must come: an earlier request's link proves nothing
     page.get_by_label("Message").fill(prompt)
     page.get_by_role("button", name="Send").click()
     page.wait_for_function(
-        "() => document.getElementById('pg-submit').disabled === false && "
+        f"() => document.querySelectorAll('.turn.answer').length > {answers} && "
+        "document.getElementById('pg-submit').disabled === false && "
         "document.getElementById('pg-request-link') !== null",
         timeout=120_000,
     )
