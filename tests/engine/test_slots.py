@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from spark.engine.slots import Slot, common_prefix, pick_slot
+import time
+
+from spark.engine.slots import Slot, common_prefix, pick_slot, predicted_tokens_kept
 
 
 def test_common_prefix() -> None:
@@ -46,3 +48,20 @@ def test_least_recently_used_slot_otherwise() -> None:
     old = Slot(0, [1, 2], last_used=1.0)
     new = Slot(1, [3, 4], last_used=2.0)
     assert pick_slot([new, old], [9]) == (old, 0)
+
+
+def test_a_prediction_counts_the_tokens_the_answer_kept_in_order() -> None:
+    prediction = [1, 2, 3, 4, 5, 6, 7, 8]
+    assert predicted_tokens_kept(prediction, prediction) == 8
+    assert predicted_tokens_kept(prediction, [1, 2, 3, 9, 9, 6, 7, 8, 10]) == 6  # 4 and 5 edited away
+    assert predicted_tokens_kept(prediction, [8, 7, 6]) == 1  # reversed: one token in order
+    assert predicted_tokens_kept(prediction, []) == 0
+
+
+def test_counting_a_prediction_stays_quick_where_tokens_repeat_everywhere() -> None:
+    # a diff of such sequences takes seconds done exactly: the engine's loop would stall meanwhile
+    repeating = [1, 2, 3] * 1365
+    started = time.perf_counter()
+    kept = predicted_tokens_kept(repeating, [*repeating[:2000], 9, *repeating[2000:]])
+    assert time.perf_counter() - started < 0.5
+    assert 0 < kept <= len(repeating)  # approximate here: the price of the speed

@@ -218,7 +218,9 @@ def _show_event(event: Any, sink: Callable[[str], None]) -> Done | None:
 
 def run(
     model: str = typer.Argument(..., help="Model id (see `spark ls`)."),
-    prompt: list[str] = typer.Argument(None, help="Prompt; piped input (text, or a PDF's text) follows it; without either a chat opens."),
+    prompt: list[str] = typer.Argument(
+        None, help="Prompt; piped input (text, or a PDF's text) follows it; without either a chat opens."
+    ),
     system: str = typer.Option(None, "--system", help="System message."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature."),
     seed: int = typer.Option(None, "--seed", help="Random seed (same seed, same answer)."),
