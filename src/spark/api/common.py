@@ -207,13 +207,20 @@ def image_from_base64(data: str, media_type: str, param: str) -> ImagePart:
     return ImagePart(data=decode_base64(data, param), media_type=media_type)
 
 
+def split_data_url(url: str, param: str, example: str) -> tuple[str, str]:
+    """The media type and the base64 payload of a `data:<type>;base64,<payload>` URL; any other
+    form is refused, the message showing `example` (e.g. "image/png")."""
+    header, comma, payload = url.partition(",")
+    media_type, *attrs = header.removeprefix("data:").split(";")
+    if not comma or not attrs or attrs[-1] != "base64":
+        raise InvalidRequest(f"'{param}' must be a base64 data URL (data:{example};base64,...).", param=param)
+    return media_type, payload
+
+
 def image_from_url(url: str, param: str, fetch_image: ImageFetcher | None) -> ImagePart:
     """An image from a `data:image/...;base64,` URL, or a remote one through `fetch_image`."""
     if url.startswith("data:"):
-        header, comma, payload = url.partition(",")
-        media_type, *attrs = header.removeprefix("data:").split(";")
-        if not comma or not attrs or attrs[-1] != "base64":
-            raise InvalidRequest(f"'{param}' must be a base64 data URL (data:image/png;base64,...).", param=param)
+        media_type, payload = split_data_url(url, param, "image/png")
         if not media_type.startswith("image/"):
             raise InvalidRequest(
                 f"'{param}' has media type '{media_type or '(none)'}'; expected an image/* type.",

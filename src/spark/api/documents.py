@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import logging
 
-from spark.api.common import decode_base64
+from spark.api.common import decode_base64, split_data_url
 from spark.errors import InvalidRequest
 from spark.types import TextPart
 
@@ -46,10 +46,7 @@ def document_from_data(file_data: str, param: str) -> str:
         if not data.startswith(PDF_MAGIC):
             raise InvalidRequest(f"'{param}' must be a base64 data URL (data:application/pdf;base64,...).", param=param)
         return pdf_text(data, param)
-    header, comma, payload = file_data.partition(",")
-    media_type, *attrs = header.removeprefix("data:").split(";")
-    if not comma or not attrs or attrs[-1] != "base64":
-        raise InvalidRequest(f"'{param}' must be a base64 data URL (data:application/pdf;base64,...).", param=param)
+    media_type, payload = split_data_url(file_data, param, "application/pdf")
     return document_text(decode_base64(payload, param), media_type.strip().lower(), param)
 
 
