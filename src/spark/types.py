@@ -142,6 +142,12 @@ class Reasoning(msgspec.Struct, frozen=True, omit_defaults=True):
     budget_tokens: int | None = None
 
 
+def template_thinks(template: str | None) -> bool:
+    """Whether a chat template is a thinking model's: it writes the tags (Qwen3, DeepSeek-R1), takes
+    `enable_thinking`, or renders earlier turns' `reasoning_content`."""
+    return bool(template) and any(s in template for s in ("<think>", "enable_thinking", "reasoning_content"))  # type: ignore[operator]
+
+
 class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     """One chat turn to generate, from any front end."""
 

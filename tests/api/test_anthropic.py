@@ -202,6 +202,7 @@ def test_prefill_and_redacted_thinking() -> None:
     ("thinking", "effort", "expected"),
     [
         ({"type": "disabled"}, None, Reasoning(enabled=False)),
+        ({"type": "between_tools"}, "low", Reasoning(enabled=False)),  # Claude's notes between calls: none here
         ({"type": "adaptive"}, None, Reasoning()),
         ({"type": "adaptive"}, "high", Reasoning(effort="high")),
         (None, "low", Reasoning(effort="low")),
@@ -507,6 +508,25 @@ def test_model_bodies() -> None:
     assert info.id == "smollm2" and info.created_at.timestamp() == 1700000000
     assert ModelInfo.model_validate_json(api.model_body(entries[1])).id == "bert"
     assert json.loads(api.model_list_body([]))["data"] == []
+
+
+def test_a_model_says_its_context_window_and_what_it_can_read() -> None:
+    thinker = ModelEntry("qwen", 1, info={"context_window": 8192, "thinking": True, "vision": True})
+    info = ModelInfo.model_validate_json(api.model_body(thinker))
+    assert (info.max_input_tokens, info.max_tokens) == (8192, 8192)  # a prompt and its answer share it
+    caps = info.capabilities
+    assert caps is not None
+    assert caps.image_input.supported and caps.pdf_input.supported and caps.structured_outputs.supported
+    assert caps.thinking.supported and caps.thinking.types.enabled.supported and caps.effort.high.supported
+    assert not (caps.batch.supported or caps.citations.supported or caps.server_tools.web_search.supported)
+    plain = ModelInfo.model_validate_json(api.model_body(ModelEntry("smol", 1, info={"context_window": 512})))
+    assert plain.capabilities is not None and not plain.capabilities.thinking.supported
+    assert plain.capabilities.thinking.types.disabled.supported and not plain.capabilities.image_input.supported
+    # every key Anthropic lists is there (its SDK would fill a missing one with None)
+    assert None not in plain.capabilities.model_dump(exclude={"effort": {"xhigh"}}).values()
+    # a fleet node's model is known by its id alone
+    remote = ModelInfo.model_validate_json(api.model_body(ModelEntry("far", 0, info={"nodes": ["gpu-box"]})))
+    assert (remote.max_input_tokens, remote.capabilities) == (None, None)
 
 
 # --- streams ----------------------------------------------------------------------------

@@ -96,6 +96,9 @@ def test_models_in_anthropic_shape(live: LiveServer, models: Models) -> None:
     assert models.chat in ids and models.embed in ids
     one = client.models.retrieve(models.chat)
     assert one.type == "model" and one.display_name == models.chat
+    assert one.max_input_tokens == one.max_tokens == 512  # the tiny model's training context caps the window
+    assert one.capabilities is not None and one.capabilities.pdf_input.supported
+    assert not one.capabilities.thinking.supported and not one.capabilities.image_input.supported
     with pytest.raises(anthropic.NotFoundError) as e:
         client.models.retrieve("no-such-model")
     assert e.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]

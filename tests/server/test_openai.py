@@ -15,6 +15,7 @@ from server.helpers import LiveServer, Models, live_server, openai_error, server
 from spark.engine.native import Model
 from spark.library import Library
 from spark.library.bundled import BUNDLED_SETTINGS
+from tiny_gguf import SLOW_CONTEXT
 
 CHAT = [{"role": "user", "content": "hi"}]
 
@@ -27,6 +28,8 @@ def test_models_list_and_get(live: LiveServer, models: Models) -> None:
     assert model.object == "model" and model.owned_by == "spark"
     extra = model.model_extra or {}
     assert extra["spark"]["architecture"] == "llama" and extra["spark"]["context_length"] == 512
+    assert extra["spark"]["context_window"] == 512 and extra["spark"]["thinking"] is False
+    assert listed[models.slow].model_extra["spark"]["context_window"] == SLOW_CONTEXT  # type: ignore[index]  # its own
     assert listed[models.embed].model_extra["spark"]["embedding"] is True  # type: ignore[index]
 
     one = client.models.retrieve(models.chat.upper())  # ids are case-insensitive

@@ -14,6 +14,7 @@ from typing import Literal
 
 from spark.engine.grammar import Rules, char_class, literal
 from spark.engine.text import partial_marker
+from spark.types import template_thinks
 
 Part = tuple[Literal["reasoning", "content"], str]
 
@@ -35,14 +36,8 @@ class ThinkSyntax:
 
 
 def think_syntax(template: str | None) -> ThinkSyntax | None:
-    """The thinking syntax of a chat template, or None for a model that does not think.
-
-    Templates of thinking models either write the tags (Qwen3, DeepSeek-R1),
-    take `enable_thinking`, or render earlier turns' `reasoning_content`.
-    """
-    if template and any(s in template for s in ("<think>", "enable_thinking", "reasoning_content")):
-        return ThinkSyntax()
-    return None
+    """The thinking syntax of a chat template, or None for a model that does not think."""
+    return ThinkSyntax() if template_thinks(template) else None
 
 
 class ThinkSplitter:

@@ -18,10 +18,6 @@ _PLACEMENT_FIELDS = ("n_gpu_layers", "main_gpu", "tensor_split")  # set by the p
 def load_options(entry: ModelEntry, settings: Settings, draft: ModelEntry | None = None) -> LoadOptions:
     """How to load `entry`: its own settings first, then the server's, capped at its training context;
     `draft` is its draft model (`Library.draft_for`), used when speculative decoding is on."""
-    trained = entry.info.context_length
-    n_ctx = entry.settings.context_length or settings.context_length or trained or FALLBACK_CONTEXT
-    if trained:
-        n_ctx = min(n_ctx, trained)
     kv_type = entry.settings.kv_type or settings.kv_type
     flash_attention = entry.settings.flash_attention or settings.flash_attention
     check_flash_attention(flash_attention, kv_type)
@@ -29,7 +25,7 @@ def load_options(entry: ModelEntry, settings: Settings, draft: ModelEntry | None
     return LoadOptions(
         model_id=entry.id,
         path=entry.path,
-        n_ctx=n_ctx,
+        n_ctx=context_window(entry, settings),
         n_parallel=parallel_slots(entry, settings),
         n_threads=settings.threads,
         kv_type=kv_type,
@@ -44,6 +40,14 @@ def load_options(entry: ModelEntry, settings: Settings, draft: ModelEntry | None
         snapshot_disk_bytes=settings.snapshot_disk_bytes,
         snapshot_dir=str(settings.snapshots_dir),
     )
+
+
+def context_window(entry: ModelEntry, settings: Settings) -> int:
+    """The tokens one request to `entry` can hold (prompt and answer): its own `context_length`, else
+    the server's, else its training context, never more than that."""
+    trained = entry.info.context_length
+    n_ctx = entry.settings.context_length or settings.context_length or trained or FALLBACK_CONTEXT
+    return min(n_ctx, trained) if trained else n_ctx
 
 
 def check_keep_alive(seconds: float) -> None:

@@ -181,6 +181,11 @@ class ThinkingAdaptive(_Thinking, tag="adaptive"):
     pass
 
 
+class ThinkingBetweenTools(_Thinking, tag="between_tools"):
+    """Thinking off; Claude's short notes between tool calls come back as thinking blocks, which a
+    local model does not write: thinking off."""
+
+
 class JSONSchemaFormat(msgspec.Struct, tag_field="type", tag="json_schema", frozen=True):
     schema: dict[str, Any]
 
@@ -203,7 +208,7 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
     top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
     tools: list[ToolDef] | None = None
     tool_choice: AutoChoice | AnyChoice | ToolNameChoice | NoneChoice | None = None
-    thinking: ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | None = None
+    thinking: ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | ThinkingBetweenTools | None = None
     output_config: OutputConfig | None = None
     stream: bool | None = None
     keep_alive: float | str | None = None  # Spark's extension, as on the OpenAI routes
@@ -378,7 +383,7 @@ def _tool_choice(wire: _Choice | None) -> ToolChoice | None:
 
 
 def _reasoning(thinking: _Thinking | None, effort: ReasoningEffort | None) -> Reasoning | None:
-    if isinstance(thinking, ThinkingDisabled):
+    if isinstance(thinking, (ThinkingDisabled, ThinkingBetweenTools)):
         return Reasoning(enabled=False)
     if isinstance(thinking, ThinkingEnabled):
         return Reasoning(effort=effort, budget_tokens=thinking.budget_tokens)

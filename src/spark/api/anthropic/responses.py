@@ -90,10 +90,62 @@ class _TokenCount(msgspec.Struct, frozen=True):
     input_tokens: int
 
 
+class _Support(msgspec.Struct, frozen=True):
+    supported: bool
+
+
+_NO = _Support(False)
+
+
+class _Effort(msgspec.Struct, frozen=True):
+    supported: bool
+    low: _Support
+    medium: _Support
+    high: _Support
+    xhigh: _Support
+    max: _Support
+
+
+class _ThinkingTypes(msgspec.Struct, frozen=True):
+    enabled: _Support
+    adaptive: _Support
+    disabled: _Support = _Support(True)
+    between_tools: _Support = _Support(True)
+
+
+class _Thinking(msgspec.Struct, frozen=True):
+    supported: bool
+    types: _ThinkingTypes
+
+
+class _ServerTools(msgspec.Struct, frozen=True):
+    supported: bool = False
+    code_execution: _Support = _NO
+    web_search: _Support = _NO
+
+
+class _Capabilities(msgspec.Struct, frozen=True):
+    """Every capability key Anthropic lists, each as Spark serves it for this model."""
+
+    image_input: _Support
+    thinking: _Thinking
+    effort: _Effort
+    pdf_input: _Support = _Support(True)  # read as the PDF's text
+    structured_outputs: _Support = _Support(True)
+    batch: _Support = _NO
+    citations: _Support = _NO
+    code_execution: _Support = _NO
+    context_management: _Support = _NO
+    server_tools: _ServerTools = _ServerTools()
+
+
 class _ModelInfo(msgspec.Struct, frozen=True):
     id: str
     display_name: str
     created_at: str
+    max_input_tokens: int | None = None
+    max_tokens: int | None = None
+    capabilities: _Capabilities | None = None
     type: Literal["model"] = "model"
     lifecycle: Literal["active"] = "active"
 
@@ -164,9 +216,29 @@ def count_tokens_body(input_tokens: int) -> bytes:
     return _encode(_TokenCount(input_tokens))
 
 
+def _capabilities(info: dict[str, Any]) -> _Capabilities:
+    thinks = _Support(bool(info.get("thinking")))
+    return _Capabilities(
+        image_input=_Support(bool(info.get("vision"))),
+        thinking=_Thinking(thinks.supported, _ThinkingTypes(enabled=thinks, adaptive=thinks)),
+        # carried to the chat template as `reasoning_effort`, which only thinking models read
+        effort=_Effort(thinks.supported, thinks, thinks, thinks, thinks, thinks),
+    )
+
+
 def _model(entry: ModelEntry) -> _ModelInfo:
     created = datetime.datetime.fromtimestamp(entry.created, datetime.UTC)
-    return _ModelInfo(entry.id, entry.id, created.isoformat().replace("+00:00", "Z"))
+    # A prompt and its answer share the context window: either may fill it. A fleet node's model
+    # (known by id only) says nothing of them.
+    window = entry.info.get("context_window")
+    return _ModelInfo(
+        entry.id,
+        entry.id,
+        created.isoformat().replace("+00:00", "Z"),
+        max_input_tokens=window,
+        max_tokens=window,
+        capabilities=_capabilities(entry.info) if window else None,
+    )
 
 
 def model_body(entry: ModelEntry) -> bytes:

@@ -13,13 +13,17 @@ from spark.api import anthropic, openai
 from spark.api.common import ModelEntry as ListedModel
 from spark.fleet.routing import LOCAL
 from spark.library import ModelEntry
+from spark.runners.options import context_window
 from spark.server.family import api_family
 from spark.server.responses import json_response
 from spark.server.state import state_of
+from spark.settings import Settings
+from spark.types import template_thinks
 
 
-def listed(entry: ModelEntry, loaded: set[str]) -> ListedModel:
-    """A library entry as the model routes show it, with Spark's details."""
+def listed(entry: ModelEntry, loaded: set[str], settings: Settings) -> ListedModel:
+    """A library entry as the model routes show it, with Spark's details: `context_length` is what the
+    file was trained for, `context_window` what one request gets here (prompt and answer)."""
     info = entry.info
     return ListedModel(
         id=entry.id,
@@ -31,8 +35,10 @@ def listed(entry: ModelEntry, loaded: set[str]) -> ListedModel:
             "parameters": info.parameter_count,
             "size_bytes": entry.size_bytes,
             "context_length": info.context_length,
+            "context_window": context_window(entry, settings),
             "embedding": info.is_embedding,
             "tools": info.supports_tools,
+            "thinking": template_thinks(info.chat_template),
             "vision": info.has_vision,
             "source": entry.source,
         },
@@ -78,15 +84,17 @@ def _fleet_models(request: Request[Any, Any, Any], entries: list[ListedModel]) -
 @get("/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     loaded = _loaded(request)
-    entries = _fleet_models(request, [listed(e, loaded) for e in state_of(request).library.list()])
+    state = state_of(request)
+    entries = _fleet_models(request, [listed(e, loaded, state.settings) for e in state.library.list()])
     api = anthropic if api_family(request.scope) == "anthropic" else openai
     return json_response(api.model_list_body(entries))
 
 
 @get("/models/{model_id:str}")
 async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
-    library = state_of(request).library
-    local = [listed(library.get(model_id), _loaded(request))] if library.exists(model_id) else []
+    state = state_of(request)
+    library = state.library
+    local = [listed(library.get(model_id), _loaded(request), state.settings)] if library.exists(model_id) else []
     wanted = local[0].id if local else model_id
     found = [e for e in _fleet_models(request, local) if e.id == wanted]
     if not found:
