@@ -135,7 +135,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 4096
     parallel: Annotated[int, POSITIVE, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
     threads: Annotated[int, NOT_NEGATIVE, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
-    kv_type: Annotated[KVType, _doc("KV cache type: f16, q8_0 or q4_0.")] = "f16"
+    kv_type: Annotated[
+        KVType,
+        _doc(
+            "KV cache type: f16, q8_0 or q4_0. A quantized cache takes half (q8_0) or a quarter (q4_0) of "
+            "the memory, and llama.cpp attends every token the same way, so an answer never depends on what "
+            "shared its batches (drafts, other requests), at any thread count; long prompts are evaluated "
+            "more slowly (no tiled kernel). With f16 and more than one thread, llama.cpp attends a lone "
+            "token to a long cache in another order than a batch, so a near tie can go either way."
+        ),
+    ] = "f16"
     snapshot_ram: Annotated[
         str,
         _doc(

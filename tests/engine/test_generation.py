@@ -23,6 +23,7 @@ from spark.types import (
     SamplingParams,
     SlotInfo,
     TextDelta,
+    ToolCall,
 )
 
 
@@ -318,6 +319,19 @@ def test_default_system_prompt_is_used_without_a_system_message(tiny_llama: Path
         # a developer message is a system message: the default one is not added
         assert n(Message("developer", "Hello world and more!"), hi) == n(Message("system", "Hello world and more!"), hi)
         assert n(Message("developer", "Hello world and more!"), hi) != n(hi)
+
+
+def test_a_last_assistant_message_is_the_start_of_the_answer(engine: Engine) -> None:
+    def prompt(*messages: Message) -> str:
+        return engine._prep.prompt(ChatRequest(model="tiny", messages=list(messages)))[2]
+
+    question = Message("user", "Capital of France?")
+    # prefilled: the assistant's turn opens and the answer goes on from its text, unclosed
+    assert prompt(question, Message("assistant", "It is")) == prompt(question) + "It is"
+    # a call the client made earlier is a turn of its own, as is an assistant message alone
+    call = Message("assistant", tool_calls=[ToolCall("c1", "f", "{}")])
+    assert prompt(question, call).endswith("<|im_start|>assistant\n")
+    assert prompt(Message("assistant", "Hi")) == "<|im_start|>assistant\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_model_without_template_uses_chatml(tmp_path: Path) -> None:

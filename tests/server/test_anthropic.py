@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anthropic
@@ -64,6 +65,19 @@ def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: M
     message = client.messages.create(max_tokens=2, **body)  # type: ignore[arg-type]
     used = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
     assert counted.input_tokens == used > 10
+
+
+@pytest.mark.slow
+def test_a_prefilled_answer_is_continued(live: LiveServer, smollm2: Path) -> None:
+    question = {"role": "user", "content": "What is the capital of France? Answer in JSON."}
+    body = {"model": "smollm2-135m-instruct-q4_1", "max_tokens": 30}  # greedy (bundled settings)
+    prefill = {"role": "assistant", "content": '{"capital": "'}
+    message = live.anthropic().messages.create(messages=[question, prefill], **body)  # type: ignore[arg-type]
+    text = message.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("Paris") and json.loads(prefill["content"] + text)["capital"] == "Paris"
+    # OpenAI's route continues it too, as llama-server and Ollama do
+    chat = live.openai().chat.completions.create(messages=[question, prefill], **body)  # type: ignore[arg-type]
+    assert chat.choices[0].message.content == text
 
 
 @pytest.mark.slow

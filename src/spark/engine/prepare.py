@@ -26,6 +26,7 @@ from spark.types import (
     GenerationRequest,
     ImagePart,
     LoadOptions,
+    Message,
     Request,
     SamplingParams,
 )
@@ -169,6 +170,9 @@ class Preparer:
                 param="messages",
             )
         messages, tools = request.messages, request.tools if tools_enabled(request) else None
+        prefill = _prefill(messages)
+        if prefill is not None:
+            messages = messages[:-1]
         if not self.tools.renders_tools:
             messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
             tools = None
@@ -177,6 +181,10 @@ class Preparer:
             variables["enable_thinking"] = request.reasoning.enabled
             if request.reasoning.effort is not None:
                 variables["reasoning_effort"] = request.reasoning.effort
+        if prefill is not None:
+            # the answer is already under way: no thinking block opens before it (Anthropic refuses a
+            # prefill with thinking; llama-server too)
+            variables["enable_thinking"] = False
         text = self.template.render(
             messages,
             tools=tools,
@@ -184,7 +192,7 @@ class Preparer:
             image_marker=self._projector.marker if self._projector else "",
             variables=variables,
         )
-        return text, images
+        return text + (prefill or ""), images
 
     def _prediction(self, request: GenerationRequest) -> list[int] | None:
         """The tokens of a chat's predicted answer (None without one)."""
@@ -252,3 +260,13 @@ class Preparer:
                 raise ContextLengthExceeded(len(tokens), self._n_ctx)
             inputs.append(tokens)
         return inputs
+
+
+def _prefill(messages: list[Message]) -> str | None:
+    """The start of the answer when the conversation ends with it: a last assistant message without tool
+    calls, which the answer continues (Anthropic's prefill; llama-server and Ollama do the same on
+    OpenAI's route). The template then renders the turns before it and opens the assistant's turn."""
+    last = messages[-1]
+    if last.role != "assistant" or last.tool_calls or len(messages) < 2:
+        return None
+    return last.text()
