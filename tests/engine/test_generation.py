@@ -358,6 +358,19 @@ def test_template_error_fails_the_request(tmp_path: Path) -> None:
         assert failed.error.message.endswith("only one message, please") and failed.error.param == "messages"
 
 
+def test_a_model_whose_template_refuses_system_messages_still_gets_them(tmp_path: Path) -> None:
+    import tiny_gguf
+    from engine.test_template import GEMMA2
+
+    path = tiny_gguf.write_tiny_llama(tmp_path / "gemma2-like.gguf", template=GEMMA2)
+    opts = LoadOptions(model_id="g", path=str(path), n_threads=1, system_prompt="Answer briefly.")
+    with Engine(opts) as e:
+        request = ChatRequest(model="g", messages=[Message("system", "Be kind."), Message("user", "Hi")])
+        assert isinstance(run(e, request).final, Done)
+        assert "<start_of_turn>user\nBe kind.\n\nHi<end_of_turn>" in e._prep.prompt(request)[2]
+        assert "Answer briefly.\n\nHi" in e._prep.prompt(chat("Hi"))[2]  # the model's own system prompt
+
+
 def test_progress_and_busy(engine: Engine) -> None:
     before = engine.progress
     run(engine, chat(max_tokens=5))

@@ -97,3 +97,39 @@ def test_tools_and_tool_calls_are_passed_like_hugging_face() -> None:
 def test_trim_blocks_like_hugging_face() -> None:
     t = ChatTemplate("{% for m in messages %}\n  {{ m['content'] }}\n{% endfor %}")
     assert t.render([Message("user", "a"), Message("user", "b")]) == "  a\n  b\n"
+
+
+# Gemma 2's own template: no system role, and turns must alternate.
+GEMMA2 = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
+)
+
+
+def test_a_template_without_a_system_role_gets_the_system_text_in_the_next_user_turn() -> None:
+    t = ChatTemplate(GEMMA2, bos_token="<bos>")
+    assert not t.takes_system and ChatTemplate(CHATML).takes_system
+    out = t.render([Message("system", "Be brief."), Message("user", "Hi")])
+    assert out == "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+    # the model's configured system prompt, a developer message, and one with no user turn after it
+    assert "Be kind.\n\nHi" in t.render([Message("user", "Hi")], system_prompt="Be kind.")
+    turns = [Message("user", "Hi"), Message("assistant", "Hello"), Message("developer", "Now in French.")]
+    assert t.render(turns).endswith("<start_of_turn>user\nNow in French.<end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_a_template_that_drops_the_system_message_gets_it_in_the_user_turn() -> None:
+    users_only = "{% for m in messages %}{% if m['role'] != 'system' %}[{{ m['role'] }}] {{ m['content'] }}\n{% endif %}{% endfor %}"
+    t = ChatTemplate(users_only)
+    assert t.render([Message("system", "Be brief."), Message("user", "Hi")]) == "[user] Be brief.\n\nHi\n"
+
+
+def test_a_template_that_fails_anyway_is_not_rewritten() -> None:
+    # it needs a variable that is never set: the probe learns nothing and messages stay as they are
+    t = ChatTemplate("{{ messages[0]['content'] + undefined_thing.x }}")
+    assert t.takes_system
+    with pytest.raises(InvalidRequest):
+        t.render([Message("system", "x"), Message("user", "Hi")])

@@ -10,6 +10,7 @@ does no HTML escaping). A model without a template gets `FALLBACK_TEMPLATE`
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from datetime import datetime
@@ -89,6 +90,28 @@ class ChatTemplate:
         if self.is_fallback:
             self._template = env.from_string(FALLBACK_TEMPLATE)
 
+    @functools.cached_property
+    def takes_system(self) -> bool:
+        """Whether the template renders a system message. Gemma 2's and early Mistral templates raise
+        on one, others drop it; their system text then goes to the next user turn (llama-server does
+        the same). Probed once, with a marker."""
+        marker = "spark-system-probe"
+
+        def probe(*messages: dict[str, str]) -> str:
+            return self._template.render(
+                messages=list(messages), add_generation_prompt=True, bos_token=self.bos_token, eos_token=""
+            )
+
+        user = {"role": "user", "content": "hi"}
+        try:
+            probe(user)
+        except Exception:  # fails without a system message too: nothing to learn from a probe
+            return True
+        try:
+            return marker in probe({"role": "system", "content": marker}, user)
+        except Exception:
+            return False
+
     def render(
         self,
         messages: list[Message],
@@ -110,6 +133,8 @@ class ChatTemplate:
         rendered = [_message_dict(m, image_marker) for m in messages]
         if system_prompt and not any(m.role in ("system", "developer") for m in messages):
             rendered.insert(0, {"role": "system", "content": system_prompt})
+        if not self.takes_system:
+            rendered = _system_into_user(rendered)
         context: dict[str, Any] = {
             **(variables or {}),
             "messages": rendered,
@@ -133,6 +158,25 @@ class ChatTemplate:
             return self._template.render(**context)
         except Exception as e:  # the template is untrusted code: any failure is its own
             raise InvalidRequest(f"The model's chat template rejected these messages: {e}", param="messages") from None
+
+
+def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages for a template without a system role: each system text opens the next user turn (a
+    blank line after it), or becomes a user turn where none follows."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for message in messages:
+        if message["role"] == "system":
+            pending.append(message["content"])
+            continue
+        if pending and message["role"] == "user":
+            out.append({**message, "content": "\n\n".join([*pending, message["content"]])})
+            pending = []
+        else:
+            out.append(message)
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
 
 
 def _message_dict(message: Message, image_marker: str) -> dict[str, Any]:
