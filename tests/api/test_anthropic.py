@@ -187,6 +187,30 @@ def test_tool_results_keep_their_order_and_errors() -> None:
     ]
 
 
+def test_consecutive_turns_of_one_role_are_combined_as_anthropic_does() -> None:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    messages = [
+        {"role": "user", "content": "Hello."},
+        {"role": "user", "content": [{"type": "text", "text": "Add 2 and 2."}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Easy.", "signature": ""}, call]},
+        {"role": "assistant", "content": "Calling f."},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}]},
+        {"role": "user", "content": "Thanks. And 3 and 3?"},
+        {"role": "assistant", "content": "It is"},
+        {"role": "assistant", "content": "six"},  # the prefill is both
+    ]
+    assert parse(messages=messages).messages == [
+        Message("user", "Hello.\nAdd 2 and 2."),
+        Message("assistant", "Calling f.", tool_calls=[ToolCall("toolu_1", "f", "{}")], reasoning_content="Easy."),
+        Message("tool", "4", tool_call_id="toolu_1"),  # a tool result stays a turn of its own
+        Message("user", "Thanks. And 3 and 3?"),
+        Message("assistant", "It is\nsix"),
+    ]
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
+    with_image = [{"role": "user", "content": "Look:"}, {"role": "user", "content": [image]}]
+    assert parse(messages=with_image).messages == [Message("user", [TextPart("Look:"), ImagePart(PNG, "image/png")])]
+
+
 def test_prefill_and_redacted_thinking() -> None:
     messages = [
         *USER,

@@ -250,6 +250,7 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
             messages.extend(_user_messages(turn.content, param, fetch_image))
         else:
             messages.append(_assistant_message(turn.content))
+    messages = _combined(messages)
 
     tools = [Tool(t.name, t.description, t.input_schema) for t in wire.tools or ()]
     check_tools(tools, "tools[{}].name")
@@ -354,6 +355,32 @@ def _tool_result(block: ToolResultBlock, param: str, fetch_image: ImageFetcher |
             ),
         ]
     return collapsed(parts)
+
+
+def _combined(messages: list[Message]) -> list[Message]:
+    """Consecutive user turns as one, and consecutive assistant turns as one, as Anthropic combines them
+    (many chat templates refuse two turns of one role in a row)."""
+    out: list[Message] = []
+    for m in messages:
+        last = out[-1] if out else None
+        if last is None or m.role != last.role or m.role not in ("user", "assistant"):
+            out.append(m)
+            continue
+        thoughts = [t for t in (last.reasoning_content, m.reasoning_content) if t]
+        out[-1] = Message(
+            m.role,
+            collapsed([*_parts(last), *_parts(m)]),
+            tool_calls=[*(last.tool_calls or ()), *(m.tool_calls or ())] or None,
+            reasoning_content=joined(thoughts) if thoughts else None,
+        )
+    return out
+
+
+def _parts(message: Message) -> list[ContentPart]:
+    content = message.content
+    if isinstance(content, list):
+        return content
+    return [TextPart(content)] if content else []
 
 
 def _assistant_message(content: str | list[Any]) -> Message:
