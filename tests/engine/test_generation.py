@@ -352,7 +352,13 @@ def test_template_error_fails_the_request(tmp_path: Path) -> None:
     path = tiny_gguf.write_tiny_llama(tmp_path / "strict.gguf", template=src)
     with Engine(LoadOptions(model_id="strict", path=str(path), n_threads=1)) as e:
         c = Collector()
-        e.submit("t", ChatRequest(model="strict", messages=[Message("user", "a"), Message("user", "b")]), c)
+        e.submit(
+            "t",
+            ChatRequest(
+                model="strict", messages=[Message("user", "a"), Message("assistant", "b"), Message("user", "c")]
+            ),
+            c,
+        )
         failed = c.wait(1)
         assert isinstance(failed, Failed) and failed.error.code == "invalid_request"
         assert failed.error.message.endswith("only one message, please") and failed.error.param == "messages"

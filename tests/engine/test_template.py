@@ -133,3 +133,25 @@ def test_a_template_that_fails_anyway_is_not_rewritten() -> None:
     assert t.takes_system
     with pytest.raises(InvalidRequest):
         t.render([Message("system", "x"), Message("user", "Hi")])
+
+
+def test_turns_that_do_not_alternate_are_made_to_where_the_template_insists() -> None:
+    t = ChatTemplate(GEMMA2)
+    two_users = [Message("user", "Hello."), Message("user", "Add 2 and 2.")]
+    assert t.render(two_users) == "<start_of_turn>user\nHello.\n\nAdd 2 and 2.<end_of_turn>\n<start_of_turn>model\n"
+    with_tool = [
+        Message("user", "Add 2 and 2."),
+        Message("assistant", '{"name": "add", "arguments": {"a": 2, "b": 2}}'),
+        Message("tool", "4", tool_call_id="c1"),
+        Message("system", "Answer in words."),
+    ]
+    assert "<start_of_turn>user\nTool result:\n4\n\nAnswer in words.<end_of_turn>" in t.render(with_tool)
+    # a template that takes them as they are gets them as they are
+    assert t.render(two_users) != ChatTemplate(CHATML).render(two_users)
+    assert ChatTemplate(CHATML).render(two_users).count("<|im_start|>user") == 2
+
+
+def test_a_refusal_that_alternating_turns_do_not_cure_is_the_templates_own() -> None:
+    t = ChatTemplate("{% if messages | length > 1 %}{{ raise_exception('one message only') }}{% endif %}x")
+    with pytest.raises(InvalidRequest, match="one message only"):
+        t.render([Message("user", "a"), Message("assistant", "b")])

@@ -157,7 +157,36 @@ class ChatTemplate:
         try:
             return self._template.render(**context)
         except Exception as e:  # the template is untrusted code: any failure is its own
-            raise InvalidRequest(f"The model's chat template rejected these messages: {e}", param="messages") from None
+            refusal = e
+        # Templates such as Gemma's insist that user and assistant turns alternate: give them that, where
+        # it is what they refused (several user messages in a row, tool results, a system message later on).
+        alternating = _alternating(rendered)
+        if alternating != rendered:
+            try:
+                return self._template.render(**{**context, "messages": alternating})
+            except Exception:
+                pass
+        raise InvalidRequest(f"The model's chat template rejected these messages: {refusal}", param="messages")
+
+
+def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as alternating user and assistant turns, after a leading system message: a tool
+    result or a later system message becomes user text, and turns of one role in a row become one."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        turn = message
+        if message["role"] == "tool":
+            turn = {"role": "user", "content": f"Tool result:\n{message['content']}"}
+        elif message["role"] == "system" and i > 0:
+            turn = {"role": "user", "content": message["content"]}
+        last = out[-1] if out else None
+        if last is None or last["role"] != turn["role"] or turn["role"] not in ("user", "assistant"):
+            out.append(turn)
+            continue
+        joined = {**last, **turn, "content": "\n\n".join(c for c in (last["content"], turn["content"]) if c)}
+        calls = [*last.get("tool_calls", ()), *turn.get("tool_calls", ())]
+        out[-1] = {**joined, "tool_calls": calls} if calls else joined
+    return out
 
 
 def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
