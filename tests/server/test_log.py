@@ -127,11 +127,17 @@ def test_first_request_shows_the_load_then_reuses_the_prefix(live: LiveServer, m
 
 def test_speculative_decoding_shows_drafted_and_accepted_tokens(live: LiveServer, models: dict[str, str]) -> None:
     prompt = "one two three four five six seven eight nine ten " * 6  # the tiny model copies it, or loops
-    response = live.http().post(
-        "/v1/completions", json={"model": models["chat"], "prompt": prompt, "max_tokens": 60, "temperature": 0}
-    )
-    assert response.status_code == 200, response.text
-    finished = next(s for s in logged_request(live, response).timeline if s.name == steps.FINISHED)
+    # The engine drafts where its measured step costs say it pays; on a machine busy with other tests a
+    # first measurement can say otherwise, so a few attempts (the suite's other workers come and go).
+    for attempt in range(5):
+        response = live.http().post(
+            "/v1/completions",
+            json={"model": models["chat"], "prompt": f"{attempt} {prompt}", "max_tokens": 60, "temperature": 0},
+        )
+        assert response.status_code == 200, response.text
+        finished = next(s for s in logged_request(live, response).timeline if s.name == steps.FINISHED)
+        if "drafted_tokens" in finished.details:
+            break
     drafted, accepted = finished.details["drafted_tokens"], finished.details["accepted_tokens"]
     assert 0 < accepted <= drafted
 
