@@ -155,3 +155,21 @@ def test_a_refusal_that_alternating_turns_do_not_cure_is_the_templates_own() -> 
     t = ChatTemplate("{% if messages | length > 1 %}{{ raise_exception('one message only') }}{% endif %}x")
     with pytest.raises(InvalidRequest, match="one message only"):
         t.render([Message("user", "a"), Message("assistant", "b")])
+
+
+def test_parallel_calls_go_one_per_turn_where_the_template_takes_one() -> None:
+    from engine.toolcalls.templates import LLAMA31, TOOLS
+
+    t = ChatTemplate(LLAMA31, bos_token="<|begin_of_text|>")
+    calls = [ToolCall("a", "get_weather", '{"city": "Paris"}'), ToolCall("b", "add", '{"a": 2, "b": 2}')]
+    conversation = [
+        Message("user", "Weather in Paris, and 2 + 2?"),
+        Message("assistant", None, tool_calls=calls),
+        Message("tool", "4", tool_call_id="b"),  # results may come back in any order
+        Message("tool", "Sunny", tool_call_id="a"),
+    ]
+    full = t.render(conversation, tools=TOOLS)
+    out = full[full.index("Weather in Paris, and") :]  # after the tools' listing
+    weather, add = out.index('"get_weather"'), out.index('"add"')
+    assert weather < out.index('"Sunny"') < add < out.index('"4"')  # each result right after its call
+    assert out.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")

@@ -158,14 +158,15 @@ class ChatTemplate:
             return self._template.render(**context)
         except Exception as e:  # the template is untrusted code: any failure is its own
             refusal = e
-        # Templates such as Gemma's insist that user and assistant turns alternate: give them that, where
-        # it is what they refused (several user messages in a row, tool results, a system message later on).
-        alternating = _alternating(rendered)
-        if alternating != rendered:
-            try:
-                return self._template.render(**{**context, "messages": alternating})
-            except Exception:
-                pass
+        # Some templates refuse what a conversation may hold: Gemma's insist that user and assistant turns
+        # alternate, Llama 3.1's take one tool call per turn. Such a template gets the same conversation
+        # in the shape it takes, where that is what it refused.
+        for reshaped in (_alternating(rendered), _one_call_per_turn(rendered)):
+            if reshaped != rendered:
+                try:
+                    return self._template.render(**{**context, "messages": reshaped})
+                except Exception:
+                    continue
         raise InvalidRequest(f"The model's chat template rejected these messages: {refusal}", param="messages")
 
 
@@ -186,6 +187,30 @@ def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         joined = {**last, **turn, "content": "\n\n".join(c for c in (last["content"], turn["content"]) if c)}
         calls = [*last.get("tool_calls", ()), *turn.get("tool_calls", ())]
         out[-1] = {**joined, "tool_calls": calls} if calls else joined
+    return out
+
+
+def _one_call_per_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with an assistant turn per tool call, each call's result right after it (matched by
+    id; results that match no call follow the last one)."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        calls = message.get("tool_calls") or []
+        i += 1
+        if len(calls) < 2:
+            out.append(message)
+            continue
+        results = []
+        while i < len(messages) and messages[i]["role"] == "tool":
+            results.append(messages[i])
+            i += 1
+        for n, call in enumerate(calls):
+            out.append({**message, "content": message["content"] if n == 0 else "", "tool_calls": [call]})
+            out.extend(r for r in results if r.get("tool_call_id") == call["id"])
+        ids = {call["id"] for call in calls}
+        out.extend(r for r in results if r.get("tool_call_id") not in ids)
     return out
 
 
