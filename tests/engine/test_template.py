@@ -173,3 +173,19 @@ def test_parallel_calls_go_one_per_turn_where_the_template_takes_one() -> None:
     weather, add = out.index('"get_weather"'), out.index('"add"')
     assert weather < out.index('"Sunny"') < add < out.index('"4"')  # each result right after its call
     assert out.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_call_ids_of_another_shape_are_given_as_nine_characters_where_the_template_takes_no_other() -> None:
+    from engine.toolcalls.templates import MISTRAL_NEMO, TOOLS
+
+    t = ChatTemplate(MISTRAL_NEMO, eos_token="</s>")
+    conversation = [
+        Message("user", "Weather in Paris?"),
+        Message("assistant", None, tool_calls=[ToolCall("toolu_01AbCdEf", "get_weather", '{"city": "Paris"}')]),
+        Message("tool", "Sunny", tool_call_id="toolu_01AbCdEf"),
+    ]
+    out = t.render(conversation, tools=TOOLS)
+    call_id = out.split('"id": "')[1][:9]
+    assert call_id.isalnum() and f'"call_id": "{call_id}"' in out  # the result names its call
+    nine = [Message("user", "Hi"), Message("assistant", None, tool_calls=[ToolCall("AbCdE1234", "add", "{}")])]
+    assert '"id": "AbCdE1234"' in t.render([*nine, Message("tool", "4", tool_call_id="AbCdE1234")], tools=TOOLS)

@@ -11,6 +11,7 @@ does no HTML escaping). A model without a template gets `FALLBACK_TEMPLATE`
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 from datetime import datetime
@@ -159,9 +160,10 @@ class ChatTemplate:
         except Exception as e:  # the template is untrusted code: any failure is its own
             refusal = e
         # Some templates refuse what a conversation may hold: Gemma's insist that user and assistant turns
-        # alternate, Llama 3.1's take one tool call per turn. Such a template gets the same conversation
-        # in the shape it takes, where that is what it refused.
-        for reshaped in (_alternating(rendered), _one_call_per_turn(rendered)):
+        # alternate, Llama 3.1's take one tool call per turn, Mistral's call ids of 9 letters or digits
+        # (another client's ids come back too). Such a template gets the same conversation in the shape
+        # it takes, where that is what it refused.
+        for reshaped in (_alternating(rendered), _one_call_per_turn(rendered), _nine_character_ids(rendered)):
             if reshaped != rendered:
                 try:
                     return self._template.render(**{**context, "messages": reshaped})
@@ -211,6 +213,23 @@ def _one_call_per_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.extend(r for r in results if r.get("tool_call_id") == call["id"])
         ids = {call["id"] for call in calls}
         out.extend(r for r in results if r.get("tool_call_id") not in ids)
+    return out
+
+
+def _nine_character_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with each tool call id as 9 letters or digits (the same id, the same digits)."""
+
+    def short(call_id: str) -> str:
+        return call_id if len(call_id) == 9 and call_id.isalnum() else hashlib.sha256(call_id.encode()).hexdigest()[:9]
+
+    out = []
+    for message in messages:
+        changed = dict(message)
+        if "tool_calls" in message:
+            changed["tool_calls"] = [{**c, "id": short(c["id"])} for c in message["tool_calls"]]
+        if "tool_call_id" in message:
+            changed["tool_call_id"] = short(message["tool_call_id"])
+        out.append(changed)
     return out
 
 
