@@ -20,6 +20,7 @@ from spark.types import (
     LoadOptions,
     Message,
     PromptDone,
+    ReasoningDelta,
     SamplingParams,
     SlotInfo,
     TextDelta,
@@ -332,6 +333,27 @@ def test_a_last_assistant_message_is_the_start_of_the_answer(engine: Engine) -> 
     call = Message("assistant", tool_calls=[ToolCall("c1", "f", "{}")])
     assert prompt(question, call).endswith("<|im_start|>assistant\n")
     assert prompt(Message("assistant", "Hi")) == "<|im_start|>assistant\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_prefill_is_the_answer_even_where_the_template_always_opens_thinking(tmp_path: Path) -> None:
+    import tiny_gguf
+
+    # DeepSeek-R1's distills: the generation prompt opens a thinking block whatever it is told
+    src = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}"
+    )
+    path = tiny_gguf.write_tiny_llama(tmp_path / "r1-like.gguf", template=src)
+    with Engine(LoadOptions(model_id="r1", path=str(path), n_threads=1)) as e:
+        request = ChatRequest(
+            model="r1",
+            messages=[Message("user", "Capital of France?"), Message("assistant", "It is")],
+            sampling=SamplingParams(max_tokens=5, temperature=0),
+        )
+        assert e._prep.prompt(request)[2].endswith("<|assistant|><think>\n\n</think>\n\nIt is")
+        c = run(e, request)
+        assert isinstance(c.final, Done) and c.text  # the continuation is text, not reasoning
+        assert not [ev for ev in c.events if isinstance(ev, ReasoningDelta)]
 
 
 def test_model_without_template_uses_chatml(tmp_path: Path) -> None:

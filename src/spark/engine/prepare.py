@@ -192,7 +192,13 @@ class Preparer:
             image_marker=self._projector.marker if self._projector else "",
             variables=variables,
         )
-        return text + (prefill or ""), images
+        if prefill is None:
+            return text, images
+        if self.think is not None and self.think.opened_by(text):
+            # a template that opens the thinking block whatever it is told (DeepSeek-R1's): closed empty,
+            # so that the prefill is the answer's start, not its thinking
+            text += f"\n{self.think.close}\n\n"
+        return text + prefill, images
 
     def _prediction(self, request: GenerationRequest) -> list[int] | None:
         """The tokens of a chat's predicted answer (None without one)."""
