@@ -145,7 +145,7 @@ class Reasoning(msgspec.Struct, frozen=True, omit_defaults=True):
 def template_thinks(template: str | None) -> bool:
     """Whether a chat template is a thinking model's: it writes the tags (Qwen3, DeepSeek-R1), takes
     `enable_thinking`, or renders earlier turns' `reasoning_content`."""
-    return bool(template) and any(s in template for s in ("<think>", "enable_thinking", "reasoning_content"))  # type: ignore[operator]
+    return template is not None and any(s in template for s in ("<think>", "enable_thinking", "reasoning_content"))
 
 
 class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):

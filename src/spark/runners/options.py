@@ -45,8 +45,13 @@ def load_options(entry: ModelEntry, settings: Settings, draft: ModelEntry | None
 def context_window(entry: ModelEntry, settings: Settings) -> int:
     """The tokens one request to `entry` can hold (prompt and answer): its own `context_length`, else
     the server's, else its training context, never more than that."""
-    trained = entry.info.context_length
-    n_ctx = entry.settings.context_length or settings.context_length or trained or FALLBACK_CONTEXT
+    return capped_context(entry.settings.context_length or settings.context_length, entry.info.context_length)
+
+
+def capped_context(asked: int | None, trained: int) -> int:
+    """The context `asked` for (else the training context, else `FALLBACK_CONTEXT`), never more than
+    the `trained` one (0: the file does not say)."""
+    n_ctx = asked or trained or FALLBACK_CONTEXT
     return min(n_ctx, trained) if trained else n_ctx
 
 

@@ -11,7 +11,7 @@ from spark.library import Library, ModelEntry
 from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.placement import LoadedModel, detect_devices, estimate_load, estimate_memory, model_shape
 from spark.placement.fit import Fit, judge
-from spark.runners.options import FALLBACK_CONTEXT, load_options
+from spark.runners.options import capped_context, load_options
 from spark.runners.scheduler import RunnerState
 from spark.settings import Settings
 
@@ -40,11 +40,9 @@ def installed_fit(settings: Settings, library: Library, entry: ModelEntry, loade
 
 def remote_fit(settings: Settings, info: GGUFInfo, projector_bytes: int, loaded: list[LoadedModel]) -> Fit:
     """Where a model with `info` (not downloaded yet) would go now with the server's settings."""
-    trained = info.context_length
-    n_ctx = settings.context_length or trained or FALLBACK_CONTEXT
     estimate = estimate_memory(
         model_shape(info),
-        n_ctx=min(n_ctx, trained) if trained else n_ctx,
+        n_ctx=capped_context(settings.context_length, info.context_length),
         n_parallel=settings.parallel,
         kv_type=settings.kv_type,
         embedding=info.is_embedding,
