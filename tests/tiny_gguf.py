@@ -99,6 +99,8 @@ FIM_TOKENS = {
     "<|fim_suffix|>": "tokenizer.ggml.fim_suf_token_id",
     "<|fim_middle|>": "tokenizer.ggml.fim_mid_token_id",
 }
+# OpenAI's harmony format (gpt-oss); llama.cpp makes <|return|> and <|call|> end generation, not <|end|>.
+HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 _FILLER = "<|unused_"
 _PRETOKENIZE = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
 _SUPPRESS = -30.0  # output-head bias that keeps a token from ever being sampled
@@ -212,10 +214,12 @@ def _llama_writer(
     split_max_tensors: int = 0,
     fim: bool = False,
     add_bos: bool = False,
+    harmony: bool = False,
 ) -> gguf.GGUFWriter:
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
-    tokens, types, merges, special = _bpe_vocab(vocab_size, SPECIAL_TOKENS + (tuple(FIM_TOKENS) if fim else ()))
+    specials = SPECIAL_TOKENS + (tuple(FIM_TOKENS) if fim else ()) + (HARMONY_TOKENS if harmony else ())
+    tokens, types, merges, special = _bpe_vocab(vocab_size, specials)
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
@@ -293,9 +297,11 @@ def write_tiny_llama(
     name: str = "tiny-llama-random",
     fim: bool = False,
     add_bos: bool = False,
+    harmony: bool = False,
 ) -> Path:
     """Write a tiny LLaMA. `template`: "chatml", "tools", a Jinja text, or None for none; `fim`:
-    with fill-in-the-middle tokens (`FIM_TOKENS`); `add_bos`: llama.cpp puts BOS before a prompt.
+    with fill-in-the-middle tokens (`FIM_TOKENS`); `add_bos`: llama.cpp puts BOS before a prompt;
+    `harmony`: with gpt-oss's special tokens (`HARMONY_TOKENS`).
 
     The model never samples a control token, so generations run to max_tokens;
     to test a natural stop, bias its EOS (<|im_end|>) up with logit_bias.
@@ -316,6 +322,7 @@ def write_tiny_llama(
         name=name,
         fim=fim,
         add_bos=add_bos,
+        harmony=harmony,
     )
     _finish(w)
     return path

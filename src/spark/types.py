@@ -144,8 +144,10 @@ class Reasoning(msgspec.Struct, frozen=True, omit_defaults=True):
 
 def template_thinks(template: str | None) -> bool:
     """Whether a chat template is a thinking model's: it writes the tags (Qwen3, DeepSeek-R1), takes
-    `enable_thinking`, or renders earlier turns' `reasoning_content`."""
-    return template is not None and any(s in template for s in ("<think>", "enable_thinking", "reasoning_content"))
+    `enable_thinking`, renders earlier turns' `reasoning_content`, or has an analysis channel (gpt-oss)."""
+    return template is not None and any(
+        s in template for s in ("<think>", "enable_thinking", "reasoning_content", "<|channel|>")
+    )
 
 
 class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):

@@ -49,10 +49,10 @@ def test_sandbox_is_immutable() -> None:
 
 
 def test_raise_exception_becomes_invalid_request_with_its_message() -> None:
-    t = ChatTemplate("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok")
-    assert t.render([Message("user", "x")]) == "ok"
-    with pytest.raises(InvalidRequest, match="first must be user"):
-        t.render([Message("assistant", "x")])
+    t = ChatTemplate("{% if messages[-1]['content'] == 'x' %}{{ raise_exception('no x please') }}{% endif %}ok")
+    assert t.render([Message("user", "y")]) == "ok"
+    with pytest.raises(InvalidRequest, match="no x please"):
+        t.render([Message("user", "x")])
 
 
 def test_fallback_is_chatml_when_the_model_has_no_template() -> None:
@@ -149,6 +149,20 @@ def test_turns_that_do_not_alternate_are_made_to_where_the_template_insists() ->
     # a template that takes them as they are gets them as they are
     assert t.render(two_users) != ChatTemplate(CHATML).render(two_users)
     assert ChatTemplate(CHATML).render(two_users).count("<|im_start|>user") == 2
+
+
+def test_a_conversation_that_opens_with_the_assistant_gets_an_empty_user_turn_first_where_the_template_insists() -> (
+    None
+):
+    greeting = [Message("assistant", "Hi! How can I help?"), Message("user", "Name a colour.")]
+    assert ChatTemplate(GEMMA2).render(greeting) == (
+        "<start_of_turn>user\n<end_of_turn>\n<start_of_turn>model\nHi! How can I help?<end_of_turn>\n"
+        "<start_of_turn>user\nName a colour.<end_of_turn>\n<start_of_turn>model\n"
+    )
+    # the system text still opens a user turn; a template that takes the greeting first gets it first
+    out = ChatTemplate(GEMMA2).render([Message("system", "Be brief."), *greeting])
+    assert "<start_of_turn>user\nBe brief.\n\nName a colour.<end_of_turn>" in out
+    assert ChatTemplate(CHATML).render(greeting).startswith("<|im_start|>assistant\nHi!")
 
 
 def test_a_refusal_that_alternating_turns_do_not_cure_is_the_templates_own() -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish
+from spark.engine.harmony import HarmonyParser, harmony_grammar, opened_final
 from spark.engine.reasoning import Part, ThinkSplitter, ThinkSyntax, think_prefix
 from spark.engine.text import StopStrings
 from spark.engine.toolcalls import ToolCallParser, ToolSyntax, call_rule, lazy_grammar
@@ -125,6 +126,7 @@ class OutputPlan:
     parallel_calls: bool = True  # False: the output ends with its first whole call
     grammar: Grammar | None = None
     reasoning_budget: int | None = None  # thinking tokens before the block is closed for the model
+    harmony: bool = False  # the model writes OpenAI's harmony format (gpt-oss)
 
 
 PLAIN = OutputPlan()
@@ -149,8 +151,19 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
     fmt = request.response_format
     json_out = fmt is not None and fmt.type in ("json_object", "json_schema")
 
+    harmony = tools.family == "harmony"
     grammar: Grammar | None = None
-    if forced or json_out:
+    if harmony:
+        opened = opened_final(prompt)
+        if not opened:
+            grammar = harmony_grammar(
+                request.tools if offered else None,
+                forced=forced,
+                only=choice.name if forced and choice else None,
+                schema=fmt.schema if fmt is not None and fmt.type == "json_schema" else None,
+                json_out=json_out,
+            )
+    elif forced or json_out:
         rules = Rules()
         prefix = think_prefix(rules, think, opened=opened) if think is not None else ""
         alts = []
@@ -184,6 +197,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
         parallel_calls=parallel,
         grammar=grammar,
         reasoning_budget=budget,
+        harmony=harmony,
     )
 
 
@@ -238,6 +252,8 @@ class StructuredOutput:
 
 def parser_for(plan: OutputPlan) -> OutputParser:
     """The parser for one request's output."""
+    if plan.harmony:
+        return HarmonyParser(plan.tool_names, max_calls=None if plan.parallel_calls else 1, opened=plan.think_opened)
     if plan.think is None and plan.tools is None:
         return PlainText()
     return StructuredOutput(plan)

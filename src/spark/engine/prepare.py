@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from spark.engine import harmony
 from spark.engine.native import Model
 from spark.engine.output import PLAIN, OutputPlan, plan_output, tools_enabled
 from spark.engine.reasoning import think_syntax
@@ -78,8 +79,9 @@ class Preparer:
         )
         self._bos_text = model.token_text(model.bos)
         source = None if self.template.is_fallback else self.template.source
-        self.think = think_syntax(source)
         self.tools = tool_syntax(source)
+        self.harmony = self.tools.family == "harmony"
+        self.think = harmony.THINK if self.harmony else think_syntax(source)
 
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
         """The prompt's tokens, its images (if any) and its text."""
@@ -181,6 +183,8 @@ class Preparer:
             variables["enable_thinking"] = request.reasoning.enabled
             if request.reasoning.effort is not None:
                 variables["reasoning_effort"] = request.reasoning.effort
+            elif self.harmony and not request.reasoning.enabled:
+                variables["reasoning_effort"] = "low"  # gpt-oss always reasons: as little as it can
         if prefill is not None:
             # the answer is already under way: no thinking block opens before it (Anthropic refuses a
             # prefill with thinking; llama-server too)
@@ -194,6 +198,8 @@ class Preparer:
         )
         if prefill is None:
             return text, images
+        if self.harmony:
+            return text + harmony.FINAL + prefill, images  # the answer's message, under way
         if self.think is not None and self.think.opened_by(text):
             # a template that opens the thinking block whatever it is told (DeepSeek-R1's): closed empty,
             # so that the prefill is the answer's start, not its thinking

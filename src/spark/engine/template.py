@@ -113,6 +113,25 @@ class ChatTemplate:
         except Exception:
             return False
 
+    @functools.cached_property
+    def takes_parallel_calls(self) -> bool:
+        """Whether the template renders every call of an assistant turn. gpt-oss's renders only the
+        first (its model makes one call per turn); such a template gets a turn per call. Probed once."""
+        names = ("spark_probe_first", "spark_probe_second")
+        calls = [
+            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": {}}} for i, n in enumerate(names)
+        ]
+        messages = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            *({"role": "tool", "content": "ok", "tool_call_id": c["id"]} for c in calls),
+        ]
+        try:
+            text = self._template.render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="")
+        except Exception:  # a template that refuses them says so when it meets them: see `render`
+            return True
+        return all(n in text for n in names)
+
     def render(
         self,
         messages: list[Message],
@@ -136,6 +155,8 @@ class ChatTemplate:
             rendered.insert(0, {"role": "system", "content": system_prompt})
         if not self.takes_system:
             rendered = _system_into_user(rendered)
+        if not self.takes_parallel_calls:
+            rendered = _one_call_per_turn(rendered)
         context: dict[str, Any] = {
             **(variables or {}),
             "messages": rendered,
@@ -163,7 +184,8 @@ class ChatTemplate:
         # alternate, Llama 3.1's take one tool call per turn, Mistral's call ids of 9 letters or digits
         # (another client's ids come back too). Such a template gets the same conversation in the shape
         # it takes, where that is what it refused.
-        for reshaped in (_alternating(rendered), _one_call_per_turn(rendered), _nine_character_ids(rendered)):
+        reshapes = (_thinking_before_calls, _alternating, _one_call_per_turn, _nine_character_ids)
+        for reshaped in (reshape(rendered) for reshape in reshapes):
             if reshaped != rendered:
                 try:
                     return self._template.render(**{**context, "messages": reshaped})
@@ -174,7 +196,8 @@ class ChatTemplate:
 
 def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation as alternating user and assistant turns, after a leading system message: a tool
-    result or a later system message becomes user text, and turns of one role in a row become one."""
+    result or a later system message becomes user text, turns of one role in a row become one, and an
+    assistant turn that opens the conversation (a chat app's greeting) follows an empty user turn."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         turn = message
@@ -182,6 +205,8 @@ def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             turn = {"role": "user", "content": f"Tool result:\n{message['content']}"}
         elif message["role"] == "system" and i > 0:
             turn = {"role": "user", "content": message["content"]}
+        if turn["role"] == "assistant" and all(m["role"] == "system" for m in out):
+            out.append({"role": "user", "content": ""})
         last = out[-1] if out else None
         if last is None or last["role"] != turn["role"] or turn["role"] not in ("user", "assistant"):
             out.append(turn)
@@ -233,6 +258,12 @@ def _nine_character_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _thinking_before_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with an assistant turn's reasoning, not its text, before its calls (gpt-oss's
+    template takes one or the other there, as llama-server gives it)."""
+    return [{**m, "content": ""} if m.get("tool_calls") and m.get("thinking") and m["content"] else m for m in messages]
+
+
 def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages for a template without a system role: each system text opens the next user turn (a
     blank line after it), or becomes a user turn where none follows."""
@@ -277,7 +308,8 @@ def _message_dict(message: Message, image_marker: str) -> dict[str, Any]:
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     if message.reasoning_content is not None:
-        out["reasoning_content"] = message.reasoning_content
+        # Qwen3's and DeepSeek's templates read `reasoning_content`; gpt-oss's reads `thinking`.
+        out["reasoning_content"] = out["thinking"] = message.reasoning_content
     return out
 
 

@@ -8,6 +8,8 @@ Families, recognised from the chat template's text:
   `<|python_tag|>` followed by such JSON or by `tool.call(key=value, ...)`
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`, or the newer
   `[TOOL_CALLS]name[ARGS]{...}` (optionally `[CALL_ID]id` before `[ARGS]`)
+- harmony (gpt-oss): a message to a function, `<|channel|>commentary to=functions.name<|message|>{...}`,
+  parsed with the rest of the format by `spark.engine.harmony`
 - generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
   A template that does not render tools at all gets them described in the system message.
 
@@ -24,9 +26,10 @@ Modules:
 - `grammar`: the grammars that force or constrain calls
 """
 
-from spark.engine.toolcalls.grammar import call_rule, lazy_grammar
+from spark.engine.toolcalls.grammar import args_rule, call_rule, lazy_grammar
 from spark.engine.toolcalls.parser import ToolCallParser, python_call
 from spark.engine.toolcalls.syntax import (
+    HARMONY_MARKERS,
     HERMES_CLOSE,
     HERMES_OPEN,
     JSON_START,
@@ -42,6 +45,7 @@ from spark.engine.toolcalls.syntax import (
 )
 
 __all__ = [
+    "HARMONY_MARKERS",
     "HERMES_CLOSE",
     "HERMES_OPEN",
     "JSON_START",
@@ -51,6 +55,7 @@ __all__ = [
     "PYTHON_TAG",
     "ToolCallParser",
     "ToolSyntax",
+    "args_rule",
     "call_rule",
     "calls_as_text",
     "describe_tools",

@@ -22,7 +22,7 @@ from spark.types import Tool
 log = logging.getLogger("spark.engine.toolcalls")
 
 
-def _args_rule(rules: Rules, tool: Tool, hint: str) -> str:
+def args_rule(rules: Rules, tool: Tool, hint: str) -> str:
     """The arguments of `tool`, from its JSON schema; any object when we cannot enforce it."""
     schema: dict[str, Any] = dict(tool.parameters or {})
     if "type" not in schema and not ({"$ref", "anyOf", "oneOf", "allOf", "enum", "const"} & schema.keys()):
@@ -41,7 +41,7 @@ def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
     alts = []
     for i, t in enumerate(tools):
         name = literal(json.dumps(t.name, ensure_ascii=False))
-        alts.append(f'{name} ws "," ws {key} ws ":" ws {_args_rule(rules, t, f"args-{i}")}')
+        alts.append(f'{name} ws "," ws {key} ws ":" ws {args_rule(rules, t, f"args-{i}")}')
     fns = rules.add("call-fn", " | ".join(alts))
     return rules.add("call-object", f'"{{" ws "\\"name\\"" ws ":" ws {fns} ws "}}"')
 
@@ -58,7 +58,7 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
     if syntax.family == "mistral":
         if syntax.mistral_args:
             alts = [
-                f"{literal(t.name)} {literal(MISTRAL_ARGS)} {_args_rule(rules, t, f'args-{i}')}"
+                f"{literal(t.name)} {literal(MISTRAL_ARGS)} {args_rule(rules, t, f'args-{i}')}"
                 for i, t in enumerate(tools)
             ]
             call = rules.add("call", f"{literal(MISTRAL_CALLS)} ( {' | '.join(alts)} )")

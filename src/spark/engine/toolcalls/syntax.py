@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from spark.types import Message, Tool
 
-Family = Literal["hermes", "llama3", "mistral", "generic"]
+Family = Literal["hermes", "llama3", "mistral", "harmony", "generic"]
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+# OpenAI's harmony format (gpt-oss), whose calls are messages to a function: see spark.engine.harmony.
+HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 # Tags and fences that models of any family put around a JSON call (llama.cpp's Hermes 2 Pro
 # parser knows the same set); what they wrap counts only when it names one of the tools.
 WRAPPER_TAGS = (HERMES_OPEN, "<function_call>", "<tools>", "<tool>", "<response>", "<json>", "<JSON>")
@@ -41,6 +43,7 @@ class ToolSyntax:
             "hermes": (HERMES_OPEN, HERMES_CLOSE),
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
+            "harmony": HARMONY_MARKERS,
             "generic": (),
         }[self.family]
 
@@ -53,6 +56,8 @@ def tool_syntax(template: str | None) -> ToolSyntax:
     """The tool-call syntax of a chat template (None: the fallback template)."""
     src = template or ""
     renders = "tools" in src
+    if HARMONY_MARKERS[1] in src:  # <|channel|>, as llama.cpp recognises the format
+        return ToolSyntax("harmony", renders)
     if MISTRAL_CALLS in src:
         return ToolSyntax("mistral", renders, mistral_args=MISTRAL_ARGS in src)
     if HERMES_OPEN in src:
