@@ -233,7 +233,7 @@ def test_a_forced_call_is_written_in_harmony_and_read_as_a_call(engine: Engine, 
         name, args = calls[0]
         assert choice.name in (None, name)
         jsonschema.validate(args, next(t for t in TOOLS if t.name == name).parameters)
-        assert 0 < len(reasoning_of(c.events)) and any(isinstance(e, ReasoningDelta) for e in c.events)
+        assert reasoning_of(c.events)  # the analysis the budget closed
 
 
 def test_a_json_schema_answer_is_the_final_message(engine: Engine) -> None:
