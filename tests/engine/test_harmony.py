@@ -253,6 +253,8 @@ def test_the_prompt_asks_for_low_effort_without_reasoning_and_a_prefill_opens_th
     prep = engine._prep
     assert "Reasoning: low" in prep.prompt(chat(reasoning=Reasoning(enabled=False)))[2]
     assert "Reasoning: high" in prep.prompt(chat(reasoning=Reasoning(effort="high")))[2]
+    assert "Reasoning: high" in prep.prompt(chat(reasoning=Reasoning(effort="max")))[2]  # gpt-oss knows three
+    assert "Reasoning: medium" in prep.prompt(chat(reasoning=None))[2]
     prefill = chat(messages=[Message("user", "Capital of France as JSON?"), Message("assistant", '{"capital": "')])
     assert prep.prompt(prefill)[2].endswith(f'<|start|>assistant{FINAL}{{"capital": "')
     c = run(engine, prefill)

@@ -33,6 +33,7 @@ from spark.types import (
 )
 
 Emit = Callable[[Event], None]
+_HARMONY_EFFORTS = {"minimal": "low", "xhigh": "high", "max": "high"}
 
 
 @dataclass(slots=True, eq=False)
@@ -181,10 +182,11 @@ class Preparer:
         variables: dict[str, object] = {}
         if request.reasoning is not None:
             variables["enable_thinking"] = request.reasoning.enabled
-            if request.reasoning.effort is not None:
-                variables["reasoning_effort"] = request.reasoning.effort
-            elif self.harmony and not request.reasoning.enabled:
-                variables["reasoning_effort"] = "low"  # gpt-oss always reasons: as little as it can
+            effort: str | None = request.reasoning.effort
+            if self.harmony:  # gpt-oss always reasons, with one of three efforts
+                effort = _HARMONY_EFFORTS.get(effort or "", effort) if request.reasoning.enabled else "low"
+            if effort is not None:
+                variables["reasoning_effort"] = effort
         if prefill is not None:
             # the answer is already under way: no thinking block opens before it (Anthropic refuses a
             # prefill with thinking; llama-server too)
