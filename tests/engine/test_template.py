@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from spark.engine.template import FALLBACK_TEMPLATE, ChatTemplate
@@ -83,7 +85,7 @@ def test_tools_and_tool_calls_are_passed_like_hugging_face() -> None:
         "{% for t in tools %}{{ t['type'] }}:{{ t['function']['name'] }};{% endfor %}"
         "{% for m in messages %}{% if m.tool_calls is defined %}"
         "{% for c in m.tool_calls %}{{ c['function']['arguments']['city'] }}{% endfor %}"
-        "{% endif %}{% if m.tool_call_id is defined %}[{{ m.tool_call_id }}]{% endif %}{% endfor %}"
+        "{% endif %}{% if m.tool_call_id is defined %}[{{ m.tool_call_id }}:{{ m.content }}]{% endif %}{% endfor %}"
     )
     msgs = [
         Message("user", "weather?"),
@@ -91,7 +93,7 @@ def test_tools_and_tool_calls_are_passed_like_hugging_face() -> None:
         Message("tool", "sunny", tool_call_id="c1"),
     ]
     out = ChatTemplate(src).render(msgs, tools=[Tool("get_weather", "", {"type": "object"})])
-    assert out == "function:get_weather;Paris[c1]"
+    assert out == "function:get_weather;Paris[c1:sunny]"
 
 
 def test_trim_blocks_like_hugging_face() -> None:
@@ -203,3 +205,50 @@ def test_call_ids_of_another_shape_are_given_as_nine_characters_where_the_templa
     assert call_id.isalnum() and f'"call_id": "{call_id}"' in out  # the result names its call
     nine = [Message("user", "Hi"), Message("assistant", None, tool_calls=[ToolCall("AbCdE1234", "add", "{}")])]
     assert '"id": "AbCdE1234"' in t.render([*nine, Message("tool", "4", tool_call_id="AbCdE1234")], tools=TOOLS)
+
+
+# Templates as published, in the shapes they take their input (llama.cpp's models/templates holds them).
+CALLS = [ToolCall("call_1", "get_weather", '{"city": "Paris"}'), ToolCall("call_2", "get_weather", '{"city": "Oslo"}')]
+WITH_CALLS = [
+    Message("user", "Weather in Paris and Oslo?"),
+    Message("assistant", None, tool_calls=CALLS),
+    Message("tool", "Sunny", tool_call_id="call_1"),
+    Message("tool", "Rain", tool_call_id="call_2"),
+]
+WEATHER = Tool("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+
+
+def test_the_generation_tag_of_hugging_face_templates_renders_its_content() -> None:
+    # LFM2.5's templates mark the assistant's text for training masks
+    src = "{% for m in messages %}{% generation %}[{{ m['content'] }}]{% endgeneration %}{% endfor %}"
+    t = ChatTemplate(src)
+    assert not t.is_fallback and t.render([Message("user", "Hi")]) == "[Hi]"
+
+
+def test_tools_and_arguments_printed_as_they_are_read_as_json() -> None:
+    # Apriel's template prints each tool; functionary's joins the arguments to a string
+    printed = "{% for t in tools %}{{ t }}{% endfor %}|{% for c in messages[1].tool_calls %}{{ c.function.arguments }}{% endfor %}"
+    out = ChatTemplate(printed).render(WITH_CALLS[:2], tools=[WEATHER])
+    tool, args = out.split("|")
+    assert json.loads(tool)["function"]["name"] == "get_weather" and args == '{"city": "Paris"}{"city": "Oslo"}'
+    joined = "{% for c in messages[1].tool_calls %}{{ '<call>' + c.function.arguments + '</call>' }}{% endfor %}"
+    assert ChatTemplate(joined).render(WITH_CALLS[:2]) == '<call>{"city": "Paris"}</call><call>{"city": "Oslo"}</call>'
+    # and what a filter chain leaves goes to JSON as a list (DeepSeek-R1's template as llama.cpp ships it)
+    mapped = "{{ messages[1].tool_calls | map(attribute='id') | tojson }}"
+    assert ChatTemplate(mapped).render(WITH_CALLS[:2]) == '["call_1", "call_2"]'
+
+
+def test_a_template_without_a_tool_role_gets_results_as_the_users_text() -> None:
+    # Phi-3.5's renders system, user and assistant turns only: results would vanish
+    roles = "{% for m in messages %}{% if m['role'] in ('user', 'assistant') %}<|{{ m['role'] }}|>{{ m['content'] }}{% endif %}{% endfor %}"
+    out = ChatTemplate(roles).render(WITH_CALLS)
+    assert "<|user|>Tool result:\nSunny<|user|>Tool result:\nRain" in out
+    assert "Tool result" not in ChatTemplate(CHATML).render(WITH_CALLS)
+
+
+def test_what_a_template_renders_of_calls_is_probed() -> None:
+    contents = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # LFM2.5-Instruct's: calls are content
+    assert not ChatTemplate(contents).renders_calls
+    first = "{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls[0].function.name }}{% endif %}{% endfor %}"
+    assert ChatTemplate(first).renders_calls and not ChatTemplate(first).takes_parallel_calls
+    assert ChatTemplate(CHATML).takes_parallel_calls

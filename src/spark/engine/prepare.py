@@ -179,6 +179,8 @@ class Preparer:
         if not self.tools.renders_tools:
             messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
             tools = None
+        elif not self.template.renders_calls:
+            messages = calls_as_text(messages)
         variables: dict[str, object] = {}
         if request.reasoning is not None:
             variables["enable_thinking"] = request.reasoning.enabled

@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from spark.errors import InvalidRequest
@@ -54,16 +55,38 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys, default=_listed
+    )
+
+
+def _listed(value: Any) -> list[Any]:
+    """What `tojson` makes of what a filter chain leaves (a `map` gives a generator): its items."""
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable") from None
+
+
+class _Generation(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`, which Hugging Face's templates use to mark the assistant's
+    text for training masks (LFM2.5's, for one): rendered as its content."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja2 declares it on the base class)
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    # trim_blocks/lstrip_blocks and loopcontrols match Hugging Face, which
+    # trim_blocks/lstrip_blocks, loopcontrols and the generation tag match Hugging Face, which
     # every published template is written and tested against.
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
-        extensions=[jinja2.ext.loopcontrols],
+        extensions=[jinja2.ext.loopcontrols, _Generation],
     )
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -114,23 +137,36 @@ class ChatTemplate:
             return False
 
     @functools.cached_property
-    def takes_parallel_calls(self) -> bool:
-        """Whether the template renders every call of an assistant turn. gpt-oss's renders only the
-        first (its model makes one call per turn); such a template gets a turn per call. Probed once."""
+    def _tool_turns(self) -> tuple[int, bool]:
+        """How many of an assistant turn's two calls the template renders, and whether it renders tool
+        results. Probed once, with markers."""
         names = ("spark_probe_first", "spark_probe_second")
         calls = [
-            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": {}}} for i, n in enumerate(names)
+            {"id": f"spark_probe_id_{i}", "type": "function", "function": {"name": n, "arguments": _JsonObject()}}
+            for i, n in enumerate(names)
         ]
         messages = [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": "", "tool_calls": calls},
-            *({"role": "tool", "content": "ok", "tool_call_id": c["id"]} for c in calls),
+            *({"role": "tool", "content": "spark_probe_result", "tool_call_id": c["id"]} for c in calls),
         ]
         try:
             text = self._template.render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="")
         except Exception:  # a template that refuses them says so when it meets them: see `render`
-            return True
-        return all(n in text for n in names)
+            return len(names), True
+        return sum(n in text for n in names), "spark_probe_result" in text
+
+    @property
+    def renders_calls(self) -> bool:
+        """Whether the template renders an assistant turn's calls at all (DeepSeek-R1's distills drop a
+        turn of calls whose content is not none); where it does not, they are given to it as text."""
+        return self._tool_turns[0] > 0
+
+    @property
+    def takes_parallel_calls(self) -> bool:
+        """Whether the template renders every call of a turn. gpt-oss's renders only the first (its
+        model makes one call per turn); such a template gets a turn per call."""
+        return self._tool_turns[0] != 1
 
     def render(
         self,
@@ -157,6 +193,8 @@ class ChatTemplate:
             rendered = _system_into_user(rendered)
         if not self.takes_parallel_calls:
             rendered = _one_call_per_turn(rendered)
+        if not self._tool_turns[1]:  # Phi-3.5's renders no tool role: results become the user's text
+            rendered = [_result_as_user(m) for m in rendered]
         context: dict[str, Any] = {
             **(variables or {}),
             "messages": rendered,
@@ -166,14 +204,10 @@ class ChatTemplate:
         }
         if tools:
             context["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                }
+                _JsonObject(
+                    type="function",
+                    function={"name": t.name, "description": t.description, "parameters": t.parameters},
+                )
                 for t in tools
             ]
         try:
@@ -184,7 +218,7 @@ class ChatTemplate:
         # alternate, Llama 3.1's take one tool call per turn, Mistral's call ids of 9 letters or digits
         # (another client's ids come back too). Such a template gets the same conversation in the shape
         # it takes, where that is what it refused.
-        reshapes = (_thinking_before_calls, _alternating, _one_call_per_turn, _nine_character_ids)
+        reshapes = (_thinking_before_calls, _arguments_as_text, _alternating, _one_call_per_turn, _nine_character_ids)
         for reshaped in (reshape(rendered) for reshape in reshapes):
             if reshaped != rendered:
                 try:
@@ -200,10 +234,8 @@ def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     assistant turn that opens the conversation (a chat app's greeting) follows an empty user turn."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        turn = message
-        if message["role"] == "tool":
-            turn = {"role": "user", "content": f"Tool result:\n{message['content']}"}
-        elif message["role"] == "system" and i > 0:
+        turn = _result_as_user(message)
+        if message["role"] == "system" and i > 0:
             turn = {"role": "user", "content": message["content"]}
         if turn["role"] == "assistant" and all(m["role"] == "system" for m in out):
             out.append({"role": "user", "content": ""})
@@ -215,6 +247,30 @@ def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         calls = [*last.get("tool_calls", ()), *turn.get("tool_calls", ())]
         out[-1] = {**joined, "tool_calls": calls} if calls else joined
     return out
+
+
+def _result_as_user(message: dict[str, Any]) -> dict[str, Any]:
+    """A tool result as the user's text, for templates that take no tool turns."""
+    if message["role"] != "tool":
+        return message
+    return {"role": "user", "content": f"Tool result:\n{message['content']}"}
+
+
+def _arguments_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with call arguments as JSON text, for templates that join them to strings
+    (functionary's)."""
+    return [
+        {
+            **m,
+            "tool_calls": [
+                {**c, "function": {**c["function"], "arguments": str(c["function"]["arguments"])}}
+                for c in m["tool_calls"]
+            ],
+        }
+        if m.get("tool_calls")
+        else m
+        for m in messages
+    ]
 
 
 def _one_call_per_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -313,10 +369,18 @@ def _message_dict(message: Message, image_marker: str) -> dict[str, Any]:
     return out
 
 
+class _JsonObject(dict[str, Any]):
+    """A call's arguments or a tool: a mapping for the templates that apply `tojson` or read its items,
+    which prints as its JSON text in those that print it as it is (Apriel's tool list)."""
+
+    def __str__(self) -> str:
+        return json.dumps(self, ensure_ascii=False)
+
+
 def _arguments(text: str) -> Any:
     """Tool-call arguments as a JSON object when they parse (templates apply `tojson`), else the text."""
     try:
         value = json.loads(text)
     except ValueError:
         return text
-    return value if isinstance(value, dict) else text
+    return _JsonObject(value) if isinstance(value, dict) else text

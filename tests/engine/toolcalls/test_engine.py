@@ -20,6 +20,7 @@ from spark.types import (
     SamplingParams,
     TextDelta,
     Tool,
+    ToolCall,
     ToolChoice,
 )
 
@@ -147,3 +148,24 @@ def test_a_forced_call_ends_when_its_json_is_whole(engine: Engine) -> None:
     # The same tokens either way: with parallel calls allowed the answer still ends with the
     # call's last token, since the model's own next token would not start another.
     assert ends[True] == ends[False]
+
+
+def test_calls_reach_a_template_that_lists_tools_but_renders_no_calls_as_text(tmp_path: Path) -> None:
+    import tiny_gguf
+
+    # LFM2.5-Instruct's template: the tools in the system turn, then each message's content only
+    src = (
+        "{% if tools %}<|im_start|>system\nList of tools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    path = tiny_gguf.write_tiny_llama(tmp_path / "contents.gguf", template=src)
+    conversation = [
+        Message("user", "1 + 2?"),
+        Message("assistant", None, tool_calls=[ToolCall("c1", "add", '{"a": 1, "b": 2}')]),
+        Message("tool", "3", tool_call_id="c1"),
+    ]
+    with Engine(LoadOptions(model_id="contents", path=str(path), n_threads=1, n_ctx=512)) as e:
+        text = e._prep.prompt(ChatRequest(model="contents", messages=conversation, tools=SMALL_TOOLS))[2]
+    assert 'List of tools: [{"type": "function"' in text
+    assert '<|im_start|>assistant\n{"name": "add", "arguments": {"a": 1, "b": 2}}<|im_end|>' in text
