@@ -36,7 +36,7 @@ from spark.types import (
     template_thinks,
 )
 
-GPT_OSS = (Path(__file__).parent / "gpt-oss.jinja").read_text()
+GPT_OSS = (Path(__file__).parent / "templates" / "gpt-oss.jinja").read_text()
 ADD = Tool(
     "add",
     "Add two integers",

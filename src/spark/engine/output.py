@@ -10,9 +10,9 @@ matching incremental parser: thinking becomes `ReasoningDelta`, calls become
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish
 from spark.engine.harmony import HarmonyParser, harmony_grammar, opened_final
@@ -123,6 +123,7 @@ class OutputPlan:
     think_opened: bool = False  # the prompt ends inside a thinking block
     tools: ToolSyntax | None = None  # None: calls are neither asked for nor parsed
     tool_names: frozenset[str] = frozenset()
+    tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # each tool's parameters
     parallel_calls: bool = True  # False: the output ends with its first whole call
     grammar: Grammar | None = None
     reasoning_budget: int | None = None  # thinking tokens before the block is closed for the model
@@ -165,7 +166,9 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
             )
     elif forced or json_out:
         rules = Rules()
-        prefix = think_prefix(rules, think, opened=opened) if think is not None else ""
+        # thinking turned off: no block may open before the answer (one the prompt opened is closed)
+        thinks = think is not None and (opened or request.reasoning is None or request.reasoning.enabled)
+        prefix = think_prefix(rules, think, opened=opened) if think is not None and thinks else ""
         alts = []
         if offered and request.tools is not None:
             alts.append(
@@ -194,6 +197,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
         think_opened=opened,
         tools=tools if offered else None,
         tool_names=frozenset(t.name for t in request.tools or ()) if offered else frozenset(),
+        tool_schemas={t.name: t.parameters or {} for t in request.tools or ()} if offered else {},
         parallel_calls=parallel,
         grammar=grammar,
         reasoning_budget=budget,
@@ -207,7 +211,9 @@ class StructuredOutput:
     def __init__(self, plan: OutputPlan) -> None:
         self._think = ThinkSplitter(plan.think, opened=plan.think_opened) if plan.think else None
         self._tools = (
-            ToolCallParser(plan.tools, plan.tool_names, max_calls=None if plan.parallel_calls else 1)
+            ToolCallParser(
+                plan.tools, plan.tool_names, max_calls=None if plan.parallel_calls else 1, schemas=plan.tool_schemas
+            )
             if plan.tools
             else None
         )

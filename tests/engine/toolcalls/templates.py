@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import tiny_gguf
 from spark.engine.template import ChatTemplate
@@ -430,9 +431,15 @@ CALLS = [
     ToolCall("abcDEF123", "get_weather", '{"city": "Paris", "days": 2}'),
     ToolCall("ghiJKL456", "add", '{"a": 1, "b": -2}'),
 ]
+_PUBLISHED = Path(__file__).parents[1] / "templates"
+QWEN3_CODER = (_PUBLISHED / "qwen3-coder.jinja").read_text()
+QWEN35 = (_PUBLISHED / "qwen3.5.jinja").read_text()
+
 FAMILIES = {
     "hermes-tiny": tiny_gguf.TOOLS_TEMPLATE,
     "qwen2.5": QWEN25,
+    "qwen3-coder": QWEN3_CODER,
+    "qwen3.5": QWEN35,
     "llama3.1": LLAMA31,
     "mistral-nemo": MISTRAL_NEMO,
     "mistral-small-3.2": MISTRAL_SMALL_32,
@@ -458,8 +465,14 @@ def assistant_output(src: str, calls: list[ToolCall], content: str | None = None
     return out
 
 
-def parse(syntax: ToolSyntax, text: str, step: int, names: list[str] | None = None) -> list[Event]:
-    parser = ToolCallParser(syntax, names if names is not None else [t.name for t in TOOLS])
+def parse(
+    syntax: ToolSyntax,
+    text: str,
+    step: int,
+    names: list[str] | None = None,
+    schemas: dict[str, dict[str, object]] | None = None,
+) -> list[Event]:
+    parser = ToolCallParser(syntax, names if names is not None else [t.name for t in TOOLS], schemas=schemas)
     events: list[Event] = []
     for i in range(0, len(text), step):
         events += parser.feed(text[i : i + step])
@@ -472,8 +485,9 @@ def content_and_calls(events: list[Event]) -> tuple[str, list[tuple[str, dict[st
     for e in events:
         if isinstance(e, ToolCallDelta):
             if e.id is not None:
-                assert e.index == len(calls) and e.name and not e.arguments  # id and name come first, alone
-                calls[e.index] = [e.name, ""]
+                # id and name come first (with the first arguments where a verified draft brought them together)
+                assert e.index == len(calls) and e.name
+                calls[e.index] = [e.name, e.arguments]
             else:
                 calls[e.index][1] += e.arguments
     return text, [(name, json.loads(args)) for name, args in calls.values()]

@@ -17,6 +17,7 @@ from spark.types import (
     Failed,
     LoadOptions,
     Message,
+    Reasoning,
     SamplingParams,
     TextDelta,
     Tool,
@@ -169,3 +170,46 @@ def test_calls_reach_a_template_that_lists_tools_but_renders_no_calls_as_text(tm
         text = e._prep.prompt(ChatRequest(model="contents", messages=conversation, tools=SMALL_TOOLS))[2]
     assert 'List of tools: [{"type": "function"' in text
     assert '<|im_start|>assistant\n{"name": "add", "arguments": {"a": 1, "b": 2}}<|im_end|>' in text
+
+
+# A tool whose parameters are a string, a bounded integer, an enum and an object: the xml family
+# writes a string as it is and any other value as JSON.
+FORM = Tool(
+    "book",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 8},
+            "nights": {"type": "integer", "minimum": 1, "maximum": 9},
+            "room": {"type": "string", "enum": ["single", "double"]},
+            "extras": {"type": "object", "properties": {"late": {"type": "boolean"}}, "required": ["late"]},
+        },
+        "required": ["nights", "room", "extras"],
+    },
+)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_forced_calls_in_parameter_tags_parse_and_match_the_schema(tmp_path: Path, parallel: bool) -> None:
+    import tiny_gguf
+    from engine.toolcalls.templates import QWEN35
+
+    path = tiny_gguf.write_tiny_llama(tmp_path / "qwen35.gguf", template=QWEN35, n_ctx=2048)
+    with Engine(LoadOptions(model_id="q", path=str(path), n_threads=1, n_ctx=2048)) as e:
+        for seed in range(3):
+            req = ChatRequest(
+                model="q",
+                messages=[Message("user", "Book a room in Oslo.")],
+                tools=[FORM, *SMALL_TOOLS],
+                tool_choice=ToolChoice("required", "book"),
+                parallel_tool_calls=parallel,
+                reasoning=Reasoning(enabled=False),
+                sampling=SamplingParams(temperature=1.0, seed=seed, max_tokens=300, logit_bias={e._model.eos: 200.0}),
+            )
+            c = run(e, req)
+            assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls", c.final
+            content, calls = content_and_calls(c.events)
+            assert content == "" and calls and all(name == "book" for name, _ in calls)
+            for _, args in calls:
+                jsonschema.validate(args, FORM.parameters)

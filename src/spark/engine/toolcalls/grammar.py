@@ -7,6 +7,9 @@ import logging
 from typing import Any
 
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, SchemaError, finish, literal
+from spark.engine.grammar.check import MAX_REPEAT
+from spark.engine.reasoning import not_containing
+from spark.engine.toolcalls.parser import FUNCTION_CLOSE, FUNCTION_TAG, PARAMETER_CLOSE, PARAMETER_TAG
 from spark.engine.toolcalls.syntax import (
     HERMES_CLOSE,
     HERMES_OPEN,
@@ -34,6 +37,42 @@ def args_rule(rules: Rules, tool: Tool, hint: str) -> str:
         return rules.primitive("object")
 
 
+def _parameters_rule(rules: Rules, tool: Tool, hint: str) -> str:
+    """The arguments of `tool` as `<parameter=key>value</parameter>` tags (the xml family): its
+    properties in the schema's order, the required ones always; a string's value as written, any
+    other value as JSON matching its schema, a value of no type as any text."""
+    lead = rules.add("lead", "[ \t\r\n]{0,4}")
+    text = not_containing(rules, PARAMETER_CLOSE, "parameter-text")
+    schema = tool.parameters or {}
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        any_key = f'{literal(PARAMETER_TAG)} [A-Za-z0-9_.-]{{1,64}} ">" {text} {literal(PARAMETER_CLOSE)} {lead}'
+        return rules.add(f"{hint}-any", f"( {any_key} )*")
+    required = set(schema.get("required") or ())
+    converter = SchemaConverter(rules, schema, "tools")
+    parts = []
+    for i, (key, prop) in enumerate(properties.items()):
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        enum = prop.get("enum") if isinstance(prop, dict) else None
+        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
+            value = "( " + " | ".join(literal(v) for v in enum) + " )"
+        elif kind == "string" and isinstance(prop.get("maxLength"), int):
+            # at most that many characters, none of them starting the closing tag
+            value = f'( [^<] | "<" [^/] ){{0,{min(prop["maxLength"], MAX_REPEAT)}}}'
+        elif kind == "string" or kind is None:
+            value = text
+        else:
+            try:
+                value = converter.rule(prop, f"{hint}-{i}")
+            except SchemaError as e:
+                log.info("tool %s: parameter %s not constrained by its schema: %s", tool.name, key, e.message)
+                value = text
+        # one newline around the value, as the templates write it and the parser drops it
+        tag = f'{literal(f"{PARAMETER_TAG}{key}>")} "\\n"? {value} "\\n"? {literal(PARAMETER_CLOSE)} {lead}'
+        parts.append(tag if key in required else f"( {tag} )?")
+    return rules.add(hint, " ".join(parts))
+
+
 def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
     """`{"name": "<tool>", "<args key>": <its arguments>}` for any of `tools`."""
     rules.primitive("ws")
@@ -54,6 +93,13 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
     if syntax.family == "hermes":
         obj = _object_rule(rules, syntax, tools)
         call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {obj} {lead} {literal(HERMES_CLOSE)}")
+        return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
+    if syntax.family == "xml":
+        fns = [
+            f"{literal(f'{t.name}>')} {lead} {_parameters_rule(rules, t, f'params-{i}')}" for i, t in enumerate(tools)
+        ]
+        function = f"{literal(FUNCTION_TAG + '=')} ( {' | '.join(fns)} ) {literal(FUNCTION_CLOSE)}"
+        call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {function} {lead} {literal(HERMES_CLOSE)}")
         return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
     if syntax.family == "mistral":
         if syntax.mistral_args:
@@ -92,7 +138,7 @@ def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True
     """
     rules = Rules()
     calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
-    if syntax.family in ("hermes", "mistral"):
+    if syntax.family in ("hermes", "xml", "mistral"):
         calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
     words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS))
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from spark.engine.text import partial_marker
@@ -47,6 +47,10 @@ _MAX_WRAPPERS = 2  # e.g. a code fence around a tag
 FUNCTION_TAG, FUNCTION_CLOSE = "<function", "</function>"
 _FUNCTION_NAME = re.compile(r'=([A-Za-z0-9_.:-]{1,64})|\s+name="([A-Za-z0-9_.:-]{1,64})"\s*')
 _MAX_FUNCTION_TAG = 80
+# The arguments as parameters, one per tag, the way Qwen3-Coder and Qwen3.5 write them:
+# `<function=name>\n<parameter=city>\nParis\n</parameter>\n</function>`.
+PARAMETER_TAG, PARAMETER_CLOSE = "<parameter=", "</parameter>"
+_PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.:$-]{1,64}")
 
 _Action = tuple[Literal["start"], str, str | None] | tuple[Literal["args"], str]
 
@@ -169,6 +173,19 @@ def python_call(text: str) -> tuple[str, str] | None:
     return name, json.dumps(args, ensure_ascii=False)
 
 
+def _parameter(text: str, schema: Any) -> Any:
+    """A parameter's value from its text: the text itself where the schema says string, else the JSON
+    it holds (a number, an object...), else the text."""
+    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    kinds = [kinds] if isinstance(kinds, str) else kinds or []
+    if "string" in kinds:
+        return text
+    if "boolean" in kinds and text.strip() in ("True", "False"):  # as a Python-minded template writes it
+        return text.strip() == "True"
+    value = _loads(text)
+    return text if value is None and text.strip() != "null" else value
+
+
 def _starts(text: str, marker: str) -> bool:
     """Whether `text` starts with `marker`, or may (it is a start of it)."""
     return text.startswith(marker) or marker.startswith(text)
@@ -187,15 +204,23 @@ class ToolCallParser:
     the whitespace, closing tags or fences that may follow one).
     """
 
-    def __init__(self, syntax: ToolSyntax, names: Iterable[str], *, max_calls: int | None = None) -> None:
+    def __init__(
+        self,
+        syntax: ToolSyntax,
+        names: Iterable[str],
+        *,
+        max_calls: int | None = None,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self._syntax = syntax
         self._max_calls = max_calls
         self._n_whole = 0
         self._names = frozenset(names)
+        self._schemas = schemas or {}  # each tool's parameters: how a parameter's text reads
         self._buf = ""
         self._mode = "text"
         # What starts a call, or may: the family's markers, then what any model may write.
-        family = {"hermes": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}
+        family = {"hermes": (HERMES_OPEN,), "xml": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}
         self._markers = family.get(syntax.family, ())
         self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
         # Other families' markers before JSON: a model may write them under another template.
@@ -209,6 +234,7 @@ class ToolCallParser:
         self._mistral_name = ""
         self._mistral_id: str | None = None
         self._scanner: JsonScanner | None = None  # arguments of a call named outside its JSON
+        self._function = ""  # the call whose parameters are being read
         self._args_sent = False
         self._n_calls = 0
         self._said_anything = False  # leading whitespace before a call is not content
@@ -311,6 +337,8 @@ class ToolCallParser:
                 self._args(call[1])
         elif mode == "args" and not self._args_sent:
             self._args("{}")
+        elif mode == "params":
+            self._args("}" if self._args_sent else "{}")
         events, self._events = self._events, []
         return events
 
@@ -383,15 +411,53 @@ class ToolCallParser:
         found = _FUNCTION_NAME.fullmatch(tag)
         name = found and (found.group(1) or found.group(2))
         head = rest.lstrip(WS)
-        if not name or name not in self._names or (head and head[0] != "{"):
+        params = _starts(head, PARAMETER_TAG) or _starts(head, FUNCTION_CLOSE)
+        if not name or name not in self._names or (head and head[0] != "{" and not params):
             self._give_back()
             return True
-        if not head:
+        if not head or (params and len(head) < len(PARAMETER_TAG) and head != FUNCTION_CLOSE[: len(head)]):
             return False  # the arguments have not begun
         self._buf = head
         self._call_start(name, None)
-        self._closers = [FUNCTION_CLOSE]
-        self._scanner, self._mode = JsonScanner(), "args"
+        self._closers.append(FUNCTION_CLOSE)
+        if head[0] == "{":
+            self._scanner, self._mode = JsonScanner(), "args"
+        else:
+            self._function, self._mode = name, "params"
+        return True
+
+    def _on_params(self) -> bool:
+        """After `<function=name>`: `<parameter=key>value</parameter>` tags up to `</function>`. Each
+        parameter is sent once whole (its text read by the tool's schema), the object closed at the end."""
+        head = self._buf.lstrip(WS)
+        self._buf = head
+        if head.startswith(FUNCTION_CLOSE):
+            self._buf = head[len(FUNCTION_CLOSE) :]
+            self._closers.pop()
+            self._args("}" if self._args_sent else "{}")
+            self._call_whole()
+            return True
+        if not head.startswith(PARAMETER_TAG):
+            if not head or _starts(head, PARAMETER_TAG) or _starts(head, FUNCTION_CLOSE):
+                return False
+            self._args("}" if self._args_sent else "{}")  # a call that broke: the rest is text
+            self._closers, self._mode = [], "text"
+            return True
+        key, gt, rest = head[len(PARAMETER_TAG) :].partition(">")
+        if not gt:
+            return False
+        value, close, rest = rest.partition(PARAMETER_CLOSE)
+        if not close:
+            return False
+        if not _PARAMETER_NAME.fullmatch(key):
+            self._args("}" if self._args_sent else "{}")
+            self._closers, self._mode = [], "text"
+            return True
+        value = value.removeprefix("\n").removesuffix("\n")
+        schema = self._schemas.get(self._function, {}).get("properties", {}).get(key)
+        member = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(_parameter(value, schema), ensure_ascii=False)}"
+        self._args((", " if self._args_sent else "{") + member)
+        self._buf = rest
         return True
 
     def _on_open(self) -> bool:
@@ -402,6 +468,12 @@ class ToolCallParser:
         if not head:
             return False
         in_array = "]" in self._closers
+        if not in_array and _starts(head, FUNCTION_TAG) and self._closers:
+            if len(head) < len(FUNCTION_TAG):
+                return False
+            self._held += FUNCTION_TAG
+            self._buf, self._mode = head[len(FUNCTION_TAG) :], "function"
+            return True
         if head[0] == "{":
             self._reader = _CallReader(eager=self._eager, names=self._names)
             self._mode = "object"

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from spark.types import Message, Tool
 
-Family = Literal["hermes", "llama3", "mistral", "harmony", "generic"]
+Family = Literal["hermes", "xml", "llama3", "mistral", "harmony", "generic"]
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -41,6 +41,7 @@ class ToolSyntax:
         """The marker texts of this family (often special tokens)."""
         return {
             "hermes": (HERMES_OPEN, HERMES_CLOSE),
+            "xml": (HERMES_OPEN, HERMES_CLOSE),
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
             "harmony": HARMONY_MARKERS,
@@ -60,6 +61,8 @@ def tool_syntax(template: str | None) -> ToolSyntax:
         return ToolSyntax("harmony", renders)
     if MISTRAL_CALLS in src:
         return ToolSyntax("mistral", renders, mistral_args=MISTRAL_ARGS in src)
+    if HERMES_OPEN in src and "<parameter=" in src:
+        return ToolSyntax("xml", renders)
     if HERMES_OPEN in src:
         return ToolSyntax("hermes", renders)
     if PYTHON_TAG in src:
