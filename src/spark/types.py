@@ -144,9 +144,11 @@ class Reasoning(msgspec.Struct, frozen=True, omit_defaults=True):
 
 def template_thinks(template: str | None) -> bool:
     """Whether a chat template is a thinking model's: it writes the tags (Qwen3, DeepSeek-R1), takes
-    `enable_thinking`, renders earlier turns' `reasoning_content`, or has an analysis channel (gpt-oss)."""
+    `enable_thinking`, renders earlier turns' `reasoning_content`, or writes other tags for it (gpt-oss's
+    analysis channel, Magistral's [THINK], Seed-OSS's <seed:think>)."""
     return template is not None and any(
-        s in template for s in ("<think>", "enable_thinking", "reasoning_content", "<|channel|>")
+        s in template
+        for s in ("<think>", "enable_thinking", "reasoning_content", "<|channel|>", "[THINK]", ":think>")
     )
 
 

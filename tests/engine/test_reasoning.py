@@ -124,8 +124,8 @@ QWEN3 = r"""{%- if tools %}
 
 
 # ChatML that opens a thinking block for the answer, unless enable_thinking is false.
-def split(text: str, step: int, *, opened: bool = False) -> tuple[str, str]:
-    splitter = ThinkSplitter(ThinkSyntax(), opened=opened)
+def split(text: str, step: int, *, opened: bool = False, syntax: ThinkSyntax | None = None) -> tuple[str, str]:
+    splitter = ThinkSplitter(syntax or ThinkSyntax(), opened=opened)
     parts = []
     for i in range(0, len(text), step):
         parts += splitter.feed(text[i : i + step])
@@ -158,6 +158,25 @@ def test_thinking_templates_are_recognised() -> None:
     assert think_syntax(tiny_gguf.THINK_TEMPLATE) == ThinkSyntax()
     assert think_syntax(tiny_gguf.CHATML_TEMPLATE) is None
     assert think_syntax(None) is None
+
+
+GEMMA4 = (Path(__file__).parent / "templates" / "gemma-4.jinja").read_text()
+
+
+def test_other_thinking_tags_are_recognised_and_split() -> None:
+    assert think_syntax("{{ '[THINK]' + m.thinking + '[/THINK]' }}") == ThinkSyntax("[THINK]", "[/THINK]")
+    assert think_syntax("{%- set think_begin_token = '<seed:think>' -%}") == ThinkSyntax(
+        "<seed:think>", "</seed:think>"
+    )
+    gemma = think_syntax(GEMMA4)
+    assert gemma == ThinkSyntax("<|channel>thought", "<channel|>") and "<|channel>" in gemma.markers
+    assert split("<|channel>thought\nTwo and two.<channel|>It is 4.", 2, syntax=gemma) == ("Two and two.", "It is 4.")
+    # Gemma 4 thinks only when asked: otherwise its prompt closes an empty thought
+    t = ChatTemplate(GEMMA4, bos_token="<bos>")
+    off = t.render([Message("user", "2+2?")])
+    assert off.endswith("<|turn>model\n<|channel>thought\n<channel|>") and not gemma.opened_by(off)
+    on = t.render([Message("user", "2+2?")], variables={"enable_thinking": True})
+    assert "<|think|>" in on and on.endswith("<|turn>model\n")
 
 
 def test_qwen3_template_takes_enable_thinking_and_earlier_reasoning() -> None:

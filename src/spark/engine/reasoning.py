@@ -27,17 +27,31 @@ class ThinkSyntax:
     close: str = "</think>"
 
     @property
-    def markers(self) -> tuple[str, str]:
-        return (self.open, self.close)
+    def markers(self) -> tuple[str, ...]:
+        """The tags, and a tag's first part where it is a special token and a word (Gemma 4's `<|channel>`)."""
+        head = self.open.split(">", 1)[0] + ">" if self.open.startswith("<|") else self.open
+        return (self.open, self.close, head) if head != self.open else (self.open, self.close)
 
     def opened_by(self, prompt: str) -> bool:
         """Whether the rendered prompt ends inside a thinking block (the template opened it)."""
         return prompt.rstrip().endswith(self.open)
 
 
+# Tags other than <think> that thinking models use, recognised by their opening tag in the template.
+_OTHER_TAGS = (
+    ThinkSyntax("[THINK]", "[/THINK]"),  # Magistral, Ministral 3 reasoning
+    ThinkSyntax("<seed:think>", "</seed:think>"),  # Seed-OSS
+    ThinkSyntax("<mm:think>", "</mm:think>"),  # MiniMax M3
+    ThinkSyntax("<|channel>thought", "<channel|>"),  # Gemma 4
+)
+
+
 def think_syntax(template: str | None) -> ThinkSyntax | None:
     """The thinking syntax of a chat template, or None for a model that does not think."""
-    return ThinkSyntax() if template_thinks(template) else None
+    if not template_thinks(template):
+        return None
+    assert template is not None
+    return next((syntax for syntax in _OTHER_TAGS if syntax.open in template), ThinkSyntax())
 
 
 class ThinkSplitter:
