@@ -147,8 +147,7 @@ def template_thinks(template: str | None) -> bool:
     `enable_thinking`, renders earlier turns' `reasoning_content`, or writes other tags for it (gpt-oss's
     analysis channel, Magistral's [THINK], Seed-OSS's <seed:think>)."""
     return template is not None and any(
-        s in template
-        for s in ("<think>", "enable_thinking", "reasoning_content", "<|channel|>", "[THINK]", ":think>")
+        s in template for s in ("<think>", "enable_thinking", "reasoning_content", "<|channel|>", "[THINK]", ":think>")
     )
 
 
