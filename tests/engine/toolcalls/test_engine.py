@@ -213,3 +213,39 @@ def test_forced_calls_in_parameter_tags_parse_and_match_the_schema(tmp_path: Pat
             assert content == "" and calls and all(name == "book" for name, _ in calls)
             for _, args in calls:
                 jsonschema.validate(args, FORM.parameters)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_forced_calls_in_gemma4_syntax_parse_and_match_the_schema(tmp_path: Path, parallel: bool) -> None:
+    import tiny_gguf
+
+    gemma4 = (Path(__file__).parents[1] / "templates" / "gemma-4.jinja").read_text()
+    path = tiny_gguf.write_tiny_llama(tmp_path / "gemma4.gguf", template=gemma4, n_ctx=2048)
+    small = Tool(
+        "book",
+        "",
+        {
+            "type": "object",
+            "properties": {
+                "nights": {"type": "integer"},
+                "room": {"type": "string", "enum": ["single", "double"]},
+                "late": {"type": "boolean"},
+            },
+        },
+    )
+    with Engine(LoadOptions(model_id="g", path=str(path), n_threads=1, n_ctx=2048)) as e:
+        for seed in range(3):
+            req = ChatRequest(
+                model="g",
+                messages=[Message("user", "Book a room in Oslo.")],
+                tools=[small, *SMALL_TOOLS],
+                tool_choice=ToolChoice("required", "book"),
+                parallel_tool_calls=parallel,
+                sampling=SamplingParams(temperature=1.0, seed=seed, max_tokens=300, logit_bias={e._model.eos: 200.0}),
+            )
+            c = run(e, req)
+            assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls", c.final
+            content, calls = content_and_calls(c.events)
+            assert content == "" and calls and all(name == "book" for name, _ in calls)
+            for _, args in calls:
+                jsonschema.validate(args, small.parameters)

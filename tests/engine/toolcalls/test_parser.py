@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ from spark.engine.toolcalls import (
     ToolCallParser,
     ToolSyntax,
     describe_tools,
+    gemma_call,
     new_call_id,
     tool_syntax,
 )
@@ -143,3 +145,39 @@ def test_templates_without_tools_get_them_in_the_system_message() -> None:
     assert out.startswith("<|im_start|>system\nYou can call these tools")
     assert '"name": "add"' in out and '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}' in out
     assert "<|im_start|>tool\nsunny" in out
+
+
+GEMMA4 = (Path(__file__).parents[1] / "templates" / "gemma-4.jinja").read_text()
+
+
+@pytest.mark.parametrize("step", [1, 3, 10_000])
+def test_gemma4_calls_as_its_template_writes_them_parse_back(step: int) -> None:
+    assert tool_syntax(GEMMA4) == ToolSyntax("gemma", True)
+    full = ChatTemplate(GEMMA4).render(
+        [Message("user", "Weather in Paris, and 1 + -2?"), Message("assistant", None, tool_calls=CALLS)],
+        tools=TOOLS,
+        add_generation_prompt=False,
+    )
+    out = full[full.rindex("<|turn>model\n") + len("<|turn>model\n") :].removesuffix("<|tool_response>")
+    assert out.startswith("<|tool_call>call:get_weather{") and out.endswith("<tool_call|>")
+    content, parsed = content_and_calls(parse(tool_syntax(GEMMA4), out, step))
+    assert content == ""
+    assert parsed == [(c.name, json.loads(c.arguments)) for c in CALLS]
+
+
+def test_gemma4_values_read_as_json() -> None:
+    call = gemma_call('call:book{city:<|"|>Oslo, "NO"<|"|>,nights:2,opts:{late:true,tags:[<|"|>a<|"|>,3]},note:null}')
+    assert call is not None and call[0] == "book"
+    assert json.loads(call[1]) == {
+        "city": 'Oslo, "NO"',
+        "nights": 2,
+        "opts": {"late": True, "tags": ["a", 3]},
+        "note": None,
+    }
+    for broken in ('call:book{city:<|"|>Oslo}', "call:book{ :1}", "book{a:1}", "call:book{a:1} more"):
+        assert gemma_call(broken) is None, broken
+    # a call to no tool of the request, or one cut short, is text
+    text = "<|tool_call>call:delete_all{}<tool_call|>"
+    assert content_and_calls(parse(ToolSyntax("gemma", True), text, 5)) == (text, [])
+    cut = "<|tool_call>call:add{a:1"
+    assert content_and_calls(parse(ToolSyntax("gemma", True), cut, 5)) == (cut, [])

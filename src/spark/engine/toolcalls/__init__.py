@@ -10,6 +10,7 @@ Families, recognised from the chat template's text:
   `<|python_tag|>` followed by such JSON or by `tool.call(key=value, ...)`
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`, or the newer
   `[TOOL_CALLS]name[ARGS]{...}` (optionally `[CALL_ID]id` before `[ARGS]`)
+- gemma (Gemma 4): `<|tool_call>call:name{key:<|"|>text<|"|>,n:2}<tool_call|>`, read whole at its end
 - harmony (gpt-oss): a message to a function, `<|channel|>commentary to=functions.name<|message|>{...}`,
   parsed with the rest of the format by `spark.engine.harmony`
 - generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
@@ -29,7 +30,7 @@ Modules:
 """
 
 from spark.engine.toolcalls.grammar import args_rule, call_rule, lazy_grammar
-from spark.engine.toolcalls.parser import ToolCallParser, python_call
+from spark.engine.toolcalls.parser import ToolCallParser, gemma_call, python_call
 from spark.engine.toolcalls.syntax import (
     HARMONY_MARKERS,
     HERMES_CLOSE,
@@ -61,6 +62,7 @@ __all__ = [
     "call_rule",
     "calls_as_text",
     "describe_tools",
+    "gemma_call",
     "lazy_grammar",
     "new_call_id",
     "python_call",

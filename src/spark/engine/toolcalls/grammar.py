@@ -11,6 +11,9 @@ from spark.engine.grammar.check import MAX_REPEAT
 from spark.engine.reasoning import not_containing
 from spark.engine.toolcalls.parser import FUNCTION_CLOSE, FUNCTION_TAG, PARAMETER_CLOSE, PARAMETER_TAG
 from spark.engine.toolcalls.syntax import (
+    GEMMA_CALL,
+    GEMMA_CALL_END,
+    GEMMA_QUOTE,
     HERMES_CLOSE,
     HERMES_OPEN,
     JSON_START,
@@ -73,6 +76,46 @@ def _parameters_rule(rules: Rules, tool: Tool, hint: str) -> str:
     return rules.add(hint, " ".join(parts))
 
 
+def _gemma_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
+    """The arguments of `tool` in Gemma 4's syntax (`{key:<|"|>text<|"|>,n:2}`): each member one of its
+    properties with a value of the property's type (strings between <|"|> quotes); order and required
+    members are left to the model, the parser reads any."""
+    quote = literal(GEMMA_QUOTE)
+    string = rules.add("gemma-string", f"{quote} {not_containing(rules, GEMMA_QUOTE, 'gemma-text')} {quote}")
+    value = rules.reserve("gemma-value")
+    key = rules.add("gemma-key", "[A-Za-z0-9_]{1,64}")
+    members = f'( {key} ":" {value} ( "," {key} ":" {value} )* )?'
+    array = f'"[" ( {value} ( "," {value} )* )? "]"'
+    rules.define(
+        value,
+        f'{string} | {rules.primitive("number")} | {rules.primitive("boolean")} | "null" '
+        f'| "{{" {members} "}}" | {array}',
+    )
+    properties = (tool.parameters or {}).get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return rules.add(hint, f'"{{" {members} "}}"')
+    alts = []
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        enum = prop.get("enum") if isinstance(prop, dict) else None
+        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
+            typed = "( " + " | ".join(f"{quote} {literal(v)} {quote}" for v in enum) + " )"
+        else:
+            typed = (
+                {
+                    "string": string,
+                    "integer": rules.primitive("integer"),
+                    "number": rules.primitive("number"),
+                    "boolean": rules.primitive("boolean"),
+                }.get(kind, value)
+                if isinstance(kind, str)
+                else value
+            )
+        alts.append(f"{literal(name + ':')} {typed}")
+    member = rules.add(f"{hint}-member", " | ".join(alts))
+    return rules.add(hint, f'"{{" ( {member} ( "," {member} )* )? "}}"')
+
+
 def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
     """`{"name": "<tool>", "<args key>": <its arguments>}` for any of `tools`."""
     rules.primitive("ws")
@@ -100,6 +143,10 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
         ]
         function = f"{literal(FUNCTION_TAG + '=')} ( {' | '.join(fns)} ) {literal(FUNCTION_CLOSE)}"
         call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {function} {lead} {literal(HERMES_CLOSE)}")
+        return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
+    if syntax.family == "gemma":
+        fns = [f"{literal(t.name)} {_gemma_args_rule(rules, t, f'gemma-args-{i}')}" for i, t in enumerate(tools)]
+        call = rules.add("call", f"{literal(GEMMA_CALL + 'call:')} ( {' | '.join(fns)} ) {literal(GEMMA_CALL_END)}")
         return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
     if syntax.family == "mistral":
         if syntax.mistral_args:
@@ -140,5 +187,5 @@ def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True
     calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
     if syntax.family in ("hermes", "xml", "mistral"):
         calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
-    words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS))
+    words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL))
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

@@ -26,6 +26,9 @@ from spark.engine.text import partial_marker
 from spark.engine.toolcalls.jsonscan import WS, JsonScanner
 from spark.engine.toolcalls.syntax import (
     FENCE,
+    GEMMA_CALL,
+    GEMMA_CALL_END,
+    GEMMA_QUOTE,
     HERMES_OPEN,
     MISTRAL_ARGS,
     MISTRAL_CALL_ID,
@@ -173,6 +176,60 @@ def python_call(text: str) -> tuple[str, str] | None:
     return name, json.dumps(args, ensure_ascii=False)
 
 
+def gemma_call(text: str) -> tuple[str, str] | None:
+    """(name, arguments JSON) of a Gemma 4 call: `call:name{key:<|"|>text<|"|>,n:2}` (None if it is none)."""
+    found = re.fullmatch(r"\s*call:([A-Za-z0-9_.:-]{1,64})\s*(\{.*\})\s*", text, re.DOTALL)
+    if found is None:
+        return None
+    try:
+        value, end = _gemma_value(found.group(2), 0)
+    except (ValueError, IndexError, RecursionError):
+        return None
+    if found.group(2)[end:].strip() or not isinstance(value, dict):
+        return None
+    return found.group(1), json.dumps(value, ensure_ascii=False)
+
+
+def _gemma_value(text: str, i: int) -> tuple[Any, int]:
+    """The value that starts at `text[i]` (after spaces) in Gemma's call syntax, and where it ends."""
+    while text[i] in WS:
+        i += 1
+    if text.startswith(GEMMA_QUOTE, i):
+        end = text.index(GEMMA_QUOTE, i + len(GEMMA_QUOTE))
+        return text[i + len(GEMMA_QUOTE) : end], end + len(GEMMA_QUOTE)
+    if text[i] in "{[":
+        closer = "}]"[text[i] == "["]
+        out_list: list[Any] = []
+        out_map: dict[str, Any] = {}
+        i += 1
+        while True:
+            while text[i] in WS or text[i] == ",":
+                i += 1
+            if text[i] == closer:
+                return (out_list if closer == "]" else out_map), i + 1
+            if closer == "]":
+                item, i = _gemma_value(text, i)
+                out_list.append(item)
+                continue
+            if text.startswith(GEMMA_QUOTE, i):  # a quoted key
+                key, i = _gemma_value(text, i)
+                colon = text.index(":", i)
+                bad = bool(text[i:colon].strip())
+            else:
+                colon = text.index(":", i)
+                key = text[i:colon].strip()
+                bad = not _NAME.fullmatch(key)
+            if bad:
+                raise ValueError("not a key and its colon")
+            out_map[key], i = _gemma_value(text, colon + 1)
+    end = i
+    while end < len(text) and text[end] not in ",}]":
+        end += 1
+    word = text[i:end].strip()
+    value = _loads(word)
+    return (word if value is None and word != "null" else value), end
+
+
 def _parameter(text: str, schema: Any) -> Any:
     """A parameter's value from its text: the text itself where the schema says string, else the JSON
     it holds (a number, an object...), else the text."""
@@ -220,7 +277,13 @@ class ToolCallParser:
         self._buf = ""
         self._mode = "text"
         # What starts a call, or may: the family's markers, then what any model may write.
-        family = {"hermes": (HERMES_OPEN,), "xml": (HERMES_OPEN,), "llama3": (PYTHON_TAG,), "mistral": (MISTRAL_CALLS,)}
+        family = {
+            "hermes": (HERMES_OPEN,),
+            "xml": (HERMES_OPEN,),
+            "llama3": (PYTHON_TAG,),
+            "mistral": (MISTRAL_CALLS,),
+            "gemma": (GEMMA_CALL,),
+        }
         self._markers = family.get(syntax.family, ())
         self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
         # Other families' markers before JSON: a model may write them under another template.
@@ -328,6 +391,8 @@ class ToolCallParser:
             self._give_back("".join(reader.raw if reader else []) + buf)
         elif mode in ("text", "open", "fence", "tag", "function", "mistral", "mistral_name", "mistral_id"):
             self._give_back(buf)
+        elif mode == "gemma":
+            self._read_gemma(buf, "")
         elif mode == "python":
             call = python_call(buf)
             if call is None:
@@ -381,10 +446,31 @@ class ToolCallParser:
             self._mode = "open"
         elif opener in self._foreign:
             self._mode = "open"
+        elif opener == GEMMA_CALL:
+            self._mode = "gemma"
         else:
             self._mistral_name, self._mistral_id = "", None
             self._mode = "tag" if opener == PYTHON_TAG else "mistral"
         return True
+
+    def _on_gemma(self) -> bool:
+        """After `<|tool_call>`: the call, read whole at `<tool_call|>`."""
+        body, end, rest = self._buf.partition(GEMMA_CALL_END)
+        if not end:
+            return False
+        self._buf = rest
+        self._read_gemma(body, end)
+        return True
+
+    def _read_gemma(self, body: str, end: str) -> None:
+        """The call in `body` (and its closing tag `end`, if it came), or the text they are."""
+        call = gemma_call(body)
+        if call is None or call[0] not in self._names:
+            self._give_back(body + end)
+            return
+        self._call_start(call[0], None)
+        self._args(call[1])
+        self._call_whole()
 
     def _on_fence(self) -> bool:
         """After ```: the info string (`json`, ...) and the end of its line."""

@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from spark.types import Message, Tool
 
-Family = Literal["hermes", "xml", "llama3", "mistral", "harmony", "generic"]
+Family = Literal["hermes", "xml", "llama3", "mistral", "gemma", "harmony", "generic"]
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+# Gemma 4: `<|tool_call>call:name{key:<|"|>text<|"|>,n:2}<tool_call|>`, strings between <|"|> quotes.
+GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 # OpenAI's harmony format (gpt-oss), whose calls are messages to a function: see spark.engine.harmony.
 HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 # Tags and fences that models of any family put around a JSON call (llama.cpp's Hermes 2 Pro
@@ -44,6 +46,7 @@ class ToolSyntax:
             "xml": (HERMES_OPEN, HERMES_CLOSE),
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
+            "gemma": (GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE),
             "harmony": HARMONY_MARKERS,
             "generic": (),
         }[self.family]
@@ -59,6 +62,8 @@ def tool_syntax(template: str | None) -> ToolSyntax:
     renders = "tools" in src
     if HARMONY_MARKERS[1] in src:  # <|channel|>, as llama.cpp recognises the format
         return ToolSyntax("harmony", renders)
+    if GEMMA_CALL + "call:" in src:
+        return ToolSyntax("gemma", renders)
     if MISTRAL_CALLS in src:
         return ToolSyntax("mistral", renders, mistral_args=MISTRAL_ARGS in src)
     if HERMES_OPEN in src and "<parameter=" in src:
