@@ -180,7 +180,7 @@ class Preparer:
             messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
             tools = None
         elif not self.template.renders_calls:
-            messages = calls_as_text(messages)
+            messages = calls_as_text(messages, self.tools.family)
         variables: dict[str, object] = {}
         if request.reasoning is not None:
             variables["enable_thinking"] = request.reasoning.enabled

@@ -434,12 +434,14 @@ CALLS = [
 _PUBLISHED = Path(__file__).parents[1] / "templates"
 QWEN3_CODER = (_PUBLISHED / "qwen3-coder.jinja").read_text()
 QWEN35 = (_PUBLISHED / "qwen3.5.jinja").read_text()
+LFM25 = (_PUBLISHED / "lfm2.5.jinja").read_text()
 
 FAMILIES = {
     "hermes-tiny": tiny_gguf.TOOLS_TEMPLATE,
     "qwen2.5": QWEN25,
     "qwen3-coder": QWEN3_CODER,
     "qwen3.5": QWEN35,
+    "lfm2.5": LFM25,
     "llama3.1": LLAMA31,
     "mistral-nemo": MISTRAL_NEMO,
     "mistral-small-3.2": MISTRAL_SMALL_32,

@@ -30,6 +30,7 @@ from spark.engine.toolcalls import (
     describe_tools,
     gemma_call,
     new_call_id,
+    python_calls,
     tool_syntax,
 )
 from spark.types import (
@@ -181,3 +182,19 @@ def test_gemma4_values_read_as_json() -> None:
     assert content_and_calls(parse(ToolSyntax("gemma", True), text, 5)) == (text, [])
     cut = "<|tool_call>call:add{a:1"
     assert content_and_calls(parse(ToolSyntax("gemma", True), cut, 5)) == (cut, [])
+
+
+def test_lfm2_calls_are_a_python_list() -> None:
+    lfm25_instruct = (Path(__file__).parents[1] / "templates" / "lfm2.5-instruct.jinja").read_text()
+    assert tool_syntax(lfm25_instruct) == ToolSyntax("lfm2", True)  # it lists tools and writes calls as content
+    calls = python_calls(
+        '[get_weather(city="Paris", days=2, opts={"late": true, "tags": ["a", None]}), add(a=1, b=-2)]'
+    )
+    assert calls == [
+        ("get_weather", '{"city": "Paris", "days": 2, "opts": {"late": true, "tags": ["a", null]}}'),
+        ("add", '{"a": 1, "b": -2}'),
+    ]
+    for broken in ("get_weather(city='x')", "[get_weather('x')]", "[os.system('x')]", "[a(b=c)]", "[a(b=1"):
+        assert python_calls(broken) is None, broken
+    text = "<|tool_call_start|>[delete_all()]<|tool_call_end|>"
+    assert content_and_calls(parse(ToolSyntax("lfm2", True), text, 4)) == (text, [])

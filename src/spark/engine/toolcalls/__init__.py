@@ -11,6 +11,7 @@ Families, recognised from the chat template's text:
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`, or the newer
   `[TOOL_CALLS]name[ARGS]{...}` (optionally `[CALL_ID]id` before `[ARGS]`)
 - gemma (Gemma 4): `<|tool_call>call:name{key:<|"|>text<|"|>,n:2}<tool_call|>`, read whole at its end
+- lfm2 (LFM2, LFM2.5): `<|tool_call_start|>[name(key="text", n=2), ...]<|tool_call_end|>`, read whole
 - harmony (gpt-oss): a message to a function, `<|channel|>commentary to=functions.name<|message|>{...}`,
   parsed with the rest of the format by `spark.engine.harmony`
 - generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
@@ -30,7 +31,7 @@ Modules:
 """
 
 from spark.engine.toolcalls.grammar import args_rule, call_rule, lazy_grammar
-from spark.engine.toolcalls.parser import ToolCallParser, gemma_call, python_call
+from spark.engine.toolcalls.parser import ToolCallParser, gemma_call, python_call, python_calls
 from spark.engine.toolcalls.syntax import (
     HARMONY_MARKERS,
     HERMES_CLOSE,
@@ -66,5 +67,6 @@ __all__ = [
     "lazy_grammar",
     "new_call_id",
     "python_call",
+    "python_calls",
     "tool_syntax",
 ]

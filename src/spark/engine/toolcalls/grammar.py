@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, SchemaError, finish, literal
@@ -17,6 +18,8 @@ from spark.engine.toolcalls.syntax import (
     HERMES_CLOSE,
     HERMES_OPEN,
     JSON_START,
+    LFM2_CALLS,
+    LFM2_CALLS_END,
     MISTRAL_ARGS,
     MISTRAL_CALLS,
     PYTHON_TAG,
@@ -76,10 +79,33 @@ def _parameters_rule(rules: Rules, tool: Tool, hint: str) -> str:
     return rules.add(hint, " ".join(parts))
 
 
+def _member_rule(
+    rules: Rules, tool: Tool, hint: str, *, sep: str, string: str, quote: Callable[[str], str], other: str
+) -> str | None:
+    """One argument of `tool` written `key<sep>value`, for the families that write arguments in their own
+    syntax: a value of the property's type (`string` for text, `quote` for an enum's texts, `other` for
+    a value of no simple type), or None when the schema names no properties."""
+    properties = (tool.parameters or {}).get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return None
+    simple = {"string": string, "integer": "integer", "number": "number", "boolean": "boolean"}
+    alts = []
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        enum = prop.get("enum") if isinstance(prop, dict) else None
+        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
+            typed = "( " + " | ".join(quote(v) for v in enum) + " )"
+        elif isinstance(kind, str) and kind in simple:
+            typed = simple[kind] if kind == "string" else rules.primitive(simple[kind])
+        else:
+            typed = other
+        alts.append(f"{literal(name + sep)} {typed}")
+    return rules.add(f"{hint}-member", " | ".join(alts))
+
+
 def _gemma_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
-    """The arguments of `tool` in Gemma 4's syntax (`{key:<|"|>text<|"|>,n:2}`): each member one of its
-    properties with a value of the property's type (strings between <|"|> quotes); order and required
-    members are left to the model, the parser reads any."""
+    """The arguments of `tool` in Gemma 4's syntax (`{key:<|"|>text<|"|>,n:2}`, strings between <|"|>
+    quotes); order and required members are left to the model, the parser reads any."""
     quote = literal(GEMMA_QUOTE)
     string = rules.add("gemma-string", f"{quote} {not_containing(rules, GEMMA_QUOTE, 'gemma-text')} {quote}")
     value = rules.reserve("gemma-value")
@@ -91,29 +117,30 @@ def _gemma_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
         f'{string} | {rules.primitive("number")} | {rules.primitive("boolean")} | "null" '
         f'| "{{" {members} "}}" | {array}',
     )
-    properties = (tool.parameters or {}).get("properties")
-    if not isinstance(properties, dict) or not properties:
+    member = _member_rule(
+        rules, tool, hint, sep=":", string=string, quote=lambda v: f"{quote} {literal(v)} {quote}", other=value
+    )
+    if member is None:
         return rules.add(hint, f'"{{" {members} "}}"')
-    alts = []
-    for name, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        enum = prop.get("enum") if isinstance(prop, dict) else None
-        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
-            typed = "( " + " | ".join(f"{quote} {literal(v)} {quote}" for v in enum) + " )"
-        else:
-            typed = (
-                {
-                    "string": string,
-                    "integer": rules.primitive("integer"),
-                    "number": rules.primitive("number"),
-                    "boolean": rules.primitive("boolean"),
-                }.get(kind, value)
-                if isinstance(kind, str)
-                else value
-            )
-        alts.append(f"{literal(name + ':')} {typed}")
-    member = rules.add(f"{hint}-member", " | ".join(alts))
     return rules.add(hint, f'"{{" ( {member} ( "," {member} )* )? "}}"')
+
+
+def _python_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
+    """The arguments of `tool` as Python keywords (`(city="Paris", n=2)`, as LFM2 writes them): values
+    as JSON, which Python reads too (the parser takes JSON's true, false and null)."""
+    value = rules.primitive("value")
+    member = _member_rule(
+        rules,
+        tool,
+        hint,
+        sep="=",
+        string=rules.primitive("string"),
+        quote=lambda v: literal(json.dumps(v, ensure_ascii=False)),
+        other=value,
+    )
+    if member is None:
+        member = rules.add("python-keyword", f'[A-Za-z_] [A-Za-z0-9_]{{0,63}} "=" {value}')
+    return rules.add(hint, f'"(" ( {member} ( ", " {member} )* )? ")"')
 
 
 def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
@@ -148,6 +175,10 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
         fns = [f"{literal(t.name)} {_gemma_args_rule(rules, t, f'gemma-args-{i}')}" for i, t in enumerate(tools)]
         call = rules.add("call", f"{literal(GEMMA_CALL + 'call:')} ( {' | '.join(fns)} ) {literal(GEMMA_CALL_END)}")
         return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
+    if syntax.family == "lfm2":
+        fns = [f"{literal(t.name)} {_python_args_rule(rules, t, f'python-args-{i}')}" for i, t in enumerate(tools)]
+        listed = f'( {" | ".join(fns)} ) ( ", " ( {" | ".join(fns)} ) )*' if parallel else f"( {' | '.join(fns)} )"
+        return rules.add("calls", f'{literal(LFM2_CALLS)} "[" {listed} "]" {literal(LFM2_CALLS_END)}')
     if syntax.family == "mistral":
         if syntax.mistral_args:
             alts = [
@@ -187,5 +218,5 @@ def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True
     calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
     if syntax.family in ("hermes", "xml", "mistral"):
         calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
-    words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL))
+    words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL, LFM2_CALLS))
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

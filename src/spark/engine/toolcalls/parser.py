@@ -30,6 +30,8 @@ from spark.engine.toolcalls.syntax import (
     GEMMA_CALL_END,
     GEMMA_QUOTE,
     HERMES_OPEN,
+    LFM2_CALLS,
+    LFM2_CALLS_END,
     MISTRAL_ARGS,
     MISTRAL_CALL_ID,
     MISTRAL_CALLS,
@@ -154,12 +156,33 @@ def _loads(text: str) -> Any:
         return None
 
 
-def python_call(text: str) -> tuple[str, str] | None:
-    """(name, arguments JSON) of a Llama built-in tool call like `brave_search.call(query="x")`."""
+def _python(text: str) -> ast.expr | None:
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        return ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def python_call(text: str) -> tuple[str, str] | None:
+    """(name, arguments JSON) of a Llama built-in tool call like `brave_search.call(query="x")`."""
+    node = _python(text)
+    return _call_of(node) if node is not None else None
+
+
+def python_calls(text: str) -> list[tuple[str, str]] | None:
+    """(name, arguments JSON) of each call in a Python list of them, as LFM2 writes them:
+    `[get_weather(city="Paris"), add(a=1, b=2)]` (JSON's true, false and null read too)."""
+    node = _python(text)
+    if not isinstance(node, ast.List):
+        return None
+    calls = [_call_of(item) for item in node.elts]
+    return None if None in calls else [c for c in calls if c is not None]
+
+
+_JSON_WORDS = {"true": True, "false": False, "null": None}
+
+
+def _call_of(node: ast.expr) -> tuple[str, str] | None:
     if not isinstance(node, ast.Call) or node.args:
         return None
     func = node.func
@@ -170,10 +193,21 @@ def python_call(text: str) -> tuple[str, str] | None:
     else:
         return None
     try:
-        args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
+        args = {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg}
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return None
     return name, json.dumps(args, ensure_ascii=False)
+
+
+def _literal(node: ast.expr) -> Any:
+    """A Python literal, where JSON's words count as Python's."""
+    if isinstance(node, ast.Name) and node.id in _JSON_WORDS:
+        return _JSON_WORDS[node.id]
+    if isinstance(node, ast.List):
+        return [_literal(item) for item in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
+    return ast.literal_eval(node)
 
 
 def gemma_call(text: str) -> tuple[str, str] | None:
@@ -283,6 +317,7 @@ class ToolCallParser:
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS,),
             "gemma": (GEMMA_CALL,),
+            "lfm2": (LFM2_CALLS,),
         }
         self._markers = family.get(syntax.family, ())
         self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
@@ -393,6 +428,8 @@ class ToolCallParser:
             self._give_back(buf)
         elif mode == "gemma":
             self._read_gemma(buf, "")
+        elif mode == "lfm2":
+            self._read_whole(python_calls(buf), buf, "")
         elif mode == "python":
             call = python_call(buf)
             if call is None:
@@ -446,8 +483,8 @@ class ToolCallParser:
             self._mode = "open"
         elif opener in self._foreign:
             self._mode = "open"
-        elif opener == GEMMA_CALL:
-            self._mode = "gemma"
+        elif opener in (GEMMA_CALL, LFM2_CALLS):
+            self._mode = "gemma" if opener == GEMMA_CALL else "lfm2"
         else:
             self._mistral_name, self._mistral_id = "", None
             self._mode = "tag" if opener == PYTHON_TAG else "mistral"
@@ -462,15 +499,31 @@ class ToolCallParser:
         self._read_gemma(body, end)
         return True
 
+    def _on_lfm2(self) -> bool:
+        """After `<|tool_call_start|>`: the list of calls, read whole at `<|tool_call_end|>`."""
+        body, end, rest = self._buf.partition(LFM2_CALLS_END)
+        if not end:
+            return False
+        self._buf = rest
+        self._read_whole(python_calls(body), body, end)
+        return True
+
     def _read_gemma(self, body: str, end: str) -> None:
-        """The call in `body` (and its closing tag `end`, if it came), or the text they are."""
         call = gemma_call(body)
-        if call is None or call[0] not in self._names:
+        self._read_whole(None if call is None else [call], body, end)
+
+    def _read_whole(self, calls: list[tuple[str, str]] | None, body: str, end: str) -> None:
+        """The calls read from `body` (and its closing tag `end`, if it came), or the text they are
+        when it holds none or one names no tool of the request."""
+        if not calls or any(name not in self._names for name, _ in calls):
             self._give_back(body + end)
             return
-        self._call_start(call[0], None)
-        self._args(call[1])
-        self._call_whole()
+        for name, args in calls:
+            if self._mode == "done":
+                break
+            self._call_start(name, None)
+            self._args(args)
+            self._call_whole()
 
     def _on_fence(self) -> bool:
         """After ```: the info string (`json`, ...) and the end of its line."""

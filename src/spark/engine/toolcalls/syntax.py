@@ -11,13 +11,15 @@ from typing import Any, Literal
 
 from spark.types import Message, Tool
 
-Family = Literal["hermes", "xml", "llama3", "mistral", "gemma", "harmony", "generic"]
+Family = Literal["hermes", "xml", "llama3", "mistral", "gemma", "lfm2", "harmony", "generic"]
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 # Gemma 4: `<|tool_call>call:name{key:<|"|>text<|"|>,n:2}<tool_call|>`, strings between <|"|> quotes.
 GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
+# LFM2: `<|tool_call_start|>[name(key="text", n=2), ...]<|tool_call_end|>`, calls written as Python.
+LFM2_CALLS, LFM2_CALLS_END = "<|tool_call_start|>", "<|tool_call_end|>"
 # OpenAI's harmony format (gpt-oss), whose calls are messages to a function: see spark.engine.harmony.
 HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 # Tags and fences that models of any family put around a JSON call (llama.cpp's Hermes 2 Pro
@@ -47,6 +49,7 @@ class ToolSyntax:
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
             "gemma": (GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE),
+            "lfm2": (LFM2_CALLS, LFM2_CALLS_END),
             "harmony": HARMONY_MARKERS,
             "generic": (),
         }[self.family]
@@ -62,6 +65,8 @@ def tool_syntax(template: str | None) -> ToolSyntax:
     renders = "tools" in src
     if HARMONY_MARKERS[1] in src:  # <|channel|>, as llama.cpp recognises the format
         return ToolSyntax("harmony", renders)
+    if LFM2_CALLS in src or "List of tools: " in src:  # LFM2.5-Instruct's template lists tools, writes no call
+        return ToolSyntax("lfm2", renders)
     if GEMMA_CALL + "call:" in src:
         return ToolSyntax("gemma", renders)
     if MISTRAL_CALLS in src:
@@ -106,22 +111,34 @@ def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
     return out
 
 
-def calls_as_text(messages: list[Message]) -> list[Message]:
-    """The conversation for a template that cannot render tools: earlier calls become the
-    JSON text the model is asked to write (with or without tools in this request, so that
-    the history reads the same when tool_choice is "none")."""
+def calls_as_text(messages: list[Message], family: Family = "generic") -> list[Message]:
+    """The conversation for a template that cannot render calls: earlier calls become the text the
+    model writes for them, JSON unless its family writes them another way (LFM2's Python list), with
+    or without tools in this request, so that the history reads the same when tool_choice is "none"."""
     out: list[Message] = []
     for m in messages:
         if not m.tool_calls:
             out.append(m)
             continue
-        calls = "\n".join(
-            json.dumps({"name": c.name, "arguments": _json_or_text(c.arguments)}, ensure_ascii=False)
-            for c in m.tool_calls
-        )
+        if family == "lfm2":
+            listed = ", ".join(
+                f"{c.name}({', '.join(f'{k}={json.dumps(v, ensure_ascii=False)}' for k, v in _keywords(c.arguments))})"
+                for c in m.tool_calls
+            )
+            calls = f"{LFM2_CALLS}[{listed}]{LFM2_CALLS_END}"
+        else:
+            calls = "\n".join(
+                json.dumps({"name": c.name, "arguments": _json_or_text(c.arguments)}, ensure_ascii=False)
+                for c in m.tool_calls
+            )
         text = f"{m.text()}\n{calls}" if m.text() else calls
         out.append(Message(m.role, text, name=m.name, reasoning_content=m.reasoning_content))
     return out
+
+
+def _keywords(arguments: str) -> list[tuple[str, Any]]:
+    value = _json_or_text(arguments)
+    return list(value.items()) if isinstance(value, dict) else []
 
 
 def _json_or_text(text: str) -> Any:
