@@ -435,6 +435,8 @@ _PUBLISHED = Path(__file__).parents[1] / "templates"
 QWEN3_CODER = (_PUBLISHED / "qwen3-coder.jinja").read_text()
 QWEN35 = (_PUBLISHED / "qwen3.5.jinja").read_text()
 LFM25 = (_PUBLISHED / "lfm2.5.jinja").read_text()
+GLM46 = (_PUBLISHED / "glm-4.6.jinja").read_text()
+GLM47 = (_PUBLISHED / "glm-4.7-flash.jinja").read_text()
 
 FAMILIES = {
     "hermes-tiny": tiny_gguf.TOOLS_TEMPLATE,
@@ -442,6 +444,8 @@ FAMILIES = {
     "qwen3-coder": QWEN3_CODER,
     "qwen3.5": QWEN35,
     "lfm2.5": LFM25,
+    "glm-4.6": GLM46,
+    "glm-4.7-flash": GLM47,
     "llama3.1": LLAMA31,
     "mistral-nemo": MISTRAL_NEMO,
     "mistral-small-3.2": MISTRAL_SMALL_32,

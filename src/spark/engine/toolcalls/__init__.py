@@ -6,6 +6,7 @@ Families, recognised from the chat template's text:
 - hermes (Hermes 2/3, Qwen 2.5/3, ...): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
 - xml (Qwen3-Coder, Qwen3.5, Nemotron 3): `<tool_call><function=name><parameter=key>value</parameter>...
   </function></tool_call>`, each value read by the tool's schema (a string as written, else JSON)
+- glm (GLM 4.5+): `<tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>`, read as xml's
 - llama3 (Llama 3.1+): an answer that is `{"name": ..., "parameters": {...}}`, or
   `<|python_tag|>` followed by such JSON or by `tool.call(key=value, ...)`
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`, or the newer

@@ -10,11 +10,12 @@ from typing import Any
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, SchemaError, finish, literal
 from spark.engine.grammar.check import MAX_REPEAT
 from spark.engine.reasoning import not_containing
-from spark.engine.toolcalls.parser import FUNCTION_CLOSE, FUNCTION_TAG, PARAMETER_CLOSE, PARAMETER_TAG
+from spark.engine.toolcalls.parser import FUNCTION_TAG
 from spark.engine.toolcalls.syntax import (
     GEMMA_CALL,
     GEMMA_CALL_END,
     GEMMA_QUOTE,
+    GLM_PARAMETERS,
     HERMES_CLOSE,
     HERMES_OPEN,
     JSON_START,
@@ -23,6 +24,8 @@ from spark.engine.toolcalls.syntax import (
     MISTRAL_ARGS,
     MISTRAL_CALLS,
     PYTHON_TAG,
+    XML_PARAMETERS,
+    ParameterTags,
     ToolSyntax,
 )
 from spark.errors import InvalidRequest
@@ -43,17 +46,24 @@ def args_rule(rules: Rules, tool: Tool, hint: str) -> str:
         return rules.primitive("object")
 
 
-def _parameters_rule(rules: Rules, tool: Tool, hint: str) -> str:
-    """The arguments of `tool` as `<parameter=key>value</parameter>` tags (the xml family): its
+def _parameters_rule(rules: Rules, tool: Tool, tags: ParameterTags, hint: str) -> str:
+    """The arguments of `tool` as tags (`<parameter=key>value</parameter>`, GLM's `<arg_key>`...): its
     properties in the schema's order, the required ones always; a string's value as written, any
     other value as JSON matching its schema, a value of no type as any text."""
     lead = rules.add("lead", "[ \t\r\n]{0,4}")
-    text = not_containing(rules, PARAMETER_CLOSE, "parameter-text")
+    text = not_containing(rules, tags.value_close, f"{hint}-text")
+    value_open = f"{lead} {literal(tags.value_open)} " if tags.value_open else ""
+    close = literal(tags.value_close)
+
+    def tag(key: str, value: str) -> str:
+        # one newline around the value, as the templates write it and the parser drops it
+        return f'{key} {literal(tags.key_close)} {value_open}"\\n"? {value} "\\n"? {close} {lead}'
+
     schema = tool.parameters or {}
     properties = schema.get("properties")
     if not isinstance(properties, dict) or not properties:
-        any_key = f'{literal(PARAMETER_TAG)} [A-Za-z0-9_.-]{{1,64}} ">" {text} {literal(PARAMETER_CLOSE)} {lead}'
-        return rules.add(f"{hint}-any", f"( {any_key} )*")
+        any_key = f"{literal(tags.key_open)} [A-Za-z0-9_.-]{{1,64}}"
+        return rules.add(f"{hint}-any", f"( {tag(any_key, text)} )*")
     required = set(schema.get("required") or ())
     converter = SchemaConverter(rules, schema, "tools")
     parts = []
@@ -63,7 +73,7 @@ def _parameters_rule(rules: Rules, tool: Tool, hint: str) -> str:
         if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
             value = "( " + " | ".join(literal(v) for v in enum) + " )"
         elif kind == "string" and isinstance(prop.get("maxLength"), int):
-            # at most that many characters, none of them starting the closing tag
+            # at most that many characters, none of them starting a closing tag
             value = f'( [^<] | "<" [^/] ){{0,{min(prop["maxLength"], MAX_REPEAT)}}}'
         elif kind == "string" or kind is None:
             value = text
@@ -73,9 +83,8 @@ def _parameters_rule(rules: Rules, tool: Tool, hint: str) -> str:
             except SchemaError as e:
                 log.info("tool %s: parameter %s not constrained by its schema: %s", tool.name, key, e.message)
                 value = text
-        # one newline around the value, as the templates write it and the parser drops it
-        tag = f'{literal(f"{PARAMETER_TAG}{key}>")} "\\n"? {value} "\\n"? {literal(PARAMETER_CLOSE)} {lead}'
-        parts.append(tag if key in required else f"( {tag} )?")
+        part = tag(literal(tags.key_open + key), value)
+        parts.append(part if key in required else f"( {part} )?")
     return rules.add(hint, " ".join(parts))
 
 
@@ -164,12 +173,20 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
         obj = _object_rule(rules, syntax, tools)
         call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {obj} {lead} {literal(HERMES_CLOSE)}")
         return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
-    if syntax.family == "xml":
-        fns = [
-            f"{literal(f'{t.name}>')} {lead} {_parameters_rule(rules, t, f'params-{i}')}" for i, t in enumerate(tools)
-        ]
-        function = f"{literal(FUNCTION_TAG + '=')} ( {' | '.join(fns)} ) {literal(FUNCTION_CLOSE)}"
-        call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {function} {lead} {literal(HERMES_CLOSE)}")
+    if syntax.family in ("xml", "glm"):
+        if syntax.family == "xml":  # <tool_call><function=name>...</function></tool_call>
+            fns = [
+                f"{literal(t.name + '>')} {lead} {_parameters_rule(rules, t, XML_PARAMETERS, f'params-{i}')}"
+                for i, t in enumerate(tools)
+            ]
+            body = f"{literal(FUNCTION_TAG + '=')} ( {' | '.join(fns)} ) {literal(XML_PARAMETERS.end)} {lead}"
+        else:  # <tool_call>name<arg_key>...</tool_call>
+            fns = [
+                f"{literal(t.name)} {lead} {_parameters_rule(rules, t, GLM_PARAMETERS, f'params-{i}')}"
+                for i, t in enumerate(tools)
+            ]
+            body = f"( {' | '.join(fns)} )"
+        call = rules.add("call", f"{literal(HERMES_OPEN)} {lead} {body} {literal(HERMES_CLOSE)}")
         return rules.add("calls", f"{call} ( {lead} {call} )*") if parallel else call
     if syntax.family == "gemma":
         fns = [f"{literal(t.name)} {_gemma_args_rule(rules, t, f'gemma-args-{i}')}" for i, t in enumerate(tools)]
@@ -216,7 +233,7 @@ def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True
     """
     rules = Rules()
     calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
-    if syntax.family in ("hermes", "xml", "mistral"):
+    if syntax.family in ("hermes", "xml", "glm", "mistral"):
         calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
     words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL, LFM2_CALLS))
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

@@ -29,6 +29,8 @@ from spark.engine.toolcalls.syntax import (
     GEMMA_CALL,
     GEMMA_CALL_END,
     GEMMA_QUOTE,
+    GLM_PARAMETERS,
+    HERMES_CLOSE,
     HERMES_OPEN,
     LFM2_CALLS,
     LFM2_CALLS_END,
@@ -37,6 +39,8 @@ from spark.engine.toolcalls.syntax import (
     MISTRAL_CALLS,
     PYTHON_TAG,
     WRAPPER_TAGS,
+    XML_PARAMETERS,
+    ParameterTags,
     ToolSyntax,
     new_call_id,
 )
@@ -52,10 +56,8 @@ _MAX_WRAPPERS = 2  # e.g. a code fence around a tag
 FUNCTION_TAG, FUNCTION_CLOSE = "<function", "</function>"
 _FUNCTION_NAME = re.compile(r'=([A-Za-z0-9_.:-]{1,64})|\s+name="([A-Za-z0-9_.:-]{1,64})"\s*')
 _MAX_FUNCTION_TAG = 80
-# The arguments as parameters, one per tag, the way Qwen3-Coder and Qwen3.5 write them:
-# `<function=name>\n<parameter=city>\nParis\n</parameter>\n</function>`.
-PARAMETER_TAG, PARAMETER_CLOSE = "<parameter=", "</parameter>"
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.:$-]{1,64}")
+_MAX_PARAMETER_KEY = 80
 
 _Action = tuple[Literal["start"], str, str | None] | tuple[Literal["args"], str]
 
@@ -314,6 +316,7 @@ class ToolCallParser:
         family = {
             "hermes": (HERMES_OPEN,),
             "xml": (HERMES_OPEN,),
+            "glm": (HERMES_OPEN,),
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS,),
             "gemma": (GEMMA_CALL,),
@@ -333,6 +336,7 @@ class ToolCallParser:
         self._mistral_id: str | None = None
         self._scanner: JsonScanner | None = None  # arguments of a call named outside its JSON
         self._function = ""  # the call whose parameters are being read
+        self._tags = XML_PARAMETERS  # and how they are written
         self._args_sent = False
         self._n_calls = 0
         self._said_anything = False  # leading whitespace before a call is not content
@@ -441,6 +445,8 @@ class ToolCallParser:
             self._args("{}")
         elif mode == "params":
             self._args("}" if self._args_sent else "{}")
+        elif mode == "glm":
+            self._give_back(buf)
         events, self._events = self._events, []
         return events
 
@@ -550,53 +556,81 @@ class ToolCallParser:
         found = _FUNCTION_NAME.fullmatch(tag)
         name = found and (found.group(1) or found.group(2))
         head = rest.lstrip(WS)
-        params = _starts(head, PARAMETER_TAG) or _starts(head, FUNCTION_CLOSE)
+        tags = XML_PARAMETERS
+        params = _starts(head, tags.key_open) or _starts(head, tags.end)
         if not name or name not in self._names or (head and head[0] != "{" and not params):
             self._give_back()
             return True
-        if not head or (params and len(head) < len(PARAMETER_TAG) and head != FUNCTION_CLOSE[: len(head)]):
+        if not head or (params and len(head) < len(tags.key_open) and not tags.end.startswith(head)):
             return False  # the arguments have not begun
         self._buf = head
         self._call_start(name, None)
-        self._closers.append(FUNCTION_CLOSE)
+        self._closers.append(tags.end)
         if head[0] == "{":
             self._scanner, self._mode = JsonScanner(), "args"
         else:
-            self._function, self._mode = name, "params"
+            self._start_params(name, tags)
+        return True
+
+    def _start_params(self, name: str, tags: ParameterTags) -> None:
+        self._function, self._tags, self._mode = name, tags, "params"
+
+    def _on_glm(self) -> bool:
+        """After `<tool_call>` in the glm family: the function's name, then its parameters."""
+        tags = GLM_PARAMETERS
+        found = _NAME.match(self._buf)
+        rest = self._buf[found.end() :].lstrip(WS) if found else ""
+        if found is None or not (_starts(rest, tags.key_open) or _starts(rest, tags.end)):
+            self._give_back()
+            return True
+        if not rest.startswith((tags.key_open, tags.end)):
+            return False  # the name or the tag after it is still coming
+        if found.group() not in self._names:
+            self._give_back()
+            return True
+        self._buf = rest
+        self._call_start(found.group(), None)
+        self._start_params(found.group(), tags)
         return True
 
     def _on_params(self) -> bool:
-        """After `<function=name>`: `<parameter=key>value</parameter>` tags up to `</function>`. Each
-        parameter is sent once whole (its text read by the tool's schema), the object closed at the end."""
+        """The arguments as tags (`<parameter=key>value</parameter>`, GLM's `<arg_key>`...) up to their end.
+        Each is sent once whole (its text read by the tool's schema), the object closed at the end."""
+        tags = self._tags
         head = self._buf.lstrip(WS)
         self._buf = head
-        if head.startswith(FUNCTION_CLOSE):
-            self._buf = head[len(FUNCTION_CLOSE) :]
+        if head.startswith(tags.end):
+            self._buf = head[len(tags.end) :]
             self._closers.pop()
             self._args("}" if self._args_sent else "{}")
             self._call_whole()
             return True
-        if not head.startswith(PARAMETER_TAG):
-            if not head or _starts(head, PARAMETER_TAG) or _starts(head, FUNCTION_CLOSE):
+        if not head.startswith(tags.key_open):
+            if not head or _starts(head, tags.key_open) or _starts(head, tags.end):
                 return False
-            self._args("}" if self._args_sent else "{}")  # a call that broke: the rest is text
-            self._closers, self._mode = [], "text"
-            return True
-        key, gt, rest = head[len(PARAMETER_TAG) :].partition(">")
-        if not gt:
-            return False
-        value, close, rest = rest.partition(PARAMETER_CLOSE)
+            return self._params_broke()
+        key, found, rest = head[len(tags.key_open) :].partition(tags.key_close)
+        if not found:
+            return len(key) > _MAX_PARAMETER_KEY and self._params_broke()
+        if not _PARAMETER_NAME.fullmatch(key):
+            return self._params_broke()
+        rest = rest.lstrip(WS) if tags.value_open else rest
+        if not rest.startswith(tags.value_open):
+            return False if _starts(rest, tags.value_open) else self._params_broke()
+        value, close, rest = rest[len(tags.value_open) :].partition(tags.value_close)
         if not close:
             return False
-        if not _PARAMETER_NAME.fullmatch(key):
-            self._args("}" if self._args_sent else "{}")
-            self._closers, self._mode = [], "text"
-            return True
         value = value.removeprefix("\n").removesuffix("\n")
         schema = self._schemas.get(self._function, {}).get("properties", {}).get(key)
         member = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(_parameter(value, schema), ensure_ascii=False)}"
         self._args((", " if self._args_sent else "{") + member)
         self._buf = rest
+        return True
+
+    def _params_broke(self) -> bool:
+        """A call whose arguments broke off: it ends with what it has, the rest is text."""
+        self._args("}" if self._args_sent else "{}")
+        self._closers, self._mode = [], "text"
         return True
 
     def _on_open(self) -> bool:
@@ -607,6 +641,9 @@ class ToolCallParser:
         if not head:
             return False
         in_array = "]" in self._closers
+        if self._syntax.family == "glm" and self._closers == [HERMES_CLOSE] and head[0] not in "{[<`":
+            self._mode = "glm"
+            return True
         if not in_array and _starts(head, FUNCTION_TAG) and self._closers:
             if len(head) < len(FUNCTION_TAG):
                 return False

@@ -11,11 +11,29 @@ from typing import Any, Literal
 
 from spark.types import Message, Tool
 
-Family = Literal["hermes", "xml", "llama3", "mistral", "gemma", "lfm2", "harmony", "generic"]
+Family = Literal["hermes", "xml", "glm", "llama3", "mistral", "gemma", "lfm2", "harmony", "generic"]
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterTags:
+    """How a family writes a call's arguments as tags: for each, `key_open` key `key_close`, then
+    `value_open` value `value_close`; `end` ends them (and the call)."""
+
+    key_open: str
+    key_close: str
+    value_open: str
+    value_close: str
+    end: str
+
+
+# Qwen3-Coder, Qwen3.5: `<function=name>\n<parameter=city>\nParis\n</parameter>\n</function>`.
+XML_PARAMETERS = ParameterTags("<parameter=", ">", "", "</parameter>", "</function>")
+# GLM 4.5+: `<tool_call>name<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>`.
+GLM_PARAMETERS = ParameterTags("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", HERMES_CLOSE)
 # Gemma 4: `<|tool_call>call:name{key:<|"|>text<|"|>,n:2}<tool_call|>`, strings between <|"|> quotes.
 GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 # LFM2: `<|tool_call_start|>[name(key="text", n=2), ...]<|tool_call_end|>`, calls written as Python.
@@ -46,6 +64,7 @@ class ToolSyntax:
         return {
             "hermes": (HERMES_OPEN, HERMES_CLOSE),
             "xml": (HERMES_OPEN, HERMES_CLOSE),
+            "glm": (HERMES_OPEN, HERMES_CLOSE),
             "llama3": (PYTHON_TAG,),
             "mistral": (MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID),
             "gemma": (GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE),
@@ -71,7 +90,9 @@ def tool_syntax(template: str | None) -> ToolSyntax:
         return ToolSyntax("gemma", renders)
     if MISTRAL_CALLS in src:
         return ToolSyntax("mistral", renders, mistral_args=MISTRAL_ARGS in src)
-    if HERMES_OPEN in src and "<parameter=" in src:
+    if HERMES_OPEN in src and GLM_PARAMETERS.key_open in src:
+        return ToolSyntax("glm", renders)
+    if HERMES_OPEN in src and XML_PARAMETERS.key_open in src:
         return ToolSyntax("xml", renders)
     if HERMES_OPEN in src:
         return ToolSyntax("hermes", renders)
