@@ -28,11 +28,12 @@ Modules:
 - `syntax`: which family a template uses, and the prompt side (tool lists, earlier calls)
 - `jsonscan`: JSON checked one character at a time
 - `parser`: the streaming parser of every family's calls
+- `written`: calls and values in syntaxes other than JSON (Python, Gemma 4, parameter tags), read whole
 - `grammar`: the grammars that force or constrain calls
 """
 
 from spark.engine.toolcalls.grammar import args_rule, call_rule, lazy_grammar
-from spark.engine.toolcalls.parser import ToolCallParser, gemma_call, python_call, python_calls
+from spark.engine.toolcalls.parser import ToolCallParser
 from spark.engine.toolcalls.syntax import (
     HARMONY_MARKERS,
     HERMES_CLOSE,
@@ -48,6 +49,7 @@ from spark.engine.toolcalls.syntax import (
     new_call_id,
     tool_syntax,
 )
+from spark.engine.toolcalls.written import gemma_call, python_call, python_calls
 
 __all__ = [
     "HARMONY_MARKERS",
