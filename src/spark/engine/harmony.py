@@ -24,8 +24,7 @@ from typing import Literal
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish, literal
 from spark.engine.reasoning import ThinkSyntax, not_containing
 from spark.engine.text import partial_marker
-from spark.engine.toolcalls import HARMONY_MARKERS, args_rule, new_call_id
-from spark.errors import InvalidRequest
+from spark.engine.toolcalls import HARMONY_MARKERS, args_rule, chosen_tools, new_call_id
 from spark.types import Event, ReasoningDelta, TextDelta, Tool, ToolCallDelta
 
 START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN = HARMONY_MARKERS
@@ -194,9 +193,7 @@ def harmony_grammar(
     param = "tool_choice" if forced else "response_format" if json_out else "tools"
     calls = None
     if tools:
-        chosen = [t for t in tools if t.name == only] if only else tools
-        if not chosen:
-            raise InvalidRequest(f"tool_choice names '{only}', which is not among the tools", param="tool_choice")
+        chosen = chosen_tools(tools, only)
         constraint = rules.add("constraint", f'" " {literal(CONSTRAIN)}? "json"')
         channel = rules.add("channel", f'{literal(CHANNEL)} ( "commentary" | "analysis" )')
         alts = [

@@ -32,7 +32,7 @@ Modules:
 - `grammar`: the grammars that force or constrain calls
 """
 
-from spark.engine.toolcalls.grammar import args_rule, call_rule, lazy_grammar
+from spark.engine.toolcalls.grammar import args_rule, call_rule, chosen_tools, lazy_grammar
 from spark.engine.toolcalls.parser import ToolCallParser
 from spark.engine.toolcalls.syntax import (
     HARMONY_MARKERS,
@@ -65,6 +65,7 @@ __all__ = [
     "args_rule",
     "call_rule",
     "calls_as_text",
+    "chosen_tools",
     "describe_tools",
     "gemma_call",
     "lazy_grammar",

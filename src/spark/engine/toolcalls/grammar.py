@@ -217,10 +217,15 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
 def call_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None, *, parallel: bool = True) -> str:
     """The rule for the calls a forced (or combined) grammar allows; `only` names the one tool,
     and with `parallel` off the grammar ends after one call."""
+    return _calls_rule(rules, syntax, chosen_tools(tools, only), lazy=False, parallel=parallel)
+
+
+def chosen_tools(tools: list[Tool], only: str | None) -> list[Tool]:
+    """The tools a call may name: the one `only` names (`InvalidRequest` when none has that name), or all."""
     chosen = [t for t in tools if t.name == only] if only else tools
     if not chosen:
         raise InvalidRequest(f"tool_choice names '{only}', which is not among the tools", param="tool_choice")
-    return _calls_rule(rules, syntax, chosen, lazy=False, parallel=parallel)
+    return chosen
 
 
 def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True) -> Grammar:
