@@ -46,6 +46,14 @@ def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert
     assert predicted.text == result.text  # the model's own answer, drafted from the prediction
     assert predicted.usage.accepted_prediction_tokens > 0 and predicted.usage.rejected_prediction_tokens > 0
 
+    tokens = sp.tokenize(chat_model, "Once upon a time")
+    assert tokens and sp.detokenize(chat_model, tokens) == "Once upon a time"
+    assert (
+        len(sp.tokenize(chat_model, "<|im_end|>"))
+        == 1
+        < len(sp.tokenize(chat_model, "<|im_end|>", parse_special=False))
+    )
+
     emb = sp.embed(embed_model, ["hello world", "the cat"], dimensions=8)
     assert len(emb.vectors) == 2 and all(len(v) == 8 for v in emb.vectors)
     assert all(math.isclose(math.fsum(x * x for x in v), 1.0, rel_tol=1e-4) for v in emb.vectors)
@@ -61,6 +69,8 @@ def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
         sp.chat(model, [{"role": "wizard", "content": "hi"}])
     with pytest.raises(InvalidRequest, match="logprobs"):
         sp.chat(model, "hi", logprobs=21)
+    with pytest.raises(InvalidRequest, match="tokens"):
+        sp.detokenize(model, [10**6])
     with pytest.raises(InvalidRequest, match="fill-in-the-middle"):
         sp.complete(model, "def f():", suffix="return 1")  # this model has no FIM tokens
 

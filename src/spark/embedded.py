@@ -26,9 +26,11 @@ from spark.runners.scheduler import Scheduler
 from spark.settings import Settings, load_settings
 from spark.types import (
     MAX_LOGPROBS,
+    Answer,
     ChatRequest,
     ChatResult,
     CompletionRequest,
+    Detokenize,
     EmbeddingRequest,
     EmbeddingResult,
     Event,
@@ -37,6 +39,7 @@ from spark.types import (
     Request,
     SamplingParams,
     TextDelta,
+    Tokenize,
 )
 
 MessagesLike = str | Sequence[Message | Mapping[str, Any]]
@@ -181,6 +184,18 @@ class Spark:
             if (result := embedding_result(event)) is not None:
                 return result
         raise unfinished()
+
+    # --- tokens -----------------------------------------------------------------
+    def tokenize(self, model: str, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """The tokens of `text` on `model` (`add_special`: with BOS where the model adds one)."""
+        question = Tokenize(model=model, content=text, add_special=add_special, parse_special=parse_special)
+        answer: Answer = self._call(self.scheduler.ask(question))
+        return answer.tokens
+
+    def detokenize(self, model: str, tokens: Sequence[int]) -> str:
+        """The text of `tokens` on `model`."""
+        answer: Answer = self._call(self.scheduler.ask(Detokenize(model=model, tokens=list(tokens))))
+        return answer.text
 
     # --- lifecycle --------------------------------------------------------------
     def close(self) -> None:

@@ -202,6 +202,52 @@ GenerationRequest = ChatRequest | CompletionRequest
 Request = ChatRequest | CompletionRequest | EmbeddingRequest
 
 
+class Tokenize(msgspec.Struct, tag="tokenize", frozen=True, omit_defaults=True):
+    """The tokens of a text on a model (llama-server's /tokenize)."""
+
+    model: str
+    content: str
+    add_special: bool = False  # BOS (and EOS) where the model adds them
+    parse_special: bool = True  # special tokens' texts read as those tokens
+    keep_alive: float | None = None
+
+
+class Detokenize(msgspec.Struct, tag="detokenize", frozen=True, omit_defaults=True):
+    """The text of tokens on a model (llama-server's /detokenize)."""
+
+    model: str
+    tokens: list[int]
+    keep_alive: float | None = None
+
+
+class RenderPrompt(msgspec.Struct, tag="render", frozen=True):
+    """The prompt text a chat renders to on a model (llama-server's /apply-template)."""
+
+    chat: ChatRequest
+
+    @property
+    def model(self) -> str:
+        return self.chat.model
+
+    @property
+    def keep_alive(self) -> float | None:
+        return self.chat.keep_alive
+
+
+Question = Request | Tokenize | Detokenize | RenderPrompt
+"""What a model is asked about tokens: a request (how many tokens its prompt is), a text, tokens, a chat."""
+
+
+class Answer(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A model's answer to a `Question`: a prompt's token count, a text's tokens (and each one's bytes,
+    special tokens as their text), or a text."""
+
+    n_tokens: int = 0
+    tokens: list[int] = []
+    pieces: list[bytes] = []
+    text: str = ""
+
+
 class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0

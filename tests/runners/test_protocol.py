@@ -11,9 +11,9 @@ import pytest
 from spark.engine import EngineInfo
 from spark.errors import ContextLengthExceeded, ErrorInfo
 from spark.runners.protocol import (
+    Answered,
+    Ask,
     Cancel,
-    Counted,
-    CountTokens,
     EventFrame,
     FrameDecoder,
     Heartbeat,
@@ -26,16 +26,20 @@ from spark.runners.protocol import (
     encode_frame,
 )
 from spark.types import (
+    Answer,
     ChatRequest,
+    Detokenize,
     Done,
     EmbeddingRequest,
     Embeddings,
     Failed,
     LoadOptions,
     Message,
+    RenderPrompt,
     SamplingParams,
     SlotInfo,
     TextDelta,
+    Tokenize,
     ToolCallDelta,
     Usage,
 )
@@ -77,9 +81,14 @@ FRAMES = [
     EventFrame("1", Done(finish_reason="length", usage=Usage(12, 7, 4))),
     EventFrame("2", Embeddings(vectors=[[0.5, -0.25]], usage=Usage(3, 0, 0))),
     EventFrame("3", Failed(ContextLengthExceeded(900, 512).info())),
-    CountTokens("n4", CHAT),
-    Counted("n4", 17),
-    Counted("n5", error=ErrorInfo(code="invalid_request", message="bad", param="messages")),
+    Ask("n4", CHAT),
+    Answered("n4", Answer(n_tokens=17)),
+    Answered("n5", error=ErrorInfo(code="invalid_request", message="bad", param="messages")),
+    Ask("n6", Tokenize(model="m", content="Hello <|im_end|>", add_special=True)),
+    Answered("n6", Answer(tokens=[1, 2], pieces=[b"Hello", b"\xe2\x96"])),
+    Ask("n7", Detokenize(model="m", tokens=[1, 2])),
+    Ask("n8", RenderPrompt(CHAT)),
+    Answered("n8", Answer(text="<|im_start|>user\nhi")),
     Heartbeat(progress=123, busy=2, rss_bytes=456_789_012),
     Shutdown(),
 ]

@@ -39,6 +39,7 @@ from spark.engine.text import TextStream
 from spark.engine.vision import Projector
 from spark.errors import RunnerFailed, SparkError, as_spark_error
 from spark.types import (
+    Answer,
     ChatRequest,
     CompletionRequest,
     Done,
@@ -48,6 +49,7 @@ from spark.types import (
     FinishReason,
     LoadOptions,
     PromptDone,
+    Question,
     Request,
     SlotInfo,
     Usage,
@@ -173,15 +175,8 @@ class Engine:
             disk_store(options, per_slot),
         )
         self._prep = Preparer(model, options, n_ctx=per_slot, projector=self._projector)
+        self._marker_pieces = self._prep.marker_pieces()
         think = self._prep.think
-        # Markers the output parsers look for that are control tokens here: llama.cpp
-        # renders those as nothing, so they are rendered from their text instead.
-        markers = [*self._prep.tools.markers, *(think.markers if think else ())]
-        self._marker_pieces: dict[int, bytes] = {}
-        for marker in markers:
-            ids = model.tokenize(marker, add_special=False, parse_special=True)
-            if len(ids) == 1 and not model.piece(ids[0]):
-                self._marker_pieces[ids[0]] = marker.encode()
         self._think_close = model.tokenize(think.close, add_special=False, parse_special=True) if think else []
 
     # --- public API ---------------------------------------------------------
@@ -219,12 +214,13 @@ class Engine:
 
     def count_tokens(self, request: ChatRequest | CompletionRequest) -> int:
         """Exact number of prompt tokens of `request` (through the chat template for chats)."""
+        return self.answer(request).n_tokens
+
+    def answer(self, question: Question) -> Answer:
+        """The answer to a question about tokens (see `Preparer.answer`)."""
         with self._model_lock:
             self._check_open()
-            tokens, media, _ = self._prep.prompt(request)
-            if media is not None:
-                media.close()
-            return len(tokens)
+            return self._prep.answer(question)
 
     def submit(self, request_id: str, request: Request, emit: Emit) -> None:
         """Queue a request; events go to `emit` from the engine thread.

@@ -20,16 +20,21 @@ from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
 from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
 from spark.errors import ContextLengthExceeded, InvalidRequest
 from spark.types import (
+    Answer,
     ChatRequest,
     CompletionRequest,
+    Detokenize,
     EmbeddingRequest,
     Event,
     GenerationRequest,
     ImagePart,
     LoadOptions,
     Message,
+    Question,
+    RenderPrompt,
     Request,
     SamplingParams,
+    Tokenize,
 )
 
 Emit = Callable[[Event], None]
@@ -84,6 +89,16 @@ class Preparer:
         self.harmony = self.tools.family == "harmony"
         self.think = harmony.THINK if self.harmony else think_syntax(source)
 
+    def marker_pieces(self) -> dict[int, bytes]:
+        """The text of each marker the output parsers look for that is a control token here: llama.cpp
+        renders those as nothing, so the engine renders them from their text instead."""
+        model, out = self._model, {}
+        for marker in [*self.tools.markers, *(self.think.markers if self.think else ())]:
+            ids = model.tokenize(marker, add_special=False, parse_special=True)
+            if len(ids) == 1 and not model.piece(ids[0]):
+                out[ids[0]] = marker.encode()
+        return out
+
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
         """The prompt's tokens, its images (if any) and its text."""
         if self._embedding:
@@ -98,7 +113,7 @@ class Preparer:
         elif isinstance(request.prompt, list):
             if request.suffix is not None:
                 raise InvalidRequest("'suffix' needs a text prompt, not token ids", param="suffix")
-            tokens = self._checked(request.prompt, "prompt")
+            tokens = self.checked_tokens(request.prompt, "prompt")
             return tokens, None, b"".join(map(self._model.piece, tokens)).decode("utf-8", "replace")
         elif request.suffix is not None:
             if request.echo:
@@ -126,7 +141,7 @@ class Preparer:
             tokens = [model.bos]
         return tokens, None, text
 
-    def _checked(self, tokens: list[int], param: str) -> list[int]:
+    def checked_tokens(self, tokens: list[int], param: str) -> list[int]:
         """Token ids a client sent, used as given once each is known to be in the vocabulary (an id
         past it would read past llama.cpp's tables)."""
         if not tokens:
@@ -210,6 +225,26 @@ class Preparer:
             text += f"\n{self.think.close}\n\n"
         return text + prefill, images
 
+    def answer(self, question: Question) -> Answer:
+        """The answer to a question about tokens: a request's prompt token count, a text's tokens (each
+        with its bytes, a special token as its text), tokens' text, or the prompt text a chat renders to.
+        Raises `InvalidRequest` for an embedding request or a token outside the vocabulary."""
+        model = self._model
+        if isinstance(question, Tokenize):
+            ids = model.tokenize(
+                question.content, add_special=question.add_special, parse_special=question.parse_special
+            )
+            return Answer(tokens=ids, pieces=[model.piece(t) or model.token_text(t).encode() for t in ids])
+        if isinstance(question, Detokenize):
+            ids = self.checked_tokens(question.tokens, "tokens") if question.tokens else []
+            return Answer(text=b"".join(map(model.piece, ids)).decode("utf-8", "replace"))
+        if isinstance(question, EmbeddingRequest):
+            raise InvalidRequest("Token counts are for chat and completion requests, not embeddings.")
+        tokens, media, text = self.prompt(question.chat if isinstance(question, RenderPrompt) else question)
+        if media is not None:
+            media.close()
+        return Answer(text=text) if isinstance(question, RenderPrompt) else Answer(n_tokens=len(tokens))
+
     def _prediction(self, request: GenerationRequest) -> list[int] | None:
         """The tokens of a chat's predicted answer (None without one)."""
         if not isinstance(request, ChatRequest) or not request.prediction:
@@ -265,7 +300,7 @@ class Preparer:
         inputs = []
         for i, item in enumerate(request.input):
             if isinstance(item, list):
-                tokens = self._checked(item, "input" if len(request.input) == 1 else f"input[{i}]")
+                tokens = self.checked_tokens(item, "input" if len(request.input) == 1 else f"input[{i}]")
             else:
                 tokens = model.tokenize(item, add_special=True, parse_special=False)
             if not tokens:

@@ -4,7 +4,7 @@ The supervisor (`spark.runners.supervisor`) listens on a socket and starts
 `python -m spark.runners.child --socket PATH`. The runner connects, reads a `Load`
 frame, loads the engine and answers `Ready` (or `LoadFailed`, then exits 2). A
 spare (`--spare`) imports llama.cpp before it connects and may wait long for
-its `Load`. From then on it forwards `Submit`/`Cancel`/`CountTokens` to the engine, streams
+its `Load`. From then on it forwards `Submit`/`Cancel`/`Ask` to the engine, streams
 events back, and sends a `Heartbeat` every `HEARTBEAT_SECONDS`. It exits on
 `Shutdown` or as soon as the server side of the socket goes away, so a runner
 never outlives its server.
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from spark.errors import InvalidRequest, RunnerFailed, SparkError
+from spark.errors import RunnerFailed, SparkError
 from spark.runners.protocol import (
     HEARTBEAT_SECONDS,
+    Answered,
+    Ask,
     Cancel,
-    Counted,
-    CountTokens,
     EventFrame,
     Frame,
     FrameDecoder,
@@ -46,7 +46,7 @@ from spark.runners.protocol import (
     Submit,
     encode_frame,
 )
-from spark.types import EmbeddingRequest, Event, Failed
+from spark.types import Event, Failed
 
 if TYPE_CHECKING:
     from spark.engine import Engine
@@ -153,8 +153,8 @@ def serve(sock: socket.socket) -> int:
                 _submit(engine, channel, frame)
             elif type(frame) is Cancel:
                 engine.cancel(frame.id)
-            elif type(frame) is CountTokens:
-                _count(engine, channel, frame)
+            elif type(frame) is Ask:
+                _answer(engine, channel, frame)
             elif type(frame) is Shutdown:
                 break
             else:
@@ -178,19 +178,14 @@ def _submit(engine: Engine, channel: _Channel, frame: Submit) -> None:
         channel.send(EventFrame(frame.id, Failed(SparkError(f"Internal error: {e}").info())))
 
 
-def _count(engine: Engine, channel: _Channel, frame: CountTokens) -> None:
-    request = frame.request
-    if isinstance(request, EmbeddingRequest):
-        error = InvalidRequest("Token counts are for chat and completion requests, not embeddings.")
-        channel.send(Counted(frame.id, error=error.info()))
-        return
+def _answer(engine: Engine, channel: _Channel, frame: Ask) -> None:
     try:
-        channel.send(Counted(frame.id, engine.count_tokens(request)))
+        channel.send(Answered(frame.id, engine.answer(frame.question)))
     except SparkError as e:
-        channel.send(Counted(frame.id, error=e.info()))
+        channel.send(Answered(frame.id, error=e.info()))
     except Exception as e:
-        log.exception("counting tokens of %s failed", frame.id)
-        channel.send(Counted(frame.id, error=SparkError(f"Internal error: {e}").info()))
+        log.exception("answering %s failed", frame.id)
+        channel.send(Answered(frame.id, error=SparkError(f"Internal error: {e}").info()))
 
 
 def _warm_up() -> None:

@@ -4,9 +4,9 @@ Each frame is a 4-byte big-endian payload length followed by one msgspec-msgpack
 encoded `Frame`. Frames are array-like tagged Structs, so the per-token `EventFrame`
 costs a few bytes of framing around the event itself.
 
-Server -> runner: `Load` (first frame), `Submit`, `Cancel`, `CountTokens`, `Shutdown`.
+Server -> runner: `Load` (first frame), `Submit`, `Cancel`, `Ask`, `Shutdown`.
 Runner -> server: `Ready` or `LoadFailed` (answer to `Load`), `EventFrame`,
-`Counted`, `Heartbeat`.
+`Answered`, `Heartbeat`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import msgspec
 
 from spark.engine.info import EngineInfo
 from spark.errors import ErrorInfo, RunnerFailed
-from spark.types import Event, LoadOptions, Request
+from spark.types import Answer, Event, LoadOptions, Question, Request
 
 MAX_FRAME_BYTES = 1 << 30  # a sanity bound: a larger length means a corrupt stream
 _LENGTH = struct.Struct(">I")
@@ -57,16 +57,18 @@ class EventFrame(msgspec.Struct, tag="e", array_like=True, frozen=True):
     event: Event
 
 
-class CountTokens(msgspec.Struct, tag="count", array_like=True, frozen=True):
-    id: str
-    request: Request
-
-
-class Counted(msgspec.Struct, tag="counted", array_like=True, frozen=True):
-    """Answer to `CountTokens`: the prompt's token count, or the error."""
+class Ask(msgspec.Struct, tag="ask", array_like=True, frozen=True):
+    """A question about tokens (a prompt's count, a text's tokens, ...), answered at once."""
 
     id: str
-    n_tokens: int = 0
+    question: Question
+
+
+class Answered(msgspec.Struct, tag="answered", array_like=True, frozen=True):
+    """Answer to `Ask`, or the error."""
+
+    id: str
+    answer: Answer = Answer()
     error: ErrorInfo | None = None
 
 
@@ -82,7 +84,7 @@ class Shutdown(msgspec.Struct, tag="shutdown", array_like=True, frozen=True):
     pass
 
 
-Frame = Load | Ready | LoadFailed | Submit | Cancel | EventFrame | CountTokens | Counted | Heartbeat | Shutdown
+Frame = Load | Ready | LoadFailed | Submit | Cancel | EventFrame | Ask | Answered | Heartbeat | Shutdown
 
 HEARTBEAT_SECONDS = 0.5
 

@@ -63,7 +63,7 @@ from spark.runners.spare import SpareRunner
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
 from spark.trace import NO_TRACE, Trace
-from spark.types import Event, LoadOptions, Request
+from spark.types import Answer, Event, LoadOptions, Question, Request
 from spark.units import format_bytes
 
 log = logging.getLogger("spark.runners")
@@ -236,8 +236,12 @@ class Scheduler:
 
     async def count_tokens(self, request: Request, trace: Trace = NO_TRACE) -> int:
         """Prompt tokens of `request` on its model (loading the model if needed)."""
-        async with self._use(request.model, request.keep_alive, trace) as runner:
-            return await runner.process.count_tokens(request)
+        return (await self.ask(request, trace)).n_tokens
+
+    async def ask(self, question: Question, trace: Trace = NO_TRACE) -> Answer:
+        """Its model's answer to a question about tokens (loading the model if needed)."""
+        async with self._use(question.model, question.keep_alive, trace) as runner:
+            return await runner.process.ask(question)
 
     async def warm(self, model: str, keep_alive: float | None = None) -> RunnerState:
         """Load `model` now unless it is loaded; with `keep_alive` (seconds, negative: forever) it stays

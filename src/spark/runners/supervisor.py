@@ -27,9 +27,9 @@ from spark.engine import EngineInfo
 from spark.errors import RunnerFailed, SparkError, from_info
 from spark.runners.protocol import (
     HEARTBEAT_SECONDS,
+    Answered,
+    Ask,
     Cancel,
-    Counted,
-    CountTokens,
     EventFrame,
     Frame,
     FrameDecoder,
@@ -47,12 +47,14 @@ from spark.runners.spawn import RunnerExited, accept_runner, runner_socket, star
 from spark.runners.stats import RecentRates
 from spark.settings import Settings
 from spark.types import (
+    Answer,
     Done,
     Embeddings,
     Event,
     Failed,
     LoadOptions,
     PromptDone,
+    Question,
     ReasoningDelta,
     Request,
     TextDelta,
@@ -154,7 +156,7 @@ class RunnerProcess:
         self._watch_task: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._requests: dict[str, _Request] = {}
-        self._counts: dict[str, tuple[Request, asyncio.Future[int]]] = {}
+        self._questions: dict[str, tuple[Question, asyncio.Future[Answer]]] = {}
         self._ids = itertools.count(1)
         self._failures: deque[float] = deque()
         self._output: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
@@ -203,8 +205,8 @@ class RunnerProcess:
 
     @property
     def in_flight(self) -> int:
-        """Requests and token counts this supervisor is waiting on."""
-        return len(self._requests) + len(self._counts)
+        """Requests and questions about tokens this supervisor is waiting on."""
+        return len(self._requests) + len(self._questions)
 
     @property
     def rss_bytes(self) -> int:
@@ -300,17 +302,21 @@ class RunnerProcess:
 
     async def count_tokens(self, request: Request) -> int:
         """The number of prompt tokens `request` renders to on this model."""
+        return (await self.ask(request)).n_tokens
+
+    async def ask(self, question: Question) -> Answer:
+        """This model's answer to a question about tokens (a prompt's count, a text's tokens, ...)."""
         self._check_usable()
-        count_id = f"n{next(self._ids)}"
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        question_id = f"n{next(self._ids)}"
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._note_work_started()
-        self._counts[count_id] = (request, future)
+        self._questions[question_id] = (question, future)
         if self._status == "ready" and self._conn is not None:
-            self._conn.send(CountTokens(count_id, request))
+            self._conn.send(Ask(question_id, question))
         try:
             return await future
         finally:
-            self._counts.pop(count_id, None)
+            self._questions.pop(question_id, None)
             self._last_used = monotonic()
 
     def touch(self) -> None:
@@ -327,7 +333,7 @@ class RunnerProcess:
 
     def _note_work_started(self) -> None:
         # The hang clock starts when work arrives, not when the runner last did something.
-        if not self._requests and not self._counts:
+        if not self._requests and not self._questions:
             self._progress_at = monotonic()
         self._last_used = monotonic()
 
@@ -345,10 +351,10 @@ class RunnerProcess:
     def _fail_all(self, error: SparkError) -> None:
         for r in list(self._requests.values()):
             self._finish(r, error)
-        for _, future in self._counts.values():
+        for _, future in self._questions.values():
             if not future.done():
                 future.set_exception(RunnerFailed(error.message))
-        self._counts.clear()
+        self._questions.clear()
 
     # --- frames from the runner -------------------------------------------
     def _on_frame(self, conn: _Connection, frame: Frame) -> None:
@@ -380,12 +386,12 @@ class RunnerProcess:
                     self._progress_at = monotonic()
                 self._busy = busy
                 self._rss_bytes = rss
-            case Counted(id=count_id, n_tokens=n_tokens, error=error):
+            case Answered(id=question_id, answer=answer, error=error):
                 self._progress_at = monotonic()
-                entry = self._counts.pop(count_id, None)
+                entry = self._questions.pop(question_id, None)
                 if entry is not None and not entry[1].done():
                     if error is None:
-                        entry[1].set_result(n_tokens)
+                        entry[1].set_result(answer)
                     else:
                         entry[1].set_exception(from_info(error))
             case Ready(info=info):
@@ -419,7 +425,7 @@ class RunnerProcess:
         timeout = self._settings.hang_timeout_seconds
         while self._status not in ("failed", "stopped"):
             await asyncio.sleep(min(HEARTBEAT_SECONDS, timeout / 4))
-            if self._status != "ready" or not (self._requests or self._counts):
+            if self._status != "ready" or not (self._requests or self._questions):
                 continue
             stalled = monotonic() - self._progress_at
             if stalled >= timeout:
@@ -496,9 +502,9 @@ class RunnerProcess:
         log.info("runner for %s restarted (pid %s)", model, self.pid)
         for r in list(self._requests.values()):
             self._submit(r)
-        for count_id, (request, _) in self._counts.items():
+        for question_id, (question, _) in self._questions.items():
             if self._conn is not None:
-                self._conn.send(CountTokens(count_id, request))
+                self._conn.send(Ask(question_id, question))
 
     def _give_up(self, error: RunnerFailed) -> None:
         log.error("%s", error.message)

@@ -24,7 +24,7 @@ from spark.server.errors import EXCEPTION_HANDLERS
 from spark.server.memory_history import MemorySampler, sample_memory
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
-from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, health
+from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, TOKEN_ROUTES, health
 from spark.server.routes.admin import ADMIN_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
 from spark.server.routes.fleet import FLEET_ROUTES
@@ -96,6 +96,8 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[log_requests],
         include_in_schema=False,  # OpenAI's and Anthropic's references describe them
     )
+    # llama-server's token routes, at its paths (not /v1), with the same key
+    tokens = Router("/", route_handlers=TOKEN_ROUTES, guards=[require_key], include_in_schema=False)
     # node <-> central calls: each handler checks the fleet's own credentials (spark.server.routes.fleet)
     fleet = Router("/fleet", route_handlers=FLEET_ROUTES, include_in_schema=False)
     admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
@@ -121,7 +123,7 @@ def create_app(settings: Settings) -> Litestar:
         else None
     )
     return _App(
-        route_handlers=[health, api, admin_api, fleet, metrics_route(settings, admin), *console_routes()],
+        route_handlers=[health, api, tokens, admin_api, fleet, metrics_route(settings, admin), *console_routes()],
         state=State(
             {
                 "spark": state,

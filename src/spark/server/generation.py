@@ -26,6 +26,7 @@ from spark.server.recorder import RequestRecorder
 from spark.server.state import ServerState
 from spark.trace import NO_TRACE, Trace
 from spark.types import (
+    Answer,
     ChatRequest,
     ChatResult,
     CompletionRequest,
@@ -34,6 +35,7 @@ from spark.types import (
     Event,
     Failed,
     GenerationRequest,
+    Question,
     Request,
 )
 
@@ -212,14 +214,19 @@ async def count_tokens(state: ServerState, request: Request, recorder: RequestRe
     """Prompt tokens of `request` on its model (loading it if needed), within the request timeout."""
     if recorder is not None:
         recorder.decoded(request)
-    try:
-        async with asyncio.timeout(state.timeout):
-            tokens = await state.scheduler.count_tokens(request, _trace(recorder))
-    except TimeoutError:
-        raise timed_out(state.timeout or 0) from None
+    tokens = (await ask(state, request, recorder)).n_tokens
     if recorder is not None:
         recorder.counted(tokens)
     return tokens
+
+
+async def ask(state: ServerState, question: Question, recorder: RequestRecorder | None = None) -> Answer:
+    """Its model's answer to a question about tokens (loading it if needed), within the request timeout."""
+    try:
+        async with asyncio.timeout(state.timeout):
+            return await state.scheduler.ask(question, _trace(recorder))
+    except TimeoutError:
+        raise timed_out(state.timeout or 0) from None
 
 
 E = TypeVar("E")

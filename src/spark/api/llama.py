@@ -1,0 +1,95 @@
+"""llama-server's own routes: `POST /tokenize`, `/detokenize` and `/apply-template`.
+
+Bodies as llama-server takes them, plus Spark's `model` (the server's default model when it is
+left out: llama-server serves one model, so its clients name none); answers in llama-server's
+shapes. `/apply-template` takes a chat completion body and answers the prompt it renders to.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from spark.api.common import NonEmptyStr, decode_body
+from spark.api.openai import parse_chat
+from spark.types import Answer, Detokenize, RenderPrompt, Tokenize
+
+
+class _TokenizeWire(msgspec.Struct, frozen=True):
+    content: str
+    model: NonEmptyStr | None = None
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class _DetokenizeWire(msgspec.Struct, frozen=True):
+    tokens: list[int]
+    model: NonEmptyStr | None = None
+
+
+class _Named(msgspec.Struct, frozen=True):
+    model: NonEmptyStr | None = None
+
+
+class _Piece(msgspec.Struct, frozen=True):
+    id: int
+    piece: str | list[int]  # the text, or its bytes where they are no whole UTF-8 text
+
+
+_tokenize_decoder = msgspec.json.Decoder(_TokenizeWire)
+_detokenize_decoder = msgspec.json.Decoder(_DetokenizeWire)
+_named_decoder = msgspec.json.Decoder(_Named)
+_encoder = msgspec.json.Encoder()
+
+
+def parse_tokenize(body: bytes, default_model: str) -> tuple[Tokenize, bool]:
+    """Decode a `POST /tokenize` body: the question, and whether each token's piece is wanted."""
+    wire = decode_body(_tokenize_decoder, body)
+    question = Tokenize(
+        model=wire.model or default_model,
+        content=wire.content,
+        add_special=wire.add_special,
+        parse_special=wire.parse_special,
+    )
+    return question, wire.with_pieces
+
+
+def parse_detokenize(body: bytes, default_model: str) -> Detokenize:
+    """Decode a `POST /detokenize` body."""
+    wire = decode_body(_detokenize_decoder, body)
+    return Detokenize(model=wire.model or default_model, tokens=wire.tokens)
+
+
+def parse_apply_template(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> RenderPrompt:
+    """Decode a `POST /apply-template` body: a chat completion body, its `model` optional."""
+    if decode_body(_named_decoder, body).model is None:
+        fields = msgspec.json.decode(body)
+        if isinstance(fields, dict):
+            body = _encoder.encode({**fields, "model": default_model})
+    return RenderPrompt(parse_chat(body, max_tokens_limit=max_tokens_limit).request)
+
+
+def tokens_body(answer: Answer, *, with_pieces: bool) -> bytes:
+    """`{"tokens": [...]}`: ids, or with pieces `{"id": ..., "piece": ...}` objects."""
+    if not with_pieces:
+        return _encoder.encode({"tokens": answer.tokens})
+    return _encoder.encode(
+        {"tokens": [_Piece(t, _text_or_bytes(p)) for t, p in zip(answer.tokens, answer.pieces, strict=True)]}
+    )
+
+
+def _text_or_bytes(piece: bytes) -> str | list[int]:
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(piece)
+
+
+def content_body(answer: Answer) -> bytes:
+    """`{"content": ...}`: the text of the tokens."""
+    return _encoder.encode({"content": answer.text})
+
+
+def prompt_body(answer: Answer) -> bytes:
+    """`{"prompt": ...}`: the prompt the chat renders to."""
+    return _encoder.encode({"prompt": answer.text})
