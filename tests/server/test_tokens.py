@@ -97,3 +97,20 @@ def test_the_routes_need_a_key_and_are_not_logged(live: LiveServer, models: Mode
     log.flush(5)
     with pytest.raises(RequestNotFound):
         live.state.requests.get(response.headers["x-request-id"])
+
+
+def test_props_tell_of_a_model_as_llama_server_does(live: LiveServer, models: Models) -> None:
+    props = live.http().get("/props", params={"model": models.chat}).json()
+    listed = live.http().get(f"/v1/models/{models.chat}").json()
+    assert props["model_alias"] == models.chat
+    assert props["default_generation_settings"]["n_ctx"] == listed["spark"]["context_window"]
+    assert props["total_slots"] == live.settings.parallel and props["modalities"] == {"vision": False, "audio": False}
+    assert props["chat_template"].startswith("{%") and props["build_info"].startswith("spark ")
+    assert "path" not in str(props)  # the file's place stays on the server
+    # the default model, with its own sampling defaults
+    default = live.http().get("/props").json()
+    assert default["model_alias"] == live.settings.default_model
+    assert default["default_generation_settings"]["params"]["temperature"] == 0
+    missing = live.http().get("/props", params={"model": "no-such-model"})
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
+    assert live.http(key=None).get("/props").status_code == 401

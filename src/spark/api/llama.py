@@ -1,4 +1,4 @@
-"""llama-server's own routes: `POST /tokenize`, `/detokenize` and `/apply-template`.
+"""llama-server's own routes: `POST /tokenize`, `/detokenize`, `/apply-template` and `GET /props`.
 
 Bodies as llama-server takes them, plus Spark's `model` (the server's default model when it is
 left out: llama-server serves one model, so its clients name none); answers in llama-server's
@@ -11,7 +11,7 @@ import msgspec
 
 from spark.api.common import NonEmptyStr, decode_body
 from spark.api.openai import parse_chat
-from spark.types import Answer, Detokenize, RenderPrompt, Tokenize
+from spark.types import Answer, Detokenize, RenderPrompt, SamplingParams, Tokenize
 
 
 class _TokenizeWire(msgspec.Struct, frozen=True):
@@ -93,3 +93,40 @@ def content_body(answer: Answer) -> bytes:
 def prompt_body(answer: Answer) -> bytes:
     """`{"prompt": ...}`: the prompt the chat renders to."""
     return _encoder.encode({"prompt": answer.text})
+
+
+class _Settings(msgspec.Struct, frozen=True):
+    n_ctx: int
+    params: dict[str, object]
+
+
+class _Modalities(msgspec.Struct, frozen=True):
+    vision: bool
+    audio: bool = False
+
+
+class _Props(msgspec.Struct, frozen=True):
+    model_alias: str
+    default_generation_settings: _Settings
+    total_slots: int
+    chat_template: str
+    modalities: _Modalities
+    build_info: str
+
+
+def props_body(
+    model: str,
+    *,
+    context_window: int,
+    slots: int,
+    sampling: SamplingParams,
+    chat_template: str | None,
+    vision: bool,
+    version: str,
+) -> bytes:
+    """`GET /props`: what llama-server says of its model (the context one request gets, the slots, the
+    model's own sampling defaults, its chat template), without the file's path."""
+    params = msgspec.to_builtins(sampling)
+    settings = _Settings(context_window, params if isinstance(params, dict) else {})
+    modalities = _Modalities(vision=vision)
+    return _encoder.encode(_Props(model, settings, slots, chat_template or "", modalities, f"spark {version}"))

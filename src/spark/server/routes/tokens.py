@@ -1,4 +1,5 @@
-"""llama-server's token routes, at its paths: `POST /tokenize`, `/detokenize` and `/apply-template`.
+"""llama-server's own routes, at its paths: `POST /tokenize`, `/detokenize`, `/apply-template` and
+`GET /props`.
 
 They need an API key like every model route; they are not written to the request log (clients such
 as chat front ends call them as a user types).
@@ -8,16 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, post
+from litestar import Request, Response, get, post
+from litestar.params import FromQuery
 
+import spark
 from spark.api.llama import (
     content_body,
     parse_apply_template,
     parse_detokenize,
     parse_tokenize,
     prompt_body,
+    props_body,
     tokens_body,
 )
+from spark.runners.options import context_window, parallel_slots
 from spark.server.generation import ask
 from spark.server.responses import json_response
 from spark.server.state import state_of
@@ -49,4 +54,23 @@ async def apply_template(request: Request[Any, Any, Any]) -> Response[Any]:
     return json_response(prompt_body(await ask(state, question)))
 
 
-TOKEN_ROUTES = [tokenize, detokenize, apply_template]
+@get("/props")
+async def props(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Response[Any]:
+    """What llama-server tells of its model, for `model` (the default model when none is named); the
+    model need not be loaded."""
+    state = state_of(request)
+    entry = state.library.get(model or state.settings.default_model)
+    return json_response(
+        props_body(
+            entry.id,
+            context_window=context_window(entry, state.settings),
+            slots=parallel_slots(entry, state.settings),
+            sampling=entry.settings.sampling,
+            chat_template=entry.info.chat_template,
+            vision=entry.info.has_vision,
+            version=spark.__version__,
+        )
+    )
+
+
+TOKEN_ROUTES = [tokenize, detokenize, apply_template, props]
