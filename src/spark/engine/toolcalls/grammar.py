@@ -88,68 +88,89 @@ def _parameters_rule(rules: Rules, tool: Tool, tags: ParameterTags, hint: str) -
     return rules.add(hint, " ".join(parts))
 
 
-def _member_rule(
-    rules: Rules, tool: Tool, hint: str, *, sep: str, string: str, quote: Callable[[str], str], other: str
+def _members_rule(
+    rules: Rules, tool: Tool, hint: str, *, sep: str, comma: str, value: Callable[[str, dict[str, Any]], str]
 ) -> str | None:
-    """One argument of `tool` written `key<sep>value`, for the families that write arguments in their own
-    syntax: a value of the property's type (`string` for text, `quote` for an enum's texts, `other` for
-    a value of no simple type), or None when the schema names no properties."""
-    properties = (tool.parameters or {}).get("properties")
+    """The arguments of `tool` as `key<sep>value` members joined by `comma`, for the families that write
+    them in a syntax of their own: the required ones first, then any of the others, in the schema's order
+    (as the JSON grammar writes objects); `value` writes a property's value. None when the schema names
+    no properties."""
+    schema = tool.parameters or {}
+    properties = schema.get("properties")
     if not isinstance(properties, dict) or not properties:
         return None
-    simple = {"string": string, "integer": "integer", "number": "number", "boolean": "boolean"}
-    alts = []
-    for name, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        enum = prop.get("enum") if isinstance(prop, dict) else None
-        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
-            typed = "( " + " | ".join(quote(v) for v in enum) + " )"
-        elif isinstance(kind, str) and kind in simple:
-            typed = simple[kind] if kind == "string" else rules.primitive(simple[kind])
-        else:
-            typed = other
-        alts.append(f"{literal(name + sep)} {typed}")
-    return rules.add(f"{hint}-member", " | ".join(alts))
+    required = [n for n in dict.fromkeys(schema.get("required") or ()) if n in properties]
+    optional = [n for n in properties if n not in required]
+
+    def member(name: str) -> str:
+        prop = properties[name] if isinstance(properties[name], dict) else {}
+        return rules.add(f"{hint}-{name}", f"{literal(name + sep)} {value(name, prop)}")
+
+    more = "".join(f" ( {literal(comma)} {member(n)} )?" for n in optional)
+    if required:
+        return f" {literal(comma)} ".join(member(n) for n in required) + more
+    # any ordered subset of the optional members, the first without a comma
+    start = ""
+    for i in range(len(optional) - 1, -1, -1):
+        later = "".join(f" ( {literal(comma)} {member(n)} )?" for n in optional[i + 1 :])
+        start = rules.add(f"{hint}-from-{i}", f"{member(optional[i])}{later}" + (f" | {start}" if start else ""))
+    return f"{start}?"
+
+
+def _json_value(rules: Rules, tool: Tool, hint: str) -> Callable[[str, dict[str, Any]], str]:
+    """A property's value as JSON matching its schema (any JSON value where the schema cannot be held)."""
+    converter = SchemaConverter(rules, dict(tool.parameters or {}), "tools")
+
+    def value(name: str, prop: dict[str, Any]) -> str:
+        try:
+            return converter.rule(prop, f"{hint}-{name}-value")
+        except SchemaError as e:
+            log.info("tool %s: parameter %s not constrained by its schema: %s", tool.name, name, e.message)
+            return rules.primitive("value")
+
+    return value
 
 
 def _gemma_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
     """The arguments of `tool` in Gemma 4's syntax (`{key:<|"|>text<|"|>,n:2}`, strings between <|"|>
-    quotes); order and required members are left to the model, the parser reads any."""
+    quotes): numbers and booleans as JSON of their schema, strings (bounded by their lengths, or one
+    of their enum), other values in Gemma's syntax."""
     quote = literal(GEMMA_QUOTE)
     string = rules.add("gemma-string", f"{quote} {not_containing(rules, GEMMA_QUOTE, 'gemma-text')} {quote}")
-    value = rules.reserve("gemma-value")
+    any_value = rules.reserve("gemma-value")
     key = rules.add("gemma-key", "[A-Za-z0-9_]{1,64}")
-    members = f'( {key} ":" {value} ( "," {key} ":" {value} )* )?'
-    array = f'"[" ( {value} ( "," {value} )* )? "]"'
+    members = f'( {key} ":" {any_value} ( "," {key} ":" {any_value} )* )?'
+    array = f'"[" ( {any_value} ( "," {any_value} )* )? "]"'
     rules.define(
-        value,
+        any_value,
         f'{string} | {rules.primitive("number")} | {rules.primitive("boolean")} | "null" '
         f'| "{{" {members} "}}" | {array}',
     )
-    member = _member_rule(
-        rules, tool, hint, sep=":", string=string, quote=lambda v: f"{quote} {literal(v)} {quote}", other=value
-    )
-    if member is None:
-        return rules.add(hint, f'"{{" {members} "}}"')
-    return rules.add(hint, f'"{{" ( {member} ( "," {member} )* )? "}}"')
+    as_json = _json_value(rules, tool, hint)
+
+    def value(name: str, prop: dict[str, Any]) -> str:
+        kind, enum = prop.get("type"), prop.get("enum")
+        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
+            return "( " + " | ".join(f"{quote} {literal(v)} {quote}" for v in enum) + " )"
+        if kind == "string" and ("maxLength" in prop or "minLength" in prop):
+            low, high = int(prop.get("minLength", 0)), min(int(prop.get("maxLength", MAX_REPEAT)), MAX_REPEAT)
+            return f'{quote} ( [^<] | "<" [^|] ){{{min(low, high)},{high}}} {quote}'  # no quote starts inside
+        if kind == "string":
+            return string
+        return as_json(name, prop) if kind in ("integer", "number", "boolean") else any_value
+
+    body = _members_rule(rules, tool, hint, sep=":", comma=",", value=value)
+    return rules.add(hint, f'"{{" {body if body is not None else members} "}}"')
 
 
 def _python_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
     """The arguments of `tool` as Python keywords (`(city="Paris", n=2)`, as LFM2 writes them): values
-    as JSON, which Python reads too (the parser takes JSON's true, false and null)."""
-    value = rules.primitive("value")
-    member = _member_rule(
-        rules,
-        tool,
-        hint,
-        sep="=",
-        string=rules.primitive("string"),
-        quote=lambda v: literal(json.dumps(v, ensure_ascii=False)),
-        other=value,
-    )
-    if member is None:
-        member = rules.add("python-keyword", f'[A-Za-z_] [A-Za-z0-9_]{{0,63}} "=" {value}')
-    return rules.add(hint, f'"(" ( {member} ( ", " {member} )* )? ")"')
+    as JSON of their schema, which Python reads too (the parser takes JSON's true, false and null)."""
+    body = _members_rule(rules, tool, hint, sep="=", comma=", ", value=_json_value(rules, tool, hint))
+    if body is None:
+        keyword = rules.add("python-keyword", f'[A-Za-z_] [A-Za-z0-9_]{{0,63}} "=" {rules.primitive("value")}')
+        body = f'( {keyword} ( ", " {keyword} )* )?'
+    return rules.add(hint, f'"(" {body} ")"')
 
 
 def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
