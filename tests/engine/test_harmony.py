@@ -236,6 +236,12 @@ def test_a_forced_call_is_written_in_harmony_and_read_as_a_call(engine: Engine, 
         assert reasoning_of(c.events)  # the analysis the budget closed
 
 
+def test_with_thinking_off_a_forced_call_comes_at_once(engine: Engine) -> None:
+    c = run(engine, chat(tools=TOOLS, tool_choice=ToolChoice("required", "add"), reasoning=Reasoning(enabled=False)))
+    assert isinstance(c.final, Done) and c.final.finish_reason == "tool_calls"
+    assert not reasoning_of(c.events) and [name for name, _ in content_and_calls(c.events)[1]] == ["add"]
+
+
 def test_a_json_schema_answer_is_the_final_message(engine: Engine) -> None:
     schema = {
         "type": "object",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gguf
@@ -419,3 +420,71 @@ def test_anthropic_bare_json_call(live: LiveServer, bare_json_model: str) -> Non
     ]
     jsonschema.validate(json.loads("".join(fragments)), WEATHER_SCHEMA)
     assert final.stop_reason == "tool_use"
+
+
+# Families whose calls are written in a syntax of their own, each from its model's published template, with
+# where its call stands in a prompt that holds it. Thinking is turned off: the random model would think
+# for ever (gpt-oss, which always thinks, then calls at once too).
+OWN_SYNTAX = {
+    "qwen3.5": "<function=get_weather>",
+    "glm-4.7-flash": "<tool_call>get_weather",
+    "gemma-4": "<|tool_call>call:get_weather{",
+    "lfm2.5-instruct": "<|tool_call_start|>[get_weather(",
+    "gpt-oss": "to=functions.get_weather<|channel|>commentary",
+}
+TEMPLATES = Path(__file__).parents[1] / "engine" / "templates"
+
+
+@pytest.fixture(scope="module")
+def own_syntax(served: tuple[LiveServer, Models], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Family]:
+    folder = tmp_path_factory.mktemp("own-syntax")
+    library = served[0].state.library
+    out = {}
+    for name in OWN_SYNTAX:
+        harmony = name == "gpt-oss"
+        path = tiny_gguf.write_tiny_llama(
+            folder / f"{name}.gguf", template=(TEMPLATES / f"{name}.jinja").read_text(), n_ctx=4096, harmony=harmony
+        )
+        out[name] = Family(library.add_local(path, model_id=f"weather-{name}").id, {"reasoning_effort": "none"})
+    return out
+
+
+@pytest.mark.parametrize("family", sorted(OWN_SYNTAX))
+def test_calls_in_a_models_own_syntax_stream_to_the_sdk_and_go_back_through_its_template(
+    live: LiveServer, own_syntax: dict[str, Family], family: str
+) -> None:
+    client, model, options = live.openai(), own_syntax[family].model, own_syntax[family].end
+    chunks = list(
+        client.chat.completions.create(
+            model=model,
+            messages=[QUESTION],
+            tools=OPENAI_TOOLS,
+            tool_choice=FORCE_WEATHER,
+            parallel_tool_calls=False,
+            max_tokens=CALL_TOKENS,
+            seed=5,
+            stream=True,
+            **options,
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert not "".join(d.content or "" for d in deltas), "no text around a forced call"
+    head, *rest = [p for d in deltas for p in d.tool_calls or ()]
+    assert head.id and head.function is not None and head.function.name == "get_weather"
+    arguments = "".join(p.function.arguments or "" for p in (head, *rest) if p.function)
+    check_arguments(arguments)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+    call = {"id": head.id, "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    history: list[Any] = [
+        QUESTION,
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": head.id, "content": RESULT},
+    ]
+    final = client.chat.completions.create(
+        model=model, messages=history, tools=OPENAI_TOOLS, tool_choice="none", max_tokens=4, **options
+    )
+    assert final.choices[0].finish_reason == "length"
+    prompt = live.http().post("/apply-template", json={"model": model, "messages": history, "tools": OPENAI_TOOLS})
+    text = prompt.json()["prompt"]
+    assert OWN_SYNTAX[family] in text and "sky" in text  # the call in the model's own syntax, then its result

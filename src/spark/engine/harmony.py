@@ -183,10 +183,12 @@ def harmony_grammar(
     only: str | None = None,
     schema: dict[str, object] | None = None,
     json_out: bool = False,
+    think: bool = True,
 ) -> Grammar | None:
     """The grammar for a harmony answer: a forced call (`only` names its tool), a JSON answer
     (`schema`, or any object), either of them, or with tools offered and nothing forced a lazy
-    grammar that constrains a call once its header names a function. Analysis may come first."""
+    grammar that constrains a call once its header names a function. Analysis may come first, unless
+    `think` is off (thinking turned off: the answer comes at once)."""
     if not (forced or json_out or tools):
         return None
     rules = Rules()
@@ -213,4 +215,4 @@ def harmony_grammar(
         body = SchemaConverter(rules, schema, "response_format").rule(schema, "json") if schema else None
         header = f'{literal(CHANNEL)} "final" ( " " {literal(CONSTRAIN)}? "json" )? {literal(MESSAGE)}'
         answer = f"{header} {body or rules.primitive('object')}"
-    return finish(rules, f"{analysis}? {answer}", param)
+    return finish(rules, f"{analysis}? {answer}" if think else answer, param)

@@ -163,6 +163,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
                 only=choice.name if forced and choice else None,
                 schema=fmt.schema if fmt is not None and fmt.type == "json_schema" else None,
                 json_out=json_out,
+                think=request.reasoning is None or request.reasoning.enabled,
             )
     elif forced or json_out:
         rules = Rules()
