@@ -22,7 +22,7 @@ import re
 from typing import Literal
 
 from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish, literal
-from spark.engine.reasoning import ThinkSyntax, not_containing
+from spark.engine.reasoning import ThinkSyntax, think_prefix
 from spark.engine.text import partial_marker
 from spark.engine.toolcalls import HARMONY_MARKERS, args_rule, chosen_tools, new_call_id
 from spark.types import Event, ReasoningDelta, TextDelta, Tool, ToolCallDelta
@@ -206,13 +206,10 @@ def harmony_grammar(
     if not (forced or json_out):
         assert calls is not None
         return finish(rules, calls, param, trigger_patterns=(CALL_START,))
-    analysis = rules.add(
-        "analysis", f"{literal(ANALYSIS)} {not_containing(rules, END, 'analysis')} {literal(THINK.close)}"
-    )
     if forced and calls is not None:
         answer = f'{literal(CHANNEL)} "commentary" {calls}'
     else:
         body = SchemaConverter(rules, schema, "response_format").rule(schema, "json") if schema else None
         header = f'{literal(CHANNEL)} "final" ( " " {literal(CONSTRAIN)}? "json" )? {literal(MESSAGE)}'
         answer = f"{header} {body or rules.primitive('object')}"
-    return finish(rules, f"{analysis}? {answer}" if think else answer, param)
+    return finish(rules, f"{think_prefix(rules, THINK, opened=False)} {answer}" if think else answer, param)

@@ -153,6 +153,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
     json_out = fmt is not None and fmt.type in ("json_object", "json_schema")
 
     harmony = tools.family == "harmony"
+    thinking = request.reasoning is None or request.reasoning.enabled
     grammar: Grammar | None = None
     if harmony:
         opened = opened_final(prompt)
@@ -163,13 +164,12 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
                 only=choice.name if forced and choice else None,
                 schema=fmt.schema if fmt is not None and fmt.type == "json_schema" else None,
                 json_out=json_out,
-                think=request.reasoning is None or request.reasoning.enabled,
+                think=thinking,
             )
     elif forced or json_out:
         rules = Rules()
         # thinking turned off: no block may open before the answer (one the prompt opened is closed)
-        thinks = think is not None and (opened or request.reasoning is None or request.reasoning.enabled)
-        prefix = think_prefix(rules, think, opened=opened) if think is not None and thinks else ""
+        prefix = think_prefix(rules, think, opened=opened) if think is not None and (opened or thinking) else ""
         alts = []
         if offered and request.tools is not None:
             alts.append(

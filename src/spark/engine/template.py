@@ -237,7 +237,7 @@ def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         turn = _result_as_user(message)
         if message["role"] == "system" and i > 0:
             turn = {"role": "user", "content": message["content"]}
-        if turn["role"] == "assistant" and all(m["role"] == "system" for m in out):
+        if turn["role"] == "assistant" and (not out or out[-1]["role"] == "system"):  # only a leading system
             out.append({"role": "user", "content": ""})
         last = out[-1] if out else None
         if last is None or last["role"] != turn["role"] or turn["role"] not in ("user", "assistant"):

@@ -432,7 +432,7 @@ class ToolCallParser:
         if not name or name not in self._names or (head and head[0] != "{" and not params):
             self._give_back()
             return True
-        if not head or (params and len(head) < len(tags.key_open) and not tags.end.startswith(head)):
+        if not head or (head[0] != "{" and not head.startswith((tags.key_open, tags.end))):
             return False  # the arguments have not begun
         self._buf = head
         self._call_start(name, None)
