@@ -20,6 +20,7 @@ from spark.types import (
     LoadOptions,
     Message,
     PromptDone,
+    Reasoning,
     ReasoningDelta,
     SamplingParams,
     SlotInfo,
@@ -353,6 +354,26 @@ def test_a_prefill_is_the_answer_even_where_the_template_always_opens_thinking(t
         assert e._prep.prompt(request)[2].endswith("<|assistant|><think>\n\n</think>\n\nIt is")
         c = run(e, request)
         assert isinstance(c.final, Done) and c.text  # the continuation is text, not reasoning
+        assert not [ev for ev in c.events if isinstance(ev, ReasoningDelta)]
+
+
+def test_thinking_turned_off_closes_the_block_a_template_always_opens(tmp_path: Path) -> None:
+    import tiny_gguf
+
+    src = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}"
+    )
+    path = tiny_gguf.write_tiny_llama(tmp_path / "r1-like.gguf", template=src)
+    with Engine(LoadOptions(model_id="r1", path=str(path), n_threads=1)) as e:
+        question = [Message("user", "Capital of France?")]
+        sampling = SamplingParams(max_tokens=5, temperature=0)
+        thinking = ChatRequest(model="r1", messages=question, sampling=sampling)
+        assert e._prep.prompt(thinking)[2].endswith("<|assistant|><think>\n")
+        off = ChatRequest(model="r1", messages=question, sampling=sampling, reasoning=Reasoning(enabled=False))
+        assert e._prep.prompt(off)[2].endswith("<|assistant|><think>\n\n</think>\n\n")
+        c = run(e, off)
+        assert isinstance(c.final, Done) and c.text
         assert not [ev for ev in c.events if isinstance(ev, ReasoningDelta)]
 
 

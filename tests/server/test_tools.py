@@ -431,6 +431,12 @@ OWN_SYNTAX = {
     "gemma-4": "<|tool_call>call:get_weather{",
     "lfm2.5-instruct": "<|tool_call_start|>[get_weather(",
     "gpt-oss": "to=functions.get_weather<|channel|>commentary",
+    # learned from their templates (spark.engine.toolcalls.learned)
+    "deepseek-r1": "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{",
+    "minimax-m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">',
+    "nemotron-nano-v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {',
+    "apertus": '<|tools_prefix|>[{"get_weather": {',
+    "seed-oss": "<seed:tool_call>\n<function=get_weather>\n<parameter=city>",
 }
 TEMPLATES = Path(__file__).parents[1] / "engine" / "templates"
 

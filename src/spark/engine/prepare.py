@@ -85,7 +85,7 @@ class Preparer:
         )
         self._bos_text = model.token_text(model.bos)
         source = None if self.template.is_fallback else self.template.source
-        self.tools = tool_syntax(source)
+        self.tools = tool_syntax(source, lambda: self.template.call_shape)
         self.harmony = self.tools.family == "harmony"
         self.think = harmony.THINK if self.harmony else think_syntax(source)
 
@@ -215,15 +215,14 @@ class Preparer:
             image_marker=self._projector.marker if self._projector else "",
             variables=variables,
         )
-        if prefill is None:
-            return text, images
-        if self.harmony:
+        if self.harmony and prefill is not None:
             return text + harmony.FINAL + prefill, images  # the answer's message, under way
-        if self.think is not None and self.think.opened_by(text):
+        thinking_off = prefill is not None or (request.reasoning is not None and not request.reasoning.enabled)
+        if thinking_off and not self.harmony and self.think is not None and self.think.opened_by(text):
             # a template that opens the thinking block whatever it is told (DeepSeek-R1's): closed empty,
-            # so that the prefill is the answer's start, not its thinking
+            # so that the answer (or the prefill, its start) is not thinking, as llama-server does
             text += f"\n{self.think.close}\n\n"
-        return text + prefill, images
+        return text + (prefill or ""), images
 
     def answer(self, question: Question) -> Answer:
         """The answer to a question about tokens: a request's prompt token count, a text's tokens (each

@@ -22,6 +22,8 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from spark.engine.toolcalls.learned import learn_shape
+from spark.engine.toolcalls.syntax import CallShape
 from spark.errors import InvalidRequest
 from spark.types import Message, TextPart, Tool
 
@@ -155,6 +157,24 @@ class ChatTemplate:
         except Exception:  # a template that refuses them says so when it meets them: see `render`
             return len(names), True
         return sum(n in text for n in names), "spark_probe_result" in text
+
+    @functools.cached_property
+    def call_shape(self) -> CallShape | None:
+        """How the template writes calls, where it is learned from probe calls (`toolcalls.learned`)."""
+
+        def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+            for m in messages:
+                for call in m.get("tool_calls", ()):
+                    call["function"]["arguments"] = _JsonObject(call["function"]["arguments"])
+            return self._template.render(
+                messages=messages,
+                tools=[_JsonObject(t) for t in tools],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+
+        return learn_shape(render)
 
     @property
     def renders_calls(self) -> bool:

@@ -15,6 +15,8 @@ Families, recognised from the chat template's text:
 - lfm2 (LFM2, LFM2.5): `<|tool_call_start|>[name(key="text", n=2), ...]<|tool_call_end|>`, read whole
 - harmony (gpt-oss): a message to a function, `<|channel|>commentary to=functions.name<|message|>{...}`,
   parsed with the rest of the format by `spark.engine.harmony`
+- template: any other template that renders calls in a syntax of its own (DeepSeek, MiniMax, Seed-OSS,
+  Nemotron 2, Command R7B, ...), learned once per template by rendering probe calls (`learned`)
 - generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
   A template that does not render tools at all gets them described in the system message.
 
@@ -26,6 +28,8 @@ The engine ends an answer after a whole call unless the model's own next token g
 Modules:
 
 - `syntax`: which family a template uses, and the prompt side (tool lists, earlier calls)
+- `learned`: the syntax of a template of no known family, learned from what it renders
+- `reader`: one JSON call object read a character at a time
 - `jsonscan`: JSON checked one character at a time
 - `parser`: the streaming parser of every family's calls
 - `written`: calls and values in syntaxes other than JSON (Python, Gemma 4, parameter tags), read whole

@@ -25,6 +25,7 @@ from spark.engine.toolcalls.syntax import (
     MISTRAL_CALLS,
     PYTHON_TAG,
     XML_PARAMETERS,
+    CallShape,
     ParameterTags,
     ToolSyntax,
 )
@@ -70,7 +71,7 @@ def _parameters_rule(rules: Rules, tool: Tool, tags: ParameterTags, hint: str) -
     for i, (key, prop) in enumerate(properties.items()):
         kind = prop.get("type") if isinstance(prop, dict) else None
         enum = prop.get("enum") if isinstance(prop, dict) else None
-        if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
+        if kind in ("string", None) and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
             value = "( " + " | ".join(literal(v) for v in enum) + " )"
         elif kind == "string" and isinstance(prop.get("maxLength"), int):
             # at most that many characters, none of them starting a closing tag
@@ -182,7 +183,8 @@ def _object_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool]) -> str:
         name = literal(json.dumps(t.name, ensure_ascii=False))
         alts.append(f'{name} ws "," ws {key} ws ":" ws {args_rule(rules, t, f"args-{i}")}')
     fns = rules.add("call-fn", " | ".join(alts))
-    return rules.add("call-object", f'"{{" ws "\\"name\\"" ws ":" ws {fns} ws "}}"')
+    name = literal(json.dumps(syntax.name_key))
+    return rules.add("call-object", f'"{{" ws {name} ws ":" ws {fns} ws "}}"')
 
 
 def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bool, parallel: bool) -> str:
@@ -217,6 +219,8 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
         fns = [f"{literal(t.name)} {_python_args_rule(rules, t, f'python-args-{i}')}" for i, t in enumerate(tools)]
         listed = f'( {" | ".join(fns)} ) ( ", " ( {" | ".join(fns)} ) )*' if parallel else f"( {' | '.join(fns)} )"
         return rules.add("calls", f'{literal(LFM2_CALLS)} "[" {listed} "]" {literal(LFM2_CALLS_END)}')
+    if syntax.family == "template" and syntax.shape is not None and syntax.renders_tools:
+        return _shaped_calls_rule(rules, syntax, syntax.shape, tools, parallel=parallel)
     if syntax.family == "mistral":
         if syntax.mistral_args:
             alts = [
@@ -233,6 +237,31 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
     if syntax.family == "llama3" and lazy:
         return rules.add("calls", f"( {literal(PYTHON_TAG)} {lead} )? {obj}")
     return obj
+
+
+def _shaped_calls_rule(rules: Rules, syntax: ToolSyntax, shape: CallShape, tools: list[Tool], *, parallel: bool) -> str:
+    """The calls in the shape a template writes them, with its whitespace (learned from the template);
+    a lazy grammar sees them from the word that starts them."""
+    lead = rules.add("lead", "[ \\t\\r\\n]{0,4}")
+    opening = f"{lead} {literal(shape.open.lstrip())}"
+    if shape.json_calls:
+        obj = _object_rule(rules, syntax, tools)
+        if shape.array:
+            more = f'( ws "," ws {obj} )* ' if parallel else ""
+            body = f'"[" ws {obj} {more}ws "]"'
+        else:
+            body = f"{obj} ( ws {obj} )*" if parallel else obj
+        return rules.add("calls", f"{opening} {body} {literal(shape.close)}")
+    tags = shape.params
+    fns = [
+        f"{literal(t.name + shape.name_close)} "
+        + (_parameters_rule(rules, t, tags, f"params-{i}") if tags else args_rule(rules, t, f"args-{i}"))
+        + f" {literal(shape.end)}"
+        for i, t in enumerate(tools)
+    ]
+    call = rules.add("call", " | ".join(fns))
+    more = f"( {literal(shape.next)} {call} )* " if parallel else ""
+    return rules.add("calls", f"{opening} {call} {more}{literal(shape.close)}")
 
 
 def call_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], only: str | None, *, parallel: bool = True) -> str:
@@ -259,7 +288,10 @@ def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True
     """
     rules = Rules()
     calls = _calls_rule(rules, syntax, tools, lazy=True, parallel=parallel)
-    if syntax.family in ("hermes", "xml", "glm", "mistral"):
+    if syntax.family in ("hermes", "xml", "glm", "mistral", "template"):
         calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
-    words = tuple(m for m in syntax.markers if m in (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL, LFM2_CALLS))
+    openers = (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL, LFM2_CALLS)
+    words = tuple(m for m in syntax.markers if m in openers)
+    if syntax.shape is not None and syntax.family == "template" and syntax.renders_tools:
+        words = (syntax.shape.opener,)
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from spark.engine.text import partial_marker
 from spark.engine.toolcalls.jsonscan import WS, JsonScanner
+from spark.engine.toolcalls.reader import Action, CallReader
 from spark.engine.toolcalls.syntax import (
     FENCE,
     GEMMA_CALL,
@@ -42,13 +43,11 @@ from spark.engine.toolcalls.syntax import (
     ToolSyntax,
     new_call_id,
 )
-from spark.engine.toolcalls.written import gemma_call, loads, parameter, python_call, python_calls
+from spark.engine.toolcalls.written import gemma_call, parameter, python_call, python_calls
 from spark.types import Event, TextDelta, ToolCallDelta
 
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _FENCE_INFO = re.compile(r"[A-Za-z0-9_+-]{0,20}[ \t]{0,4}\r?")  # what may follow ``` on its line
-_CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
-_ARGS_KEYS = ("arguments", "parameters")
 _MAX_WRAPPERS = 2  # e.g. a code fence around a tag
 # `<function=get_weather>{...}</function>` or `<function name="get_weather">{...}</function>`
 # (llama.cpp reads both for Hermes 2 Pro and Llama 3.1 models).
@@ -58,97 +57,6 @@ _MAX_FUNCTION_TAG = 80
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.:$-]{1,64}")
 _MAX_PARAMETER_KEY = 80
 
-_Action = tuple[Literal["start"], str, str | None] | tuple[Literal["args"], str]
-
-
-class _CallReader:
-    """Reads one streamed call object: `{"name": ..., "arguments": {...}, "id": ...}`.
-
-    Eager readers announce the call as soon as its name is read (a marker
-    already said it is a call). The others read a bare JSON value that may be
-    just an answer: they give up as soon as a key no call has appears or the
-    name is none of the request's tools, and announce the call once its
-    arguments begin. Arguments stream when they come after the name as an
-    object; otherwise they are sent whole at the end. `raw` holds every
-    character accepted, to give back as text when it turns out not to be a call.
-    """
-
-    def __init__(self, *, eager: bool, names: frozenset[str]) -> None:
-        self.scanner = JsonScanner()
-        self.raw: list[str] = []
-        self.name: str | None = None
-        self.call_id: str | None = None
-        self.eager = eager
-        self.started = False
-        self.streamed = False
-        self.failed = False
-        self._names = names
-        self._members: dict[str, list[str]] = {}
-
-    @property
-    def done(self) -> bool:
-        return self.scanner.done
-
-    def args_text(self) -> str:
-        """The arguments as read so far (the first arguments key present)."""
-        return "".join(next((self._members[k] for k in _ARGS_KEYS if k in self._members), []))
-
-    def push(self, ch: str) -> list[_Action]:
-        """Read one character (`failed` is set when it cannot belong to a call)."""
-        if self.scanner.depth == 0 and ch not in WS and ch != "{":
-            self.failed = True
-            return []
-        owner = self.scanner.push(ch)
-        if self.scanner.failed:
-            self.failed = True
-            return []
-        self.raw.append(ch)
-        out: list[_Action] = []
-        if isinstance(owner, str):
-            if not self.eager and owner not in _CALL_KEYS:
-                self.failed = True  # a key no call has: an answer in JSON
-                return []
-            chars = self._members.setdefault(owner, [])
-            if owner in _ARGS_KEYS and not chars and self.name is not None and ch == "{":
-                self.streamed = self._start(out)
-            chars.append(ch)
-            if owner in _ARGS_KEYS and self.streamed:
-                out.append(("args", ch))
-            if self.scanner.owner != owner and owner in ("name", "id"):  # that value just ended
-                value = loads("".join(chars))
-                if isinstance(value, str) and owner == "name":
-                    self.name = value
-                    if self.eager:
-                        self._start(out)
-                    elif value not in self._names:
-                        self.failed = True
-                        return []
-                elif isinstance(value, str):
-                    self.call_id = value
-        if self.scanner.done:
-            self._complete(out)
-        return out
-
-    def _start(self, out: list[_Action]) -> bool:
-        """Announce the call if it may be; whether it is announced."""
-        if not self.started and self.name is not None and (self.eager or self.name in self._names):
-            self.started = True
-            out.append(("start", self.name, self.call_id))
-        return self.started
-
-    def _complete(self, out: list[_Action]) -> None:
-        has_args = any(k in self._members for k in _ARGS_KEYS)
-        if not (self.eager or has_args) or not self._start(out):
-            self.failed = True
-            return
-        if self.streamed:
-            return
-        raw = self.args_text()
-        value = loads(raw)
-        if isinstance(value, str) and isinstance(loads(value), dict):
-            raw = value  # arguments sent as a JSON string holding the object
-        out.append(("args", raw or "{}"))
-
 
 def _starts(text: str, marker: str) -> bool:
     """Whether `text` starts with `marker`, or may (it is a start of it)."""
@@ -157,6 +65,23 @@ def _starts(text: str, marker: str) -> bool:
 
 def _closing_tag(tag: str) -> str:
     return "</" + tag[1:]
+
+
+def _skim(text: str, marker: str) -> int | None:
+    """How much of `text` `marker` takes, whitespace before and between its words taken loosely: the
+    length matched, -1 when `text` may still become it, None when it cannot."""
+    at = 0
+    for word in marker.split():
+        at = len(text) - len(text[at:].lstrip(WS))
+        if at == len(text):
+            return -1
+        piece = text[at : at + len(word)]
+        if not word.startswith(piece):
+            return None
+        if len(piece) < len(word):
+            return -1
+        at += len(word)
+    return at
 
 
 class ToolCallParser:
@@ -193,13 +118,14 @@ class ToolCallParser:
             "gemma": (GEMMA_CALL,),
             "lfm2": (LFM2_CALLS,),
         }
-        self._markers = family.get(syntax.family, ())
+        self._shape = syntax.shape if syntax.family == "template" else None
+        self._markers = (self._shape.opener,) if self._shape else family.get(syntax.family, ())
         self._wrappers = tuple(t for t in WRAPPER_TAGS if t not in self._markers)
         # Other families' markers before JSON: a model may write them under another template.
         self._foreign = tuple(m for m in (PYTHON_TAG, MISTRAL_CALLS) if m not in self._markers)
         self._openers = (*self._markers, *self._wrappers, *self._foreign, FUNCTION_TAG, FENCE, "{", "[")
         self._long_openers = tuple(o for o in self._openers if len(o) > 1)
-        self._reader: _CallReader | None = None
+        self._reader: CallReader | None = None
         self._eager = False  # calls of the current group follow a marker
         self._held = ""  # text read since the current group began, given back if it holds no call
         self._closers: list[str] = []  # closing tags, fences or brackets the group may still write
@@ -258,7 +184,7 @@ class ToolCallParser:
         else:
             self._events.append(ToolCallDelta(self._n_calls - 1, arguments=text))
 
-    def _apply(self, actions: list[_Action]) -> None:
+    def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if action[0] == "start":
                 self._call_start(action[1], action[2])
@@ -299,7 +225,18 @@ class ToolCallParser:
                 self._args(reader.args_text() or "{}")
         elif mode == "object":
             self._give_back("".join(reader.raw if reader else []) + buf)
-        elif mode in ("text", "open", "fence", "tag", "function", "mistral", "mistral_name", "mistral_id"):
+        elif mode in (
+            "text",
+            "open",
+            "fence",
+            "tag",
+            "function",
+            "mistral",
+            "mistral_name",
+            "mistral_id",
+            "shape",
+            "named",
+        ):
             self._give_back(buf)
         elif mode == "gemma":
             self._read_gemma(buf, "")
@@ -333,8 +270,9 @@ class ToolCallParser:
         hits = [(buf.find(o), -len(o), o) for o in self._openers if o in buf]
         at, _, opener = min(hits) if hits else (len(buf), 0, "")
         keep = len(buf) - at
-        if not hits:
-            keep = partial_marker(buf, self._long_openers)
+        partial = partial_marker(buf, self._long_openers)
+        if not hits or partial > keep:  # a longer opener may be starting before the one found
+            keep, opener = max(keep, partial), ""
         elif any(o != opener and o.startswith(buf[at:]) for o in self._long_openers):
             opener = ""  # the opener may be the start of a longer one: wait
         before = buf[: len(buf) - keep]
@@ -351,7 +289,9 @@ class ToolCallParser:
             self._mode = "open"
             return True
         self._held = lead + opener
-        if opener == FENCE:
+        if self._shape and opener == self._shape.opener:
+            self._mode = "shape"
+        elif opener == FENCE:
             self._mode = "fence"
         elif opener == FUNCTION_TAG:
             self._mode = "function"
@@ -365,6 +305,55 @@ class ToolCallParser:
         else:
             self._mistral_name, self._mistral_id = "", None
             self._mode = "tag" if opener == PYTHON_TAG else "mistral"
+        return True
+
+    def _on_shape(self) -> bool:
+        """After the word that starts a template's learned calls: the rest of its opening text."""
+        shape = self._shape
+        assert shape is not None
+        taken = _skim(self._buf, shape.open[shape.open.index(shape.opener) + len(shape.opener) :])
+        if taken == -1:
+            return False
+        if taken is None:
+            self._give_back()
+            return True
+        self._held += self._buf[:taken]
+        self._buf = self._buf[taken:]
+        self._closers = [shape.close.strip()] if shape.json_calls and shape.close.strip() else []
+        self._mode = "open" if shape.json_calls else "named"
+        return True
+
+    def _on_named(self) -> bool:
+        """A call in a template's learned shape: its name, the text after it, then its arguments."""
+        shape = self._shape
+        assert shape is not None
+        found = _NAME.match(self._buf)
+        rest = self._buf[found.end() :] if found else ""
+        taken = _skim(rest, shape.name_close) if rest else -1
+        head = rest[taken:].lstrip(WS) if taken is not None and taken >= 0 else ""
+        tags = shape.params
+        if found is None or taken is None or (head and found.group() not in self._names):
+            self._give_back()
+            return True
+        if not head:
+            if len(found.group()) < 64:
+                return False  # the name, or what follows it, is still coming
+            self._give_back()
+            return True
+        if (tags is None and head[0] != "{") or (
+            tags and not _starts(head, tags.key_open) and not _skim(head, tags.end)
+        ):
+            self._give_back()
+            return True
+        if tags and not head.startswith(tags.key_open) and _skim(head, tags.end) == -1:
+            return False
+        self._buf = head
+        self._call_start(found.group(), None)
+        self._closers = [shape.close.strip(), shape.end.strip()]
+        if tags is None:
+            self._scanner, self._mode = JsonScanner(), "args"
+        else:
+            self._start_params(found.group(), tags)
         return True
 
     def _on_gemma(self) -> bool:
@@ -470,14 +459,17 @@ class ToolCallParser:
         tags = self._tags
         head = self._buf.lstrip(WS)
         self._buf = head
-        if head.startswith(tags.end):
-            self._buf = head[len(tags.end) :]
+        end = _skim(head, tags.end)
+        if end:
+            if end == -1:
+                return False
+            self._buf = head[end:]
             self._closers.pop()
             self._args("}" if self._args_sent else "{}")
             self._call_whole()
             return True
         if not head.startswith(tags.key_open):
-            if not head or _starts(head, tags.key_open) or _starts(head, tags.end):
+            if not head or _starts(head, tags.key_open):
                 return False
             return self._params_broke()
         key, found, rest = head[len(tags.key_open) :].partition(tags.key_close)
@@ -522,7 +514,7 @@ class ToolCallParser:
             self._buf, self._mode = head[len(FUNCTION_TAG) :], "function"
             return True
         if head[0] == "{":
-            self._reader = _CallReader(eager=self._eager, names=self._names)
+            self._reader = CallReader(eager=self._eager, names=self._names)
             self._mode = "object"
             return True
         if head[0] == "[" and not in_array:
@@ -576,13 +568,22 @@ class ToolCallParser:
         self._buf = head
         if not head:
             return False
+        shape = self._shape
+        if shape and shape.next.strip() and self._closers == [shape.close.strip()]:
+            taken = _skim(head, shape.next)
+            if taken == -1:
+                return False  # may still become the next call
+            if taken is not None:
+                self._held, self._buf, self._mode = "", head[taken:], "named"
+                return True
         closer = self._closers[-1] if self._closers else None
-        if closer is not None and head.startswith(closer):
-            self._buf = head[len(closer) :]
+        taken = _skim(head, closer) if closer is not None else None
+        if taken == -1:
+            return False  # may still become the closer
+        if taken is not None:
+            self._buf = head[taken:]
             self._closers.pop()
             return True
-        if closer is not None and closer.startswith(head):
-            return False  # may still become the closer
         if head[0] in ",;" and (closer == "]" or not self._closers):
             self._held, self._buf, self._mode = head[0], head[1:], "open"
             return True

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import secrets
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from spark.types import Message, Tool
 
-Family = Literal["hermes", "xml", "glm", "llama3", "mistral", "gemma", "lfm2", "harmony", "generic"]
+Family = Literal["hermes", "xml", "glm", "llama3", "mistral", "gemma", "lfm2", "harmony", "template", "generic"]
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -28,6 +29,40 @@ class ParameterTags:
     value_open: str
     value_close: str
     end: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallShape:
+    """How a chat template writes calls that no family describes, learned by rendering probe calls
+    through it (`spark.engine.toolcalls.learned`). With `json_calls`, each call is a JSON object naming
+    its tool under `name_key` (in a JSON array with `array`) between `open` and `close`. Otherwise
+    each is written `open` NAME `name_close` ARGUMENTS `end`, the next after `next`, the last followed
+    by `close`; the arguments a JSON object, or tags (`params`). Whitespace is as the template writes it."""
+
+    open: str
+    close: str
+    name_close: str = ""
+    end: str = ""
+    next: str = ""
+    params: ParameterTags | None = None
+    json_calls: bool = False
+    array: bool = False
+    name_key: str = "name"
+    args_key: str = "arguments"
+
+    @property
+    def opener(self) -> str:
+        """The word that starts a group of calls."""
+        return self.open.split()[0]
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """Every word of the syntax (the special tokens among them are rendered from their text)."""
+        tags = self.params
+        parts: tuple[str, ...] = (self.open, self.name_close, self.end, self.next, self.close)
+        if tags is not None:
+            parts += (tags.key_open, tags.key_close, tags.value_open, tags.value_close)
+        return tuple(dict.fromkeys(word for part in parts for word in part.split()))
 
 
 # Qwen3-Coder, Qwen3.5: `<function=name>\n<parameter=city>\nParis\n</parameter>\n</function>`.
@@ -57,6 +92,7 @@ class ToolSyntax:
     family: Family
     renders_tools: bool  # the template writes the tool list itself
     mistral_args: bool = False  # [TOOL_CALLS]name[ARGS]{...} rather than a JSON list
+    shape: CallShape | None = None  # the "template" family's syntax, learned from its template
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -70,16 +106,24 @@ class ToolSyntax:
             "gemma": (GEMMA_CALL, GEMMA_CALL_END, GEMMA_QUOTE),
             "lfm2": (LFM2_CALLS, LFM2_CALLS_END),
             "harmony": HARMONY_MARKERS,
+            "template": self.shape.words if self.shape else (),
             "generic": (),
         }[self.family]
 
     @property
+    def name_key(self) -> str:
+        return self.shape.name_key if self.shape else "name"
+
+    @property
     def args_key(self) -> str:
+        if self.shape:
+            return self.shape.args_key
         return "parameters" if self.family == "llama3" else "arguments"
 
 
-def tool_syntax(template: str | None) -> ToolSyntax:
-    """The tool-call syntax of a chat template (None: the fallback template)."""
+def tool_syntax(template: str | None, learned: Callable[[], CallShape | None] | None = None) -> ToolSyntax:
+    """The tool-call syntax of a chat template (None: the fallback template). A template of no known
+    family whose `learned` shape is found writes calls in that shape (the "template" family)."""
     src = template or ""
     renders = "tools" in src
     if HARMONY_MARKERS[1] in src:  # <|channel|>, as llama.cpp recognises the format
@@ -98,7 +142,8 @@ def tool_syntax(template: str | None) -> ToolSyntax:
         return ToolSyntax("hermes", renders)
     if PYTHON_TAG in src:
         return ToolSyntax("llama3", renders)
-    return ToolSyntax("generic", renders)
+    shape = learned() if learned else None
+    return ToolSyntax("template", renders, shape=shape) if shape else ToolSyntax("generic", renders)
 
 
 def new_call_id(family: Family) -> str:
