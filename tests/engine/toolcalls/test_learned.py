@@ -95,6 +95,27 @@ def test_learned_markers_are_read_whatever_whitespace_the_model_puts_around_them
     assert content_and_calls(parse(syntax, text, 1)) == ("", [EXPECTED[1]])
 
 
+@pytest.mark.parametrize("step", [1, 3, 10_000])
+def test_a_parameter_tag_with_attributes_ends_after_them(step: int) -> None:
+    # DeepSeek V3.2 marks each value as a string or JSON: string="true" or string="false"
+    syntax = syntax_of((PUBLISHED / "deepseek-v3.2.jinja").read_text())
+    text = (
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">'
+        'Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+    )
+    assert content_and_calls(parse(syntax, text, step, schemas=SCHEMAS)) == ("", [EXPECTED[0]])
+
+
+def test_each_tag_of_a_learned_syntax_is_a_marker_rendered_from_its_text() -> None:
+    # DeepSeek's tags are control tokens, which llama.cpp renders as nothing unless asked for their text
+    shape = syntax_of((PUBLISHED / "deepseek-r1.jinja").read_text()).shape
+    assert shape is not None
+    assert {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁calls▁end｜>"} <= set(
+        shape.words
+    )
+
+
 @pytest.mark.parametrize("step", [1, 10_000])
 def test_text_that_only_starts_like_a_learned_call_stays_text(step: int) -> None:
     syntax = syntax_of((PUBLISHED / "minimax-m2.jinja").read_text())

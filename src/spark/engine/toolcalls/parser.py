@@ -472,7 +472,12 @@ class ToolCallParser:
             if not head or _starts(head, tags.key_open):
                 return False
             return self._params_broke()
-        key, found, rest = head[len(tags.key_open) :].partition(tags.key_close)
+        # `<｜DSML｜parameter name="key" string="false">`: a quoted key's tag ends after any attributes
+        attributes = tags.key_close.startswith('"') and tags.key_close.endswith(">")
+        key, found, rest = head[len(tags.key_open) :].partition('"' if attributes else tags.key_close)
+        if found and attributes:
+            more, found, rest = rest.partition(">")
+            key += "" if found and "<" not in more else "<"  # a tag cut short: no key
         if not found:
             return len(key) > _MAX_PARAMETER_KEY and self._params_broke()
         if not _PARAMETER_NAME.fullmatch(key):

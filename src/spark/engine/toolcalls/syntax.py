@@ -4,6 +4,7 @@ and the prompt side of tools for templates that cannot render them."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import string
 from collections.abc import Callable
@@ -29,6 +30,9 @@ class ParameterTags:
     value_open: str
     value_close: str
     end: str
+
+
+_TAG_OR_WORD = re.compile(r"<[^<>\s]*>|<?[^<\s]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +61,13 @@ class CallShape:
 
     @property
     def words(self) -> tuple[str, ...]:
-        """Every word of the syntax (the special tokens among them are rendered from their text)."""
+        """Every tag and word of the syntax (the special tokens among them are rendered from their text):
+        `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function` is three."""
         tags = self.params
         parts: tuple[str, ...] = (self.open, self.name_close, self.end, self.next, self.close)
         if tags is not None:
             parts += (tags.key_open, tags.key_close, tags.value_open, tags.value_close)
-        return tuple(dict.fromkeys(word for part in parts for word in part.split()))
+        return tuple(dict.fromkeys(word for part in parts for word in _TAG_OR_WORD.findall(part)))
 
 
 # Qwen3-Coder, Qwen3.5: `<function=name>\n<parameter=city>\nParis\n</parameter>\n</function>`.
