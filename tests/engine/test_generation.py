@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from engine.helpers import Collector, wait_until
@@ -336,7 +337,10 @@ def test_a_last_assistant_message_is_the_start_of_the_answer(engine: Engine) -> 
     assert prompt(Message("assistant", "Hi")) == "<|im_start|>assistant\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_a_prefill_is_the_answer_even_where_the_template_always_opens_thinking(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["prefill", "thinking off"])
+def test_a_block_the_template_always_opens_is_closed_for_a_prefill_or_with_thinking_off(
+    tmp_path: Path, how: str
+) -> None:
     import tiny_gguf
 
     # DeepSeek-R1's distills: the generation prompt opens a thinking block whatever it is told
@@ -345,35 +349,18 @@ def test_a_prefill_is_the_answer_even_where_the_template_always_opens_thinking(t
         "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}"
     )
     path = tiny_gguf.write_tiny_llama(tmp_path / "r1-like.gguf", template=src)
+    question = Message("user", "Capital of France?")
+    request = ChatRequest(model="r1", messages=[question], sampling=SamplingParams(max_tokens=5, temperature=0))
     with Engine(LoadOptions(model_id="r1", path=str(path), n_threads=1)) as e:
-        request = ChatRequest(
-            model="r1",
-            messages=[Message("user", "Capital of France?"), Message("assistant", "It is")],
-            sampling=SamplingParams(max_tokens=5, temperature=0),
-        )
-        assert e._prep.prompt(request)[2].endswith("<|assistant|><think>\n\n</think>\n\nIt is")
+        assert e._prep.prompt(request)[2].endswith("<|assistant|><think>\n")  # thinking, as the model likes
+        if how == "prefill":
+            request = msgspec.structs.replace(request, messages=[question, Message("assistant", "It is")])
+        else:
+            request = msgspec.structs.replace(request, reasoning=Reasoning(enabled=False))
+        closed = "<|assistant|><think>\n\n</think>\n\n"
+        assert e._prep.prompt(request)[2].endswith(closed + ("It is" if how == "prefill" else ""))
         c = run(e, request)
-        assert isinstance(c.final, Done) and c.text  # the continuation is text, not reasoning
-        assert not [ev for ev in c.events if isinstance(ev, ReasoningDelta)]
-
-
-def test_thinking_turned_off_closes_the_block_a_template_always_opens(tmp_path: Path) -> None:
-    import tiny_gguf
-
-    src = (
-        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}"
-    )
-    path = tiny_gguf.write_tiny_llama(tmp_path / "r1-like.gguf", template=src)
-    with Engine(LoadOptions(model_id="r1", path=str(path), n_threads=1)) as e:
-        question = [Message("user", "Capital of France?")]
-        sampling = SamplingParams(max_tokens=5, temperature=0)
-        thinking = ChatRequest(model="r1", messages=question, sampling=sampling)
-        assert e._prep.prompt(thinking)[2].endswith("<|assistant|><think>\n")
-        off = ChatRequest(model="r1", messages=question, sampling=sampling, reasoning=Reasoning(enabled=False))
-        assert e._prep.prompt(off)[2].endswith("<|assistant|><think>\n\n</think>\n\n")
-        c = run(e, off)
-        assert isinstance(c.final, Done) and c.text
+        assert isinstance(c.final, Done) and c.text  # the answer (or the continuation) is text, not reasoning
         assert not [ev for ev in c.events if isinstance(ev, ReasoningDelta)]
 
 
