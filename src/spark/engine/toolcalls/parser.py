@@ -64,7 +64,7 @@ def _starts(text: str, marker: str) -> bool:
 
 
 def _closing_tag(tag: str) -> str:
-    return "</" + tag[1:]
+    return "<|/" + tag[2:] if tag.startswith("<|") else "</" + tag[1:]
 
 
 def _skim(text: str, marker: str) -> int | None:

@@ -82,7 +82,8 @@ LFM2_CALLS, LFM2_CALLS_END = "<|tool_call_start|>", "<|tool_call_end|>"
 HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 # Tags and fences that models of any family put around a JSON call (llama.cpp's Hermes 2 Pro
 # parser knows the same set); what they wrap counts only when it names one of the tools.
-WRAPPER_TAGS = (HERMES_OPEN, "<function_call>", "<tools>", "<tool>", "<response>", "<json>", "<JSON>")
+# Granite 3 and Phi-4-mini write `<|tool_call|>[...]` (Phi-4-mini closes it with `<|/tool_call|>`).
+WRAPPER_TAGS = (HERMES_OPEN, "<function_call>", "<tools>", "<tool>", "<response>", "<json>", "<JSON>", "<|tool_call|>")
 FENCE = "```"
 # A lazy grammar for answers that are bare JSON calls starts at an opening brace that
 # begins the output; what may follow it in the same token is what the grammar allows there.
