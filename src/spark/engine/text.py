@@ -83,3 +83,25 @@ def partial_marker(text: str, markers: Sequence[str]) -> int:
                 best = k
                 break
     return best
+
+
+def may_start(text: str, marker: str) -> bool:
+    """Whether `text` starts with `marker`, or may (it is a start of it)."""
+    return text.startswith(marker) or marker.startswith(text)
+
+
+def skim(text: str, marker: str) -> int | None:
+    """How much of `text` `marker` takes, whitespace before and between its words taken loosely: the
+    length matched, -1 when `text` may still become it, None when it cannot."""
+    at = 0
+    for word in marker.split():
+        at = len(text) - len(text[at:].lstrip())
+        if at == len(text):
+            return -1
+        piece = text[at : at + len(word)]
+        if not word.startswith(piece):
+            return None
+        if len(piece) < len(word):
+            return -1
+        at += len(word)
+    return at

@@ -63,6 +63,30 @@ def test_real_template_output_parses_back_into_the_calls(family: str, step: int)
     assert parsed == [(c.name, json.loads(c.arguments)) for c in calls]
 
 
+def test_a_string_parameter_streams_as_it_is_written() -> None:
+    # Qwen3-Coder writing a file: its text reaches the client before the parameter's closing tag
+    parser = ToolCallParser(tool_syntax(QWEN3_CODER), ["write_file"], schemas={"write_file": FILE_SCHEMA})
+    head = "<tool_call>\n<function=write_file>\n<parameter=path>\nmain.py\n</parameter>\n<parameter=content>\n"
+    events = parser.feed(head + 'print("hi")\n')  # the newline may be the template's: held back
+    sent = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
+    assert sent == '{"path": "main.py", "content": "print(\\"hi\\")'
+    events = parser.feed('print("bye")\n</para')
+    assert "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == '\\nprint(\\"bye\\")'
+    events = parser.feed("meter>\n<parameter=mode>\n420\n</parameter>\n</function>\n</tool_call>")
+    assert "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == '", "mode": 420}'
+    # cut short inside a value: the text so far, the object closed
+    parser = ToolCallParser(tool_syntax(QWEN3_CODER), ["write_file"], schemas={"write_file": FILE_SCHEMA})
+    events = parser.feed(head + "x = 1\n</param") + parser.finish()
+    args = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
+    assert json.loads(args) == {"path": "main.py", "content": "x = 1"}
+
+
+FILE_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}},
+}
+
+
 @pytest.mark.parametrize("step", [1, 3, 10_000])
 def test_text_before_calls_streams_as_text(step: int) -> None:
     text = assistant_output(QWEN25, CALLS, content="Let me check.")

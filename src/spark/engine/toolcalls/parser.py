@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark.engine.text import partial_marker
+from spark.engine.text import may_start, partial_marker, skim
 from spark.engine.toolcalls.jsonscan import WS, JsonScanner
 from spark.engine.toolcalls.reader import Action, CallReader
 from spark.engine.toolcalls.syntax import (
@@ -43,7 +43,7 @@ from spark.engine.toolcalls.syntax import (
     ToolSyntax,
     new_call_id,
 )
-from spark.engine.toolcalls.written import gemma_call, parameter, python_call, python_calls
+from spark.engine.toolcalls.written import gemma_call, is_text, parameter, python_call, python_calls
 from spark.types import Event, TextDelta, ToolCallDelta
 
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -58,30 +58,8 @@ _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.:$-]{1,64}")
 _MAX_PARAMETER_KEY = 80
 
 
-def _starts(text: str, marker: str) -> bool:
-    """Whether `text` starts with `marker`, or may (it is a start of it)."""
-    return text.startswith(marker) or marker.startswith(text)
-
-
 def _closing_tag(tag: str) -> str:
     return "<|/" + tag[2:] if tag.startswith("<|") else "</" + tag[1:]
-
-
-def _skim(text: str, marker: str) -> int | None:
-    """How much of `text` `marker` takes, whitespace before and between its words taken loosely: the
-    length matched, -1 when `text` may still become it, None when it cannot."""
-    at = 0
-    for word in marker.split():
-        at = len(text) - len(text[at:].lstrip(WS))
-        if at == len(text):
-            return -1
-        piece = text[at : at + len(word)]
-        if not word.startswith(piece):
-            return None
-        if len(piece) < len(word):
-            return -1
-        at += len(word)
-    return at
 
 
 class ToolCallParser:
@@ -134,6 +112,7 @@ class ToolCallParser:
         self._scanner: JsonScanner | None = None  # arguments of a call named outside its JSON
         self._function = ""  # the call whose parameters are being read
         self._tags = XML_PARAMETERS  # and how they are written
+        self._value_began = False  # a string parameter's first text is read
         self._args_sent = False
         self._n_calls = 0
         self._said_anything = False  # leading whitespace before a call is not content
@@ -251,6 +230,9 @@ class ToolCallParser:
                 self._args(call[1])
         elif mode == "args" and not self._args_sent:
             self._args("{}")
+        elif mode == "value":  # cut short: the text so far, without a closing tag begun
+            text = buf[: len(buf) - partial_marker(buf, (self._tags.value_close,))].removesuffix("\n")
+            self._args(json.dumps(text, ensure_ascii=False)[1:-1] + '"}')
         elif mode == "params":
             self._args("}" if self._args_sent else "{}")
         elif mode == "glm":
@@ -311,7 +293,7 @@ class ToolCallParser:
         """After the word that starts a template's learned calls: the rest of its opening text."""
         shape = self._shape
         assert shape is not None
-        taken = _skim(self._buf, shape.open[shape.open.index(shape.opener) + len(shape.opener) :])
+        taken = skim(self._buf, shape.open[shape.open.index(shape.opener) + len(shape.opener) :])
         if taken == -1:
             return False
         if taken is None:
@@ -329,7 +311,7 @@ class ToolCallParser:
         assert shape is not None
         found = _NAME.match(self._buf)
         rest = self._buf[found.end() :] if found else ""
-        taken = _skim(rest, shape.name_close) if rest else -1
+        taken = skim(rest, shape.name_close) if rest else -1
         head = rest[taken:].lstrip(WS) if taken is not None and taken >= 0 else ""
         tags = shape.params
         if found is None or taken is None or (head and found.group() not in self._names):
@@ -341,11 +323,11 @@ class ToolCallParser:
             self._give_back()
             return True
         if (tags is None and head[0] != "{") or (
-            tags and not _starts(head, tags.key_open) and not _skim(head, tags.end)
+            tags and not may_start(head, tags.key_open) and not skim(head, tags.end)
         ):
             self._give_back()
             return True
-        if tags and not head.startswith(tags.key_open) and _skim(head, tags.end) == -1:
+        if tags and not head.startswith(tags.key_open) and skim(head, tags.end) == -1:
             return False
         self._buf = head
         self._call_start(found.group(), None)
@@ -417,7 +399,7 @@ class ToolCallParser:
         name = found and (found.group(1) or found.group(2))
         head = rest.lstrip(WS)
         tags = XML_PARAMETERS
-        params = _starts(head, tags.key_open) or _starts(head, tags.end)
+        params = may_start(head, tags.key_open) or may_start(head, tags.end)
         if not name or name not in self._names or (head and head[0] != "{" and not params):
             self._give_back()
             return True
@@ -440,7 +422,7 @@ class ToolCallParser:
         tags = GLM_PARAMETERS
         found = _NAME.match(self._buf)
         rest = self._buf[found.end() :].lstrip(WS) if found else ""
-        if found is None or not (_starts(rest, tags.key_open) or _starts(rest, tags.end)):
+        if found is None or not (may_start(rest, tags.key_open) or may_start(rest, tags.end)):
             self._give_back()
             return True
         if not rest.startswith((tags.key_open, tags.end)):
@@ -459,7 +441,7 @@ class ToolCallParser:
         tags = self._tags
         head = self._buf.lstrip(WS)
         self._buf = head
-        end = _skim(head, tags.end)
+        end = skim(head, tags.end)
         if end:
             if end == -1:
                 return False
@@ -469,7 +451,7 @@ class ToolCallParser:
             self._call_whole()
             return True
         if not head.startswith(tags.key_open):
-            if not head or _starts(head, tags.key_open):
+            if not head or may_start(head, tags.key_open):
                 return False
             return self._params_broke()
         # `<｜DSML｜parameter name="key" string="false">`: a quoted key's tag ends after any attributes
@@ -484,16 +466,36 @@ class ToolCallParser:
             return self._params_broke()
         rest = rest.lstrip(WS) if tags.value_open else rest
         if not rest.startswith(tags.value_open):
-            return False if _starts(rest, tags.value_open) else self._params_broke()
+            return False if may_start(rest, tags.value_open) else self._params_broke()
+        schema = self._schemas.get(self._function, {}).get("properties", {}).get(key)
+        head = (", " if self._args_sent else "{") + json.dumps(key, ensure_ascii=False) + ": "
+        if is_text(schema):  # a string streams as it comes (a file a coding model writes, say)
+            self._args(head + '"')
+            self._buf, self._mode, self._value_began = rest[len(tags.value_open) :], "value", False
+            return True
         value, close, rest = rest[len(tags.value_open) :].partition(tags.value_close)
         if not close:
             return False
         value = value.removeprefix("\n").removesuffix("\n")
-        schema = self._schemas.get(self._function, {}).get("properties", {}).get(key)
-        member = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(parameter(value, schema), ensure_ascii=False)}"
-        self._args((", " if self._args_sent else "{") + member)
+        self._args(head + json.dumps(parameter(value, schema), ensure_ascii=False))
         self._buf = rest
         return True
+
+    def _on_value(self) -> bool:
+        """A string parameter's text up to its closing tag, sent as it comes; a newline at either end is
+        the template's, not the value's."""
+        buf = self._buf if self._value_began else self._buf.removeprefix("\n")
+        self._value_began = True
+        text, close, rest = buf.partition(self._tags.value_close)
+        if close:
+            self._args(json.dumps(text.removesuffix("\n"), ensure_ascii=False)[1:-1] + '"')
+            self._buf, self._mode = rest, "params"
+            return True
+        text = buf[: len(buf) - partial_marker(buf, (self._tags.value_close,))].removesuffix("\n")
+        if text:
+            self._args(json.dumps(text, ensure_ascii=False)[1:-1])
+        self._buf = buf[len(text) :]
+        return False
 
     def _params_broke(self) -> bool:
         """A call whose arguments broke off: it ends with what it has, the rest is text."""
@@ -512,7 +514,7 @@ class ToolCallParser:
         if self._syntax.family == "glm" and self._closers == [HERMES_CLOSE] and head[0] not in "{[<`":
             self._mode = "glm"
             return True
-        if not in_array and _starts(head, FUNCTION_TAG) and self._closers:
+        if not in_array and may_start(head, FUNCTION_TAG) and self._closers:
             if len(head) < len(FUNCTION_TAG):
                 return False
             self._held += FUNCTION_TAG
@@ -575,14 +577,14 @@ class ToolCallParser:
             return False
         shape = self._shape
         if shape and shape.next.strip() and self._closers == [shape.close.strip()]:
-            taken = _skim(head, shape.next)
+            taken = skim(head, shape.next)
             if taken == -1:
                 return False  # may still become the next call
             if taken is not None:
                 self._held, self._buf, self._mode = "", head[taken:], "named"
                 return True
         closer = self._closers[-1] if self._closers else None
-        taken = _skim(head, closer) if closer is not None else None
+        taken = skim(head, closer) if closer is not None else None
         if taken == -1:
             return False  # may still become the closer
         if taken is not None:
@@ -592,7 +594,7 @@ class ToolCallParser:
         if head[0] in ",;" and (closer == "]" or not self._closers):
             self._held, self._buf, self._mode = head[0], head[1:], "open"
             return True
-        if head[0] in "{[" and closer != "]" and not any(_starts(head, o) for o in self._long_openers):
+        if head[0] in "{[" and closer != "]" and not any(may_start(head, o) for o in self._long_openers):
             self._held, self._mode = "", "open"
             return True
         self._closers, self._mode = [], "text"

@@ -131,14 +131,22 @@ def _gemma_value(text: str, i: int) -> tuple[Any, int]:
     return (word if value is None and word != "null" else value), end
 
 
+def is_text(schema: Any) -> bool:
+    """Whether a parameter of this schema may be a string: its value is then the text as written."""
+    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    return "string" in ([kinds] if isinstance(kinds, str) else kinds or [])
+
+
 def parameter(text: str, schema: Any) -> Any:
     """A parameter's value from its text: the text itself where the schema says string, else the JSON
     it holds (a number, an object...), else the text."""
-    kinds = schema.get("type") if isinstance(schema, Mapping) else None
-    kinds = [kinds] if isinstance(kinds, str) else kinds or []
-    if "string" in kinds:
+    if is_text(schema):
         return text
-    if "boolean" in kinds and text.strip() in ("True", "False"):  # as a Python-minded template writes it
+    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    if "boolean" in ([kinds] if isinstance(kinds, str) else kinds or []) and text.strip() in (
+        "True",
+        "False",
+    ):  # as a Python-minded template writes it
         return text.strip() == "True"
     value = loads(text)
     return text if value is None and text.strip() != "null" else value
