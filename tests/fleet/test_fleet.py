@@ -88,6 +88,20 @@ def test_a_request_goes_to_the_node_that_has_its_model(fleet: Fleet) -> None:
             assert record["completion_tokens"] == 8
 
 
+def test_questions_about_tokens_go_to_the_node_that_has_the_model(fleet: Fleet) -> None:
+    text = "The sea and the ships that sail on it"
+    with fleet.http() as http:
+        tokens = http.post("/tokenize", json={"model": "alpha-llama", "content": text})
+        assert tokens.status_code == 200, tokens.text
+        ids = tokens.json()["tokens"]
+        back = http.post("/detokenize", json={"model": "alpha-llama", "tokens": ids})
+        prompt = http.post("/apply-template", json={"model": "beta-llama", "messages": [USER]})
+        nowhere = http.post("/tokenize", json={"model": "nowhere-llama", "content": text})
+    assert ids and back.json()["content"] == text
+    assert prompt.status_code == 200 and USER["content"] in prompt.json()["prompt"]
+    assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "model_not_found"
+
+
 def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> None:
     request_id = f"test-{uuid.uuid4().hex}"
     body = {"model": "beta-llama", "messages": [USER], "max_tokens": 8, "stream": True}

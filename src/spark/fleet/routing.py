@@ -21,7 +21,7 @@ from typing import Final
 import msgspec
 
 from spark.fleet.report import Capacity
-from spark.types import ChatRequest, CompletionRequest, Request
+from spark.types import ChatRequest, CompletionRequest, Question
 
 LOCAL: Final = "local"  # the central itself, as a place
 AFFINITY_PROMPT_CHARS = 256  # of a completion prompt, what identifies its conversation
@@ -50,7 +50,7 @@ class Choice(msgspec.Struct, frozen=True):
     reason: str
 
 
-def affinity_key(request: Request) -> str | None:
+def affinity_key(request: Question) -> str | None:
     """What identifies `request`'s conversation: the model and its leading messages, through the
     first user message (a chat's next turn keeps them); None for requests with no conversation."""
     if isinstance(request, ChatRequest):

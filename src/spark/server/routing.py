@@ -34,8 +34,7 @@ from spark.server.generation import SSE_HEADERS
 from spark.server.recorder import RequestRecorder, recorder_of
 from spark.server.request_ids import NODE_ID_HEADER, ROUTED_STATE, request_ids
 from spark.server.state import ServerState, state_of
-from spark.types import Request as SparkRequest
-from spark.types import Usage
+from spark.types import ChatRequest, CompletionRequest, EmbeddingRequest, Question, Usage
 
 
 def _local_place(state: ServerState) -> Place:
@@ -43,7 +42,7 @@ def _local_place(state: ServerState) -> Place:
     return Place(LOCAL, capacity(state.settings, state.library, state.scheduler), sum(r.in_flight for r in runners))
 
 
-def _choices(state: ServerState, registry: Registry, request: SparkRequest, key: str | None) -> list[Choice]:
+def _choices(state: ServerState, registry: Registry, request: Question, key: str | None) -> list[Choice]:
     places = registry.places()
     if not any(p.capacity.has(request.model) for p in places):
         return []
@@ -55,13 +54,14 @@ def _choices(state: ServerState, registry: Registry, request: SparkRequest, key:
 
 async def routed_response(
     request: Request[Any, Any, Any],
-    decoded: SparkRequest,
+    decoded: Question,
     *,
     stream: bool = False,
     fail: Callable[[SparkError], bytes] | None = None,
 ) -> Response[Any] | None:
-    """A node's answer to `decoded`, or None to serve it here (no node has the model, or this server
-    ranks first). `fail` writes the API's error event for a stream that breaks off."""
+    """A node's answer to `decoded` (a request, or a question about tokens), or None to serve it here
+    (no node has the model, or this server ranks first). `fail` writes the API's error event for a
+    stream that breaks off."""
     state = state_of(request)
     registry = state.fleet
     if not registry.has_nodes() or request.scope.get("state", {}).get(ROUTED_STATE):
@@ -71,7 +71,7 @@ async def routed_response(
     if not choices:
         return None
     recorder = recorder_of(request.scope)
-    if recorder is not None:
+    if recorder is not None and isinstance(decoded, ChatRequest | CompletionRequest | EmbeddingRequest):
         recorder.decoded(decoded)
     try:
         opened = await open_routed(

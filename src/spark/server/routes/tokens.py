@@ -2,7 +2,7 @@
 `GET /props`.
 
 They need an API key like every model route; they are not written to the request log (clients such
-as chat front ends call them as a user types).
+as chat front ends call them as a user types). A model that lives on a fleet node is asked there.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from spark.api.llama import (
 from spark.runners.options import context_window, parallel_slots
 from spark.server.generation import ask
 from spark.server.responses import json_response
+from spark.server.routing import routed_response
 from spark.server.state import state_of
 
 
@@ -33,6 +34,8 @@ async def tokenize(request: Request[Any, Any, Any]) -> Response[Any]:
     """The tokens of `content` on `model` (the default model when none is named)."""
     state = state_of(request)
     question, with_pieces = parse_tokenize(await request.body(), state.settings.default_model)
+    if (routed := await routed_response(request, question)) is not None:
+        return routed
     return json_response(tokens_body(await ask(state, question), with_pieces=with_pieces))
 
 
@@ -41,6 +44,8 @@ async def detokenize(request: Request[Any, Any, Any]) -> Response[Any]:
     """The text of `tokens` on `model`."""
     state = state_of(request)
     question = parse_detokenize(await request.body(), state.settings.default_model)
+    if (routed := await routed_response(request, question)) is not None:
+        return routed
     return json_response(content_body(await ask(state, question)))
 
 
@@ -51,6 +56,8 @@ async def apply_template(request: Request[Any, Any, Any]) -> Response[Any]:
     question = parse_apply_template(
         await request.body(), state.settings.default_model, max_tokens_limit=state.max_tokens_limit
     )
+    if (routed := await routed_response(request, question)) is not None:
+        return routed
     return json_response(prompt_body(await ask(state, question)))
 
 
