@@ -25,7 +25,7 @@ Render = Callable[[list[dict[str, Any]], list[dict[str, Any]], bool], str]
 
 _PROBE = (("spark_probe_one", "spark_probe_two"), ("spark_key_a", "spark_key_b"), ("spark_value_a", "spark_value_b"))
 _CHECK = (("get_check_first", "get_check_second"), ("city", "unit"), ("Paris, France", "celsius"))
-_TEXT = "spark_probe_text"
+_TEXT, _USER = "spark_probe_text", "spark_probe_user"
 _TAG = re.compile(r"<[^<>\s]+>")
 _CLOSING_TAGS = re.compile(r"^\s*(</[^<>\s]+>\s*)+")
 _NAME_KEY = re.compile(r'"(name|tool_name)"\s*:\s*"$')
@@ -58,7 +58,7 @@ def _turn(render: Render, names: tuple[str, str], keys: tuple[str, str], values:
     """The text of an assistant turn making two calls, as the model writes it (without the text that
     ends a turn)."""
     calls, tools = _probe(names, keys, values)
-    user = {"role": "user", "content": "hi"}
+    user = {"role": "user", "content": _USER}
     turn = render([user, {"role": "assistant", "content": "", "tool_calls": calls}], tools, False)
     prompt = render([user], tools, True)
     text = render([user, {"role": "assistant", "content": _TEXT}, user], tools, False)
@@ -68,7 +68,7 @@ def _turn(render: Render, names: tuple[str, str], keys: tuple[str, str], values:
         start -= 1
     seg = _CLOSING_TAGS.sub("", turn[start:], count=1)  # the end of a thinking block the prompt opened
     # the turn ends where a turn of text ends: at the first word after its text, or any tag up to the next turn
-    after_text = text[text.find(_TEXT) + len(_TEXT) : text.rfind("hi")] if _TEXT in text else ""
+    after_text = text[text.find(_TEXT) + len(_TEXT) : text.rfind(_USER)] if _TEXT in text else ""
     enders = {*_TAG.findall(after_text), *after_text.split()[:1]}
     ends = [at for at in (seg.find(e, seg.rfind(names[1])) for e in enders) if at != -1]
     return seg[: min(ends, default=len(seg))].rstrip()
