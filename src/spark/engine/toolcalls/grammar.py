@@ -219,8 +219,8 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
         fns = [f"{literal(t.name)} {_python_args_rule(rules, t, f'python-args-{i}')}" for i, t in enumerate(tools)]
         listed = f'( {" | ".join(fns)} ) ( ", " ( {" | ".join(fns)} ) )*' if parallel else f"( {' | '.join(fns)} )"
         return rules.add("calls", f'{literal(LFM2_CALLS)} "[" {listed} "]" {literal(LFM2_CALLS_END)}')
-    if syntax.family == "template" and syntax.shape is not None and syntax.renders_tools:
-        return _shaped_calls_rule(rules, syntax, syntax.shape, tools, parallel=parallel)
+    if (shape := _written_shape(syntax)) is not None:
+        return _shaped_calls_rule(rules, syntax, shape, tools, parallel=parallel)
     if syntax.family == "mistral":
         if syntax.mistral_args:
             alts = [
@@ -237,6 +237,12 @@ def _calls_rule(rules: Rules, syntax: ToolSyntax, tools: list[Tool], *, lazy: bo
     if syntax.family == "llama3" and lazy:
         return rules.add("calls", f"( {literal(PYTHON_TAG)} {lead} )? {obj}")
     return obj
+
+
+def _written_shape(syntax: ToolSyntax) -> CallShape | None:
+    """The learned shape a grammar writes calls in: where the template lists the tools (where it does
+    not, the system message tells the model of JSON calls)."""
+    return syntax.shape if syntax.family == "template" and syntax.renders_tools else None
 
 
 def _shaped_calls_rule(rules: Rules, syntax: ToolSyntax, shape: CallShape, tools: list[Tool], *, parallel: bool) -> str:
@@ -292,6 +298,6 @@ def lazy_grammar(syntax: ToolSyntax, tools: list[Tool], *, parallel: bool = True
         calls = rules.add("calls-or-bare", f"{calls} | {_object_rule(rules, syntax, tools)}")
     openers = (HERMES_OPEN, PYTHON_TAG, MISTRAL_CALLS, GEMMA_CALL, LFM2_CALLS)
     words = tuple(m for m in syntax.markers if m in openers)
-    if syntax.shape is not None and syntax.family == "template" and syntax.renders_tools:
-        words = (syntax.shape.opener,)
+    if (shape := _written_shape(syntax)) is not None:
+        words = (shape.opener,)
     return finish(rules, calls, "tools", trigger_words=words, trigger_patterns=(JSON_START,))

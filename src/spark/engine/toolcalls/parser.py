@@ -58,6 +58,11 @@ _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.:$-]{1,64}")
 _MAX_PARAMETER_KEY = 80
 
 
+def _string_body(text: str) -> str:
+    """`text` as it is written inside a JSON string."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 def _closing_tag(tag: str) -> str:
     return "<|/" + tag[2:] if tag.startswith("<|") else "</" + tag[1:]
 
@@ -230,9 +235,8 @@ class ToolCallParser:
                 self._args(call[1])
         elif mode == "args" and not self._args_sent:
             self._args("{}")
-        elif mode == "value":  # cut short: the text so far, without a closing tag begun
-            text = buf[: len(buf) - partial_marker(buf, (self._tags.value_close,))].removesuffix("\n")
-            self._args(json.dumps(text, ensure_ascii=False)[1:-1] + '"}')
+        elif mode == "value":  # cut short: the text so far
+            self._args(_string_body(self._value_so_far(buf)) + '"}')
         elif mode == "params":
             self._args("}" if self._args_sent else "{}")
         elif mode == "glm":
@@ -488,14 +492,19 @@ class ToolCallParser:
         self._value_began = True
         text, close, rest = buf.partition(self._tags.value_close)
         if close:
-            self._args(json.dumps(text.removesuffix("\n"), ensure_ascii=False)[1:-1] + '"')
+            self._args(_string_body(text.removesuffix("\n")) + '"')
             self._buf, self._mode = rest, "params"
             return True
-        text = buf[: len(buf) - partial_marker(buf, (self._tags.value_close,))].removesuffix("\n")
+        text = self._value_so_far(buf)
         if text:
-            self._args(json.dumps(text, ensure_ascii=False)[1:-1])
+            self._args(_string_body(text))
         self._buf = buf[len(text) :]
         return False
+
+    def _value_so_far(self, buf: str) -> str:
+        """The text of `buf` that is surely a string parameter's: not a closing tag begun, nor a newline
+        that may be the template's before it."""
+        return buf[: len(buf) - partial_marker(buf, (self._tags.value_close,))].removesuffix("\n")
 
     def _params_broke(self) -> bool:
         """A call whose arguments broke off: it ends with what it has, the rest is text."""

@@ -131,10 +131,15 @@ def _gemma_value(text: str, i: int) -> tuple[Any, int]:
     return (word if value is None and word != "null" else value), end
 
 
+def _kinds(schema: Any) -> list[str]:
+    """The types a parameter's schema names (`"type": "string"` or `"type": ["string", "null"]`)."""
+    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    return [kinds] if isinstance(kinds, str) else kinds or []
+
+
 def is_text(schema: Any) -> bool:
     """Whether a parameter of this schema may be a string: its value is then the text as written."""
-    kinds = schema.get("type") if isinstance(schema, Mapping) else None
-    return "string" in ([kinds] if isinstance(kinds, str) else kinds or [])
+    return "string" in _kinds(schema)
 
 
 def parameter(text: str, schema: Any) -> Any:
@@ -142,11 +147,7 @@ def parameter(text: str, schema: Any) -> Any:
     it holds (a number, an object...), else the text."""
     if is_text(schema):
         return text
-    kinds = schema.get("type") if isinstance(schema, Mapping) else None
-    if "boolean" in ([kinds] if isinstance(kinds, str) else kinds or []) and text.strip() in (
-        "True",
-        "False",
-    ):  # as a Python-minded template writes it
+    if "boolean" in _kinds(schema) and text.strip() in ("True", "False"):  # as a Python-minded template writes it
         return text.strip() == "True"
     value = loads(text)
     return text if value is None and text.strip() != "null" else value
