@@ -206,6 +206,20 @@ class RequestNotFound(SparkError):
     code = "request_not_found"
 
 
+class ResponseNotFound(SparkError):
+    """No stored response has the id asked for (`GET`/`DELETE /v1/responses/{id}`): never stored,
+    deleted, pruned, or another key's."""
+
+    status = 404
+    code = "response_not_found"
+
+
+class PreviousResponseNotFound(InvalidRequest):
+    """A Responses request continues a response that is not stored (for its key)."""
+
+    code = "previous_response_not_found"
+
+
 class PullNotFound(SparkError):
     """No pull job has the id asked for (admin API)."""
 

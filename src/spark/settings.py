@@ -239,6 +239,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         _doc("Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log."),
         RESTART,
     ] = 30
+    response_retention_days: Annotated[
+        int,
+        NOT_NEGATIVE,
+        _doc(
+            "Days a Responses API answer made with `store` (OpenAI's default) is kept, for "
+            "`previous_response_id` and `GET /v1/responses/{id}`; only the key that made it can read it. "
+            "Zero-retention keys store nothing. 0: store no responses."
+        ),
+    ] = 30
     log_max_mb: Annotated[
         int,
         NOT_NEGATIVE,

@@ -12,6 +12,14 @@ from openai.types.responses import Response
 
 from spark.api.common import finish_reason_in, usage_in
 from spark.api.openai import ResponseStream, parse_responses, response_body
+from spark.api.openai.responses_api.stored import (
+    Continuation,
+    continuation,
+    input_items_body,
+    own_items,
+    parse_items_query,
+    with_history,
+)
 from spark.errors import InvalidRequest, RunnerFailed
 from spark.types import (
     ChatResult,
@@ -111,7 +119,7 @@ def test_images_tools_formats_and_reasoning() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": "x", "conversation": "conv_1"}, "conversation"),
         ({"input": [{"role": "user"}]}, "input[0].content"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
         (
@@ -239,3 +247,35 @@ def test_an_empty_answer_is_one_empty_message() -> None:
     assert got[-1]["type"] == "response.completed"
     assert [item["type"] for item in final["output"]] == ["message"]
     assert final["output"][0]["content"][0]["text"] == ""
+
+
+def test_a_continued_conversation_puts_its_stored_items_before_the_input() -> None:
+    earlier = [{"role": "user", "content": "one"}, {"type": "message", "role": "assistant", "content": "two"}]
+    body = json.dumps({"model": "m", "previous_response_id": "resp_1", "input": "three"}).encode()
+    assert continuation(body) == Continuation("resp_1", None)
+    continued = parse_responses(with_history(body, earlier), store=True)
+    assert [m.content for m in continued.request.messages] == ["one", "two", "three"]
+    assert continued.echo.previous_response_id == "resp_1" and continued.echo.store is True
+    # an input of no valid shape is left as it is, for the parse to name
+    bad = json.dumps({"model": "m", "previous_response_id": "resp_1", "input": 3}).encode()
+    assert with_history(bad, earlier) == bad and own_items(bad) == []
+    with pytest.raises(InvalidRequest) as refused:
+        parse_responses(json.dumps({"model": "m", "input": "x", "previous_response_id": 5}).encode())
+    assert refused.value.param == "previous_response_id"
+    with pytest.raises(InvalidRequest, match="nested"):
+        continuation(b'{"input": ' + b"[" * 500 + b"]" * 500 + b"}")
+
+
+def test_input_items_are_listed_with_ids_a_page_at_a_time() -> None:
+    items = [{"role": "user", "content": "a"}, {"type": "function_call_output", "call_id": "c", "output": "b"}]
+    page = json.loads(input_items_body("resp_x", items, parse_items_query({"order": "asc", "limit": "1"})))
+    assert page["data"] == [
+        {"id": "in_x00", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}
+    ]
+    assert page["has_more"] is True and page["first_id"] == page["last_id"] == "in_x00"
+    rest = json.loads(input_items_body("resp_x", items, parse_items_query({"order": "asc", "after": "in_x00"})))
+    assert [i["id"] for i in rest["data"]] == ["in_x01"] and rest["has_more"] is False
+    for query, param in (({"limit": "0"}, "limit"), ({"order": "sideways"}, "order")):
+        with pytest.raises(InvalidRequest) as refused:
+            parse_items_query(query)
+        assert refused.value.param == param

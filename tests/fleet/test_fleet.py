@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from fleet.helpers import Fleet, routed_step
@@ -100,6 +101,33 @@ def test_questions_about_tokens_go_to_the_node_that_has_the_model(fleet: Fleet) 
     assert ids and back.json()["content"] == text
     assert prompt.status_code == 200 and USER["content"] in prompt.json()["prompt"]
     assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "model_not_found"
+
+
+def test_the_central_keeps_the_responses_its_nodes_answer(fleet: Fleet) -> None:
+    client = openai.OpenAI(base_url=fleet.central.url + "/v1", api_key=fleet.key, max_retries=0, timeout=120)
+    first = client.responses.create(model="alpha-llama", input=USER["content"], max_output_tokens=4)
+    assert first.store is True and client.responses.retrieve(first.id).output_text == first.output_text
+    asked: Any = {
+        "model": "alpha-llama",
+        "previous_response_id": first.id,
+        "input": "And then?",
+        "max_output_tokens": 4,
+    }
+    with client.responses.stream(**asked) as stream:
+        final = list(stream)[-1].response  # type: ignore[union-attr]
+    assert final.previous_response_id == first.id
+    assert client.responses.retrieve(final.id).model_dump() == final.model_dump()
+    # the node was sent the whole conversation, and kept none of it
+    whole: Any = [
+        {"role": "user", "content": USER["content"]},
+        *[item.model_dump() for item in first.output],
+        {"role": "user", "content": "And then?"},
+    ]
+    counted = client.responses.input_tokens.count(model="alpha-llama", input=whole).input_tokens
+    assert final.usage is not None and final.usage.input_tokens == counted
+    for node in fleet.nodes.values():
+        assert server_settings(node.home).db_path.exists()
+        assert Database(server_settings(node.home).db_path).execute("SELECT count(*) FROM responses").fetchone()[0] == 0
 
 
 def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> None:

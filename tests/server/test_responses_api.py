@@ -32,7 +32,7 @@ def test_response_object(live: LiveServer, models: Models) -> None:
     assert response.usage.total_tokens == response.usage.input_tokens + 6
     # what the request asked is echoed, as OpenAI's SDKs read it back
     assert response.max_output_tokens == 6 and response.metadata == {"run": "1"}
-    assert response.tool_choice == "auto" and response.tools == [] and response.store is False
+    assert response.tool_choice == "auto" and response.tools == [] and response.store is True
 
 
 def test_input_tokens_counts_what_a_response_reads(live: LiveServer, models: Models) -> None:
@@ -110,6 +110,12 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ],
     )
     assert follow.status == "completed" and "Rome" in follow.output_text
+    # the same turn, continuing the stored first answer instead of sending it back
+    continued = client.responses.create(
+        **asked, previous_response_id=response.id, input="And what is the capital of Italy?"
+    )
+    assert continued.previous_response_id == response.id and "Rome" in continued.output_text
+    assert continued.usage is not None and continued.usage.input_tokens == follow.usage.input_tokens  # type: ignore[union-attr]
     assert follow.usage is not None and follow.usage.input_tokens > response.usage.input_tokens  # type: ignore[union-attr]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -302,6 +302,7 @@ async def stream_response(
     *,
     ping: Callable[[], bytes] | None = None,
     recorder: RequestRecorder | None = None,
+    before_end: Callable[[], Awaitable[None]] | None = None,
 ) -> Stream:
     """An SSE response for `request`.
 
@@ -309,7 +310,7 @@ async def stream_response(
     failure) are raised and answered with their HTTP status. With `ping`, the
     response starts after PING_SECONDS without an event and then pings at that
     pace (e.g. during a model load); later errors end the stream with the API's
-    error frame.
+    error frame. `before_end` is awaited before the frame that ends the stream is sent.
     """
     wait = PING_SECONDS if ping is not None else None
     generation = Generation(state, request, recorder=recorder)
@@ -321,7 +322,7 @@ async def stream_response(
         generation.close()
         raise
     source: _Source[Event] = generation  # spelled out: mypy infers no event type from a Generation here
-    return _sse(_frames(source, encoder, first, wait, ping, scope, recorder), generation)
+    return _sse(_frames(source, encoder, first, wait, ping, scope, recorder, before_end), generation)
 
 
 async def stream_choices(
@@ -365,11 +366,14 @@ async def _frames(
     ping: Callable[[], bytes] | None,
     scope: Scope,
     recorder: RequestRecorder | None,
+    before_end: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[bytes, None]:
     try:
         while True:
             if event is not None:
                 if frame := encoder.feed(event):
+                    if encoder.finished and before_end is not None:
+                        await before_end()
                     yield frame
                 if encoder.finished:
                     return

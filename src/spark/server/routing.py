@@ -8,12 +8,13 @@ ranking is `spark.fleet.routing`'s; the tries are `spark.fleet.forward`'s.
 A stream is relayed frame by frame (whole SSE frames, so an error frame can
 follow cleanly), pulled from the node only as fast as the client reads. If
 the node stops in the middle, the client gets the API's error event and the
-request is logged as failed on that node; it is never sent again.
+request is logged as failed on that node; it is never sent again. A Responses
+API answer to be stored is kept here, as it passes (`keep`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -52,16 +53,24 @@ def _choices(state: ServerState, registry: Registry, request: Question, key: str
     return choose(places, request.model, last)
 
 
+# what keeps a Responses API answer a node made (its response object), before the client has it whole
+Keep = Callable[[dict[str, Any]], Awaitable[None]]
+_FINAL_EVENTS = ("response.completed", "response.incomplete")
+
+
 async def routed_response(
     request: Request[Any, Any, Any],
     decoded: Question,
     *,
     stream: bool = False,
     fail: Callable[[SparkError], bytes] | None = None,
+    body: bytes | None = None,
+    keep: Keep | None = None,
 ) -> Response[Any] | None:
     """A node's answer to `decoded` (a request, or a question about tokens), or None to serve it here
     (no node has the model, or this server ranks first). `fail` writes the API's error event for a
-    stream that breaks off."""
+    stream that breaks off; `body` is sent instead of the client's (a continued conversation in
+    whole); `keep` is given a Responses API answer's response object."""
     state = state_of(request)
     registry = state.fleet
     if not registry.has_nodes() or request.scope.get("state", {}).get(ROUTED_STATE):
@@ -79,7 +88,7 @@ async def routed_response(
             registry,
             choices,
             request.scope["path"],
-            await request.body(),
+            await request.body() if body is None else body,
             dict(request.headers),
             request_id=request_ids(request.scope).header,
             zero_retention=recorder is None or (recorder.key is not None and recorder.key.zero_retention),
@@ -97,21 +106,26 @@ async def routed_response(
     if opened.local:
         return None
     if not stream or opened.response is None or opened.response.status_code != 200:
-        return _whole(registry, opened, recorder)
-    return _relay(request.scope, registry, opened, recorder, fail)
+        return await _whole(registry, opened, recorder, keep)
+    return _relay(request.scope, registry, opened, recorder, fail, keep)
 
 
-def _whole(registry: Registry, opened: Opened, recorder: RequestRecorder | None) -> Response[bytes]:
+async def _whole(
+    registry: Registry, opened: Opened, recorder: RequestRecorder | None, keep: Keep | None
+) -> Response[bytes]:
     assert opened.response is not None
     response = opened.response
     registry.ended(opened.choice.name)
-    if recorder is not None and response.status_code == 200:
+    if response.status_code == 200 and (recorder is not None or keep is not None):
         try:
             payload = msgspec.json.decode(opened.first)
         except msgspec.DecodeError:
             payload = None
-        recorder.relayed_output()
-        recorder.relayed(usage_in(payload), finish_reason_in(payload))
+        if recorder is not None:
+            recorder.relayed_output()
+            recorder.relayed(usage_in(payload), finish_reason_in(payload))
+        if keep is not None and isinstance(payload, dict):
+            await keep(payload)
     return Response(
         opened.first,
         status_code=response.status_code,
@@ -141,6 +155,7 @@ def _relay(
     opened: Opened,
     recorder: RequestRecorder | None,
     fail: Callable[[SparkError], bytes] | None,
+    keep: Keep | None,
 ) -> Stream:
     response = opened.response
     assert response is not None
@@ -156,6 +171,7 @@ def _relay(
 
     async def frames() -> AsyncGenerator[bytes, None]:
         numbers = _Numbers()
+        kept = False
         pending = opened.first
         try:
             async for chunk in _chunks(opened):
@@ -165,6 +181,9 @@ def _relay(
                     continue
                 out, pending = pending[:cut], pending[cut:]
                 numbers.feed(out)
+                if keep is not None and numbers.response is not None and not kept:
+                    await keep(numbers.response)  # before the client reads it: its next turn may name it
+                    kept = True
                 if recorder is not None:
                     recorder.relayed_output()
                 yield out
@@ -192,11 +211,13 @@ def _relay(
 
 
 class _Numbers:
-    """Token counts and the finish reason, read from the relayed SSE frames that carry them."""
+    """Token counts and the finish reason, read from the relayed SSE frames that carry them, and a
+    Responses API stream's whole response at its end."""
 
     def __init__(self) -> None:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
+        self.response: dict[str, Any] | None = None
 
     def feed(self, frames: bytes) -> None:
         for line in frames.split(b"\n"):
@@ -214,3 +235,6 @@ class _Numbers:
                     max(old.cached_tokens, usage.cached_tokens),
                 )
             self.finish_reason = finish_reason_in(payload) or self.finish_reason
+            if isinstance(payload, dict) and payload.get("type") in _FINAL_EVENTS:
+                response = payload.get("response")
+                self.response = response if isinstance(response, dict) else None

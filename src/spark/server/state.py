@@ -23,6 +23,7 @@ from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.store.nodes import NodeTable
 from spark.store.requests import RequestTable
+from spark.store.responses import ResponseTable
 from spark.store.writer import LogWriter
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class ServerState:
         self.member = Membership(settings, self.events, self._node_capacity) if settings.central else None
         self._checksums = Checksums()
         self.requests = RequestTable(self.db)
+        self.responses = ResponseTable(self.db)  # stored Responses API answers
         # retention 0 keeps no request log: nothing is written at all
         self.request_log = (
             LogWriter(

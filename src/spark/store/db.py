@@ -112,6 +112,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
             draining INTEGER NOT NULL DEFAULT 0
         )""",
     ),
+    (
+        # Stored Responses API answers (spark.store.responses): the request's own input items and
+        # the response object, as JSON; `previous_id` links a conversation's responses; `owner`
+        # is the API key that made it (its name and prefix).
+        """CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            previous_id TEXT,
+            input TEXT NOT NULL,
+            response TEXT NOT NULL
+        )""",
+        "CREATE INDEX responses_created_at ON responses (created_at)",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

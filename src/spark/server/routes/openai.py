@@ -1,5 +1,5 @@
-"""OpenAI's API: `POST /v1/chat/completions`, `/v1/responses`, `/v1/responses/input_tokens`,
-`/v1/completions`, `/v1/embeddings`.
+"""OpenAI's API: `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, and the Responses
+API's routes (`spark.server.routes.responses`).
 
 Bodies are decoded from raw bytes by `spark.api.openai`; errors are answered
 by the server's exception handlers (spark.server.errors).
@@ -19,20 +19,14 @@ from spark.api.openai import (
     ChatStream,
     ChoicesStream,
     CompletionStream,
-    ResponseStream,
     chat_completion_body,
     completion_body,
     embeddings_body,
-    input_tokens_body,
     parse_chat,
     parse_completion,
     parse_embeddings,
-    parse_responses,
-    response_body,
 )
 from spark.server.generation import (
-    count_tokens,
-    run_chat,
     run_choices,
     run_embeddings,
     stream_choices,
@@ -42,6 +36,7 @@ from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
+from spark.server.routes.responses import RESPONSES_ROUTES
 from spark.server.routing import routed_response
 from spark.server.state import state_of
 from spark.types import ChatRequest, ChatResult, CompletionRequest
@@ -60,35 +55,6 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         lambda *ids, **choice: ChatStream(*ids, include_usage=call.include_usage, **choice),
         chat_completion_body,
     )
-
-
-@post("/responses", status_code=200)
-async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
-    state = state_of(request)
-    call = await parse_with_images(
-        state.settings, parse_responses, await request.body(), max_tokens_limit=state.max_tokens_limit
-    )
-    echo, generation = call.echo, call.request
-    request_id, created = request_ids(request.scope).id, int(time.time())
-    if generation.stream:
-        encoder = ResponseStream(request_id, generation.model, created, echo)
-        if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
-            return routed
-        return await stream_response(state, request.scope, generation, encoder, recorder=recorder_of(request.scope))
-    if (routed := await routed_response(request, generation)) is not None:
-        return routed
-    result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
-    return json_response(response_body(request_id, generation.model, created, result, echo))
-
-
-@post("/responses/input_tokens", status_code=200)
-async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
-    """How many tokens a Responses request's input makes for its model (as Anthropic's count_tokens)."""
-    state = state_of(request)
-    call = await parse_with_images(state.settings, parse_responses, await request.body())
-    if (routed := await routed_response(request, call.request)) is not None:
-        return routed
-    return json_response(input_tokens_body(await count_tokens(state, call.request, recorder_of(request.scope))))
 
 
 @post("/completions", status_code=200)
@@ -152,4 +118,4 @@ async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 
 
-OPENAI_ROUTES = [chat_completions, responses, responses_input_tokens, completions, embeddings]
+OPENAI_ROUTES = [chat_completions, *RESPONSES_ROUTES, completions, embeddings]

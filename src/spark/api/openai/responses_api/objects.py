@@ -103,8 +103,6 @@ class _Response(msgspec.Struct, kw_only=True):
     incomplete_details: _Incomplete | None = None
     error: _Error | None = None
     object: Literal["response"] = "response"
-    previous_response_id: None = None
-    store: bool = False
     background: bool = False
     truncation: str = "disabled"
 
@@ -213,6 +211,7 @@ class ResponseStream:
         self._pieces: list[str] = []  # the open item's text or arguments so far
         self._logprobs: list[ContentLogprob] = []  # the open message's log probabilities so far
         self._tool_index = -1  # the engine's index of the open function call
+        self.completed: bytes | None = None  # the whole response, once it completed (or ran out of tokens)
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (empty for events with nothing to send)."""
@@ -363,9 +362,9 @@ class ResponseStream:
             out += self._ensure("message")
         out += self._close_item(status)
         self.finished = True
-        response = self._response(status, done.usage, incomplete)
+        self.completed = _encode_response(self._response(status, done.usage, incomplete))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
-        return out + self._event(kind, {"response": response})
+        return out + self._event(kind, {"response": msgspec.Raw(self.completed)})
 
 
 def _encode(payload: dict[str, Any]) -> bytes:

@@ -186,6 +186,8 @@ class Echo(msgspec.Struct, frozen=True):
     text: dict[str, Any]
     reasoning: dict[str, str | None]
     metadata: dict[str, str]
+    previous_response_id: str | None
+    store: bool  # whether the answer is stored
 
 
 class ResponsesCall(msgspec.Struct, frozen=True):
@@ -201,16 +203,25 @@ def _refuse(condition: bool, param: str, message: str) -> None:
 
 
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
-_STATELESS = "this server keeps no responses: send the whole conversation in 'input'."
+_STATELESS = "use 'previous_response_id', or send the whole conversation in 'input'."
 
 
 def parse_responses(
-    body: bytes, *, max_tokens_limit: int | None = None, fetch_image: ImageFetcher | None = None
+    body: bytes,
+    *,
+    max_tokens_limit: int | None = None,
+    fetch_image: ImageFetcher | None = None,
+    store: bool = False,
 ) -> ResponsesCall:
-    """Decode a `POST /v1/responses` body (bad input raises `InvalidRequest` naming the param)."""
+    """Decode a `POST /v1/responses` body (bad input raises `InvalidRequest` naming the param). A
+    continued conversation's earlier items are in `input` already (`stored.with_history`); `store`
+    says whether the answer is kept, for the response object to say so."""
     wire = decode_body(_decoder, body)
-    _refuse(wire.previous_response_id is not None, "previous_response_id", f"'previous_response_id': {_STATELESS}")
-    _refuse(wire.conversation is not None, "conversation", f"'conversation': {_STATELESS}")
+    _refuse(
+        wire.conversation is not None,
+        "conversation",
+        f"'conversation': conversation objects are not supported by this server: {_STATELESS}",
+    )
     _refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
     _refuse(bool(wire.background), "background", "Background responses are not supported by this server.")
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
@@ -247,7 +258,7 @@ def parse_responses(
         reasoning=_reasoning(wire.reasoning),
         logprobs=(wire.top_logprobs or 0) if _INCLUDE_LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
     )
-    return ResponsesCall(request, _echo(wire))
+    return ResponsesCall(request, _echo(wire, store))
 
 
 def _tool(wire: FunctionToolDef, i: int) -> Tool:
@@ -339,7 +350,9 @@ def _messages(items: list[InputItem], fetch_image: ImageFetcher | None) -> list[
                     messages.append(Message("assistant", None))
                 messages[-1] = msgspec.structs.replace(messages[-1], reasoning_content=thought)
         elif item.type == "item_reference":
-            raise InvalidRequest(f"'{where}': item references need stored items; {_STATELESS}", param=f"{where}.type")
+            raise InvalidRequest(
+                f"'{where}': item references are not supported by this server: {_STATELESS}", param=f"{where}.type"
+            )
         else:
             raise InvalidRequest(
                 f"Input item type '{item.type}' is not supported by this server: send messages, "
@@ -387,7 +400,7 @@ def _user_content(
     return collapsed(parts)
 
 
-def _echo(wire: ResponsesBody) -> Echo:
+def _echo(wire: ResponsesBody, store: bool) -> Echo:
     choice = wire.tool_choice
     tools = [
         {
@@ -413,4 +426,6 @@ def _echo(wire: ResponsesBody) -> Echo:
         text={"format": msgspec.to_builtins(form)},
         reasoning={"effort": wire.reasoning.effort if wire.reasoning else None, "summary": None},
         metadata=wire.metadata or {},
+        previous_response_id=wire.previous_response_id,
+        store=store,
     )

@@ -1,0 +1,182 @@
+"""OpenAI's Responses API: `POST /v1/responses`, `/v1/responses/input_tokens`, and the stored
+responses: `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
+
+An answer made with `store` (OpenAI's default) is kept in the database for the
+key that made it (`spark.store.responses`), unless the key is zero-retention or
+`response_retention_days` is 0. A request naming `previous_response_id` is
+served as the whole conversation: the stored items, then its own input. On a
+fleet, the server the client calls keeps the responses: a node that its central
+sends a request to is sent the whole conversation and stores nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.params import FromPath
+
+from spark.api.openai import ResponseStream, input_tokens_body, parse_responses, response_body
+from spark.api.openai.responses_api.stored import (
+    Continuation,
+    continuation,
+    deleted_body,
+    input_items_body,
+    own_items,
+    parse_items_query,
+    with_history,
+)
+from spark.errors import PreviousResponseNotFound, ResponseNotFound
+from spark.server.auth import api_key_of
+from spark.server.generation import count_tokens, run_chat, stream_response
+from spark.server.images import parse_with_images
+from spark.server.recorder import recorder_of
+from spark.server.request_ids import ROUTED_STATE, request_ids
+from spark.server.responses import json_response
+from spark.server.routing import Keep, routed_response
+from spark.server.state import state_of
+from spark.store.responses import StoredResponse
+
+_KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
+
+
+@post("/responses", status_code=200)
+async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
+    state = state_of(request)
+    own = continuation(await request.body())
+    body = await _whole_conversation(request, own)
+    store = _stores(request, own)
+    call = await parse_with_images(
+        state.settings, parse_responses, body, max_tokens_limit=state.max_tokens_limit, store=store
+    )
+    echo, generation = call.echo, call.request
+    keep = await _keeper(request, own) if store and not _routed_here(request) else None
+    request_id, created = request_ids(request.scope).id, int(time.time())
+    if generation.stream:
+        encoder = ResponseStream(request_id, generation.model, created, echo)
+        routed = await routed_response(request, generation, stream=True, fail=encoder.fail, body=body, keep=keep)
+        if routed is not None:
+            return routed
+
+        async def before_end() -> None:
+            if keep is not None and encoder.completed is not None:
+                await keep(msgspec.json.decode(encoder.completed))
+
+        return await stream_response(
+            state, request.scope, generation, encoder, recorder=recorder_of(request.scope), before_end=before_end
+        )
+    if (routed := await routed_response(request, generation, body=body, keep=keep)) is not None:
+        return routed
+    result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
+    answer = response_body(request_id, generation.model, created, result, echo)
+    if keep is not None:
+        await keep(msgspec.json.decode(answer))
+    return json_response(answer)
+
+
+@post("/responses/input_tokens", status_code=200)
+async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+    """How many tokens a Responses request's input makes for its model (as Anthropic's count_tokens)."""
+    state = state_of(request)
+    body = await _whole_conversation(request, continuation(await request.body()))
+    call = await parse_with_images(state.settings, parse_responses, body)
+    if (routed := await routed_response(request, call.request, body=body)) is not None:
+        return routed
+    return json_response(input_tokens_body(await count_tokens(state, call.request, recorder_of(request.scope))))
+
+
+@get("/responses/{response_id:str}")
+async def get_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
+    """A stored response, as it was answered."""
+    stored = await _stored(request, response_id)
+    return json_response(msgspec.json.encode(stored.response))
+
+
+@get("/responses/{response_id:str}/input_items")
+async def response_input_items(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
+    """The input items its request gave a stored response, a page at a time."""
+    query = parse_items_query(request.query_params)
+    stored = await _stored(request, response_id)
+    return json_response(input_items_body(response_id, stored.input, query))
+
+
+@delete("/responses/{response_id:str}", status_code=200)
+async def delete_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
+    """Forget a stored response (the ones that continue it keep their own items)."""
+    state = state_of(request)
+    if not await asyncio.to_thread(state.responses.delete, response_id, _owner(request)):
+        raise _not_found(response_id)
+    return json_response(deleted_body(response_id))
+
+
+RESPONSES_ROUTES = [responses, responses_input_tokens, get_response, response_input_items, delete_response]
+
+
+def _owner(request: Request[Any, Any, Any]) -> str:
+    """Who a stored response belongs to: the key, by name and prefix (a new key of the same name is
+    someone else)."""
+    key = api_key_of(request)
+    return f"{key.name}/{key.prefix}"
+
+
+def _routed_here(request: Request[Any, Any, Any]) -> bool:
+    """Whether this node's central sent the request (the central keeps its responses)."""
+    return bool(request.scope.get("state", {}).get(ROUTED_STATE))
+
+
+def _stores(request: Request[Any, Any, Any], own: Continuation) -> bool:
+    """Whether the answer is stored (here, or by the central that sent it)."""
+    state = state_of(request)
+    return (
+        own.store is not False and state.settings.response_retention_days > 0 and not api_key_of(request).zero_retention
+    )
+
+
+async def _whole_conversation(request: Request[Any, Any, Any], own: Continuation) -> bytes:
+    """The request's body, with the conversation it continues before its input (`previous_response_id`)."""
+    body = await request.body()
+    if own.previous_response_id is None or _routed_here(request):
+        return body  # a central sends the whole conversation
+    state = state_of(request)
+    chain = await asyncio.to_thread(state.responses.conversation, own.previous_response_id, _owner(request))
+    if chain is None:
+        raise PreviousResponseNotFound(
+            f"Previous response with id '{own.previous_response_id}' not found.", param="previous_response_id"
+        )
+    return with_history(body, [item for stored in chain for item in stored.items])
+
+
+async def _keeper(request: Request[Any, Any, Any], own: Continuation) -> Keep:
+    """What stores the answer to `request`, given its response object."""
+    state, owner = state_of(request), _owner(request)
+    items = own_items(await request.body())
+
+    async def keep(response: dict[str, Any]) -> None:
+        if response.get("status") not in _KEPT_STATUSES or not isinstance(response.get("id"), str):
+            return
+        stored = StoredResponse(
+            id=response["id"],
+            owner=owner,
+            created_at=time.time(),
+            previous_id=own.previous_response_id,
+            input=items,
+            response=response,
+        )
+        retention = state.settings.response_retention_days * 86400
+        await asyncio.to_thread(state.responses.put, stored, retention_seconds=retention)
+
+    return keep
+
+
+async def _stored(request: Request[Any, Any, Any], response_id: str) -> StoredResponse:
+    stored = await asyncio.to_thread(state_of(request).responses.get, response_id, _owner(request))
+    if stored is None:
+        raise _not_found(response_id)
+    return stored
+
+
+def _not_found(response_id: str) -> ResponseNotFound:
+    return ResponseNotFound(f"Response with id '{response_id}' not found.", param="response_id")
