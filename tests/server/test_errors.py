@@ -62,6 +62,15 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
         assert "max_tokens" in error["message"]
         error = openai_error(http.post("/v1/embeddings", json={"model": models.embed, "input": []}), 400)
         assert error["param"] == "input"
+        # each model does its own kind of work
+        error = openai_error(http.post("/v1/embeddings", json={"model": models.chat, "input": "hi"}), 400)
+        assert error["param"] == "model" and "gives no embeddings" in error["message"]
+        error = openai_error(http.post("/v1/chat/completions", json={"model": models.embed, "messages": CHAT}), 400)
+        assert error["param"] == "model" and "cannot generate text" in error["message"]
+        error = anthropic_error(
+            http.post("/v1/messages", json={"model": models.embed, "max_tokens": 5, "messages": CHAT}), 400
+        )
+        assert "cannot generate text" in error["message"]
 
         # Python reads any integer; the runner's protocol carries 64 bits (found by tests/server/test_fuzz.py)
         schema = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"x": -(2**63) - 1}}}
