@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from spark.errors import InvalidRequest, KeyNotFound
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, KeyTable
+from spark.store.responses import ResponseTable, StoredResponse, owner_of
 
 
 @pytest.fixture
@@ -60,6 +62,27 @@ def test_remove(keys: KeyTable) -> None:
     assert keys.verify(secret) is None and keys.list() == []
     with pytest.raises(KeyNotFound, match="no key named 'old'"):
         keys.remove("old")
+
+
+def test_a_keys_stored_responses_follow_its_renaming_and_go_with_it(keys: KeyTable) -> None:
+    responses = ResponseTable(keys.db)
+    key, _ = keys.create("laptop")
+    kept = StoredResponse(
+        id="resp_1",
+        owner=owner_of("laptop", key.prefix),
+        created_at=time.time(),
+        previous_id=None,
+        input=[],
+        response={},
+    )
+    responses.put(kept, retention_seconds=3600)
+    keys.rename("laptop", "desk")
+    assert responses.get("resp_1", owner_of("laptop", key.prefix)) is None
+    assert responses.get("resp_1", owner_of("desk", key.prefix)) is not None
+    with pytest.raises(KeyNotFound):
+        keys.rename("laptop", "other")
+    keys.remove("desk")
+    assert responses.get("resp_1", owner_of("desk", key.prefix)) is None
 
 
 def test_uses_are_written_in_batches(keys: KeyTable) -> None:

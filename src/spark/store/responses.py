@@ -20,6 +20,12 @@ MAX_CHAIN = 4096  # responses read back for one conversation at most (as many as
 PRUNE_EVERY = 100  # writes between two prunes by age
 
 
+def owner_of(key_name: str, key_prefix: str) -> str:
+    """Who a stored response belongs to: an API key, by name and prefix (a new key of the same name
+    is someone else)."""
+    return f"{key_name}/{key_prefix}"
+
+
 class StoredResponse(msgspec.Struct, frozen=True, kw_only=True):
     """One stored answer: the input items its request added and the response object."""
 

@@ -38,7 +38,7 @@ from spark.server.request_ids import ROUTED_STATE, request_ids
 from spark.server.responses import json_response
 from spark.server.routing import Keep, routed_response
 from spark.server.state import state_of
-from spark.store.responses import StoredResponse
+from spark.store.responses import StoredResponse, owner_of
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 
@@ -116,10 +116,8 @@ RESPONSES_ROUTES = [responses, responses_input_tokens, get_response, response_in
 
 
 def _owner(request: Request[Any, Any, Any]) -> str:
-    """Who a stored response belongs to: the key, by name and prefix (a new key of the same name is
-    someone else)."""
     key = api_key_of(request)
-    return f"{key.name}/{key.prefix}"
+    return owner_of(key.name, key.prefix)
 
 
 def _routed_here(request: Request[Any, Any, Any]) -> bool:
