@@ -44,10 +44,19 @@ def test_sandbox_blocks_attribute_access() -> None:
     assert "unsafe" in e.value.message
 
 
-def test_sandbox_is_immutable() -> None:
-    t = ChatTemplate("{% set _ = messages.append({'role': 'x'}) %}{{ messages | length }}")
-    with pytest.raises(InvalidRequest):
-        t.render([Message("user", "x")])
+def test_what_a_template_changes_is_its_own_copy() -> None:
+    # Kimi K2's template keeps a queue of call ids (`ids.append`, `ids.pop(0)`), as llama.cpp's renderer
+    # allows; the conversation, tools and variables it is given are copies made for that rendering
+    tools = [Tool("look", "", {"type": "object", "properties": {}})]
+    variables = {"flags": ["a"]}
+    t = ChatTemplate(
+        "{% set q = namespace(ids=[]) %}{% set _ = q.ids.append(1) %}{% set _ = messages.append({'role': 'x'}) %}"
+        "{% set _ = tools[0].function.parameters.update({'type': 'string'}) %}{% set _ = flags.append('b') %}"
+        "{{ q.ids | length }} {{ messages | length }} {{ tools[0].function.parameters.type }} {{ flags | length }}"
+    )
+    chat = [Message("user", "x")]
+    assert t.render(chat, tools=tools, variables=variables) == "1 2 string 2"
+    assert len(chat) == 1 and tools[0].parameters["type"] == "object" and variables == {"flags": ["a"]}
 
 
 def test_raise_exception_becomes_invalid_request_with_its_message() -> None:

@@ -1,8 +1,10 @@
 """Chat templates: render a conversation into the model's prompt text.
 
 The template comes from the GGUF file (`tokenizer.chat_template`), so it is
-untrusted input: it runs in Jinja's `ImmutableSandboxedEnvironment`, with the
-globals and filters Hugging Face's `apply_chat_template` provides
+untrusted input: it runs in Jinja's `SandboxedEnvironment` (no way to Python's
+internals) on copies of the conversation and tools made for that rendering, so
+what it changes of them (Kimi K2's keeps a queue of call ids, as llama.cpp's
+renderer allows) ends with it; it gets the globals and filters Hugging Face's `apply_chat_template` provides
 (`raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text and
 does no HTML escaping). A model without a template gets `FALLBACK_TEMPLATE`
 (ChatML), which most instruction-tuned models of the last years understand.
@@ -10,6 +12,7 @@ does no HTML escaping). A model without a template gets `FALLBACK_TEMPLATE`
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -20,7 +23,7 @@ from typing import Any
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment
 
 from spark.engine.toolcalls.learned import learn_shape
 from spark.engine.toolcalls.syntax import CallShape
@@ -82,10 +85,10 @@ class _Generation(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body, lineno=lineno)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
+def _environment() -> SandboxedEnvironment:
     # trim_blocks/lstrip_blocks, loopcontrols and the generation tag match Hugging Face, which
     # every published template is written and tested against.
-    env = ImmutableSandboxedEnvironment(
+    env = SandboxedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[jinja2.ext.loopcontrols, _Generation],
@@ -216,7 +219,7 @@ class ChatTemplate:
         if not self._tool_turns[1]:  # Phi-3.5's renders no tool role: results become the user's text
             rendered = [_result_as_user(m) for m in rendered]
         context: dict[str, Any] = {
-            **(variables or {}),
+            **copy.deepcopy(variables or {}),
             "messages": rendered,
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token,
@@ -226,7 +229,7 @@ class ChatTemplate:
             context["tools"] = [
                 _JsonObject(
                     type="function",
-                    function={"name": t.name, "description": t.description, "parameters": t.parameters},
+                    function={"name": t.name, "description": t.description, "parameters": copy.deepcopy(t.parameters)},
                 )
                 for t in tools
             ]
