@@ -437,6 +437,7 @@ OWN_SYNTAX = {
     "nemotron-nano-v2": '<TOOLCALL>[{"name": "get_weather", "arguments": {',
     "apertus": '<|tools_prefix|>[{"get_weather": {',
     "seed-oss": "<seed:tool_call>\n<function=get_weather>\n<parameter=city>",
+    "kimi-k2": "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{",
 }
 TEMPLATES = Path(__file__).parents[1] / "engine" / "templates"
 

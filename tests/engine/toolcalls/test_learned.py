@@ -46,6 +46,16 @@ WRITTEN = {
     "apertus": (
         '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 2}}, {"add": {"a": 1, "b": -2}}]<|tools_suffix|>'
     ),
+    "kimi-k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        '{"city": "Paris", "days": 2}<|tool_call_end|><|tool_call_begin|>functions.add:1<|tool_call_argument_begin|>'
+        '{"a": 1, "b": -2}<|tool_call_end|><|tool_calls_section_end|>'
+    ),
+    "kimi-k2-thinking": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        '{"city": "Paris", "days": 2}<|tool_call_end|><|tool_call_begin|>functions.add:1<|tool_call_argument_begin|>'
+        '{"a": 1, "b": -2}<|tool_call_end|><|tool_calls_section_end|>'
+    ),
     "seed-oss": (
         "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>2</parameter>\n"
         "</function>\n</seed:tool_call>\n<seed:tool_call>\n<function=add>\n<parameter=a>1</parameter>\n"
@@ -128,7 +138,7 @@ def test_text_that_only_starts_like_a_learned_call_stays_text(step: int) -> None
 
 
 @pytest.mark.parametrize(
-    "name", ["deepseek-r1", "minimax-m2", "nemotron-nano-v2", "command-r7b", "apertus", "seed-oss"]
+    "name", ["deepseek-r1", "minimax-m2", "nemotron-nano-v2", "command-r7b", "apertus", "seed-oss", "kimi-k2"]
 )
 def test_forced_and_lazy_grammars_write_the_learned_syntax(driver: Driver, name: str) -> None:
     syntax = syntax_of((PUBLISHED / f"{name}.jinja").read_text())
@@ -171,11 +181,6 @@ CALLS_WITH_IDS = (  # Solar Open: each call's id before its name, which the mode
     "{{ c.function.name }}<|args|>{{ c.function.arguments | tojson }}{% endfor %}"
     "{% else %}<|{{ m.role }}|>{{ m.content }}{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-CALLS_WITH_INDEXES = (  # Kimi K2: `functions.NAME:INDEX`
-    "{% for m in messages %}{% if m.tool_calls %}<|calls|>{% for c in m.tool_calls %}<|call|>functions."
-    "{{ c.function.name }}:{{ loop.index0 }}<|args|>{{ c.function.arguments | tojson }}{% endfor %}"
-    "{% else %}<|{{ m.role }}|>{{ m.content }}{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 NO_CALLS = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
 REFUSES_CALLS = (
     "{% for m in messages %}{% if m.tool_calls %}{{ raise_exception('no calls') }}{% endif %}"
@@ -188,8 +193,20 @@ BARE_JSON = (
 )
 
 
-@pytest.mark.parametrize("src", [CALLS_WITH_IDS, CALLS_WITH_INDEXES, NO_CALLS, REFUSES_CALLS, BARE_JSON])
-def test_no_syntax_is_learned_where_calls_carry_ids_or_indexes_or_none_are_rendered(src: str) -> None:
-    # ids and indexes the model makes up cannot be told from the syntax; a bare JSON call is the
-    # generic family's already
+@pytest.mark.parametrize("src", [CALLS_WITH_IDS, NO_CALLS, REFUSES_CALLS, BARE_JSON])
+def test_no_syntax_is_learned_where_calls_carry_ids_or_none_are_rendered(src: str) -> None:
+    # ids the model makes up cannot be told from the syntax; a bare JSON call is the generic family's
+    # already
     assert syntax_of(src) == ToolSyntax("generic", False)
+
+
+@pytest.mark.parametrize("step", [1, 3, 10_000])
+def test_numbered_calls_are_read_whatever_their_number(step: int) -> None:
+    # Kimi K2's template counts calls over the whole conversation: a later turn's first call is not `:0`
+    syntax = syntax_of((PUBLISHED / "kimi-k2.jinja").read_text())
+    assert syntax.shape is not None and syntax.shape.numbered
+    text = WRITTEN["kimi-k2"].replace(":0<", ":12<").replace(":1<", ":13<")
+    assert content_and_calls(parse(syntax, text, step, schemas=SCHEMAS)) == ("", EXPECTED)
+    for unnumbered in (text.replace(":12<", "<"), text.replace(":12<", ":x<")):
+        content, calls = content_and_calls(parse(syntax, unnumbered, step, schemas=SCHEMAS))
+        assert calls == [] and content == unnumbered

@@ -16,7 +16,7 @@ Families, recognised from the chat template's text:
 - harmony (gpt-oss): a message to a function, `<|channel|>commentary to=functions.name<|message|>{...}`,
   parsed with the rest of the format by `spark.engine.harmony`
 - template: any other template that renders calls in a syntax of its own (DeepSeek, MiniMax, Seed-OSS,
-  Nemotron 2, Command R7B, ...), learned once per template by rendering probe calls (`learned`)
+  Nemotron 2, Command R7B, Kimi K2, ...), learned once per template by rendering probe calls (`learned`)
 - generic: any other template; an answer that is `{"name": ..., "arguments": {...}}`.
   A template that does not render tools at all gets them described in the system message.
 

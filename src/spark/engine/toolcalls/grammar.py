@@ -259,8 +259,9 @@ def _shaped_calls_rule(rules: Rules, syntax: ToolSyntax, shape: CallShape, tools
             body = f"{obj} ( ws {obj} )*" if parallel else obj
         return rules.add("calls", f"{opening} {body} {literal(shape.close)}")
     tags = shape.params
+    number = '":" [0-9]{1,4} ' if shape.numbered else ""
     fns = [
-        f"{literal(t.name + shape.name_close)} "
+        f"{literal(t.name)} {number}{literal(shape.name_close)} "
         + (_parameters_rule(rules, t, tags, f"params-{i}") if tags else args_rule(rules, t, f"args-{i}"))
         + f" {literal(shape.end)}"
         for i, t in enumerate(tools)

@@ -3,10 +3,11 @@
 Many templates write calls in a syntax no family describes: DeepSeek's
 `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name```json{...}```...`, MiniMax's
 `<minimax:tool_call><invoke name="..."><parameter name="...">...`, Seed-OSS's `<seed:tool_call>`,
-Nemotron 2's `<TOOLCALL>[...]</TOOLCALL>`, Cohere's `<|START_ACTION|>`... Rendering an assistant
-turn with two probe calls shows where a call's name and arguments go and what text surrounds them
-(llama.cpp learns formats from templates the same way). What is learned is kept only when the parser
-reads a second rendering, with other names and values, back as the same calls.
+Nemotron 2's `<TOOLCALL>[...]</TOOLCALL>`, Cohere's `<|START_ACTION|>`, Kimi K2's numbered
+`functions.name:0`... Rendering an assistant turn with two probe calls shows where a call's name and
+arguments go and what text surrounds them (llama.cpp learns formats from templates the same way).
+What is learned is kept only when the parser reads a second rendering, with other names and values,
+back as the same calls.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ _CHECK = (("get_check_first", "get_check_second"), ("city", "unit"), ("Paris, Fr
 _TEXT, _USER = "spark_probe_text", "spark_probe_user"
 _TAG = re.compile(r"<[^<>\s]+>")
 _CLOSING_TAGS = re.compile(r"^\s*(</[^<>\s]+>\s*)+")
+_EMPTY_BLOCK = re.compile(r"^\s*<([^<>\s/]+)>\s*</\1>\s*")  # Kimi K2 Thinking's `<think></think>`
+_NUMBER = re.compile(r"^:\d+")
 _NAME_KEY = re.compile(r'"(name|tool_name)"\s*:\s*"$')
 _ARGS_KEYS = ("arguments", "parameters")
 _DECODER = json.JSONDecoder()
@@ -35,7 +38,7 @@ _DECODER = json.JSONDecoder()
 
 def learn_shape(render: Render) -> CallShape | None:
     """How the template behind `render` writes calls, or None where it cannot be learned (no calls
-    rendered, a name written twice, ids or indexes between calls, a shape the parser misreads)."""
+    rendered, a name written twice, ids between calls, a shape the parser misreads)."""
     try:
         shape = _shape(render, *_PROBE)
         return shape if shape is not None and _reads_back(render, shape) else None
@@ -66,7 +69,8 @@ def _turn(render: Render, names: tuple[str, str], keys: tuple[str, str], values:
     start = _common_prefix(prompt, turn)
     while start > 0 and not (turn[start - 1] in ">]" or turn[start - 1].isspace()):
         start -= 1
-    seg = _CLOSING_TAGS.sub("", turn[start:], count=1)  # the end of a thinking block the prompt opened
+    # the end of a thinking block the prompt opened, or an empty one the turn writes
+    seg = _EMPTY_BLOCK.sub("", _CLOSING_TAGS.sub("", turn[start:], count=1), count=1)
     # the turn ends where a turn of text ends: at the first word after its text, or any tag up to the next turn
     after_text = text[text.find(_TEXT) + len(_TEXT) : text.rfind(_USER)] if _TEXT in text else ""
     enders = {*_TAG.findall(after_text), *after_text.split()[:1]}
@@ -115,16 +119,22 @@ def _named_shape(seg: str, names: tuple[str, str], keys: tuple[str, str], values
     a, b = seg.find(names[0]), seg.find(names[1])
     first = _arguments(seg, a + len(names[0]), b, keys, values)
     second = _arguments(seg, b + len(names[1]), len(seg), keys, values)
-    if first is None or second is None or first[0] != second[0] or first[2] != second[2]:
+    if first is None or second is None or first[2] != second[2]:
         return None
+    # Kimi K2 numbers its calls after their names (`functions.name:0`, `functions.add:1`)
+    numbered = first[0] != second[0] and _NUMBER.match(first[0]) is not None
     name_close, after_first, params = first
+    if numbered:
+        name_close = _NUMBER.sub("", name_close, count=1)
+    if name_close != (_NUMBER.sub("", second[0], count=1) if numbered else second[0]):
+        return None
     between, close_all = seg[after_first:b], seg[second[1] :]
     end = _shared_start(between, close_all)
     open_ = seg[:a]
     if not open_.strip():
         return None
     tags = params and ParameterTags(*params, end=end.strip())
-    return CallShape(open_, close_all[len(end) :], name_close, end, between[len(end) :], tags)
+    return CallShape(open_, close_all[len(end) :], name_close, end, between[len(end) :], tags, numbered=numbered)
 
 
 def _arguments(
@@ -204,4 +214,7 @@ def _shared_start(a: str, b: str) -> str:
     if n < min(len(a), len(b)):
         while n > 0 and not (a[n - 1] in ">]|`" or a[n - 1].isspace()):
             n -= 1
+        opened = a.rfind("<", 0, n)
+        if opened > a.rfind(">", 0, n):  # not inside a tag: `<|tool_call_end|><|` ends before its `<|`
+            n = opened
     return a[:n]

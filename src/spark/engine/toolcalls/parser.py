@@ -318,7 +318,11 @@ class ToolCallParser:
         taken = skim(rest, shape.name_close) if rest else -1
         head = rest[taken:].lstrip(WS) if taken is not None and taken >= 0 else ""
         tags = shape.params
-        if found is None or taken is None or (head and found.group() not in self._names):
+        name = found.group() if found else ""
+        if shape.numbered:  # `name:0`: the name, without its number
+            name, colon, number = name.rpartition(":")
+            name = name if colon and number.isdigit() else ""
+        if found is None or taken is None or (head and name not in self._names):
             self._give_back()
             return True
         if not head:
@@ -334,12 +338,12 @@ class ToolCallParser:
         if tags and not head.startswith(tags.key_open) and skim(head, tags.end) == -1:
             return False
         self._buf = head
-        self._call_start(found.group(), None)
+        self._call_start(name, None)
         self._closers = [shape.close.strip(), shape.end.strip()]
         if tags is None:
             self._scanner, self._mode = JsonScanner(), "args"
         else:
-            self._start_params(found.group(), tags)
+            self._start_params(name, tags)
         return True
 
     def _on_gemma(self) -> bool:

@@ -41,7 +41,9 @@ class CallShape:
     through it (`spark.engine.toolcalls.learned`). With `json_calls`, each call is a JSON object naming
     its tool under `name_key` (in a JSON array with `array`) between `open` and `close`. Otherwise
     each is written `open` NAME `name_close` ARGUMENTS `end`, the next after `next`, the last followed
-    by `close`; the arguments a JSON object, or tags (`params`). Whitespace is as the template writes it."""
+    by `close`; the arguments a JSON object, or tags (`params`); with `numbered`, each name is followed by
+    `:N`, a number the model counts its calls with (Kimi K2's `functions.name:0`). Whitespace is as the
+    template writes it."""
 
     open: str
     close: str
@@ -53,6 +55,7 @@ class CallShape:
     array: bool = False
     name_key: str = "name"
     args_key: str = "arguments"
+    numbered: bool = False
 
     @property
     def opener(self) -> str:
