@@ -169,6 +169,24 @@ def test_response_body_is_the_sdks_response() -> None:
     assert finish_reason_in({"type": "response.incomplete", "response": cut}) == "length"
 
 
+def test_a_call_cut_short_is_incomplete_and_not_continued() -> None:
+    echo = parse(input="x").echo
+    calls = [ToolCall("call_1", "f", '{"a": 1}'), ToolCall("call_2", "f", '{"a": ')]
+    body = json.loads(response_body("abc", "m", 1, ChatResult("", "length", USAGE, tool_calls=calls), echo))
+    assert [item["status"] for item in body["output"]] == ["completed", "incomplete"]
+    stream = ResponseStream("abc", "m", 1, echo)
+    frames = stream.feed(ToolCallDelta(0, id="call_2", name="f", arguments='{"a": ')) + stream.feed(
+        Done("length", USAGE)
+    )
+    assert events(frames)[-1]["response"]["output"][0]["status"] == "incomplete"
+    # continuing that answer leaves the cut call out; its text, cut short too, stays
+    earlier = [{"type": "message", "role": "user", "content": "x"}, *body["output"]]
+    earlier.append({"type": "message", "role": "assistant", "status": "incomplete", "content": "Hel"})
+    asked = json.dumps({"model": "m", "input": "go on"}).encode()
+    messages = parse_responses(with_history(asked, earlier)).request.messages
+    assert [len(m.tool_calls or ()) for m in messages] == [0, 1, 0, 0] and messages[2].content == "Hel"
+
+
 def events(frames: bytes) -> list[dict[str, Any]]:
     out = []
     for frame in frames.decode().split("\n\n"):

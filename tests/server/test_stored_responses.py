@@ -150,7 +150,9 @@ def test_a_call_result_continues_the_response_that_made_the_call(live: LiveServe
         }
     ]
     asked: Any = {"model": models.chat, "tools": tools}
-    first = client.responses.create(**asked, input="Weather in Paris?", tool_choice="required", max_output_tokens=40)
+    first = client.responses.create(
+        **asked, input="Weather in Paris?", tool_choice="required", max_output_tokens=200, extra_body={"seed": 3}
+    )
     [call] = [item for item in first.output if item.type == "function_call"]
     result: Any = [{"type": "function_call_output", "call_id": call.call_id, "output": "18 C, sunny"}]
     then = client.responses.create(**asked, previous_response_id=first.id, input=result, max_output_tokens=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import msgspec
@@ -140,6 +141,16 @@ def _item_id(prefix: str, request_id: str, index: int) -> str:
     return f"{prefix}_{request_id}{index:02d}"
 
 
+def _call_status(arguments: str, ending: str) -> str:
+    """A call's status: incomplete where the answer's end cut its arguments short."""
+    if ending == "incomplete":
+        try:
+            json.loads(arguments)
+        except ValueError:
+            return "incomplete"
+    return "completed"
+
+
 def _ending(finish_reason: str) -> tuple[str, _Incomplete | None]:
     if finish_reason == "length":
         return "incomplete", _Incomplete("max_output_tokens")
@@ -167,7 +178,13 @@ def response_body(request_id: str, model: str, created: int, result: ChatResult,
         output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [text]))
     for call in result.tool_calls:
         output.append(
-            _FunctionCallItem(_item_id("fc", request_id, len(output)), "completed", call.id, call.name, call.arguments)
+            _FunctionCallItem(
+                _item_id("fc", request_id, len(output)),
+                _call_status(call.arguments, status),
+                call.id,
+                call.name,
+                call.arguments,
+            )
         )
     response = _Response(
         id=response_id(request_id),
@@ -334,7 +351,7 @@ class ResponseStream:
         where = {"item_id": item.id, "output_index": index}
         out = b""
         if isinstance(item, _FunctionCallItem):
-            item = msgspec.structs.replace(item, status="completed", arguments=whole)
+            item = msgspec.structs.replace(item, status=_call_status(whole, status), arguments=whole)
             out += self._event(
                 "response.function_call_arguments.done", {**where, "name": item.name, "arguments": whole}
             )

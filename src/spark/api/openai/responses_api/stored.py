@@ -16,6 +16,7 @@ import msgspec
 from spark.api.common import check_depth, invalid_from_validation
 
 MAX_ITEMS_PAGE = 100
+_CUT_CALL = ("function_call", "incomplete")
 
 
 class Continuation(msgspec.Struct, frozen=True):
@@ -46,10 +47,12 @@ def own_items(body: bytes) -> list[Any]:
 
 def with_history(body: bytes, earlier: list[Any]) -> bytes:
     """`body` with the conversation's `earlier` items before its own input (an input of no valid
-    shape is left for the parse to name)."""
+    shape is left for the parse to name). A call an answer's end cut short is left out: its arguments
+    never ended."""
     fields = _fields(body)
     own = _input_items(fields)
-    return msgspec.json.encode({**fields, "input": [*earlier, *own]}) if own else body
+    kept = [i for i in earlier if not (isinstance(i, dict) and (i.get("type"), i.get("status")) == _CUT_CALL)]
+    return msgspec.json.encode({**fields, "input": [*kept, *own]}) if own else body
 
 
 def _fields(body: bytes) -> dict[str, Any]:
