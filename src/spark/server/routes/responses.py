@@ -53,7 +53,7 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
         state.settings, parse_responses, body, max_tokens_limit=state.max_tokens_limit, store=store
     )
     echo, generation = call.echo, call.request
-    keep = await _keeper(request, own) if store and not _routed_here(request) else None
+    keep = _keeper(request, own, await request.body()) if store and not _routed_here(request) else None
     request_id, created = request_ids(request.scope).id, int(time.time())
     if generation.stream:
         encoder = ResponseStream(request_id, generation.model, created, echo)
@@ -147,10 +147,9 @@ async def _whole_conversation(request: Request[Any, Any, Any], own: Continuation
     return with_history(body, [item for stored in chain for item in stored.items])
 
 
-async def _keeper(request: Request[Any, Any, Any], own: Continuation) -> Keep:
-    """What stores the answer to `request`, given its response object."""
+def _keeper(request: Request[Any, Any, Any], own: Continuation, body: bytes) -> Keep:
+    """What stores the answer to `request` (whose own `body`), given its response object."""
     state, owner = state_of(request), _owner(request)
-    items = own_items(await request.body())
 
     async def keep(response: dict[str, Any]) -> None:
         if response.get("status") not in _KEPT_STATUSES or not isinstance(response.get("id"), str):
@@ -160,7 +159,7 @@ async def _keeper(request: Request[Any, Any, Any], own: Continuation) -> Keep:
             owner=owner,
             created_at=time.time(),
             previous_id=own.previous_response_id,
-            input=items,
+            input=own_items(body),  # read only for an answer that is kept
             response=response,
         )
         retention = state.settings.response_retention_days * 86400
