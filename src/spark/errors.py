@@ -220,6 +220,14 @@ class PreviousResponseNotFound(InvalidRequest):
     code = "previous_response_not_found"
 
 
+class ConversationNotFound(SparkError):
+    """No conversation (`/v1/conversations/{id}`, a Responses request's `conversation`) or no item
+    of one has the id asked for: never made, deleted, or another key's."""
+
+    status = 404
+    code = "conversation_not_found"
+
+
 class PullNotFound(SparkError):
     """No pull job has the id asked for (admin API)."""
 

@@ -15,7 +15,9 @@ from spark.api.openai import ResponseStream, parse_responses, response_body
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
+    earlier_items,
     input_items_body,
+    new_items,
     own_items,
     parse_items_query,
     with_history,
@@ -119,7 +121,8 @@ def test_images_tools_formats_and_reasoning() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "x", "conversation": "conv_1"}, "conversation"),
+        ({"input": "x", "conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation"),
+        ({"input": "x", "conversation": 5}, "conversation"),
         ({"input": [{"role": "user"}]}, "input[0].content"),
         ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
         (
@@ -183,8 +186,43 @@ def test_a_call_cut_short_is_incomplete_and_not_continued() -> None:
     earlier = [{"type": "message", "role": "user", "content": "x"}, *body["output"]]
     earlier.append({"type": "message", "role": "assistant", "status": "incomplete", "content": "Hel"})
     asked = json.dumps({"model": "m", "input": "go on"}).encode()
-    messages = parse_responses(with_history(asked, earlier)).request.messages
+    kept = earlier_items(earlier)
+    messages = parse_responses(asked, earlier=kept).request.messages
     assert [len(m.tool_calls or ()) for m in messages] == [0, 1, 0, 0] and messages[2].content == "Hel"
+    assert parse_responses(with_history(asked, kept)).request.messages == messages  # what a fleet node reads
+
+
+def test_a_continued_requests_own_items_are_named_as_sent() -> None:
+    earlier = [{"type": "message", "role": "user", "content": "x"}]
+    asked = json.dumps({"model": "m", "input": [{"role": "user"}]}).encode()
+    with pytest.raises(InvalidRequest) as refused:
+        parse_responses(asked, earlier=earlier, earlier_param="conversation")
+    assert refused.value.param == "input[0].content"
+    for broken in ([{"type": "message", "role": "user"}], [{"role": 5}]):
+        with pytest.raises(InvalidRequest) as refused:
+            parse_responses(asked, earlier=broken, earlier_param="conversation")
+        assert (refused.value.param or "").startswith("conversation")
+
+
+def test_a_conversations_new_items_get_ids_and_keep_their_own() -> None:
+    added = new_items(
+        [
+            {"role": "user", "content": "a"},
+            {"id": "fc_mine", "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "b", "id": ""},
+            {"type": "reasoning", "summary": []},
+        ]
+    )
+    assert [item["id"].split("_")[0] for item in added] == ["msg", "fc", "fco", "rs"]
+    assert added[1]["id"] == "fc_mine" and len({item["id"] for item in added}) == 4
+    assert added[0] == {
+        "id": added[0]["id"],
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": "a"}],
+    }
+    assert all(item["status"] == "completed" for item in added)
 
 
 def events(frames: bytes) -> list[dict[str, Any]]:
@@ -288,7 +326,13 @@ def test_input_items_are_listed_with_ids_a_page_at_a_time() -> None:
     items = [{"role": "user", "content": "a"}, {"type": "function_call_output", "call_id": "c", "output": "b"}]
     page = json.loads(input_items_body("resp_x", items, parse_items_query({"order": "asc", "limit": "1"})))
     assert page["data"] == [
-        {"id": "in_x00", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]}
+        {
+            "id": "in_x00",
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "a"}],
+            "status": "completed",
+        }
     ]
     assert page["has_more"] is True and page["first_id"] == page["last_id"] == "in_x00"
     rest = json.loads(input_items_body("resp_x", items, parse_items_query({"order": "asc", "after": "in_x00"})))

@@ -103,7 +103,7 @@ def test_questions_about_tokens_go_to_the_node_that_has_the_model(fleet: Fleet) 
     assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "model_not_found"
 
 
-def test_the_central_keeps_the_responses_its_nodes_answer(fleet: Fleet) -> None:
+def test_the_central_keeps_the_responses_and_conversations_its_nodes_answer(fleet: Fleet) -> None:
     client = openai.OpenAI(base_url=fleet.central.url + "/v1", api_key=fleet.key, max_retries=0, timeout=120)
     first = client.responses.create(model="alpha-llama", input=USER["content"], max_output_tokens=4)
     assert first.store is True and client.responses.retrieve(first.id).output_text == first.output_text
@@ -125,9 +125,22 @@ def test_the_central_keeps_the_responses_its_nodes_answer(fleet: Fleet) -> None:
     ]
     counted = client.responses.input_tokens.count(model="alpha-llama", input=whole).input_tokens
     assert final.usage is not None and final.usage.input_tokens == counted
+    # a conversation too: the central reads it, sends it whole, and adds the node's answer
+    talk = client.conversations.create(items=[{"role": "user", "content": USER["content"]}])
+    then = client.responses.create(model="alpha-llama", conversation=talk.id, input="And then?", max_output_tokens=4)
+    assert then.conversation is not None and then.conversation.id == talk.id
+    items = list(client.conversations.items.list(talk.id, order="asc"))
+    assert [item.id for item in items[2:]] == [item.id for item in then.output] and len(items) == 2 + len(then.output)
+    whole = [whole[0], {"role": "user", "content": "And then?"}]
+    counted = client.responses.input_tokens.count(model="alpha-llama", input=whole).input_tokens
+    assert then.usage is not None and then.usage.input_tokens == counted
     for node in fleet.nodes.values():
         assert server_settings(node.home).db_path.exists()
-        assert Database(server_settings(node.home).db_path).execute("SELECT count(*) FROM responses").fetchone()[0] == 0
+        db = Database(server_settings(node.home).db_path)
+        assert (
+            db.execute("SELECT (SELECT count(*) FROM responses) + (SELECT count(*) FROM conversations)").fetchone()[0]
+            == 0
+        )
 
 
 def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> None:

@@ -123,7 +123,7 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
     ("body", "param"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"conversation": "conv_1"}, "conversation"),
+        ({"conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation"),
         ({"background": True}, "background"),
         ({"input": []}, "input"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark.errors import InvalidRequest, KeyNotFound
+from spark.store.conversations import Conversation, ConversationTable
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, KeyTable
 from spark.store.responses import ResponseTable, StoredResponse, owner_of
@@ -64,8 +65,8 @@ def test_remove(keys: KeyTable) -> None:
         keys.remove("old")
 
 
-def test_a_keys_stored_responses_follow_its_renaming_and_go_with_it(keys: KeyTable) -> None:
-    responses = ResponseTable(keys.db)
+def test_a_keys_stored_responses_and_conversations_follow_its_renaming_and_go_with_it(keys: KeyTable) -> None:
+    responses, conversations = ResponseTable(keys.db), ConversationTable(keys.db)
     key, _ = keys.create("laptop")
     kept = StoredResponse(
         id="resp_1",
@@ -76,13 +77,21 @@ def test_a_keys_stored_responses_follow_its_renaming_and_go_with_it(keys: KeyTab
         response={},
     )
     responses.put(kept, retention_seconds=3600)
+    talk = Conversation(id="conv_1", owner=owner_of("laptop", key.prefix), created_at=time.time(), metadata={})
+    conversations.create(talk, [{"id": "msg_1", "role": "user", "content": "hi"}])
     keys.rename("laptop", "desk")
     assert responses.get("resp_1", owner_of("laptop", key.prefix)) is None
     assert responses.get("resp_1", owner_of("desk", key.prefix)) is not None
+    assert conversations.get("conv_1", owner_of("laptop", key.prefix)) is None
+    assert conversations.items("conv_1", owner_of("desk", key.prefix)) == [
+        {"id": "msg_1", "role": "user", "content": "hi"}
+    ]
     with pytest.raises(KeyNotFound):
         keys.rename("laptop", "other")
     keys.remove("desk")
     assert responses.get("resp_1", owner_of("desk", key.prefix)) is None
+    assert conversations.get("conv_1", owner_of("desk", key.prefix)) is None
+    assert keys.db.execute("SELECT count(*) FROM conversation_items").fetchone()[0] == 0
 
 
 def test_uses_are_written_in_batches(keys: KeyTable) -> None:

@@ -14,6 +14,7 @@ from spark.server.recorder import recorder_of
 from spark.server.request_ids import ROUTED_STATE
 from spark.server.state import ServerState, state_of
 from spark.store.keys import ApiKey, KeyTable
+from spark.store.responses import owner_of
 
 _STATE_KEY = "spark.api_key"
 CENTRAL_KEY_NAME = "central"  # how a node's log names requests its central routed to it
@@ -73,6 +74,12 @@ def _routed_key(state: ServerState, headers: Headers) -> ApiKey | None:
 def api_key_of(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiKey:
     """The key a request was let in with (set by `require_key`)."""
     return cast(ApiKey, connection.scope["state"][_STATE_KEY])
+
+
+def owner(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    """Whom what a request stores (responses, conversations) belongs to: its key."""
+    key = api_key_of(connection)
+    return owner_of(key.name, key.prefix)
 
 
 def _refusal(keys: KeyTable, missing: bool) -> str:

@@ -19,6 +19,7 @@ from spark.runners.scheduler import Scheduler
 from spark.server.draining import Drain
 from spark.server.metrics import Metrics
 from spark.settings import Settings
+from spark.store.conversations import ConversationTable
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.store.nodes import NodeTable
@@ -56,6 +57,7 @@ class ServerState:
         self._checksums = Checksums()
         self.requests = RequestTable(self.db)
         self.responses = ResponseTable(self.db)  # stored Responses API answers
+        self.conversations = ConversationTable(self.db)  # Conversations API
         # retention 0 keeps no request log: nothing is written at all
         self.request_log = (
             LogWriter(

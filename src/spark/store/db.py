@@ -126,6 +126,25 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX responses_created_at ON responses (created_at)",
     ),
+    (
+        # Conversations API (spark.store.conversations): a conversation's items in order, each as
+        # the client's JSON with its id; `owner` is the API key that made it, as for responses.
+        """CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            metadata TEXT NOT NULL
+        )""",
+        """CREATE TABLE conversation_items (
+            conversation TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            item TEXT NOT NULL,
+            PRIMARY KEY (conversation, seq)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX conversation_items_id ON conversation_items (conversation, id)",
+        "CREATE INDEX conversations_owner ON conversations (owner)",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

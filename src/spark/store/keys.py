@@ -28,6 +28,7 @@ KEY_PREFIX = "sk-spark-"
 SHOWN_CHARS = 4  # random characters after KEY_PREFIX kept in clear for display
 MAX_KEY_LENGTH = 256  # anything longer is not one of ours; not worth hashing
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_OWNED = ("responses", "conversations")  # tables whose rows belong to a key (`owner_of`)
 
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,20 +126,21 @@ class KeyTable:
         return int(self.db.execute("SELECT count(*) FROM api_keys").fetchone()[0])
 
     def remove(self, name: str) -> None:
-        """Revoke the key `name`; requests using it are refused from now on, and the responses it
-        stored are forgotten (`KeyNotFound` if none)."""
+        """Revoke the key `name`; requests using it are refused from now on, and the responses and
+        conversations it stored are forgotten (`KeyNotFound` if none)."""
         with self.db.transaction() as conn:
             row = conn.execute("SELECT prefix FROM api_keys WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise _not_found(name)
             conn.execute("DELETE FROM api_keys WHERE name = ?", (name,))
-            conn.execute("DELETE FROM responses WHERE owner = ?", (owner_of(name, row["prefix"]),))
+            for table in _OWNED:
+                conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner_of(name, row["prefix"]),))
         self._uses.pop(name, None)
 
     def rename(self, name: str, new_name: str) -> ApiKey:
-        """Give the key `name` the name `new_name`; its logged requests and stored responses follow
-        it, so its history stays its own. `KeyNotFound` when there is no such key, `InvalidRequest` when the name is
-        taken or not a valid name."""
+        """Give the key `name` the name `new_name`; its logged requests, stored responses and
+        conversations follow it, so its history stays its own. `KeyNotFound` when there is no such
+        key, `InvalidRequest` when the name is taken or not a valid name."""
         check_key_name(new_name)
         try:
             with self.db.transaction() as conn:
@@ -147,10 +149,11 @@ class KeyTable:
                     raise _not_found(name)
                 conn.execute("UPDATE api_keys SET name = ? WHERE name = ?", (new_name, name))
                 conn.execute("UPDATE requests SET key_name = ? WHERE key_name = ?", (new_name, name))
-                conn.execute(
-                    "UPDATE responses SET owner = ? WHERE owner = ?",
-                    (owner_of(new_name, row["prefix"]), owner_of(name, row["prefix"])),
-                )
+                for table in _OWNED:
+                    conn.execute(
+                        f"UPDATE {table} SET owner = ? WHERE owner = ?",
+                        (owner_of(new_name, row["prefix"]), owner_of(name, row["prefix"])),
+                    )
         except sqlite3.IntegrityError:
             raise InvalidRequest(
                 f"a key named '{new_name}' already exists; choose another name", param="name"

@@ -36,6 +36,7 @@ from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
+from spark.server.routes.conversations import CONVERSATIONS_ROUTES
 from spark.server.routes.responses import RESPONSES_ROUTES
 from spark.server.routing import routed_response
 from spark.server.state import state_of
@@ -118,4 +119,4 @@ async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 
 
-OPENAI_ROUTES = [chat_completions, *RESPONSES_ROUTES, completions, embeddings]
+OPENAI_ROUTES = [chat_completions, *RESPONSES_ROUTES, *CONVERSATIONS_ROUTES, completions, embeddings]

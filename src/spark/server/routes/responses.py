@@ -3,10 +3,12 @@ responses: `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_
 
 An answer made with `store` (OpenAI's default) is kept in the database for the
 key that made it (`spark.store.responses`), unless the key is zero-retention or
-`response_retention_days` is 0. A request naming `previous_response_id` is
-served as the whole conversation: the stored items, then its own input. On a
-fleet, the server the client calls keeps the responses: a node that its central
-sends a request to is sent the whole conversation and stores nothing.
+`response_retention_days` is 0. A request naming `previous_response_id` or a
+`conversation` (`routes.conversations`) is served as the whole conversation: the
+stored items, then its own input; an answer to a conversation adds its input and
+output to it. On a fleet, the server the client calls keeps the responses and
+conversations: a node that its central sends a request to is sent the whole
+conversation and stores nothing.
 """
 
 from __future__ import annotations
@@ -19,26 +21,29 @@ import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
-from spark.api.openai import ResponseStream, input_tokens_body, parse_responses, response_body
+from spark.api.openai import ResponsesCall, ResponseStream, input_tokens_body, parse_responses, response_body
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
     deleted_body,
+    earlier_items,
     input_items_body,
+    new_items,
     own_items,
     parse_items_query,
     with_history,
 )
 from spark.errors import PreviousResponseNotFound, ResponseNotFound
-from spark.server.auth import api_key_of
+from spark.server.auth import api_key_of, owner
 from spark.server.generation import count_tokens, run_chat, stream_response
 from spark.server.images import parse_with_images
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import ROUTED_STATE, request_ids
 from spark.server.responses import json_response
+from spark.server.routes.conversations import conversation_items
 from spark.server.routing import Keep, routed_response
 from spark.server.state import state_of
-from spark.store.responses import StoredResponse, owner_of
+from spark.store.responses import StoredResponse
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 
@@ -47,13 +52,11 @@ _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothin
 async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     own = continuation(await request.body())
-    body = await _whole_conversation(request, own)
     store = _stores(request, own)
-    call = await parse_with_images(
-        state.settings, parse_responses, body, max_tokens_limit=state.max_tokens_limit, store=store
-    )
+    call, body = await _parse(request, own, max_tokens_limit=state.max_tokens_limit, store=store)
     echo, generation = call.echo, call.request
-    keep = _keeper(request, own, await request.body()) if store and not _routed_here(request) else None
+    keeps = (store or own.conversation_id is not None) and not _routed_here(request)
+    keep = _keeper(request, own, await request.body(), store=store) if keeps else None
     request_id, created = request_ids(request.scope).id, int(time.time())
     if generation.stream:
         encoder = ResponseStream(request_id, generation.model, created, echo)
@@ -81,8 +84,7 @@ async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
 async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     """How many tokens a Responses request's input makes for its model (as Anthropic's count_tokens)."""
     state = state_of(request)
-    body = await _whole_conversation(request, continuation(await request.body()))
-    call = await parse_with_images(state.settings, parse_responses, body)
+    call, body = await _parse(request, continuation(await request.body()))
     if (routed := await routed_response(request, call.request, body=body)) is not None:
         return routed
     return json_response(input_tokens_body(await count_tokens(state, call.request, recorder_of(request.scope))))
@@ -107,17 +109,12 @@ async def response_input_items(request: Request[Any, Any, Any], response_id: Fro
 async def delete_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
     """Forget a stored response (the ones that continue it keep their own items)."""
     state = state_of(request)
-    if not await asyncio.to_thread(state.responses.delete, response_id, _owner(request)):
+    if not await asyncio.to_thread(state.responses.delete, response_id, owner(request)):
         raise _not_found(response_id)
     return json_response(deleted_body(response_id))
 
 
 RESPONSES_ROUTES = [responses, responses_input_tokens, get_response, response_input_items, delete_response]
-
-
-def _owner(request: Request[Any, Any, Any]) -> str:
-    key = api_key_of(request)
-    return owner_of(key.name, key.prefix)
 
 
 def _routed_here(request: Request[Any, Any, Any]) -> bool:
@@ -133,43 +130,61 @@ def _stores(request: Request[Any, Any, Any], own: Continuation) -> bool:
     )
 
 
-async def _whole_conversation(request: Request[Any, Any, Any], own: Continuation) -> bytes:
-    """The request's body, with the conversation it continues before its input (`previous_response_id`)."""
+async def _parse(request: Request[Any, Any, Any], own: Continuation, **options: Any) -> tuple[ResponsesCall, bytes]:
+    """The request read with the conversation it continues (`previous_response_id` or
+    `conversation`) before its input, and the body a fleet node is sent: the whole conversation."""
     body = await request.body()
-    if own.previous_response_id is None or _routed_here(request):
-        return body  # a central sends the whole conversation
+    earlier = earlier_items(await _stored_items(request, own))
+    call = await parse_with_images(
+        state_of(request).settings, parse_responses, body, earlier=earlier, earlier_param=own.continued, **options
+    )
+    return call, with_history(body, earlier)
+
+
+async def _stored_items(request: Request[Any, Any, Any], own: Continuation) -> list[Any]:
+    """The items of the conversation the request continues, oldest first."""
+    if _routed_here(request) or (own.conversation_id and own.previous_response_id):
+        return []  # a central sends the whole conversation; the parse refuses both at once
+    if own.conversation_id is not None:
+        return await conversation_items(request, own.conversation_id, "conversation")
+    if own.previous_response_id is None:
+        return []
     state = state_of(request)
-    chain = await asyncio.to_thread(state.responses.conversation, own.previous_response_id, _owner(request))
+    chain = await asyncio.to_thread(state.responses.conversation, own.previous_response_id, owner(request))
     if chain is None:
         raise PreviousResponseNotFound(
             f"Previous response with id '{own.previous_response_id}' not found.", param="previous_response_id"
         )
-    return with_history(body, [item for stored in chain for item in stored.items])
+    return [item for stored in chain for item in stored.items]
 
 
-def _keeper(request: Request[Any, Any, Any], own: Continuation, body: bytes) -> Keep:
-    """What stores the answer to `request` (whose own `body`), given its response object."""
-    state, owner = state_of(request), _owner(request)
+def _keeper(request: Request[Any, Any, Any], own: Continuation, body: bytes, *, store: bool) -> Keep:
+    """What keeps the answer to `request` (whose own `body`), given its response object: stored
+    (with `store`), and its input and output added to its conversation."""
+    state, who = state_of(request), owner(request)
 
     async def keep(response: dict[str, Any]) -> None:
         if response.get("status") not in _KEPT_STATUSES or not isinstance(response.get("id"), str):
             return
         stored = StoredResponse(
             id=response["id"],
-            owner=owner,
+            owner=who,
             created_at=time.time(),
             previous_id=own.previous_response_id,
             input=own_items(body),  # read only for an answer that is kept
             response=response,
         )
-        retention = state.settings.response_retention_days * 86400
-        await asyncio.to_thread(state.responses.put, stored, retention_seconds=retention)
+        if store:
+            retention = state.settings.response_retention_days * 86400
+            await asyncio.to_thread(state.responses.put, stored, retention_seconds=retention)
+        if own.conversation_id is not None:  # (gone since the request came: nothing to add to)
+            await asyncio.to_thread(state.conversations.add_items, own.conversation_id, who, new_items(stored.items))
 
     return keep
 
 
 async def _stored(request: Request[Any, Any, Any], response_id: str) -> StoredResponse:
-    stored = await asyncio.to_thread(state_of(request).responses.get, response_id, _owner(request))
+    stored = await asyncio.to_thread(state_of(request).responses.get, response_id, owner(request))
     if stored is None:
         raise _not_found(response_id)
     return stored

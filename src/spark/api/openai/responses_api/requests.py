@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -31,6 +32,7 @@ from spark.types import (
     MAX_LOGPROBS,
     ChatRequest,
     ContentPart,
+    ImagePart,
     Message,
     Reasoning,
     ResponseFormat,
@@ -138,6 +140,10 @@ class TextOptions(msgspec.Struct, frozen=True):
     verbosity: str | None = None  # no meaning for local models
 
 
+class ConversationRef(msgspec.Struct, frozen=True):
+    id: NonEmptyStr
+
+
 class ReasoningOptions(msgspec.Struct, frozen=True):
     effort: Effort | None = None
     summary: str | None = None  # local models think in the open: their reasoning is given whole
@@ -162,7 +168,7 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     store: bool | None = None
     metadata: dict[str, str] | None = None
     previous_response_id: str | None = None
-    conversation: Any = None
+    conversation: NonEmptyStr | ConversationRef | None = None
     prompt: Any = None
     background: bool | None = None
     top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] | None = None
@@ -187,6 +193,7 @@ class Echo(msgspec.Struct, frozen=True):
     reasoning: dict[str, str | None]
     metadata: dict[str, str]
     previous_response_id: str | None
+    conversation: dict[str, str] | None  # {"id": ...} of the conversation it reads and adds to
     store: bool  # whether the answer is stored
 
 
@@ -203,24 +210,26 @@ def _refuse(condition: bool, param: str, message: str) -> None:
 
 
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
-_STATELESS = "use 'previous_response_id', or send the whole conversation in 'input'."
+_STATELESS = "use 'previous_response_id' or 'conversation', or send the whole conversation in 'input'."
 
 
 def parse_responses(
     body: bytes,
     *,
+    earlier: Sequence[Any] = (),
+    earlier_param: str = "input",
     max_tokens_limit: int | None = None,
     fetch_image: ImageFetcher | None = None,
     store: bool = False,
 ) -> ResponsesCall:
     """Decode a `POST /v1/responses` body (bad input raises `InvalidRequest` naming the param). A
-    continued conversation's earlier items are in `input` already (`stored.with_history`); `store`
-    says whether the answer is kept, for the response object to say so."""
+    continued conversation's `earlier` items (stored, as JSON) go before its input, a fault in them
+    named `earlier_param`; `store` says whether the answer is kept, for the response object to say so."""
     wire = decode_body(_decoder, body)
     _refuse(
-        wire.conversation is not None,
+        wire.conversation is not None and wire.previous_response_id is not None,
         "conversation",
-        f"'conversation': conversation objects are not supported by this server: {_STATELESS}",
+        "Mutually exclusive parameters: send either 'previous_response_id' or 'conversation', not both.",
     )
     _refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
     _refuse(bool(wire.background), "background", "Background responses are not supported by this server.")
@@ -232,10 +241,9 @@ def parse_responses(
     check_tool_choice(tool_choice, tools)
 
     messages = [Message("system", wire.instructions)] if wire.instructions else []
-    if isinstance(wire.input, str):
-        messages.append(Message("user", wire.input))
-    else:
-        messages += _messages(wire.input, fetch_image)
+    own = [InputItem(role="user", content=wire.input)] if isinstance(wire.input, str) else wire.input
+    named = [(earlier_param, item) for item in _earlier(earlier, earlier_param)]
+    messages += _messages([*named, *((f"input[{i}]", item) for i, item in enumerate(own))], fetch_image)
     stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
     request = ChatRequest(
         model=wire.model,
@@ -259,6 +267,11 @@ def parse_responses(
         logprobs=(wire.top_logprobs or 0) if _INCLUDE_LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
     )
     return ResponsesCall(request, _echo(wire, store))
+
+
+def conversation_id(wire: str | ConversationRef) -> str:
+    """The id a request's `conversation` names (a string, or an object with `id`)."""
+    return wire if isinstance(wire, str) else wire.id
 
 
 def _tool(wire: FunctionToolDef, i: int) -> Tool:
@@ -296,10 +309,28 @@ def _reasoning(wire: ReasoningOptions | None) -> Reasoning | None:
     return Reasoning(effort=wire.effort)
 
 
-def _messages(items: list[InputItem], fetch_image: ImageFetcher | None) -> list[Message]:
-    """The items as chat messages: an assistant's reasoning, text and function calls, which the
-    Responses API sends as separate items, become one assistant message, as a chat template
-    expects them."""
+def check_items(items: list[InputItem], field: str, *, remote_images: bool) -> None:
+    """Raise `InvalidRequest` naming the item (`field[i]`) unless `items` could be a request's
+    `input` (the Conversations API checks the items it keeps this way); remote images are not
+    fetched, only allowed or refused."""
+    _messages([(f"{field}[{i}]", item) for i, item in enumerate(items)], _unfetched if remote_images else None)
+
+
+def _unfetched(url: str, param: str) -> ImagePart:
+    return ImagePart(b"")
+
+
+def _earlier(items: Sequence[Any], param: str) -> list[InputItem]:
+    try:
+        return msgspec.convert(items, list[InputItem])
+    except msgspec.ValidationError as e:
+        raise InvalidRequest(f"The items '{param}' continues cannot be read: {e}", param=param) from None
+
+
+def _messages(items: list[tuple[str, InputItem]], fetch_image: ImageFetcher | None) -> list[Message]:
+    """The items (each with the name a fault in it is reported by) as chat messages: an
+    assistant's reasoning, text and function calls, which the Responses API sends as separate
+    items, become one assistant message, as a chat template expects them."""
     messages: list[Message] = []
 
     def assistant() -> Message:
@@ -308,8 +339,7 @@ def _messages(items: list[InputItem], fetch_image: ImageFetcher | None) -> list[
             messages.append(Message("assistant", None))
         return messages[-1]
 
-    for i, item in enumerate(items):
-        where = f"input[{i}]"
+    for where, item in items:
         if item.type == "message":
             _refuse(item.role is None, f"{where}.role", f"Missing required parameter: '{where}.role'.")
             _refuse(item.content is None, f"{where}.content", f"Missing required parameter: '{where}.content'.")
@@ -326,9 +356,11 @@ def _messages(items: list[InputItem], fetch_image: ImageFetcher | None) -> list[
             else:
                 messages.append(Message(item.role, _text(item.content, f"{where}.content")))
         elif item.type == "function_call":
-            for field in ("call_id", "name", "arguments"):
+            for required in ("call_id", "name", "arguments"):
                 _refuse(
-                    getattr(item, field) is None, f"{where}.{field}", f"Missing required parameter: '{where}.{field}'."
+                    getattr(item, required) is None,
+                    f"{where}.{required}",
+                    f"Missing required parameter: '{where}.{required}'.",
                 )
             call = ToolCall(
                 item.call_id or "", item.name or "", json_arguments(item.arguments or "", f"{where}.arguments")
@@ -427,5 +459,6 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         reasoning={"effort": wire.reasoning.effort if wire.reasoning else None, "summary": None},
         metadata=wire.metadata or {},
         previous_response_id=wire.previous_response_id,
+        conversation=None if wire.conversation is None else {"id": conversation_id(wire.conversation)},
         store=store,
     )

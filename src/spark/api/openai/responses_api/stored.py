@@ -1,29 +1,45 @@
-"""Stored responses on the wire: a request that continues one (`previous_response_id`), and the
-bodies of `GET /v1/responses/{id}`, its `/input_items` and `DELETE /v1/responses/{id}`.
+"""Stored responses on the wire: a request that continues one (`previous_response_id`) or a
+conversation (`conversation`), the bodies of `GET /v1/responses/{id}`, its `/input_items` and
+`DELETE /v1/responses/{id}`, and stored items as OpenAI lists them, a page at a time.
 
 A continued conversation is served as a stateless one: its earlier items (each
-stored request's input, then its response's output) are put before the request's
-own input, the way a client sends a whole conversation.
+stored request's input, then its response's output, or a conversation's items)
+are put before the request's own input, the way a client sends a whole conversation.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from spark.api.common import check_depth, invalid_from_validation
+from spark.api.openai.responses_api.requests import ConversationRef, conversation_id
 
 MAX_ITEMS_PAGE = 100
 _CUT_CALL = ("function_call", "incomplete")
+# the id prefix of a new item by its type, as OpenAI's
+_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 class Continuation(msgspec.Struct, frozen=True):
-    """What a `POST /v1/responses` body says of stored responses."""
+    """What a `POST /v1/responses` body says of stored responses and conversations."""
 
     previous_response_id: str | None = None
+    conversation: str | ConversationRef | None = None
     store: bool | None = None
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation the request reads and adds to, if any."""
+        return None if self.conversation is None else conversation_id(self.conversation)
+
+    @property
+    def continued(self) -> str:
+        """The parameter that names what the request continues (for a fault in its stored items)."""
+        return "conversation" if self.conversation is not None else "previous_response_id"
 
 
 _continuation = msgspec.json.Decoder(Continuation)
@@ -45,14 +61,18 @@ def own_items(body: bytes) -> list[Any]:
     return _input_items(_fields(body))
 
 
+def earlier_items(stored: list[Any]) -> list[Any]:
+    """What of a conversation's `stored` items a request continuing it reads: all but a call an
+    answer's end cut short (its arguments never ended)."""
+    return [i for i in stored if not (isinstance(i, dict) and (i.get("type"), i.get("status")) == _CUT_CALL)]
+
+
 def with_history(body: bytes, earlier: list[Any]) -> bytes:
-    """`body` with the conversation's `earlier` items before its own input (an input of no valid
-    shape is left for the parse to name). A call an answer's end cut short is left out: its arguments
-    never ended."""
+    """`body` with a conversation's `earlier` items before its own input, the whole conversation
+    a fleet node is sent (an input of no valid shape is left for the parse to name)."""
     fields = _fields(body)
     own = _input_items(fields)
-    kept = [i for i in earlier if not (isinstance(i, dict) and (i.get("type"), i.get("status")) == _CUT_CALL)]
-    return msgspec.json.encode({**fields, "input": [*kept, *own]}) if own else body
+    return msgspec.json.encode({**fields, "input": [*earlier, *own]}) if own and earlier else body
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -89,33 +109,46 @@ def parse_items_query(query: Mapping[str, str]) -> ItemsQuery:
 def input_items_body(response_id: str, items: list[Any], query: ItemsQuery) -> bytes:
     """A page of the input items a response was made from, each with an id, as OpenAI lists them."""
     suffix = response_id.removeprefix("resp_")
-    listed = [_with_id(item, f"in_{suffix}{i:02d}") for i, item in enumerate(items)]
-    if query.order == "desc":
-        listed.reverse()
-    ids = [item.get("id") for item in listed]
+    return items_page_body([listed(item, f"in_{suffix}{i:02d}") for i, item in enumerate(items)], query)
+
+
+def items_page_body(items: list[dict[str, Any]], query: ItemsQuery) -> bytes:
+    """A page of `items` (each with an id, oldest first) in the order `query` asks, after its `after`."""
+    ordered = items[::-1] if query.order == "desc" else items
+    ids = [item.get("id") for item in ordered]
     start = ids.index(query.after) + 1 if query.after in ids else 0
-    page = listed[start : start + query.limit]
+    page = ordered[start : start + query.limit]
     return msgspec.json.encode(
         {
             "object": "list",
             "data": page,
             "first_id": page[0]["id"] if page else None,
             "last_id": page[-1]["id"] if page else None,
-            "has_more": start + len(page) < len(listed),
+            "has_more": start + len(page) < len(ordered),
         }
     )
 
 
-def _with_id(item: Any, default_id: str) -> Any:
-    """An input item as OpenAI lists it: with an id, and a message's text as a content part."""
-    if not isinstance(item, dict):
-        return item
+def new_items(items: list[Any]) -> list[dict[str, Any]]:
+    """Items to keep in a conversation, as OpenAI lists them: each with its own id, or a new one."""
+    return [
+        listed(item, f"{_ID_PREFIXES.get(item.get('type', 'message'), 'item')}_{secrets.token_hex(16)}")
+        for item in items
+    ]
+
+
+def listed(item: dict[str, Any], default_id: str) -> dict[str, Any]:
+    """An item as OpenAI lists it: with an id and a status, and a message's text as a content part."""
     item = {"id": default_id, **item}
+    if not isinstance(item["id"], str) or not item["id"]:
+        item["id"] = default_id
     if item.get("type", "message") == "message":
         item["type"] = "message"
         if isinstance(item.get("content"), str):
             kind = "output_text" if item.get("role") == "assistant" else "input_text"
             item["content"] = [{"type": kind, "text": item["content"]}]
+    if item["type"] in _ID_PREFIXES:
+        item.setdefault("status", "completed")
     return item
 
 
