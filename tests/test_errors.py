@@ -24,7 +24,7 @@ def test_every_error_is_rebuilt_from_its_info(cls: type[SparkError]) -> None:
     if cls is ModelNotFound:
         error: SparkError = ModelNotFound("m")
     elif cls is ContextLengthExceeded:
-        error = ContextLengthExceeded(5000, 4096)
+        error = ContextLengthExceeded(5000, 4096, "prompt")
     else:
         error = cls("went wrong", param="p")
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(error.info()), type=ErrorInfo)

@@ -132,11 +132,11 @@ class ContextLengthExceeded(SparkError):
     status = 400
     code = "context_length_exceeded"
 
-    def __init__(self, n_prompt: int, n_ctx: int) -> None:
+    def __init__(self, n_prompt: int, n_ctx: int, param: str = "messages") -> None:
         super().__init__(
             f"This request needs {n_prompt} prompt tokens, but the model's context holds "
-            f"{n_ctx} tokens per request. Shorten the messages or raise the context length.",
-            param="messages",
+            f"{n_ctx} tokens per request. Shorten '{param}' or raise the context length.",
+            param=param,
         )
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
@@ -144,9 +144,13 @@ class ContextLengthExceeded(SparkError):
     def data(self) -> dict[str, Any]:
         return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx}
 
+    def named(self, param: str) -> ContextLengthExceeded:
+        """The same error naming `param`: what an API calls the prompt (a Responses request's `input`)."""
+        return ContextLengthExceeded(self.n_prompt, self.n_ctx, param)
+
     @classmethod
     def rebuild(cls, info: ErrorInfo) -> SparkError:
-        return cls(int(info.data["n_prompt"]), int(info.data["n_ctx"]))
+        return cls(int(info.data["n_prompt"]), int(info.data["n_ctx"]), info.param or "messages")
 
 
 class PlacementRefused(SparkError):

@@ -136,10 +136,24 @@ def test_context_length_exceeded(live: LiveServer, models: Models) -> None:
             result = live.openai().chat.completions.create(model=models.chat, messages=long, stream=stream)  # type: ignore[call-overload]
             list(result) if stream else None
         assert e.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
-        assert "512 tokens" in e.value.body["message"]  # type: ignore[index]
+        assert "512 tokens" in e.value.body["message"] and e.value.param == "messages"  # type: ignore[index, attr-defined]
     with pytest.raises(anthropic.BadRequestError) as a:
         live.anthropic().messages.create(model=models.chat, max_tokens=5, messages=long)  # type: ignore[arg-type]
     assert "512 tokens" in a.value.body["error"]["message"]  # type: ignore[index]
+    # each API names what holds its prompt, the Responses API streamed or not
+    client = live.openai()
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as e:
+            result = client.responses.create(model=models.chat, input=long[0]["content"], stream=stream)
+            list(result) if stream else None  # type: ignore[call-overload]
+        assert (e.value.code, e.value.param) == ("context_length_exceeded", "input")  # type: ignore[attr-defined]
+        assert "Shorten 'input'" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=models.chat, prompt=long[0]["content"], max_tokens=1)
+    assert (e.value.code, e.value.param) == ("context_length_exceeded", "prompt")  # type: ignore[attr-defined]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=models.embed, input=["hi", "word " * 3000])
+    assert (e.value.code, e.value.param) == ("context_length_exceeded", "input[1]")  # type: ignore[attr-defined]
 
 
 def test_body_too_large(live: LiveServer, models: Models) -> None:

@@ -267,7 +267,9 @@ class Preparer:
             echoed = text, int(added_bos and not (self._bos_text and text.startswith(self._bos_text)))
         try:
             if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(len(tokens), self._n_ctx)
+                raise ContextLengthExceeded(
+                    len(tokens), self._n_ctx, "prompt" if isinstance(request, CompletionRequest) else "messages"
+                )
             # an echo may ask for no answer at all (max_tokens 0): the prompt's log probabilities are the point
             params = resolve(
                 request.sampling,
@@ -302,8 +304,9 @@ class Preparer:
         model = self._model
         inputs = []
         for i, item in enumerate(request.input):
+            param = "input" if len(request.input) == 1 else f"input[{i}]"
             if isinstance(item, list):
-                tokens = self.checked_tokens(item, "input" if len(request.input) == 1 else f"input[{i}]")
+                tokens = self.checked_tokens(item, param)
             else:
                 tokens = model.tokenize(item, add_special=True, parse_special=False)
             if not tokens:
@@ -311,7 +314,7 @@ class Preparer:
                     raise InvalidRequest("input holds an empty text", param="input")
                 tokens = [model.bos]
             if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(len(tokens), self._n_ctx)
+                raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
             inputs.append(tokens)
         return inputs
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -33,7 +35,7 @@ from spark.api.openai.responses_api.stored import (
     parse_items_query,
     with_history,
 )
-from spark.errors import PreviousResponseNotFound, ResponseNotFound
+from spark.errors import ContextLengthExceeded, PreviousResponseNotFound, ResponseNotFound
 from spark.server.auth import api_key_of, owner
 from spark.server.generation import count_tokens, run_chat, stream_response
 from spark.server.images import parse_with_images
@@ -50,6 +52,11 @@ _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothin
 
 @post("/responses", status_code=200)
 async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
+    with _prompt_named_input():
+        return await _respond(request)
+
+
+async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     own = continuation(await request.body())
     store = _stores(request, own)
@@ -115,6 +122,15 @@ async def delete_response(request: Request[Any, Any, Any], response_id: FromPath
 
 
 RESPONSES_ROUTES = [responses, responses_input_tokens, get_response, response_input_items, delete_response]
+
+
+@contextmanager
+def _prompt_named_input() -> Iterator[None]:
+    """A prompt too long for the model names `input`, what the Responses API calls it."""
+    try:
+        yield
+    except ContextLengthExceeded as e:
+        raise e.named("input") from None
 
 
 def _routed_here(request: Request[Any, Any, Any]) -> bool:
