@@ -31,6 +31,8 @@ FIRST_TOKEN: Final = "first_token"
 FINISHED: Final = "finished"
 CANCELLED: Final = "cancelled"
 FAILED: Final = "failed"
+# a prompt too long for the context ran again without its oldest turns (Responses' truncation "auto")
+TRUNCATED: Final = "truncated"
 
 
 class Step(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -135,6 +137,11 @@ def describe_step(step: Step) -> tuple[str, str]:
             return "cancelled", str(d.get("reason", ""))
         case "failed":
             return "failed", " ".join(str(d[k]) for k in ("error", "status") if k in d)
+        case "truncated":
+            return "truncated", (
+                f"{d.get('prompt_tokens', '?')} prompt tokens for a context of {d.get('context', '?')}: "
+                f"the {d.get('dropped_messages', '?')} oldest messages left out"
+            )
     return step.name.replace("_", " "), ", ".join(f"{k} {v}" for k, v in d.items())
 
 

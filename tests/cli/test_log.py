@@ -180,6 +180,11 @@ def test_the_slot_step_says_where_the_cache_came_from(details: dict[str, object]
     assert label == "slot assigned" and text == f"slot 1: {says}"
 
 
+def test_the_truncated_step_says_what_was_left_out() -> None:
+    label, text = describe_step(Step("truncated", 3.0, {"dropped_messages": 6, "prompt_tokens": 900, "context": 512}))
+    assert (label, text) == ("truncated", "900 prompt tokens for a context of 512: the 6 oldest messages left out")
+
+
 def test_drafted_tokens_show_in_the_finished_step(table: RequestTable) -> None:
     timeline = [
         Step("received", 0.0),

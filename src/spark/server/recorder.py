@@ -23,7 +23,7 @@ from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Sen
 
 from spark import trace as steps
 from spark.collect import ChatCollector
-from spark.errors import Cancelled, SparkError, from_info
+from spark.errors import Cancelled, ContextLengthExceeded, SparkError, from_info
 from spark.events import REQUEST_FINISHED, REQUEST_FIRST_TOKEN, REQUEST_RECEIVED, EventBus
 from spark.server.request_ids import request_ids
 from spark.server.state import ServerState
@@ -216,6 +216,13 @@ class RequestRecorder:
             self.trace.step(steps.CANCELLED, reason=error.code)
         else:
             self.trace.step(steps.FAILED, error=error.code, status=error.status)
+
+    def truncated(self, dropped: int, error: ContextLengthExceeded) -> None:
+        """The prompt was too long (`error`) and runs again with its `dropped` oldest messages left
+        out (the Responses API's truncation "auto"): that failure is not the request's end."""
+        self.error = None
+        self.trace.steps = [s for s in self.trace.steps if s.name != steps.FAILED]
+        self.trace.step(steps.TRUNCATED, dropped_messages=dropped, prompt_tokens=error.n_prompt, context=error.n_ctx)
 
     # --- the end ---------------------------------------------------------------
     def finish(self, status: int) -> RequestRecord:

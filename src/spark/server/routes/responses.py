@@ -45,7 +45,9 @@ from spark.server.responses import json_response
 from spark.server.routes.conversations import conversation_items
 from spark.server.routing import Keep, routed_response
 from spark.server.state import state_of
+from spark.server.truncation import fitted
 from spark.store.responses import StoredResponse
+from spark.types import ChatRequest
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 
@@ -65,26 +67,35 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     keeps = (store or own.conversation_id is not None) and not _routed_here(request)
     keep = _keeper(request, own, await request.body(), store=store) if keeps else None
     request_id, created = request_ids(request.scope).id, int(time.time())
-    if generation.stream:
-        encoder = ResponseStream(request_id, generation.model, created, echo)
-        routed = await routed_response(request, generation, stream=True, fail=encoder.fail, body=body, keep=keep)
-        if routed is not None:
-            return routed
-
-        async def before_end() -> None:
-            if keep is not None and encoder.completed is not None:
-                await keep(msgspec.json.decode(encoder.completed))
-
-        return await stream_response(
-            state, request.scope, generation, encoder, recorder=recorder_of(request.scope), before_end=before_end
-        )
-    if (routed := await routed_response(request, generation, body=body, keep=keep)) is not None:
+    encoder = ResponseStream(request_id, generation.model, created, echo)
+    routed = await routed_response(
+        request, generation, stream=generation.stream, fail=encoder.fail, body=body, keep=keep
+    )
+    if routed is not None:
         return routed
-    result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
-    answer = response_body(request_id, generation.model, created, result, echo)
-    if keep is not None:
-        await keep(msgspec.json.decode(answer))
-    return json_response(answer)
+
+    async def answer(generation: ChatRequest) -> Response[Any]:
+        if generation.stream:
+
+            async def before_end() -> None:
+                if keep is not None and encoder.completed is not None:
+                    await keep(msgspec.json.decode(encoder.completed))
+
+            return await stream_response(
+                state, request.scope, generation, encoder, recorder=recorder_of(request.scope), before_end=before_end
+            )
+        result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
+        body = response_body(request_id, generation.model, created, result, echo)
+        if keep is not None:
+            await keep(msgspec.json.decode(body))
+        return json_response(body)
+
+    try:
+        return await answer(generation)
+    except ContextLengthExceeded as e:
+        if echo.truncation != "auto":
+            raise
+        return await answer(await fitted(state, generation, e, recorder_of(request.scope)))
 
 
 @post("/responses/input_tokens", status_code=200)

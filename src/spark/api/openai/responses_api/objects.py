@@ -105,7 +105,6 @@ class _Response(msgspec.Struct, kw_only=True):
     error: _Error | None = None
     object: Literal["response"] = "response"
     background: bool = False
-    truncation: str = "disabled"
 
 
 def _usage(usage: Usage) -> _Usage:

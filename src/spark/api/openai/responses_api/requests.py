@@ -173,6 +173,7 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     background: bool | None = None
     top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] | None = None
     include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
     keep_alive: float | str | None = None
 
 
@@ -195,6 +196,7 @@ class Echo(msgspec.Struct, frozen=True):
     previous_response_id: str | None
     conversation: dict[str, str] | None  # {"id": ...} of the conversation it reads and adds to
     store: bool  # whether the answer is stored
+    truncation: str  # "auto": a conversation too long for the context loses its oldest turns
 
 
 class ResponsesCall(msgspec.Struct, frozen=True):
@@ -461,4 +463,5 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         previous_response_id=wire.previous_response_id,
         conversation=None if wire.conversation is None else {"id": conversation_id(wire.conversation)},
         store=store,
+        truncation=wire.truncation or "disabled",
     )
