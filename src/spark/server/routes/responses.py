@@ -54,6 +54,7 @@ _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothin
 
 @post("/responses", status_code=200)
 async def responses(request: Request[Any, Any, Any]) -> Response[Any]:
+    """A Responses API answer: streamed or whole, kept when stored or in a conversation."""
     with _prompt_named_input():
         return await _respond(request)
 
@@ -74,28 +75,28 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     if routed is not None:
         return routed
 
-    async def answer(generation: ChatRequest) -> Response[Any]:
-        if generation.stream:
+    async def answer(asked: ChatRequest) -> Response[Any]:
+        if asked.stream:
 
             async def before_end() -> None:
                 if keep is not None and encoder.completed is not None:
                     await keep(msgspec.json.decode(encoder.completed))
 
             return await stream_response(
-                state, request.scope, generation, encoder, recorder=recorder_of(request.scope), before_end=before_end
+                state, request.scope, asked, encoder, recorder=recorder_of(request.scope), before_end=before_end
             )
-        result = await run_chat(state, generation, request.receive, recorder_of(request.scope))
-        body = response_body(request_id, generation.model, created, result, echo)
+        result = await run_chat(state, asked, request.receive, recorder_of(request.scope))
+        answered = response_body(request_id, asked.model, created, result, echo)
         if keep is not None:
-            await keep(msgspec.json.decode(body))
-        return json_response(body)
+            await keep(msgspec.json.decode(answered))
+        return json_response(answered)
 
     try:
         return await answer(generation)
     except ContextLengthExceeded as e:
         if echo.truncation != "auto":
             raise
-        return await answer(await fitted(state, generation, e, recorder_of(request.scope)))
+        return await answer(await fitted(state, generation, e, recorder_of(request.scope)))  # the oldest turns left out
 
 
 @post("/responses/input_tokens", status_code=200)
