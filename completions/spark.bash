@@ -3,7 +3,7 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "attach doctor keys log ls nodes ps pull rm run search serve show stop tui" -- "$cur")); return
+    COMPREPLY=($(compgen -W "attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
@@ -20,6 +20,7 @@ _spark() {
   esac
   case "$path" in
     "attach") opts="--copy --help";;
+    "cp") opts="--help";;
     "doctor") opts="--json --self-test --no-self-test --help";;
     "keys create") opts="--zero-retention --help";;
     "keys list") opts="--help";;

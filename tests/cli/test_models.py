@@ -170,6 +170,17 @@ def test_rm_removes_several_and_checks_all_first(tiny_llama: Path, tiny_bert: Pa
     assert out.output.count("Removed") == 2
 
 
+def test_cp_copies_a_model_under_another_id_and_rm_says_its_files_stay(tiny_llama: Path) -> None:
+    spark("pull", str(tiny_llama), "--copy")
+    assert "Copied tiny-llama-chatml to claude-haiku" in spark("cp", "tiny-llama-chatml", "Claude-Haiku").output
+    assert "claude-haiku" in spark("ls").output
+    asked = spark("rm", "tiny-llama-chatml", input="n\n").output
+    assert "Remove tiny-llama-chatml from the library (its files stay: claude-haiku use them)?" in asked
+    assert "Kept tiny-llama-chatml" in asked
+    assert "Removed claude-haiku" in spark("rm", "claude-haiku", "-y").output
+    assert "Delete tiny-llama-chatml" in spark("rm", "tiny-llama-chatml", input="y\n").output
+
+
 def test_real_command_prints_one_red_line_and_exits_1(fake_hub: FakeHub) -> None:
     env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(

@@ -256,3 +256,35 @@ def test_ids_stored_before_dots_were_kept_answer_to_both_forms(lib: Library, tin
     assert lib.get("llama3-2-1b-q8_0") == old
     with pytest.raises(ModelNotFound):
         lib.get("llama3.2-1b-q4_0")
+
+
+@pytest.mark.parametrize("original_first", [True, False])
+def test_a_copy_shares_the_files_until_the_last_model_using_them_goes(
+    lib: Library, tmp_path: Path, tiny_llama: Path, original_first: bool
+) -> None:
+    original = tmp_path / "Mine.Q8_0.gguf"
+    shutil.copy(tiny_llama, original)
+    entry = lib.add_local(original, copy=True)
+    lib.update_settings(entry.id, ModelSettings(system_prompt="Be brief."))
+    copied = lib.copy(entry.id, "Brief-Mine")
+    assert (copied.id, copied.path, copied.source) == ("brief-mine", entry.path, "copy:mine.q8_0")
+    assert copied.settings.system_prompt == "Be brief." and copied.owned
+    assert lib.sharing(entry.id) == ("brief-mine",) and lib.sharing("brief-mine") == ("mine.q8_0",)
+    first, last = ("mine.q8_0", "brief-mine") if original_first else ("brief-mine", "mine.q8_0")
+    lib.remove(first)
+    assert Path(entry.path).is_file() and lib.get(last).path == entry.path and lib.sharing(last) == ()
+    lib.remove(last)
+    assert not Path(entry.path).exists() and not Path(entry.path).parent.exists()
+    assert original.is_file()
+
+
+def test_a_copy_needs_a_free_valid_id_and_a_copy_of_the_bundled_model_is_not_it(lib: Library) -> None:
+    for taken, param in ((BUNDLED_ID, "id"), ("../up", "id")):
+        with pytest.raises(InvalidRequest) as refused:
+            lib.copy(BUNDLED_ID, taken)
+        assert refused.value.param == param
+    with pytest.raises(ModelNotFound):
+        lib.copy("nothing-here", "x")
+    lib.copy(BUNDLED_ID, "gpt-4o-mini")
+    lib.remove("gpt-4o-mini")
+    assert lib.exists(BUNDLED_ID) and get_meta(lib.db, _BUNDLED_REMOVED) is None

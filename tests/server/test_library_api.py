@@ -200,6 +200,7 @@ def test_unknown_models_are_404(live: LiveServer) -> None:
         client.get("/api/models/a..b"),
         client.delete("/api/models/nope"),
         client.patch("/api/models/nope/settings", json={"parallel": 2}),
+        client.post("/api/models/nope/copy", json={"id": "other"}),
     ):
         assert openai_error(response, 404)["code"] == "model_not_found"
     assert openai_error(client.get("/api/models/..%2F..%2Fetc"), 404)  # no such route, nor a file read
@@ -228,8 +229,11 @@ def test_library_routes_need_the_admin_credential(live: LiveServer, models: dict
             ("GET", f"/api/models/{model}"),
             ("DELETE", f"/api/models/{model}"),
             ("PATCH", f"/api/models/{model}/settings"),
+            ("POST", f"/api/models/{model}/copy"),
         ]:
-            response = client.request(method, path, json={"parallel": 2} if method == "PATCH" else None)
+            response = client.request(
+                method, path, json={"parallel": 2, "id": "x"} if method in ("PATCH", "POST") else None
+            )
             assert response.status_code == 401, (method, path, response.text)
     assert admin(live).get(f"/api/models/{model}").status_code == 200  # still there
 
@@ -302,3 +306,19 @@ def test_a_model_cannot_draft_for_itself_nor_with_an_embedding_model(
     error = openai_error(client.patch(f"/api/models/{model}/settings", json={"draft_model": embed}), 400)
     assert error["param"] == "draft_model" and "embedding" in error["message"]
     assert "draft_model" not in client.get(f"/api/models/{model}").json()["model"]["settings"]
+
+
+def test_a_copy_answers_by_its_own_name_with_its_own_settings(live: LiveServer, models: dict[str, str]) -> None:
+    client = admin(live)
+    copied = client.post(f"/api/models/{models['chat']}/copy", json={"id": "gpt-4o-mini"})
+    assert copied.status_code == 200, copied.text
+    assert copied.json()["id"] == "gpt-4o-mini" and copied.json()["source"] == f"copy:{models['chat']}"
+    changed = client.patch("/api/models/gpt-4o-mini/settings", json={"system_prompt": "Be brief."})
+    assert changed.status_code == 200
+    assert client.get(f"/api/models/{models['chat']}").json()["model"]["settings"].get("system_prompt") is None
+    answer = live.http().post("/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": CHAT, "max_tokens": 2})
+    assert answer.status_code == 200 and answer.json()["model"] == "gpt-4o-mini"
+    for body, param in (({"id": models["chat"]}, "id"), ({"id": "a/b"}, "id"), ({}, "id"), ({"id": "x", "y": 1}, "y")):
+        assert openai_error(client.post("/api/models/gpt-4o-mini/copy", json=body), 400)["param"] == param
+    assert client.delete("/api/models/gpt-4o-mini").json()["files_deleted"] is False  # the original keeps them
+    assert client.get(f"/api/models/{models['chat']}").status_code == 200

@@ -337,6 +337,19 @@ def attach(
     Console().print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
 
 
+def cp(
+    source: Annotated[str, typer.Argument(help="The installed model to copy.", show_default=False)],
+    destination: Annotated[str, typer.Argument(help="The copy's model id.", show_default=False)],
+) -> None:
+    """Copy a model under another id: the same files, settings of its own (another system prompt,
+    other sampling, or the model name a client asks for)."""
+    with Library(load_settings()) as lib:
+        entry = lib.copy(get_installed(lib, source).id, destination)
+    Console().print(
+        f"Copied {source} to {entry.id}: the same files, its own settings (spark show {entry.id}).", highlight=False
+    )
+
+
 def rm(
     model: Annotated[list[str], typer.Argument(help="Model ids to remove.", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -350,7 +363,9 @@ def rm(
     with Library(load_settings()) as lib:
         entries = [get_installed(lib, m) for m in model]  # every id checked before anything is removed
         for e in entries:
-            if e.owned:
+            if sharing := lib.sharing(e.id):
+                what = f"remove {e.id} from the library (its files stay: {', '.join(sharing)} use them)"
+            elif e.owned:
                 what = f"delete {e.id} ({format_bytes(e.size_bytes)} in {Path(e.path).parent})"
             else:
                 what = f"remove {e.id} from the library (its file {e.path} is kept)"

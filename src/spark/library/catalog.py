@@ -9,6 +9,7 @@ ever deleted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -169,6 +170,23 @@ class Library:
             raise InvalidRequest(f"the model id '{model_id}' is taken", param="model_id")
         return _entry(record)
 
+    def copy(self, model_id: str, new_id: str) -> ModelEntry:
+        """Install the model `model_id` again as `new_id` (Ollama's `cp`): the same files, its own
+        settings (a copy of the model's to start with). The files stay while any model uses them."""
+        new_id = check_model_id(new_id.strip().lower(), "id")
+        with self.db.transaction():
+            record = self._record(model_id)
+            self._check_free_id(new_id, "id")
+            copied = msgspec.structs.replace(record, id=new_id, source=f"copy:{record.id}", added_at=time.time())
+            self.table.insert(copied)
+        return _entry(copied)
+
+    def sharing(self, model_id: str) -> tuple[str, ...]:
+        """The other installed models that use any of this model's files (its copies, its original)."""
+        record = self._record(model_id)
+        mine = {p for p in (*record.shards, record.mmproj_path) if p}
+        return tuple(sorted(r.id for r in self.table.all() if r.id != record.id and mine & {*r.shards, r.mmproj_path}))
+
     # --- changing -----------------------------------------------------------
     def update_settings(self, model_id: str, settings: ModelSettings) -> ModelEntry:
         """Replace the model's own settings (`InvalidRequest` naming a bad field)."""
@@ -206,12 +224,13 @@ class Library:
         )
         self.table.update(updated)
         if old is not None and old != projector:
-            self._delete_owned_file(old)
+            self._delete_unused([old])
         return _entry(updated)
 
     def remove(self, model_id: str) -> None:
-        """Forget the model and delete the files Spark owns; a user's own files are kept. A model
-        that drafts for another is kept (`InvalidRequest`) until that one's draft_model changes."""
+        """Forget the model and delete the files Spark owns that no other model uses (a copy's); a
+        user's own files are kept. A model that drafts for another is kept (`InvalidRequest`) until
+        that one's draft_model changes."""
         record = self._record(model_id)
         users = sorted(e.id for e in self.list() if e.settings.draft_model == record.id)
         if users:
@@ -222,13 +241,13 @@ class Library:
         self.table.delete(record.id)
         if record.source == BUNDLED_SOURCE:
             set_meta(self.db, _BUNDLED_REMOVED, "1")
-        if record.owned:
-            for shard in record.shards:
-                self._delete_owned_file(Path(shard))
+        owned = [Path(shard) for shard in record.shards] if record.owned else []
         if record.mmproj_path and record.mmproj_owned:
-            self._delete_owned_file(Path(record.mmproj_path))
+            owned.append(Path(record.mmproj_path))
+        self._delete_unused(owned)
         folder = self.owned_dir(record.id)
-        if folder.is_dir() and (record.owned or not any(folder.iterdir())):
+        shared = any(_is_inside(Path(p), folder) for p in self._used_paths())
+        if folder.is_dir() and not shared and (record.owned or not any(folder.iterdir())):
             shutil.rmtree(folder, ignore_errors=True)  # also drops partial downloads
 
     # --- paths --------------------------------------------------------------
@@ -277,18 +296,30 @@ class Library:
             raise InvalidRequest(f"draft_model {found.id} cannot draft for {record.id}: {why}", param="draft_model")
         return found.id
 
-    def _check_free_id(self, model_id: str) -> None:
+    def _check_free_id(self, model_id: str, param: str = "model_id") -> None:
         existing = self._find(model_id)
         if existing is not None:
             raise InvalidRequest(
                 f"a model named '{existing.id}' is already installed (from {existing.source}); "
                 "remove it first or choose another id",
-                param="model_id",
+                param=param,
             )
 
-    def _delete_owned_file(self, path: Path) -> None:
-        if _is_inside(path, self.models_dir):
+    def _used_paths(self) -> set[str]:
+        """The files the installed models use (copies share their original's)."""
+        return {p for r in self.table.all() for p in (*r.shards, r.mmproj_path) if p}
+
+    def _delete_unused(self, paths: Sequence[Path]) -> None:
+        """Delete those of Spark's own files `paths` that no installed model uses, and their folder
+        once it is empty (the original's folder, when its last copy goes)."""
+        used = self._used_paths()
+        for path in paths:
+            if str(path) in used or not _is_inside(path, self.models_dir):
+                continue
             path.unlink(missing_ok=True)
+            if path.parent != self.models_dir and _is_inside(path.parent, self.models_dir):
+                with contextlib.suppress(OSError):  # not empty: other files stay
+                    path.parent.rmdir()
 
     def _register_bundled(self) -> None:
         """Add the bundled SmolLM2 on first use, and follow it when its package moves."""

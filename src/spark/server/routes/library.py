@@ -3,7 +3,8 @@
 `GET /api/models` lists the installed models; `GET /api/models/{id}` shows one
 with its files, settings and where it would go on this machine now (the
 planner's arithmetic); `DELETE /api/models/{id}` unloads it if loaded, then
-removes it; `PATCH /api/models/{id}/settings` changes its own settings and says
+removes it; `POST /api/models/{id}/copy` installs it again under another id;
+`PATCH /api/models/{id}/settings` changes its own settings and says
 whether the loaded runner must reload (the next request does it). The Hub
 search and the pull jobs are in `hub.py` and `pulls.py`; every route of the
 three is in `LIBRARY_ROUTES`.
@@ -15,7 +16,7 @@ import asyncio
 from typing import Any, Literal
 
 import msgspec
-from litestar import Request, Response, delete, get, patch
+from litestar import Request, Response, delete, get, patch, post
 from litestar.params import FromPath
 
 from spark.api.common import decode_body
@@ -156,6 +157,22 @@ async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str])
     return json_response(_encode(RemoveResult(model=entry.id, unloaded=unloaded, files_deleted=entry.owned)))
 
 
+class CopyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: str  # the copy's model id
+
+
+_copy_decoder = msgspec.json.Decoder(CopyRequest)
+
+
+@post("/models/{model_id:str}/copy", status_code=200)
+async def copy_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+    """Install the model again under another id (Ollama's `cp`): the same files, its own settings."""
+    state = state_of(request)
+    wanted = decode_body(_copy_decoder, await request.body())
+    copied = await asyncio.to_thread(state.library.copy, model_id, wanted.id)
+    return json_response(_encode(_summary(copied, _loaded_ids(state))))
+
+
 @patch("/models/{model_id:str}/settings")
 async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
     state = state_of(request)
@@ -206,4 +223,4 @@ def _seconds(value: float | str | None) -> float | None:
         ) from None
 
 
-LIBRARY_ROUTES = [list_models, show_model, remove_model, change_settings, *HUB_ROUTES, *PULL_ROUTES]
+LIBRARY_ROUTES = [list_models, show_model, remove_model, copy_model, change_settings, *HUB_ROUTES, *PULL_ROUTES]
