@@ -166,7 +166,8 @@ async def _parse(request: Request[Any, Any, Any], own: Continuation, **options: 
     call = await parse_with_images(
         state_of(request).settings, parse_responses, body, earlier=earlier, earlier_param=own.continued, **options
     )
-    return call, with_history(body, earlier)
+    routable = state_of(request).fleet.has_nodes()  # the whole body is written only for a node
+    return call, with_history(body, earlier) if routable else body
 
 
 async def _stored_items(request: Request[Any, Any, Any], own: Continuation) -> list[Any]:

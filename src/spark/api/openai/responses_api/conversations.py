@@ -55,7 +55,7 @@ class NewConversation(msgspec.Struct, frozen=True):
 def parse_new_conversation(body: bytes, *, remote_images: bool) -> NewConversation:
     """Decode a `POST /v1/conversations` body (an empty body is an empty conversation)."""
     wire = decode_body(_create, body) if body.strip() else _Create()
-    items = _checked_items(body, wire.items or [], remote_images) if wire.items else []
+    items = _checked_items(body, wire.items, remote_images) if wire.items else []
     return NewConversation(items, wire.metadata or {})
 
 
