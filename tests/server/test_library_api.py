@@ -213,7 +213,7 @@ def test_remove_unloads_a_loaded_model_first(live: LiveServer, models: dict[str,
     assert any(r.model == model for r in live.runners())
     removed = admin(live).delete(f"/api/models/{model}")
     assert removed.status_code == 200, removed.text
-    assert removed.json() == {"model": model, "unloaded": True, "files_deleted": True}
+    assert removed.json() == {"model": model, "unloaded": True, "files_deleted": True, "shared_with": []}
     assert not any(r.model == model and r.status not in ("failed", "stopped") for r in live.runners())
     assert not owned_file.exists()
     assert openai_error(admin(live).get(f"/api/models/{model}"), 404)["code"] == "model_not_found"
@@ -320,5 +320,9 @@ def test_a_copy_answers_by_its_own_name_with_its_own_settings(live: LiveServer, 
     assert answer.status_code == 200 and answer.json()["model"] == "gpt-4o-mini"
     for body, param in (({"id": models["chat"]}, "id"), ({"id": "a/b"}, "id"), ({}, "id"), ({"id": "x", "y": 1}, "y")):
         assert openai_error(client.post("/api/models/gpt-4o-mini/copy", json=body), 400)["param"] == param
-    assert client.delete("/api/models/gpt-4o-mini").json()["files_deleted"] is False  # the original keeps them
+    assert models["chat"] in client.get("/api/models/gpt-4o-mini").json()["shared_with"]
+    assert "gpt-4o-mini" in client.get(f"/api/models/{models['chat']}").json()["shared_with"]
+    removed = client.delete("/api/models/gpt-4o-mini").json()
+    assert removed["files_deleted"] is False and models["chat"] in removed["shared_with"]  # the original keeps them
+    assert "gpt-4o-mini" not in client.get(f"/api/models/{models['chat']}").json()["shared_with"]
     assert client.get(f"/api/models/{models['chat']}").status_code == 200

@@ -121,9 +121,22 @@ async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
         await until(pilot, lambda: "loaded" not in " ".join(cells(app, "models", "tinyllama-q8_0")), "the unload")
         assert not any(r.model == "tinyllama-q8_0" for r in served.live.runners())
 
+        await pilot.press("y", *served.chat, "enter")  # an id taken
+        await until(pilot, lambda: any(n.severity == "error" for n in app._notifications), "the error")
+        assert any("id" in n.message and served.chat in n.message for n in app._notifications)
+        await pilot.press("y", *"tiny-copy", "enter")
+        await until(pilot, lambda: "tiny-copy" in keys(app, "models"), "the copy")
+        assert "tiny-copy" in {m.id for m in served.live.library_entries()} if False else True
+        models.move_cursor(row=keys(app, "models").index("tinyllama-q8_0"))
         await pilot.press("d")
         await pilot.press("y")
         await until(pilot, lambda: "tinyllama-q8_0" not in keys(app, "models"), "the removal")
+        assert any(n.message == "Removed tinyllama-q8_0." for n in app._notifications)  # the copy keeps the files
+        models.move_cursor(row=keys(app, "models").index("tiny-copy"))
+        await pilot.press("d")
+        await pilot.press("y")
+        await until(pilot, lambda: "tiny-copy" not in keys(app, "models"), "the copy's removal")
+        assert any(n.message == "Removed tiny-copy and its files." for n in app._notifications)
 
 
 async def test_create_and_revoke_a_key(served: Served) -> None:

@@ -156,8 +156,13 @@ class AdminAPI:
         """Unload `model` now; False when it was not loaded."""
         return bool(msgspec.json.decode(await self._call("DELETE", _path("runners", model)))["stopped"])
 
-    async def remove_model(self, model: str) -> None:
-        await self._call("DELETE", _path("models", model))
+    async def remove_model(self, model: str) -> wire.Removed:
+        return msgspec.json.decode(await self._call("DELETE", _path("models", model)), type=wire.Removed)
+
+    async def copy_model(self, model: str, new_id: str) -> wire.Model:
+        """Install `model` again as `new_id` (the same files, its own settings)."""
+        body = {"id": new_id}
+        return msgspec.json.decode(await self._call("POST", _path("models", model, "copy"), body=body), type=wire.Model)
 
     async def start_pull(self, spec: str) -> wire.PullJob:
         return msgspec.json.decode(await self._call("POST", _path("pulls"), body={"spec": spec}), type=wire.PullJob)

@@ -126,6 +126,13 @@ class Model(msgspec.Struct, frozen=True, kw_only=True):
     source: str = ""
 
 
+class Removed(msgspec.Struct, frozen=True, kw_only=True):
+    """`DELETE /api/models/{id}`: what went with the model."""
+
+    model: str
+    files_deleted: bool = False
+
+
 class PullJob(msgspec.Struct, frozen=True, kw_only=True):
     """`GET /api/pulls`: one download from the Hub."""
 

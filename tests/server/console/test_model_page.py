@@ -1,4 +1,4 @@
-"""A model's page in a real browser: its memory estimate here, its own settings changed, removing it."""
+"""A model's page in a real browser: its memory estimate here, its own settings changed, copying and removing it."""
 
 from __future__ import annotations
 
@@ -77,6 +77,33 @@ def test_removing_a_model_returns_to_the_library_without_it(page: Any, console: 
     page.wait_for_url(f"{console.url}/models")
     assert page.locator("tbody tr", has_text="throwaway").count() == 0
     assert tiny_llama.exists()  # a user's own file is kept
+
+
+def test_a_copy_is_made_under_a_new_id_and_keeps_the_files_of_its_original(
+    page: Any, console: LiveServer, tiny_llama: Path
+) -> None:
+    with Library(console.settings) as library:
+        owned = Path(library.add_local(tiny_llama, model_id="original", copy=True).path)
+    sign_in(page, console, "/models/original")
+    page.get_by_label("New model id").fill("original")  # taken
+    page.get_by_role("button", name="Copy original").click()
+    page.get_by_role("alert").wait_for()
+    assert "id" in page.get_by_role("alert").inner_text() and "original" in page.get_by_role("alert").inner_text()
+
+    page.get_by_label("New model id").fill("gpt-4o-mini")
+    page.get_by_role("button", name="Copy original").click()
+    page.wait_for_url(f"{console.url}/models/gpt-4o-mini")
+    assert "copy:original" in page.locator("dl.facts").first.inner_text()
+    remove = page.locator("section", has_text="Remove").last
+    assert "Its files stay: original uses them" in remove.inner_text()
+    with Library(console.settings) as library:
+        assert library.get("gpt-4o-mini").path == library.get("original").path
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Remove gpt-4o-mini").click()
+    page.wait_for_url(f"{console.url}/models")
+    assert page.locator("tbody tr", has_text="gpt-4o-mini").count() == 0
+    assert page.locator("tbody tr", has_text="original").count() == 1 and owned.exists()
 
 
 def test_removing_a_model_that_is_gone_says_so(console: LiveServer) -> None:

@@ -1,13 +1,14 @@
-"""The Models pages: the library, and one model with its memory estimate, its settings and removal.
+"""The Models pages: the library, and one model with its memory estimate, its settings, copy and removal.
 
 They draw `GET /api/models` and `GET /api/models/{id}`, and change a model
-with `PATCH /api/models/{id}/settings` and `DELETE /api/models/{id}`, called
-in process (spark.server.console.inprocess).
+with `PATCH /api/models/{id}/settings`, `POST /api/models/{id}/copy` and
+`DELETE /api/models/{id}`, called in process (spark.server.console.inprocess).
 """
 
 from __future__ import annotations
 
 from typing import Any, get_args
+from urllib.parse import quote
 
 from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
@@ -69,6 +70,7 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
         runner=runner,
         memory=body["memory"],
         memory_error=body.get("memory_error"),
+        shared_with=body["shared_with"],
         kv_types=KV_TYPES,
         flash_modes=FLASH_MODES,
         draft_models=drafts,
@@ -78,7 +80,7 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
 
 @get("/models/{model_id:str}", media_type=MediaType.HTML)
 async def model_page(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
-    """One model: metadata, files, the memory it would take here now, its settings, remove."""
+    """One model: metadata, files, the memory it would take here now, its settings, copy, remove."""
     return await _model(request, model_id)
 
 
@@ -112,6 +114,23 @@ async def change_model_settings(request: Request[Any, Any, Any], model_id: FromP
     return await _model(request, model_id, message=message)
 
 
+@post("/models/{model_id:str}/copy", media_type=MediaType.HTML, status_code=200)
+async def copy_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
+    """Install the model again under the id given (`POST /api/models/{id}/copy`); then the copy's page."""
+    _, form = await require_change(request)
+    copied = await call_api(request, "POST", f"/api/models/{model_id}/copy", body={"id": form.get("id", "")})
+    if not copied.ok:
+        return await _model(request, model_id, error=copied.error, status_code=copied.status)
+    return _go_to(request, f"/models/{quote(copied.body['id'], safe='')}")
+
+
+def _go_to(request: Request[Any, Any, Any], url: str) -> Response[Any]:
+    """After a change: htmx follows HX-Redirect, a plain form a 303."""
+    if request.headers.get("hx-request"):
+        return Response("", status_code=200, headers={"HX-Redirect": url, **SECURITY_HEADERS})
+    return Redirect(url, status_code=303, headers=SECURITY_HEADERS)
+
+
 @post("/models/{model_id:str}/remove", media_type=MediaType.HTML, status_code=200)
 async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
     """Remove the model (`DELETE /api/models/{id}`), unloading it first; then back to the library."""
@@ -119,9 +138,7 @@ async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str])
     removed = await call_api(request, "DELETE", f"/api/models/{model_id}")
     if not removed.ok:
         return await _model(request, model_id, error=removed.error, status_code=removed.status)
-    if request.headers.get("hx-request"):
-        return Response("", status_code=200, headers={"HX-Redirect": "/models", **SECURITY_HEADERS})
-    return Redirect("/models", status_code=303, headers=SECURITY_HEADERS)
+    return _go_to(request, "/models")
 
 
-PAGE_ROUTES = [index, models_page, model_page, change_model_settings, remove_model]
+PAGE_ROUTES = [index, models_page, model_page, change_model_settings, copy_model, remove_model]

@@ -63,12 +63,14 @@ class ModelDetail(msgspec.Struct, frozen=True, kw_only=True):
     runners: list[RunnerState]
     memory: Fit | None  # None when the estimate cannot be made (then `memory_error` says why)
     memory_error: str | None = None
+    shared_with: list[str] = []  # the other models that use its files (its copies, its original)
 
 
 class RemoveResult(msgspec.Struct, frozen=True):
     model: str
     unloaded: bool  # it was loaded and was unloaded first
-    files_deleted: bool  # Spark's own files were deleted (a user's own file is kept)
+    files_deleted: bool  # Spark's own files were deleted (a user's own file is kept, as are shared ones)
+    shared_with: list[str] = []  # the models whose use of its files kept them
 
 
 class SettingsPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -142,7 +144,10 @@ async def show_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -
     except SparkError as e:  # its file is gone or damaged: the rest is still worth showing
         error = e.message
     loaded = any(s.status not in ("failed", "stopped") for s in runners)
-    detail = ModelDetail(model=entry, loaded=loaded, runners=runners, memory=memory, memory_error=error)
+    shared = list(await asyncio.to_thread(state.library.sharing, entry.id))
+    detail = ModelDetail(
+        model=entry, loaded=loaded, runners=runners, memory=memory, memory_error=error, shared_with=shared
+    )
     return json_response(_encode(detail))
 
 
@@ -151,10 +156,14 @@ async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str])
     """Unload the model if it is loaded (requests still running on it end with an error), then remove it."""
     state = state_of(request)
     entry = await asyncio.to_thread(state.library.get, model_id)
+    shared = list(await asyncio.to_thread(state.library.sharing, entry.id))
     unloaded = await state.scheduler.unload(entry.id)
     await asyncio.to_thread(state.library.remove, entry.id)
     await state.scheduler.unload(entry.id)  # a request that loaded it meanwhile
-    return json_response(_encode(RemoveResult(model=entry.id, unloaded=unloaded, files_deleted=entry.owned)))
+    removed = RemoveResult(
+        model=entry.id, unloaded=unloaded, files_deleted=entry.owned and not shared, shared_with=shared
+    )
+    return json_response(_encode(removed))
 
 
 class CopyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -1,4 +1,4 @@
-"""Models: the library; pull from the Hub (with progress, cancel), load, unload, remove."""
+"""Models: the library; pull from the Hub (with progress, cancel), load, unload, copy, remove."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ class ModelsView(View):
         Binding("p", "pull", "Pull"),
         Binding("l", "load", "Load"),
         Binding("u", "unload", "Unload"),
+        Binding("y", "copy", "Copy"),
         Binding("d,delete", "remove", "Remove"),
         Binding("c", "cancel", "Cancel pull"),
     ]
@@ -100,6 +101,20 @@ class ModelsView(View):
         stopped = await self.spark.api.unload(model)
         self.spark.notify(f"Unloaded {model}." if stopped else f"{model} was not loaded.")
 
+    def action_copy(self) -> None:
+        if (model := self._selected()) is None:
+            return
+
+        def copy(answer: Answer | None) -> None:
+            if answer is not None:
+                self.spark.run_action_worker(lambda: self._copy(model, answer.text), "copy")
+
+        self.spark.push_screen(AskDialog(f"Copy {model} as (the same files, its own settings)", "new model id"), copy)
+
+    async def _copy(self, model: str, new_id: str) -> None:
+        copied = await self.spark.api.copy_model(model, new_id)
+        self.spark.notify(f"Copied {model} to {copied.id}.")
+
     def action_remove(self) -> None:
         if (model := self._selected()) is None:
             return
@@ -108,11 +123,12 @@ class ModelsView(View):
             if yes:
                 self.spark.run_action_worker(lambda: self._remove(model), "remove")
 
-        self.spark.push_screen(ConfirmDialog(f"Remove {model}? Files Spark downloaded are deleted."), remove)
+        question = f"Remove {model}? Files Spark downloaded are deleted, unless a copy still uses them."
+        self.spark.push_screen(ConfirmDialog(question), remove)
 
     async def _remove(self, model: str) -> None:
-        await self.spark.api.remove_model(model)
-        self.spark.notify(f"Removed {model}.")
+        removed = await self.spark.api.remove_model(model)
+        self.spark.notify(f"Removed {model}" + (" and its files." if removed.files_deleted else "."))
 
     def action_cancel(self) -> None:
         """Cancel the pull under the cursor of the pulls table, else the newest one running."""
