@@ -73,7 +73,7 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
         "input[0].content[0].file_data",
     ),
-    ("/v1/responses", "`background`, `prompt` (stored prompt templates)"): ({"background": True}, "background"),
+    ("/v1/responses", "`prompt` (stored prompt templates)"): ({"prompt": {"id": "pmpt_1"}}, "prompt"),
 }
 
 

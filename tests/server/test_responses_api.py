@@ -124,7 +124,7 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation"),
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "background"),
         ({"input": []}, "input"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
+
 from spark.store.db import Database
 from spark.store.responses import PRUNE_EVERY, ResponseTable, StoredResponse
 
@@ -45,3 +47,15 @@ def test_old_responses_are_pruned_as_new_ones_are_written(tmp_path: Path) -> Non
     assert table.get("resp_2", "me/sk-1") is not None  # not yet: pruning waits for its turn
     table.put(_stored(PRUNE_EVERY + 1, None), retention_seconds=3600)
     assert table.get("resp_2", "me/sk-1") is None and table.get("resp_3", "me/sk-1") is not None
+
+
+def test_responses_a_stopped_server_left_unfinished_read_failed(tmp_path: Path) -> None:
+    table = ResponseTable(Database(tmp_path / "spark.db"))
+    for n, status in ((1, "queued"), (2, "in_progress"), (3, "completed")):
+        stored = _stored(n, None)
+        table.put(msgspec.structs.replace(stored, response={**stored.response, "status": status}), retention_seconds=60)
+    assert table.end_unfinished("The server stopped.") == 2
+    statuses = {n: table.get(f"resp_{n}", "me/sk-1") for n in (1, 2, 3)}
+    assert {n: s.response["status"] for n, s in statuses.items() if s} == {1: "failed", 2: "failed", 3: "completed"}
+    assert statuses[1] and statuses[1].response["error"] == {"code": "server_error", "message": "The server stopped."}
+    assert statuses[1].response["output"]  # the rest as it was

@@ -16,6 +16,7 @@ even the text of an error (which may quote the input): only the error's code.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import msgspec
 from litestar.enums import ScopeType
@@ -80,6 +81,7 @@ class RequestRecorder:
         self._first_token_ms: float | None = None
         self.node = LOCAL_NODE  # where it was served: this server, or the fleet node it was routed to
         self._relayed_reason: str | None = None  # a node's finish reason, in its API's words
+        self.detached = False  # its work goes on after the response: the record is written by `detached`
 
     @property
     def keeps_content(self) -> bool:
@@ -296,6 +298,17 @@ def recorder_of(scope: Scope) -> RequestRecorder | None:
     return recorder if isinstance(recorder, RequestRecorder) else None
 
 
+def detached(scope: Scope) -> Callable[[], None]:
+    """Leave the log record of the request in `scope` to work that goes on after its response (a
+    background answer); returns what writes the record, to call once that work ends."""
+    recorder = recorder_of(scope)
+    if recorder is None:
+        return lambda: None
+    recorder.detached = True
+    state: ServerState = scope["app"].state.spark
+    return lambda: _record(state, recorder.finish(200))
+
+
 def log_requests(app: ASGIApp) -> ASGIApp:
     """Middleware: record every POST (the API calls that reach a model) for the log and metrics."""
 
@@ -323,7 +336,8 @@ def log_requests(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive_body, send_status)
         finally:
-            _record(state, recorder.finish(status))
+            if not recorder.detached:
+                _record(state, recorder.finish(status))
 
     return middleware
 

@@ -16,6 +16,7 @@ from spark.fleet.report import Capacity, Checksums, DecodeRates, capacity
 from spark.library import Library
 from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
+from spark.server.background import STOPPED_MESSAGE, BackgroundRuns
 from spark.server.draining import Drain
 from spark.server.metrics import Metrics
 from spark.settings import Settings
@@ -58,6 +59,8 @@ class ServerState:
         self.requests = RequestTable(self.db)
         self.responses = ResponseTable(self.db)  # stored Responses API answers
         self.conversations = ConversationTable(self.db)  # Conversations API
+        self.background = BackgroundRuns()  # background Responses API answers, running or just ended
+        self.responses.end_unfinished(STOPPED_MESSAGE)  # those a previous run of the server left running
         # retention 0 keeps no request log: nothing is written at all
         self.request_log = (
             LogWriter(
@@ -100,6 +103,7 @@ class ServerState:
             if self._fleet_client is not None:
                 await self._fleet_client.aclose()
             await self.hop_pool.aclose()
+            await self.background.close()
             await self.scheduler.close()
         finally:
             self.events.close()

@@ -98,6 +98,20 @@ class ResponseTable:
             next_id = stored.previous_id
         return chain[::-1] if chain else None
 
+    def end_unfinished(self, message: str) -> int:
+        """Mark the background responses stored as `queued` or `in_progress` (a server that stopped
+        left them so) as failed with `message`; how many."""
+        rows = self.db.execute(
+            "SELECT id, response FROM responses WHERE json_extract(response, '$.status') IN ('queued', 'in_progress')"
+        ).fetchall()
+        for row in rows:
+            response = msgspec.json.decode(row["response"])
+            response.update(status="failed", error={"code": "server_error", "message": message})
+            self.db.execute(
+                "UPDATE responses SET response = ? WHERE id = ?", (msgspec.json.encode(response).decode(), row["id"])
+            )
+        return len(rows)
+
     def delete(self, response_id: str, owner: str) -> bool:
         """Forget the response `response_id` of `owner`; whether there was one."""
         cursor = self.db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner))

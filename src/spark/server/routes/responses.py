@@ -1,5 +1,6 @@
 """OpenAI's Responses API: `POST /v1/responses`, `/v1/responses/input_tokens`, and the stored
-responses: `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
+responses: `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`,
+`POST /v1/responses/{id}/cancel`.
 
 An answer made with `store` (OpenAI's default) is kept in the database for the
 key that made it (`spark.store.responses`), unless the key is zero-retention or
@@ -9,19 +10,26 @@ stored items, then its own input; an answer to a conversation adds its input and
 output to it. On a fleet, the server the client calls keeps the responses and
 conversations: a node that its central sends a request to is sent the whole
 conversation and stores nothing.
+
+A `background` request is stored `queued` and answered in a task of its own
+(`spark.server.background`): the route returns the response object at once, or
+streams its events; `GET` shows it as it stands (or follows its events again),
+`cancel` stops it, and the stored object is replaced by the final one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
+from litestar.response import Stream
+from litestar.types import Scope
 
 from spark.api.openai import ResponsesCall, ResponseStream, input_tokens_body, parse_responses, response_body
 from spark.api.openai.responses_api.stored import (
@@ -33,21 +41,33 @@ from spark.api.openai.responses_api.stored import (
     new_items,
     own_items,
     parse_items_query,
+    parse_retrieve_query,
     with_history,
 )
-from spark.errors import ContextLengthExceeded, PreviousResponseNotFound, ResponseNotFound
+from spark.errors import (
+    Cancelled,
+    ContextLengthExceeded,
+    InvalidRequest,
+    PreviousResponseNotFound,
+    ResponseNotFound,
+    ShuttingDown,
+    SparkError,
+    from_info,
+)
 from spark.server.auth import api_key_of, owner
-from spark.server.generation import count_tokens, run_chat, stream_response
+from spark.server.background import KEPT_SECONDS, STOPPED_MESSAGE, BackgroundRun
+from spark.server.errors import internal_error, log_unexpected
+from spark.server.generation import SSE_HEADERS, Generation, count_tokens, run_chat, stream_response
 from spark.server.images import parse_with_images
-from spark.server.recorder import recorder_of
+from spark.server.recorder import detached, recorder_of
 from spark.server.request_ids import ROUTED_STATE, request_ids
 from spark.server.responses import json_response
 from spark.server.routes.conversations import conversation_items
 from spark.server.routing import Keep, routed_response
-from spark.server.state import state_of
+from spark.server.state import ServerState, state_of
 from spark.server.truncation import fitted
 from spark.store.responses import StoredResponse
-from spark.types import ChatRequest
+from spark.types import ChatRequest, Failed
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 
@@ -65,6 +85,8 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     store = _stores(request, own)
     call, body = await _parse(request, own, max_tokens_limit=state.max_tokens_limit, store=store)
     echo, generation = call.echo, call.request
+    if echo.background:
+        return await _in_background(request, own, call)
     keeps = (store or own.conversation_id is not None) and not _routed_here(request)
     keep = _keeper(request, own, await request.body(), store=store) if keeps else None
     request_id, created = request_ids(request.scope).id, int(time.time())
@@ -79,8 +101,8 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
         if asked.stream:
 
             async def before_end() -> None:
-                if keep is not None and encoder.completed is not None:
-                    await keep(msgspec.json.decode(encoder.completed))
+                if keep is not None and encoder.final is not None:
+                    await keep(msgspec.json.decode(encoder.final))
 
             return await stream_response(
                 state, request.scope, asked, encoder, recorder=recorder_of(request.scope), before_end=before_end
@@ -111,9 +133,35 @@ async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[An
 
 @get("/responses/{response_id:str}")
 async def get_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
-    """A stored response, as it was answered."""
+    """A stored response, as it was answered; a background one as it stands, or (`stream=true`)
+    its events again, from the one after `starting_after`, followed until it ends."""
+    query = parse_retrieve_query(request.query_params)
     stored = await _stored(request, response_id)
-    return json_response(msgspec.json.encode(stored.response))
+    run = state_of(request).background.get(response_id)
+    if query.stream:
+        if not stored.response.get("background"):
+            raise InvalidRequest("Only a background response can be streamed again.", param="stream")
+        if run is None:
+            raise InvalidRequest(
+                f"The events of response '{response_id}' are no longer kept (they are for "
+                f"{KEPT_SECONDS / 60:g} minutes after it ends): retrieve it without 'stream'.",
+                param="stream",
+            )
+        return _event_stream(run.follow(query.starting_after))
+    return json_response(run.snapshot() if run is not None else msgspec.json.encode(stored.response))
+
+
+@post("/responses/{response_id:str}/cancel", status_code=200)
+async def cancel_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
+    """Stop a background response; it is `cancelled` unless it had ended (then it is as it ended)."""
+    stored = await _stored(request, response_id)
+    if not stored.response.get("background"):
+        raise InvalidRequest("Only a background response can be cancelled.", param="response_id")
+    run = state_of(request).background.get(response_id)
+    if run is None:
+        return json_response(msgspec.json.encode(stored.response))
+    await run.cancel()
+    return json_response(run.snapshot())
 
 
 @get("/responses/{response_id:str}/input_items")
@@ -133,7 +181,92 @@ async def delete_response(request: Request[Any, Any, Any], response_id: FromPath
     return json_response(deleted_body(response_id))
 
 
-RESPONSES_ROUTES = [responses, responses_input_tokens, get_response, response_input_items, delete_response]
+RESPONSES_ROUTES = [
+    responses,
+    responses_input_tokens,
+    get_response,
+    cancel_response,
+    response_input_items,
+    delete_response,
+]
+
+
+async def _in_background(request: Request[Any, Any, Any], own: Continuation, call: ResponsesCall) -> Response[Any]:
+    """Store the response `queued` and answer it in a task of its own; the response object at once,
+    or its events as they come (a client going away stops only its own following)."""
+    state, asked = state_of(request), call.request
+    if not _stores(request, own):
+        raise InvalidRequest(
+            "A background response is stored, and this server (response_retention_days 0) or this "
+            "zero-retention API key keeps none: send it without 'background'.",
+            param="background",
+        )
+    if state.fleet.has_nodes() and not state.library.exists(asked.model):
+        raise InvalidRequest(
+            f"A background response is answered by the server that keeps it, and '{asked.model}' is "
+            "only on this server's fleet nodes: send it without 'background'.",
+            param="background",
+        )
+    state.scheduler.check(asked)  # a model that cannot be served is refused now, not in the background
+    keep = _keeper(request, own, await request.body(), store=True)
+    encoder = ResponseStream(request_ids(request.scope).id, asked.model, int(time.time()), call.echo)
+    await keep(msgspec.json.decode(encoder.snapshot()))  # queued
+    answer = _BackgroundAnswer(state, request.scope, asked, encoder, keep)
+    run = state.background.start(encoder.id, encoder.snapshot, answer.run)
+    return _event_stream(run.follow()) if asked.stream else json_response(encoder.snapshot())
+
+
+class _BackgroundAnswer:
+    """A background response's answer, in its own task: generated as a stream would be, each
+    event kept in its run, the final response object stored, then the request's log record."""
+
+    def __init__(self, state: ServerState, scope: Scope, asked: ChatRequest, encoder: ResponseStream, keep: Keep):
+        self.state, self.scope, self.asked, self.encoder, self.keep = state, scope, asked, encoder, keep
+        self.recorder = recorder_of(scope)
+        self.record = detached(scope)
+
+    async def run(self, run: BackgroundRun) -> None:
+        try:
+            try:
+                await self._generate(run, self.asked)
+            except ContextLengthExceeded as e:
+                if self.encoder.echo.truncation != "auto":
+                    raise e.named("input") from None
+                await self._generate(run, await fitted(self.state, self.asked, e, self.recorder))
+        except asyncio.CancelledError:
+            if run.cancelled:
+                self._failed(Cancelled(f"The response was cancelled (POST /v1/responses/{run.id}/cancel)."))
+                run.add(self.encoder.cancel())
+            else:
+                run.add(self.encoder.fail(self._failed(ShuttingDown(STOPPED_MESSAGE))))
+        except SparkError as e:
+            run.add(self.encoder.fail(self._failed(e.named("input") if isinstance(e, ContextLengthExceeded) else e)))
+        except Exception as e:
+            log_unexpected(self.scope, e)
+            run.add(self.encoder.fail(self._failed(internal_error(self.scope))))
+        finally:
+            try:
+                await self.keep(msgspec.json.decode(self.encoder.snapshot()))
+            finally:
+                run.end()
+                self.record()
+
+    async def _generate(self, run: BackgroundRun, asked: ChatRequest) -> None:
+        async with Generation(self.state, asked, recorder=self.recorder) as generation:
+            while not self.encoder.finished:
+                event = await generation.next()
+                if isinstance(event, Failed):
+                    raise from_info(event.error)
+                run.add(self.encoder.feed(event))
+
+    def _failed(self, error: SparkError) -> SparkError:
+        if self.recorder is not None:
+            self.recorder.failed(error)
+        return error
+
+
+def _event_stream(events: AsyncIterator[bytes]) -> Stream:
+    return Stream(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @contextmanager
@@ -184,6 +317,11 @@ async def _stored_items(request: Request[Any, Any, Any], own: Continuation) -> l
         raise PreviousResponseNotFound(
             f"Previous response with id '{own.previous_response_id}' not found.", param="previous_response_id"
         )
+    if chain[-1].response.get("status") in ("queued", "in_progress"):  # a background response
+        raise InvalidRequest(
+            f"Previous response '{own.previous_response_id}' is still in progress: continue it once it has ended.",
+            param="previous_response_id",
+        )
     return [item for stored in chain for item in stored.items]
 
 
@@ -193,8 +331,9 @@ def _keeper(request: Request[Any, Any, Any], own: Continuation, body: bytes, *, 
     state, who = state_of(request), owner(request)
 
     async def keep(response: dict[str, Any]) -> None:
-        if response.get("status") not in _KEPT_STATUSES or not isinstance(response.get("id"), str):
-            return
+        kept = response.get("status") in _KEPT_STATUSES
+        if not (kept or response.get("background")) or not isinstance(response.get("id"), str):
+            return  # a background response is stored whatever its status: its client asks for it
         stored = StoredResponse(
             id=response["id"],
             owner=who,
@@ -206,7 +345,7 @@ def _keeper(request: Request[Any, Any, Any], own: Continuation, body: bytes, *, 
         if store:
             retention = state.settings.response_retention_days * 86400
             await asyncio.to_thread(state.responses.put, stored, retention_seconds=retention)
-        if own.conversation_id is not None:  # (gone since the request came: nothing to add to)
+        if kept and own.conversation_id is not None:  # (gone since the request came: nothing to add to)
             await asyncio.to_thread(state.conversations.add_items, own.conversation_id, who, new_items(stored.items))
 
     return keep

@@ -104,7 +104,6 @@ class _Response(msgspec.Struct, kw_only=True):
     incomplete_details: _Incomplete | None = None
     error: _Error | None = None
     object: Literal["response"] = "response"
-    background: bool = False
 
 
 def _usage(usage: Usage) -> _Usage:
@@ -210,7 +209,8 @@ class ResponseStream:
     `response.function_call_arguments.delta`) and their `.done` events, then
     `response.output_item.done`; last `response.completed` (or `response.incomplete`
     when max_output_tokens ended it) with the whole response. `Failed` (or `fail()`)
-    ends it with `response.failed`, whose response carries the error.
+    ends it with `response.failed`, whose response carries the error. `snapshot()` is
+    the response object as it stands at any point (a background response's progress).
     """
 
     def __init__(self, request_id: str, model: str, created: int, echo: Echo) -> None:
@@ -227,7 +227,7 @@ class ResponseStream:
         self._pieces: list[str] = []  # the open item's text or arguments so far
         self._logprobs: list[ContentLogprob] = []  # the open message's log probabilities so far
         self._tool_index = -1  # the engine's index of the open function call
-        self.completed: bytes | None = None  # the whole response, once it completed (or ran out of tokens)
+        self.final: bytes | None = None  # the whole response object, once it ended (whatever its status)
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (empty for events with nothing to send)."""
@@ -268,7 +268,28 @@ class ResponseStream:
         self.finished = True
         response = self._response("failed", None)
         response.error = _Error(_failure_code(error), error.message)
-        return out + self._event("response.failed", {"response": response})
+        self.final = _encode_response(response)
+        return out + self._event("response.failed", {"response": msgspec.Raw(self.final)})
+
+    def cancel(self) -> bytes:
+        """The answer was cancelled (a background response's `cancel`): the open item ends
+        incomplete and the response is `cancelled`; no event says so (OpenAI defines none)."""
+        if self.finished:
+            return b""
+        out = self._close_item("incomplete")
+        self.finished = True
+        self.final = _encode_response(self._response("cancelled", None))
+        return out
+
+    def snapshot(self) -> bytes:
+        """The response object as it stands: `queued` before the answer began, `in_progress` with
+        the output so far (the open item as far as it goes), else as it ended."""
+        if self.final is not None:
+            return self.final
+        response = self._response("in_progress" if self._started else "queued", None)
+        if self._open is not None:
+            response.output.append(self._so_far(self._open, "in_progress"))
+        return _encode_response(response)
 
     def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
         payload = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -341,31 +362,35 @@ class ResponseStream:
         self._open, self._pieces, self._logprobs = item, [], []
         return out + self._event("response.output_item.added", {"output_index": len(self._items), "item": item})
 
-    def _close_item(self, status: str) -> bytes:
-        item = self._open
-        if item is None:
-            return b""
+    def _so_far(self, item: _Item, status: str) -> _Item:
+        """The open `item` with its text (or arguments) so far."""
         whole = "".join(self._pieces)
+        if isinstance(item, _FunctionCallItem):
+            return msgspec.structs.replace(item, status=_call_status(whole, status), arguments=whole)
+        if isinstance(item, _MessageItem):
+            return msgspec.structs.replace(item, status=status, content=[_OutputText(whole, logprobs=self._logprobs)])
+        return msgspec.structs.replace(item, status=status, content=[_ReasoningText(whole)])
+
+    def _close_item(self, status: str) -> bytes:
+        if self._open is None:
+            return b""
+        item = self._so_far(self._open, status)
         index = len(self._items)
         where = {"item_id": item.id, "output_index": index}
         out = b""
         if isinstance(item, _FunctionCallItem):
-            item = msgspec.structs.replace(item, status=_call_status(whole, status), arguments=whole)
             out += self._event(
-                "response.function_call_arguments.done", {**where, "name": item.name, "arguments": whole}
+                "response.function_call_arguments.done", {**where, "name": item.name, "arguments": item.arguments}
             )
         else:
+            part = item.content[0]
             if isinstance(item, _MessageItem):
-                part: _OutputText | _ReasoningText = _OutputText(whole, logprobs=self._logprobs)
-                item = msgspec.structs.replace(item, status=status, content=[part])
                 out += self._event(
                     "response.output_text.done",
-                    {**where, "content_index": 0, "text": whole, "logprobs": self._logprobs},
+                    {**where, "content_index": 0, "text": part.text, "logprobs": self._logprobs},
                 )
             else:
-                part = _ReasoningText(whole)
-                item = msgspec.structs.replace(item, status=status, content=[part])
-                out += self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": whole})
+                out += self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": part.text})
             out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
         self._items.append(item)
         self._open = None
@@ -378,9 +403,9 @@ class ResponseStream:
             out += self._ensure("message")
         out += self._close_item(status)
         self.finished = True
-        self.completed = _encode_response(self._response(status, done.usage, incomplete))
+        self.final = _encode_response(self._response(status, done.usage, incomplete))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
-        return out + self._event(kind, {"response": msgspec.Raw(self.completed)})
+        return out + self._event(kind, {"response": msgspec.Raw(self.final)})
 
 
 def _encode(payload: dict[str, Any]) -> bytes:

@@ -197,6 +197,7 @@ class Echo(msgspec.Struct, frozen=True):
     conversation: dict[str, str] | None  # {"id": ...} of the conversation it reads and adds to
     store: bool  # whether the answer is stored
     truncation: str  # "auto": a conversation too long for the context loses its oldest turns
+    background: bool  # answered after the request returns; retrieved, followed or cancelled by id
 
 
 class ResponsesCall(msgspec.Struct, frozen=True):
@@ -234,7 +235,7 @@ def parse_responses(
         "Mutually exclusive parameters: send either 'previous_response_id' or 'conversation', not both.",
     )
     _refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
-    _refuse(bool(wire.background), "background", "Background responses are not supported by this server.")
+    _refuse(bool(wire.background) and wire.store is False, "background", "Background mode requires 'store' to be true.")
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
 
     tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
@@ -464,4 +465,5 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         conversation=None if wire.conversation is None else {"id": conversation_id(wire.conversation)},
         store=store,
         truncation=wire.truncation or "disabled",
+        background=bool(wire.background),
     )

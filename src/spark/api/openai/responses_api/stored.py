@@ -106,6 +106,24 @@ def parse_items_query(query: Mapping[str, str]) -> ItemsQuery:
         raise invalid_from_validation(e) from None
 
 
+class RetrieveQuery(msgspec.Struct, frozen=True):
+    """`GET /v1/responses/{id}`'s query: `stream=true` follows a background response's events
+    again, from the one after sequence number `starting_after`."""
+
+    stream: bool = False
+    starting_after: Annotated[int, msgspec.Meta(ge=-1)] = -1
+
+
+def parse_retrieve_query(query: Mapping[str, str]) -> RetrieveQuery:
+    """What a retrieval asks (bad values raise `InvalidRequest` naming the parameter); `include` is
+    left aside, every field being written anyway."""
+    wanted = {k: v for k, v in query.items() if k in ("stream", "starting_after")}
+    try:
+        return msgspec.convert(wanted, RetrieveQuery, strict=False)
+    except msgspec.ValidationError as e:
+        raise invalid_from_validation(e) from None
+
+
 def input_items_body(response_id: str, items: list[Any], query: ItemsQuery) -> bytes:
     """A page of the input items a response was made from, each with an id, as OpenAI lists them."""
     suffix = response_id.removeprefix("resp_")
