@@ -224,6 +224,13 @@ class PreviousResponseNotFound(InvalidRequest):
     code = "previous_response_not_found"
 
 
+class FileNotFound(SparkError):
+    """No uploaded file has the id asked for (`/v1/files/{id}`): never uploaded, deleted, or another key's."""
+
+    status = 404
+    code = "file_not_found"
+
+
 class ConversationNotFound(SparkError):
     """No conversation (`/v1/conversations/{id}`, a Responses request's `conversation`) or no item
     of one has the id asked for: never made, deleted, or another key's."""

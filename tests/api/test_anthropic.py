@@ -13,7 +13,7 @@ from anthropic.types import Message as SDKMessage
 from anthropic.types import MessageTokensCount, ModelInfo
 
 from spark.api import anthropic as api
-from spark.api.common import ModelEntry
+from spark.api.common import Fetch, ModelEntry
 from spark.errors import (
     Cancelled,
     ContextLengthExceeded,
@@ -334,7 +334,9 @@ def test_remote_image_needs_a_fetcher() -> None:
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
     messages = [{"role": "user", "content": [image]}]
     assert error(messages=messages).param == "messages[0].content[0].source.url"
-    got = api.parse_messages(body(messages=messages, max_tokens=5), fetch_image=lambda url, param: ImagePart(PNG))
+    got = api.parse_messages(
+        body(messages=messages, max_tokens=5), fetch=Fetch(image=lambda url, param: ImagePart(PNG))
+    )
     assert got.messages[0].content == [ImagePart(PNG)]
 
 
@@ -368,7 +370,11 @@ def test_remote_image_needs_a_fetcher() -> None:
                     {"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "f"}}]}
                 ]
             },
-            "messages[0].content[0].source.type",
+            "messages[0].content[0].source.file_id",  # no uploaded files where none are given
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}]},
+            "messages[0].content[0].source.file_id",
         ),
         (
             {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "text"}}]}]},

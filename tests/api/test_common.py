@@ -69,7 +69,7 @@ def test_bad_json_and_wrong_top_level_type() -> None:
 
 def test_data_url_image() -> None:
     url = "data:image/png;base64," + base64.b64encode(PNG).decode()
-    assert common.image_from_url(url, "p", None) == ImagePart(PNG, "image/png")
+    assert common.image_from_url(url, "p", common.NO_FETCH) == ImagePart(PNG, "image/png")
 
 
 @pytest.mark.parametrize(
@@ -85,13 +85,13 @@ def test_data_url_image() -> None:
 )
 def test_bad_image_urls_are_refused(url: str) -> None:
     with pytest.raises(InvalidRequest) as info:
-        common.image_from_url(url, "messages[0].content[1].image_url.url", None)
+        common.image_from_url(url, "messages[0].content[1].image_url.url", common.NO_FETCH)
     assert info.value.param == "messages[0].content[1].image_url.url"
 
 
 def test_remote_images_need_a_fetcher() -> None:
     with pytest.raises(InvalidRequest, match="does not fetch remote images") as info:
-        common.image_from_url("https://example.com/cat.png", "img", None)
+        common.image_from_url("https://example.com/cat.png", "img", common.NO_FETCH)
     assert info.value.param == "img"
     seen = []
 
@@ -99,7 +99,7 @@ def test_remote_images_need_a_fetcher() -> None:
         seen.append((url, param))
         return ImagePart(PNG)
 
-    assert common.image_from_url("https://example.com/cat.png", "img", fetch) == ImagePart(PNG)
+    assert common.image_from_url("https://example.com/cat.png", "img", common.Fetch(image=fetch)) == ImagePart(PNG)
     assert seen == [("https://example.com/cat.png", "img")]
 
 
@@ -189,3 +189,17 @@ def test_integers_beyond_64_bits_are_refused_by_name(body: bytes, param: str | N
         with pytest.raises(InvalidRequest, match="does not fit in 64 bits") as caught:
             common.check_integers(body)
         assert caught.value.param == param
+
+
+def test_an_uploaded_image_is_read_by_id_and_another_file_is_not_one() -> None:
+    uploads = {
+        "file-png": common.UploadedFile("cat.png", "image/png", PNG),
+        "file-txt": common.UploadedFile("a.txt", "text/plain", b"hi"),
+    }
+    fetch = common.Fetch(file=lambda file_id, param: uploads[file_id])
+    assert common.image_from_file("file-png", "input[0].content[0].file_id", fetch) == ImagePart(PNG, "image/png")
+    with pytest.raises(InvalidRequest, match="is not an image") as info:
+        common.image_from_file("file-txt", "input[0].content[0].file_id", fetch)
+    assert info.value.param == "input[0].content[0].file_id"
+    with pytest.raises(InvalidRequest, match="send the file inline"):
+        common.image_from_file("file-png", "p", common.NO_FETCH)

@@ -7,6 +7,7 @@ import base64
 import pytest
 
 from spark.api import documents
+from spark.api.common import NO_FETCH, Fetch, UploadedFile
 from spark.api.documents import document_from_data, document_text, file_parts, pdf_text
 from spark.errors import InvalidRequest
 from spark.types import TextPart
@@ -93,7 +94,27 @@ def test_bad_file_data_is_refused(file_data: str, words: str) -> None:
 
 def test_a_file_part_is_its_name_then_its_text() -> None:
     data = f"data:application/pdf;base64,{b64(make_pdf('Total: 42 EUR'))}"
-    assert file_parts(data, "invoice.pdf", "f") == [TextPart("invoice.pdf"), TextPart("Total: 42 EUR")]
-    assert file_parts(data, None, "f") == [TextPart("Total: 42 EUR")]
-    error = refusal(file_parts, None, "invoice.pdf", "messages[0].content[0].file.file_data")
+    assert file_parts(data, None, "invoice.pdf", "f", NO_FETCH) == [TextPart("invoice.pdf"), TextPart("Total: 42 EUR")]
+    assert file_parts(data, None, None, "f", NO_FETCH) == [TextPart("Total: 42 EUR")]
+    error = refusal(file_parts, None, None, "invoice.pdf", "messages[0].content[0].file", NO_FETCH)
     assert error.param == "messages[0].content[0].file.file_data" and "inline" in error.message
+
+
+def test_an_uploaded_file_is_read_by_id_as_its_name_then_its_text() -> None:
+    uploads = {
+        "file-1": UploadedFile("notes.txt", "text/plain", b"Total: 42 EUR"),
+        "file-2": UploadedFile("a.bin", "application/zip", b"PK"),
+    }
+
+    def read(file_id: str, param: str) -> UploadedFile:
+        if file_id not in uploads:
+            raise InvalidRequest(f"no file {file_id}", param=param)
+        return uploads[file_id]
+
+    fetch = Fetch(file=read)
+    assert file_parts(None, "file-1", None, "f", fetch) == [TextPart("notes.txt"), TextPart("Total: 42 EUR")]
+    assert file_parts(None, "file-1", "mine.txt", "f", fetch)[0] == TextPart("mine.txt")
+    assert refusal(file_parts, None, "file-9", None, "f", fetch).param == "f.file_id"
+    unreadable = refusal(file_parts, None, "file-2", None, "f", fetch)
+    assert unreadable.param == "f.file_id" and "application/zip" in unreadable.message
+    assert refusal(file_parts, None, "file-1", None, "f", NO_FETCH).param == "f.file_id"

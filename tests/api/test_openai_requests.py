@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from spark.api import openai as api
-from spark.api.common import choice_requests
+from spark.api.common import Fetch, choice_requests
 from spark.errors import InvalidRequest
 from spark.types import (
     ImagePart,
@@ -203,7 +203,7 @@ def test_remote_image_refused_unless_fetched() -> None:
         }
     ]
     assert chat_error(messages=messages).param == "messages[0].content[1].image_url.url"
-    call = api.parse_chat(body(messages=messages), fetch_image=lambda url, param: ImagePart(PNG))
+    call = api.parse_chat(body(messages=messages), fetch=Fetch(image=lambda url, param: ImagePart(PNG)))
     assert call.request.messages[0].content == [TextPart("what is it"), ImagePart(PNG)]
 
 
@@ -221,7 +221,8 @@ def test_a_prediction_is_read_as_its_text() -> None:
     ("part", "param", "words"),
     [
         ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "", "Audio input"),
-        ({"type": "file", "file": {"file_id": "file-abc"}}, ".file.file_data", "sent inline"),
+        ({"type": "file", "file": {"file_id": "file-abc"}}, ".file.file_id", "send the file inline"),
+        ({"type": "file", "file": {"filename": "a.pdf"}}, ".file.file_data", "sent inline or uploaded"),
         ({"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0x"}}, ".file.file_data", "PDF"),
     ],
 )

@@ -143,6 +143,22 @@ def test_the_central_keeps_the_responses_and_conversations_its_nodes_answer(flee
         )
 
 
+def test_uploaded_files_and_background_answers_stay_with_the_central(fleet: Fleet) -> None:
+    client = openai.OpenAI(base_url=fleet.central.url + "/v1", api_key=fleet.key, max_retries=0, timeout=120)
+    notes = client.files.create(file=("notes.txt", b"The ship sails at dawn.", "text/plain"), purpose="user_data")
+    reads: Any = [{"role": "user", "content": [{"type": "file", "file": {"file_id": notes.id}}]}]
+    here = client.chat.completions.create(model="central-llama", messages=reads, max_tokens=2)
+    assert here.usage is not None and here.usage.prompt_tokens > 10  # read here, where the file is
+    with pytest.raises(openai.BadRequestError) as refused:  # the nodes do not have it
+        client.chat.completions.create(model="alpha-llama", messages=reads, max_tokens=2)
+    assert refused.value.param == "model" and "uploaded" in refused.value.message  # type: ignore[attr-defined]
+    queued = client.responses.create(model="central-llama", input="hi", max_output_tokens=2, background=True)
+    assert queued.background is True
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="alpha-llama", input="hi", background=True)
+    assert refused.value.param == "background"  # type: ignore[attr-defined]
+
+
 def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> None:
     request_id = f"test-{uuid.uuid4().hex}"
     body = {"model": "beta-llama", "messages": [USER], "max_tokens": 8, "stream": True}

@@ -21,7 +21,7 @@ PNG_URL = "https://example.com/cat.png"
 
 # (route, first cell of the refused row) -> (body changes, the param the 400 names)
 EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
-    ("/v1/chat/completions", "`messages[].content` `input_audio` parts, `file` parts with `file_id` only"): (
+    ("/v1/chat/completions", "`messages[].content` `input_audio` parts"): (
         {
             "messages": [
                 {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
@@ -46,7 +46,7 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]},
         "messages[0].content[0]",
     ),
-    ("/v1/messages", "`document` blocks, `url` and `file` sources"): (
+    ("/v1/messages", "`document` blocks, `url` source"): (
         {
             "messages": [
                 {
@@ -69,8 +69,8 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         {"input": [{"type": "item_reference", "id": "msg_1"}]},
         "input[0].type",
     ),
-    ("/v1/responses", "`input_image` with `file_id`, `input_file` with `file_id` or `file_url`, `input_audio`"): (
-        {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
+    ("/v1/responses", "`input_file` with `file_url`, `input_audio`"): (
+        {"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://example.com/a.pdf"}]}]},
         "input[0].content[0].file_data",
     ),
     ("/v1/responses", "`prompt` (stored prompt templates)"): ({"prompt": {"id": "pmpt_1"}}, "prompt"),

@@ -43,6 +43,30 @@ ImageFetcher = Callable[[str, str], ImagePart]
 SparkError. Only the server decides to fetch; without a fetcher such images are refused."""
 
 
+class UploadedFile(msgspec.Struct, frozen=True):
+    """A file uploaded through the Files API, as a request naming it by id reads it."""
+
+    filename: str
+    media_type: str
+    data: bytes
+
+
+FileReader = Callable[[str, str], UploadedFile]
+"""Reads a file the request's key uploaded: called with (file_id, param), returns it or raises
+`InvalidRequest` naming `param`."""
+
+
+class Fetch(msgspec.Struct, frozen=True):
+    """What a request may reach beyond its own body: remote images (only where the server allows
+    them) and the files its key uploaded. What is missing here is refused, naming the parameter."""
+
+    image: ImageFetcher | None = None
+    file: FileReader | None = None
+
+
+NO_FETCH = Fetch()
+
+
 class ModelEntry(msgspec.Struct, frozen=True):
     """One model as GET /v1/models lists it."""
 
@@ -217,8 +241,25 @@ def split_data_url(url: str, param: str, example: str) -> tuple[str, str]:
     return media_type, payload
 
 
-def image_from_url(url: str, param: str, fetch_image: ImageFetcher | None) -> ImagePart:
-    """An image from a `data:image/...;base64,` URL, or a remote one through `fetch_image`."""
+def uploaded_file(file_id: str, param: str, fetch: Fetch) -> UploadedFile:
+    """The uploaded file `file_id` (named by `param`)."""
+    if fetch.file is None:
+        raise InvalidRequest(f"'{param}': files uploaded by id are not read here; send the file inline.", param=param)
+    return fetch.file(file_id, param)
+
+
+def image_from_file(file_id: str, param: str, fetch: Fetch) -> ImagePart:
+    """An image uploaded through the Files API."""
+    file = uploaded_file(file_id, param, fetch)
+    if not file.media_type.startswith("image/"):
+        raise InvalidRequest(
+            f"'{param}': the file '{file_id}' ({file.filename}, {file.media_type}) is not an image.", param=param
+        )
+    return ImagePart(file.data, file.media_type)
+
+
+def image_from_url(url: str, param: str, fetch: Fetch) -> ImagePart:
+    """An image from a `data:image/...;base64,` URL, or a remote one through `fetch.image`."""
     if url.startswith("data:"):
         media_type, payload = split_data_url(url, param, "image/png")
         if not media_type.startswith("image/"):
@@ -228,12 +269,12 @@ def image_from_url(url: str, param: str, fetch_image: ImageFetcher | None) -> Im
             )
         return image_from_base64(payload, media_type, param)
     if url.startswith(("http://", "https://")):
-        if fetch_image is None:
+        if fetch.image is None:
             raise InvalidRequest(
                 f"'{param}': this server does not fetch remote images; send the image inline as base64 data.",
                 param=param,
             )
-        return fetch_image(url, param)
+        return fetch.image(url, param)
     raise InvalidRequest(f"'{param}' must be a data URL or an http(s) URL.", param=param)
 
 

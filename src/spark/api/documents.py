@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import logging
 
-from spark.api.common import decode_base64, split_data_url
+from spark.api.common import Fetch, decode_base64, split_data_url, uploaded_file
 from spark.errors import InvalidRequest
 from spark.types import TextPart
 
@@ -90,15 +90,25 @@ def pdf_text(data: bytes, param: str) -> str:
     return text
 
 
-def file_parts(file_data: str | None, filename: str | None, param: str) -> list[TextPart]:
-    """An OpenAI file part (chat's `file`, the Responses API's `input_file`) as text: its file name,
-    then its text. `param` names the part's `file_data`; a part without it names a stored file
-    (`file_id`) or a URL, which this server does not have or fetch."""
-    if file_data is None:
+def file_parts(
+    file_data: str | None, file_id: str | None, filename: str | None, where: str, fetch: Fetch
+) -> list[TextPart]:
+    """An OpenAI file part (chat's `file`, the Responses API's `input_file`, at `where`) as text: its
+    file name, then its text. The file is inline (`file_data`) or uploaded (`file_id`); a URL is
+    not fetched."""
+    if file_data is not None:
+        heading = [TextPart(filename)] if filename else []
+        return [*heading, TextPart(document_from_data(file_data, f"{where}.file_data"))]
+    if file_id is None:
         raise InvalidRequest(
-            f"'{param}' is required: this server reads files sent inline (file ids and URLs would need "
-            "stored or fetched files).",
-            param=param,
+            f"'{where}.file_data' is required: this server reads files sent inline or uploaded ('file_id'), "
+            "and fetches no URLs.",
+            param=f"{where}.file_data",
         )
-    heading = [TextPart(filename)] if filename else []
-    return [*heading, TextPart(document_from_data(file_data, param))]
+    return uploaded_text(file_id, f"{where}.file_id", fetch, filename)
+
+
+def uploaded_text(file_id: str, param: str, fetch: Fetch, title: str | None = None) -> list[TextPart]:
+    """An uploaded file (a PDF or a text file) as text, after its `title` (by default its file name)."""
+    file = uploaded_file(file_id, param, fetch)
+    return [TextPart(title or file.filename), TextPart(document_text(file.data, file.media_type, param))]

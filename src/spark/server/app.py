@@ -24,7 +24,7 @@ from spark.server.errors import EXCEPTION_HANDLERS
 from spark.server.memory_history import MemorySampler, sample_memory
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
-from spark.server.routes import ANTHROPIC_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, TOKEN_ROUTES, health
+from spark.server.routes import ANTHROPIC_ROUTES, FILES_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, TOKEN_ROUTES, health
 from spark.server.routes.admin import ADMIN_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
 from spark.server.routes.fleet import FLEET_ROUTES
@@ -91,7 +91,7 @@ def create_app(settings: Settings) -> Litestar:
 
     api = Router(
         "/v1",
-        route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES],
+        route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES, *FILES_ROUTES],
         guards=[require_key],
         middleware=[log_requests],
         include_in_schema=False,  # OpenAI's and Anthropic's references describe them

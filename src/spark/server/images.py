@@ -1,9 +1,11 @@
-"""Images in requests: the size limit, and fetching remote image URLs when allowed.
+"""What a request reaches beyond its body: remote images (when allowed), the files its key
+uploaded, and the image size limit.
 
 By default nothing leaves the machine: the API parsers refuse http(s) image
 URLs. With `allow_remote_images` the server fetches them here, bounded in time
-and size, before the request reaches a model. Parsing that may take a while
-(fetching, or reading a PDF's text) runs off the event loop.
+and size, before the request reaches a model. A file named by id is read from
+the Files API's table, for the key that uploaded it. Parsing that may take a
+while (fetching, reading a file, or a PDF's text) runs off the event loop.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import ipaddress
 import socket
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.to_thread
+from litestar import Request
+from litestar.types import Scope
 
-from spark.api.common import ImageFetcher
+from spark.api.common import Fetch, FileReader, ImageFetcher, UploadedFile
 from spark.errors import InvalidRequest
+from spark.server.auth import owner
+from spark.server.state import state_of
 from spark.settings import Settings
 from spark.types import ChatRequest, ImagePart
 
@@ -28,6 +34,7 @@ FETCH_TIMEOUT_SECONDS = 10.0
 # A body holding either may carry a PDF to read: its media type, or "%PDF-" in base64
 PDF_MARKERS = (b"application/pdf", b"JVBERi0")
 MAX_REDIRECTS = 5
+_UPLOADS_STATE = "spark.uploads"  # the request names uploaded files
 
 T = TypeVar("T")
 
@@ -125,20 +132,50 @@ def _pinned(url: httpx.URL, param: str) -> httpx.URL:
     return url.copy_with(host=str(addresses[0]))
 
 
-async def parse_with_images(settings: Settings, parse: Callable[..., T], body: bytes, **kwargs: object) -> T:
-    """`parse(body, **kwargs)` with the server's image policy: remote URLs fetched when
-    allowed, and every image within the size limit. A body that may fetch images or hold a PDF
-    (whose text is extracted while parsing) is parsed in a worker thread, off the event loop."""
-    fetch = image_fetcher(settings)
-    if fetch is None and not any(marker in body for marker in PDF_MARKERS):
-        parsed = parse(body, **kwargs)
+def file_reader(request: Request[Any, Any, Any]) -> FileReader:
+    """Reads the files the request's key uploaded (another key's are not there for it), and marks
+    the request as one that reads them (`uploads_read`)."""
+    state, who, scope = state_of(request), owner(request), request.scope
+
+    def read(file_id: str, param: str) -> UploadedFile:
+        scope.setdefault("state", {})[_UPLOADS_STATE] = True
+        found = state.files.content(file_id, who)
+        if found is None:
+            raise InvalidRequest(f"'{param}': no file '{file_id}' was uploaded with this API key.", param=param)
+        stored, data = found
+        return UploadedFile(stored.filename, stored.media_type, data)
+
+    return read
+
+
+def uploads_read(scope: Scope) -> bool:
+    """Whether the request in `scope` may read files uploaded to this server (so is served here)."""
+    return bool(scope.get("state", {}).get(_UPLOADS_STATE))
+
+
+def _unfetched(url: str, param: str) -> ImagePart:
+    return ImagePart(b"")
+
+
+async def parse_with_images(
+    request: Request[Any, Any, Any], parse: Callable[..., T], body: bytes, *, check_only: bool = False, **kwargs: object
+) -> T:
+    """`parse(body, **kwargs)` with what the request may reach: remote image URLs fetched when
+    allowed (with `check_only`, allowed but not fetched), files its key uploaded, and every image
+    within the size limit. A body that may fetch images, name a file or hold a PDF (whose text is
+    extracted while parsing) is parsed in a worker thread, off the event loop."""
+    state = state_of(request)
+    image = image_fetcher(state.settings)
+    if image is not None and check_only:
+        image = _unfetched
+    kwargs["fetch"] = Fetch(image, file_reader(request))
+    if image is None and not any(marker in body for marker in (*PDF_MARKERS, b"file_id")):
+        parsed = parse(body, **kwargs)  # a file named only by a stored earlier item is read here: rare
     else:
-        if fetch is not None:
-            kwargs["fetch_image"] = fetch
         parsed = await anyio.to_thread.run_sync(partial(parse, body, **kwargs))
     chat = getattr(parsed, "request", parsed)
     if isinstance(chat, ChatRequest):
-        check_image_sizes(chat, settings.max_image_bytes)
+        check_image_sizes(chat, state.settings.max_image_bytes)
     return parsed
 
 

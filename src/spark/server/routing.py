@@ -24,7 +24,7 @@ from litestar.response import Stream
 from litestar.types import Scope
 
 from spark.api.common import finish_reason_in, usage_in
-from spark.errors import NodeUnavailable, SparkError
+from spark.errors import InvalidRequest, NodeUnavailable, SparkError
 from spark.fleet.forward import Opened, Unrouted, open_routed
 from spark.fleet.hop import HopError
 from spark.fleet.registry import Registry
@@ -32,6 +32,7 @@ from spark.fleet.report import capacity
 from spark.fleet.routing import LOCAL, Choice, Place, affinity_key, choose
 from spark.server.errors import internal_error, log_unexpected
 from spark.server.generation import SSE_HEADERS
+from spark.server.images import uploads_read
 from spark.server.recorder import RequestRecorder, recorder_of
 from spark.server.request_ids import NODE_ID_HEADER, ROUTED_STATE, request_ids
 from spark.server.state import ServerState, state_of
@@ -74,6 +75,14 @@ async def routed_response(
     state = state_of(request)
     registry = state.fleet
     if not registry.has_nodes() or request.scope.get("state", {}).get(ROUTED_STATE):
+        return None
+    if uploads_read(request.scope):  # the files are here: the nodes have none of them
+        if not state.library.exists(decoded.model):
+            raise InvalidRequest(
+                f"The request reads files uploaded to this server, and '{decoded.model}' is only on its "
+                "fleet nodes, which do not have them: send the files inline.",
+                param="model",
+            )
         return None
     key = affinity_key(decoded)
     choices = _choices(state, registry, decoded, key)

@@ -22,6 +22,7 @@ from spark.server.metrics import Metrics
 from spark.settings import Settings
 from spark.store.conversations import ConversationTable
 from spark.store.db import Database
+from spark.store.files import FileTable
 from spark.store.keys import KeyTable
 from spark.store.nodes import NodeTable
 from spark.store.requests import RequestTable
@@ -59,6 +60,7 @@ class ServerState:
         self.requests = RequestTable(self.db)
         self.responses = ResponseTable(self.db)  # stored Responses API answers
         self.conversations = ConversationTable(self.db)  # Conversations API
+        self.files = FileTable(self.db)  # Files API uploads
         self.background = BackgroundRuns()  # background Responses API answers, running or just ended
         self.responses.end_unfinished(STOPPED_MESSAGE)  # those a previous run of the server left running
         # retention 0 keeps no request log: nothing is written at all

@@ -145,6 +145,21 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX conversation_items_id ON conversation_items (conversation, id)",
         "CREATE INDEX conversations_owner ON conversations (owner)",
     ),
+    (
+        # Files API (spark.store.files): uploaded files, their bytes in the row; `owner` is the API
+        # key that uploaded them, as for responses.
+        """CREATE TABLE files (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            filename TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            data BLOB NOT NULL
+        )""",
+        "CREATE INDEX files_owner ON files (owner, created_at)",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

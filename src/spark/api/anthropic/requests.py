@@ -8,7 +8,8 @@ import msgspec
 
 from spark.api.common import (
     MAX_MESSAGES,
-    ImageFetcher,
+    NO_FETCH,
+    Fetch,
     LlamaSampling,
     NonEmptyStr,
     PositiveInt,
@@ -21,11 +22,12 @@ from spark.api.common import (
     decode_base64,
     decode_body,
     image_from_base64,
+    image_from_file,
     image_from_url,
     joined,
     keep_alive_seconds,
 )
-from spark.api.documents import document_text
+from spark.api.documents import document_text, uploaded_text
 from spark.errors import InvalidRequest
 from spark.types import (
     ChatRequest,
@@ -62,8 +64,14 @@ class URLSource(msgspec.Struct, tag_field="type", tag="url", frozen=True):
     url: str
 
 
+class FileSource(msgspec.Struct, tag_field="type", tag="file", frozen=True):
+    """A file uploaded through the Files API."""
+
+    file_id: str
+
+
 class ImageBlock(_Block, tag="image"):
-    source: Base64Source | URLSource
+    source: Base64Source | URLSource | FileSource
 
 
 class TextDocument(msgspec.Struct, tag_field="type", tag="text", frozen=True):
@@ -80,20 +88,12 @@ class PDFDocument(msgspec.Struct, tag_field="type", tag="base64", frozen=True):
     media_type: str = "application/pdf"
 
 
-class _StoredDocument(msgspec.Struct, tag_field="type", frozen=True):
-    """A URL or an uploaded file: named so that the refusal can say what is read instead."""
-
-
-class URLDocument(_StoredDocument, tag="url", frozen=True):
-    pass
-
-
-class FileDocument(_StoredDocument, tag="file", frozen=True):
-    pass
+class URLDocument(msgspec.Struct, tag_field="type", tag="url", frozen=True):
+    """Named so that the refusal can say what is read instead."""
 
 
 class DocumentBlock(_Block, tag="document"):
-    source: TextDocument | ContentDocument | PDFDocument | URLDocument | FileDocument
+    source: TextDocument | ContentDocument | PDFDocument | URLDocument | FileSource
     title: str | None = None
     context: str | None = None
     citations: dict[str, Any] | None = None  # no citations are made: the answer is plain text
@@ -217,13 +217,11 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
 _decoder = msgspec.json.Decoder(MessagesBody)
 
 
-def parse_messages(
-    body: bytes, *, max_tokens_limit: int | None = None, fetch_image: ImageFetcher | None = None
-) -> ChatRequest:
+def parse_messages(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch = NO_FETCH) -> ChatRequest:
     """Decode a `POST /v1/messages` body (`max_tokens` is required, as Anthropic requires it).
 
     `max_tokens_limit` is the most tokens the server lets one request ask for.
-    Remote image URLs are refused unless `fetch_image` is given.
+    Remote image URLs and uploaded files are refused unless `fetch` reaches them.
     """
     wire = decode_body(_decoder, body)
     if wire.max_tokens is None:
@@ -231,15 +229,15 @@ def parse_messages(
     check_max_tokens(wire.max_tokens, "max_tokens", max_tokens_limit)
     if isinstance(wire.thinking, ThinkingEnabled) and wire.thinking.budget_tokens >= wire.max_tokens:
         raise InvalidRequest("'thinking.budget_tokens' must be less than 'max_tokens'.", param="thinking.budget_tokens")
-    return _request(wire, fetch_image)
+    return _request(wire, fetch)
 
 
-def parse_count_tokens(body: bytes, *, fetch_image: ImageFetcher | None = None) -> ChatRequest:
+def parse_count_tokens(body: bytes, *, fetch: Fetch = NO_FETCH) -> ChatRequest:
     """Decode a `POST /v1/messages/count_tokens` body (the same shape, `max_tokens` optional)."""
-    return _request(decode_body(_decoder, body), fetch_image)
+    return _request(decode_body(_decoder, body), fetch)
 
 
-def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatRequest:
+def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
     messages: list[Message] = []
     if wire.system:
         system = wire.system if isinstance(wire.system, str) else joined(b.text for b in wire.system)
@@ -247,7 +245,7 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
     for i, turn in enumerate(wire.messages):
         param = f"messages[{i}].content"
         if isinstance(turn, UserTurn):
-            messages.extend(_user_messages(turn.content, param, fetch_image))
+            messages.extend(_user_messages(turn.content, param, fetch))
         else:
             messages.append(_assistant_message(turn.content))
     messages = _combined(messages)
@@ -282,16 +280,18 @@ def _request(wire: MessagesBody, fetch_image: ImageFetcher | None) -> ChatReques
     )
 
 
-def _image(block: ImageBlock, param: str, fetch_image: ImageFetcher | None) -> ImagePart:
+def _image(block: ImageBlock, param: str, fetch: Fetch) -> ImagePart:
     if isinstance(block.source, Base64Source):
         return image_from_base64(block.source.data, block.source.media_type, f"{param}.source.data")
+    if isinstance(block.source, FileSource):
+        return image_from_file(block.source.file_id, f"{param}.source.file_id", fetch)
     url_param = f"{param}.source.url"
     if not block.source.url.startswith(("http://", "https://")):
         raise InvalidRequest(f"'{url_param}' must be an http(s) URL.", param=url_param)
-    return image_from_url(block.source.url, url_param, fetch_image)
+    return image_from_url(block.source.url, url_param, fetch)
 
 
-def _user_messages(content: str | list[Any], param: str, fetch_image: ImageFetcher | None) -> list[Message]:
+def _user_messages(content: str | list[Any], param: str, fetch: Fetch) -> list[Message]:
     """One user turn; its tool_result blocks become `tool` messages, in order."""
     if isinstance(content, str):
         return [Message("user", content)]
@@ -302,29 +302,32 @@ def _user_messages(content: str | list[Any], param: str, fetch_image: ImageFetch
         if isinstance(block, TextBlock):
             pending.append(TextPart(block.text))
         elif isinstance(block, ImageBlock):
-            pending.append(_image(block, where, fetch_image))
+            pending.append(_image(block, where, fetch))
         elif isinstance(block, ToolResultBlock):
             if pending:
                 out.append(Message("user", collapsed(pending)))
                 pending = []
-            out.append(Message("tool", _tool_result(block, where, fetch_image), tool_call_id=block.tool_use_id))
+            out.append(Message("tool", _tool_result(block, where, fetch), tool_call_id=block.tool_use_id))
         else:  # a document (the turn's blocks are decoded as one of these four)
-            pending += _document(block, where, fetch_image)
+            pending += _document(block, where, fetch)
     if pending:
         out.append(Message("user", collapsed(pending)))
     return out
 
 
-def _document(block: DocumentBlock, param: str, fetch_image: ImageFetcher | None) -> list[ContentPart]:
+def _document(block: DocumentBlock, param: str, fetch: Fetch) -> list[ContentPart]:
     """A document's parts: its title and context, then its text (a PDF's text layer) or its content blocks."""
     source = block.source
-    if isinstance(source, _StoredDocument):
+    if isinstance(source, URLDocument):
         raise InvalidRequest(
-            "This server reads documents sent inline (source type 'base64' for a PDF, 'text' or 'content'); "
-            "it neither fetches URLs nor stores files.",
+            "This server reads documents sent inline (source type 'base64' for a PDF, 'text' or 'content') "
+            "or uploaded ('file'); it fetches no URLs.",
             param=f"{param}.source.type",
         )
     heading = [TextPart(t) for t in (block.title, block.context) if t]
+    if isinstance(source, FileSource):
+        title, text = uploaded_text(source.file_id, f"{param}.source.file_id", fetch, block.title)
+        return [title, *([TextPart(block.context)] if block.context else []), text]
     if isinstance(source, PDFDocument):
         where = f"{param}.source.data"
         return [*heading, TextPart(document_text(decode_base64(source.data, where), source.media_type, where))]
@@ -335,13 +338,13 @@ def _document(block: DocumentBlock, param: str, fetch_image: ImageFetcher | None
     return [
         *heading,
         *(
-            TextPart(b.text) if isinstance(b, TextBlock) else _image(b, f"{param}.source.content[{j}]", fetch_image)
+            TextPart(b.text) if isinstance(b, TextBlock) else _image(b, f"{param}.source.content[{j}]", fetch)
             for j, b in enumerate(source.content)
         ),
     ]
 
 
-def _tool_result(block: ToolResultBlock, param: str, fetch_image: ImageFetcher | None) -> str | list[ContentPart]:
+def _tool_result(block: ToolResultBlock, param: str, fetch: Fetch) -> str | list[ContentPart]:
     # Chat templates have no field for a failed call, so the error is said in words.
     prefix = [TextPart("Error:")] if block.is_error else []
     if isinstance(block.content, str):
@@ -350,7 +353,7 @@ def _tool_result(block: ToolResultBlock, param: str, fetch_image: ImageFetcher |
         parts = [
             *prefix,
             *(
-                TextPart(b.text) if isinstance(b, TextBlock) else _image(b, f"{param}.content[{j}]", fetch_image)
+                TextPart(b.text) if isinstance(b, TextBlock) else _image(b, f"{param}.content[{j}]", fetch)
                 for j, b in enumerate(block.content)
             ),
         ]

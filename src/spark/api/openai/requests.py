@@ -8,7 +8,8 @@ import msgspec
 
 from spark.api.common import (
     MAX_MESSAGES,
-    ImageFetcher,
+    NO_FETCH,
+    Fetch,
     LlamaSampling,
     NonEmptyStr,
     PositiveFloat,
@@ -285,13 +286,11 @@ def _choices(n: int | None) -> int:
     return n or 1
 
 
-def parse_chat(
-    body: bytes, *, max_tokens_limit: int | None = None, fetch_image: ImageFetcher | None = None
-) -> ChatCall:
+def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch = NO_FETCH) -> ChatCall:
     """Decode a `POST /v1/chat/completions` body.
 
     `max_tokens_limit` is the most tokens the server lets one request ask for.
-    Remote (http) image URLs are refused unless `fetch_image` is given.
+    Remote (http) image URLs and uploaded files are refused unless `fetch` reaches them.
     """
     wire = decode_body(_chat_decoder, body)
     n = _choices(wire.n)
@@ -317,7 +316,7 @@ def parse_chat(
 
     request = ChatRequest(
         model=wire.model,
-        messages=[_message(m, f"messages[{i}]", fetch_image) for i, m in enumerate(wire.messages)],
+        messages=[_message(m, f"messages[{i}]", fetch) for i, m in enumerate(wire.messages)],
         sampling=_sampling(wire, max_tokens),
         stream=bool(wire.stream),
         tools=tools or None,
@@ -427,9 +426,9 @@ def _sampling(wire: _SamplingBody, max_tokens: int | None) -> SamplingParams:
     )
 
 
-def _message(wire: WireMessage, param: str, fetch_image: ImageFetcher | None) -> Message:
+def _message(wire: WireMessage, param: str, fetch: Fetch) -> Message:
     if isinstance(wire, UserMessage):
-        return Message("user", _user_content(wire.content, f"{param}.content", fetch_image), name=wire.name)
+        return Message("user", _user_content(wire.content, f"{param}.content", fetch), name=wire.name)
     if isinstance(wire, AssistantMessage):
         calls = [
             ToolCall(
@@ -458,9 +457,7 @@ def _text(content: str | list[TextContent] | list[TextContent | RefusalContent] 
     return joined(p.text if isinstance(p, TextContent) else p.refusal for p in content)
 
 
-def _user_content(
-    content: str | list[UserPart], param: str, fetch_image: ImageFetcher | None
-) -> str | list[ContentPart]:
+def _user_content(content: str | list[UserPart], param: str, fetch: Fetch) -> str | list[ContentPart]:
     if isinstance(content, str):
         return content
     parts: list[ContentPart] = []
@@ -470,13 +467,13 @@ def _user_content(
             parts.append(TextPart(part.text))
         elif isinstance(part, ImageContent):
             if isinstance(part.image_url, str):
-                parts.append(image_from_url(part.image_url, f"{where}.image_url", fetch_image))
+                parts.append(image_from_url(part.image_url, f"{where}.image_url", fetch))
             else:
-                parts.append(image_from_url(part.image_url.url, f"{where}.image_url.url", fetch_image))
+                parts.append(image_from_url(part.image_url.url, f"{where}.image_url.url", fetch))
         elif isinstance(part, AudioContent):
             raise InvalidRequest("Audio input ('input_audio' parts) is not supported by this server.", param=where)
         else:
-            parts += file_parts(part.file.file_data, part.file.filename, f"{where}.file.file_data")
+            parts += file_parts(part.file.file_data, part.file.file_id, part.file.filename, f"{where}.file", fetch)
     return collapsed(parts)
 
 

@@ -30,7 +30,7 @@ from spark.server.state import state_of
 async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     chat = await parse_with_images(
-        state.settings, parse_messages, await request.body(), max_tokens_limit=state.max_tokens_limit
+        request, parse_messages, await request.body(), max_tokens_limit=state.max_tokens_limit
     )
     request_id = request_ids(request.scope).id
     if chat.stream:
@@ -49,7 +49,7 @@ async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/messages/count_tokens", status_code=200)
 async def messages_count_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    chat = await parse_with_images(state.settings, parse_count_tokens, await request.body())
+    chat = await parse_with_images(request, parse_count_tokens, await request.body())
     if (routed := await routed_response(request, chat)) is not None:
         return routed
     return json_response(count_tokens_body(await count_tokens(state, chat, recorder_of(request.scope))))

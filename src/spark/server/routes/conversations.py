@@ -29,6 +29,7 @@ from spark.api.openai.responses_api.conversations import (
 from spark.api.openai.responses_api.stored import items_page_body, parse_items_query
 from spark.errors import ConversationNotFound, Forbidden
 from spark.server.auth import api_key_of, owner
+from spark.server.images import parse_with_images
 from spark.server.responses import json_response
 from spark.server.state import state_of
 from spark.store.conversations import Conversation
@@ -39,7 +40,7 @@ async def create_conversation(request: Request[Any, Any, Any]) -> Response[Any]:
     """A new conversation, with its first items."""
     state = state_of(request)
     _check_retention(request)
-    new = parse_new_conversation(await request.body(), remote_images=state.settings.allow_remote_images)
+    new = await parse_with_images(request, parse_new_conversation, await request.body(), check_only=True)
     conversation = Conversation(
         id=new_conversation_id(), owner=owner(request), created_at=time.time(), metadata=new.metadata
     )
@@ -85,7 +86,7 @@ async def add_items(request: Request[Any, Any, Any], conversation_id: FromPath[s
     """Add items at the end of a conversation; the items added, with their ids."""
     state = state_of(request)
     _check_retention(request)
-    items = parse_new_items(await request.body(), remote_images=state.settings.allow_remote_images)
+    items = await parse_with_images(request, parse_new_items, await request.body(), check_only=True)
     if not await asyncio.to_thread(state.conversations.add_items, conversation_id, owner(request), items):
         raise _not_found(conversation_id)
     return json_response(added_items_body(items))

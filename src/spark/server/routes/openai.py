@@ -46,9 +46,7 @@ from spark.types import ChatRequest, ChatResult, CompletionRequest
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    call = await parse_with_images(
-        state.settings, parse_chat, await request.body(), max_tokens_limit=state.max_tokens_limit
-    )
+    call = await parse_with_images(request, parse_chat, await request.body(), max_tokens_limit=state.max_tokens_limit)
     return await _generate(
         request,
         choice_requests(call.request, call.n),

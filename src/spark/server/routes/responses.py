@@ -297,7 +297,7 @@ async def _parse(request: Request[Any, Any, Any], own: Continuation, **options: 
     body = await request.body()
     earlier = earlier_items(await _stored_items(request, own))
     call = await parse_with_images(
-        state_of(request).settings, parse_responses, body, earlier=earlier, earlier_param=own.continued, **options
+        request, parse_responses, body, earlier=earlier, earlier_param=own.continued, **options
     )
     routable = state_of(request).fleet.has_nodes()  # the whole body is written only for a node
     return call, with_history(body, earlier) if routable else body

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from spark.api.common import decode_body
+from spark.api.common import NO_FETCH, Fetch, decode_body
 from spark.api.openai.responses_api.requests import InputItem, check_items
 from spark.api.openai.responses_api.stored import new_items
 
@@ -52,10 +52,10 @@ class NewConversation(msgspec.Struct, frozen=True):
     metadata: dict[str, str]
 
 
-def parse_new_conversation(body: bytes, *, remote_images: bool) -> NewConversation:
+def parse_new_conversation(body: bytes, *, fetch: Fetch = NO_FETCH) -> NewConversation:
     """Decode a `POST /v1/conversations` body (an empty body is an empty conversation)."""
     wire = decode_body(_create, body) if body.strip() else _Create()
-    items = _checked_items(body, wire.items, remote_images) if wire.items else []
+    items = _checked_items(body, wire.items, fetch) if wire.items else []
     return NewConversation(items, wire.metadata or {})
 
 
@@ -64,13 +64,13 @@ def parse_metadata(body: bytes) -> dict[str, str]:
     return decode_body(_update, body).metadata
 
 
-def parse_new_items(body: bytes, *, remote_images: bool) -> list[dict[str, Any]]:
+def parse_new_items(body: bytes, *, fetch: Fetch = NO_FETCH) -> list[dict[str, Any]]:
     """Decode a `POST /v1/conversations/{id}/items` body: the items to add, with ids."""
-    return _checked_items(body, decode_body(_add_items, body).items, remote_images)
+    return _checked_items(body, decode_body(_add_items, body).items, fetch)
 
 
-def _checked_items(body: bytes, items: list[InputItem], remote_images: bool) -> list[dict[str, Any]]:
-    check_items(items, "items", remote_images=remote_images)
+def _checked_items(body: bytes, items: list[InputItem], fetch: Fetch) -> list[dict[str, Any]]:
+    check_items(items, "items", fetch)
     return new_items(msgspec.json.decode(body)["items"])
 
 

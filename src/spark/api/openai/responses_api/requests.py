@@ -9,7 +9,8 @@ import msgspec
 
 from spark.api.common import (
     MAX_MESSAGES,
-    ImageFetcher,
+    NO_FETCH,
+    Fetch,
     LlamaSampling,
     NonEmptyStr,
     PositiveInt,
@@ -20,6 +21,7 @@ from spark.api.common import (
     check_tools,
     collapsed,
     decode_body,
+    image_from_file,
     image_from_url,
     joined,
     json_arguments,
@@ -32,7 +34,6 @@ from spark.types import (
     MAX_LOGPROBS,
     ChatRequest,
     ContentPart,
-    ImagePart,
     Message,
     Reasoning,
     ResponseFormat,
@@ -222,7 +223,7 @@ def parse_responses(
     earlier: Sequence[Any] = (),
     earlier_param: str = "input",
     max_tokens_limit: int | None = None,
-    fetch_image: ImageFetcher | None = None,
+    fetch: Fetch = NO_FETCH,
     store: bool = False,
 ) -> ResponsesCall:
     """Decode a `POST /v1/responses` body (bad input raises `InvalidRequest` naming the param). A
@@ -246,7 +247,7 @@ def parse_responses(
     messages = [Message("system", wire.instructions)] if wire.instructions else []
     own = [InputItem(role="user", content=wire.input)] if isinstance(wire.input, str) else wire.input
     named = [(earlier_param, item) for item in _earlier(earlier, earlier_param)]
-    messages += _messages([*named, *((f"input[{i}]", item) for i, item in enumerate(own))], fetch_image)
+    messages += _messages([*named, *((f"input[{i}]", item) for i, item in enumerate(own))], fetch)
     stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
     request = ChatRequest(
         model=wire.model,
@@ -312,15 +313,10 @@ def _reasoning(wire: ReasoningOptions | None) -> Reasoning | None:
     return Reasoning(effort=wire.effort)
 
 
-def check_items(items: list[InputItem], field: str, *, remote_images: bool) -> None:
+def check_items(items: list[InputItem], field: str, fetch: Fetch) -> None:
     """Raise `InvalidRequest` naming the item (`field[i]`) unless `items` could be a request's
-    `input` (the Conversations API checks the items it keeps this way); remote images are not
-    fetched, only allowed or refused."""
-    _messages([(f"{field}[{i}]", item) for i, item in enumerate(items)], _unfetched if remote_images else None)
-
-
-def _unfetched(url: str, param: str) -> ImagePart:
-    return ImagePart(b"")
+    `input` (the Conversations API checks the items it keeps this way)."""
+    _messages([(f"{field}[{i}]", item) for i, item in enumerate(items)], fetch)
 
 
 def _earlier(items: Sequence[Any], param: str) -> list[InputItem]:
@@ -330,7 +326,7 @@ def _earlier(items: Sequence[Any], param: str) -> list[InputItem]:
         raise InvalidRequest(f"The items '{param}' continues cannot be read: {e}", param=param) from None
 
 
-def _messages(items: list[tuple[str, InputItem]], fetch_image: ImageFetcher | None) -> list[Message]:
+def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]:
     """The items (each with the name a fault in it is reported by) as chat messages: an
     assistant's reasoning, text and function calls, which the Responses API sends as separate
     items, become one assistant message, as a chat template expects them."""
@@ -355,7 +351,7 @@ def _messages(items: list[tuple[str, InputItem]], fetch_image: ImageFetcher | No
                 else:
                     messages[-1] = msgspec.structs.replace(last, content=text)
             elif item.role == "user":
-                messages.append(Message("user", _user_content(item.content, f"{where}.content", fetch_image)))
+                messages.append(Message("user", _user_content(item.content, f"{where}.content", fetch)))
             else:
                 messages.append(Message(item.role, _text(item.content, f"{where}.content")))
         elif item.type == "function_call":
@@ -411,25 +407,21 @@ def _text(content: str | list[ContentIn], param: str) -> str:
     return joined(texts)
 
 
-def _user_content(
-    content: str | list[ContentIn], param: str, fetch_image: ImageFetcher | None
-) -> str | list[ContentPart]:
+def _user_content(content: str | list[ContentIn], param: str, fetch: Fetch) -> str | list[ContentPart]:
     if isinstance(content, str):
         return content
     parts: list[ContentPart] = []
     for i, part in enumerate(content):
         where = f"{param}[{i}]"
         if isinstance(part, InputImage):
-            _refuse(
-                part.image_url is None,
-                f"{where}.image_url",
-                "Images must be sent as 'image_url' (file ids need stored files).",
-            )
-            parts.append(image_from_url(part.image_url or "", f"{where}.image_url", fetch_image))
+            if part.image_url is None and part.file_id is not None:
+                parts.append(image_from_file(part.file_id, f"{where}.file_id", fetch))
+            else:
+                parts.append(image_from_url(part.image_url or "", f"{where}.image_url", fetch))
         elif isinstance(part, InputAudio):
             raise InvalidRequest("Audio input is not supported by this server.", param=where)
         elif isinstance(part, InputFile):
-            parts += file_parts(part.file_data, part.filename, f"{where}.file_data")
+            parts += file_parts(part.file_data, part.file_id, part.filename, where, fetch)
         else:
             parts.append(TextPart(_text([part], param)))
     return collapsed(parts)
