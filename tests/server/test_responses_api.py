@@ -133,12 +133,14 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]}, "input[0].arguments"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-            "input[0].content[0].file_data",
+            "input[0].content[0].file_id",  # never uploaded
         ),
+        ({"input": [{"role": "user", "content": [{"type": "input_file"}]}]}, "input[0].content[0].file_data"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
-            "input[0].content[0].image_url",
+            "input[0].content[0].file_id",
         ),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0].image_url"),
         ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "function"}]}, "tools[0].name"),

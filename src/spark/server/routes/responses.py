@@ -86,7 +86,7 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     call, body = await _parse(request, own, max_tokens_limit=state.max_tokens_limit, store=store)
     echo, generation = call.echo, call.request
     if echo.background:
-        return await _in_background(request, own, call)
+        return await _in_background(request, own, call, store=store)
     keeps = (store or own.conversation_id is not None) and not _routed_here(request)
     keep = _keeper(request, own, await request.body(), store=store) if keeps else None
     request_id, created = request_ids(request.scope).id, int(time.time())
@@ -191,11 +191,13 @@ RESPONSES_ROUTES = [
 ]
 
 
-async def _in_background(request: Request[Any, Any, Any], own: Continuation, call: ResponsesCall) -> Response[Any]:
+async def _in_background(
+    request: Request[Any, Any, Any], own: Continuation, call: ResponsesCall, *, store: bool
+) -> Response[Any]:
     """Store the response `queued` and answer it in a task of its own; the response object at once,
     or its events as they come (a client going away stops only its own following)."""
     state, asked = state_of(request), call.request
-    if not _stores(request, own):
+    if not store:
         raise InvalidRequest(
             "A background response is stored, and this server (response_retention_days 0) or this "
             "zero-retention API key keeps none: send it without 'background'.",
@@ -231,7 +233,7 @@ class _BackgroundAnswer:
                 await self._generate(run, self.asked)
             except ContextLengthExceeded as e:
                 if self.encoder.echo.truncation != "auto":
-                    raise e.named("input") from None
+                    raise
                 await self._generate(run, await fitted(self.state, self.asked, e, self.recorder))
         except asyncio.CancelledError:
             if run.cancelled:
