@@ -231,6 +231,14 @@ class FileNotFound(SparkError):
     code = "file_not_found"
 
 
+class BatchNotFound(SparkError):
+    """No batch has the id asked for (`/v1/batches/{id}`, `/v1/messages/batches/{id}`): never made,
+    deleted, or another key's."""
+
+    status = 404
+    code = "batch_not_found"
+
+
 class ConversationNotFound(SparkError):
     """No conversation (`/v1/conversations/{id}`, a Responses request's `conversation`) or no item
     of one has the id asked for: never made, deleted, or another key's."""

@@ -24,7 +24,16 @@ from spark.server.errors import EXCEPTION_HANDLERS
 from spark.server.memory_history import MemorySampler, sample_memory
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
-from spark.server.routes import ANTHROPIC_ROUTES, FILES_ROUTES, MODEL_ROUTES, OPENAI_ROUTES, TOKEN_ROUTES, health
+from spark.server.routes import (
+    ANTHROPIC_ROUTES,
+    BATCHES_ROUTES,
+    FILES_ROUTES,
+    MESSAGE_BATCHES_ROUTES,
+    MODEL_ROUTES,
+    OPENAI_ROUTES,
+    TOKEN_ROUTES,
+    health,
+)
 from spark.server.routes.admin import ADMIN_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
 from spark.server.routes.fleet import FLEET_ROUTES
@@ -71,7 +80,7 @@ def create_app(settings: Settings) -> Litestar:
     state = ServerState(settings)
 
     @asynccontextmanager
-    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
         tasks = [
             asyncio.create_task(_flush_key_uses(state), name="flush key uses"),
             asyncio.create_task(_sweep_nodes(state), name="fleet health"),
@@ -79,6 +88,7 @@ def create_app(settings: Settings) -> Litestar:
         if state.member is not None:
             tasks.append(asyncio.create_task(_join_central(state), name="fleet membership"))
         state.scheduler.start()
+        state.batch_runner.attach(app)  # and goes on with the batches a previous run left
         try:
             yield
         finally:
@@ -91,7 +101,14 @@ def create_app(settings: Settings) -> Litestar:
 
     api = Router(
         "/v1",
-        route_handlers=[*OPENAI_ROUTES, *ANTHROPIC_ROUTES, *MODEL_ROUTES, *FILES_ROUTES],
+        route_handlers=[
+            *OPENAI_ROUTES,
+            *ANTHROPIC_ROUTES,
+            *MODEL_ROUTES,
+            *FILES_ROUTES,
+            *BATCHES_ROUTES,
+            *MESSAGE_BATCHES_ROUTES,
+        ],
         guards=[require_key],
         middleware=[log_requests],
         include_in_schema=False,  # OpenAI's and Anthropic's references describe them

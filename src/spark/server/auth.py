@@ -8,10 +8,10 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import Headers
 from litestar.handlers import BaseRouteHandler
 
-from spark.errors import Unauthorized
+from spark.errors import KeyNotFound, Unauthorized
 from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
 from spark.server.recorder import recorder_of
-from spark.server.request_ids import ROUTED_STATE
+from spark.server.request_ids import BATCH_STATE, ROUTED_STATE
 from spark.server.state import ServerState, state_of
 from spark.store.keys import ApiKey, KeyTable
 from spark.store.responses import owner_of
@@ -38,24 +38,43 @@ async def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRou
     """Guard: refuse a request without a valid key (`Unauthorized`); attach the key's record.
 
     On a fleet node, a request routed by its central carries the central's route secret
-    instead, and says whether its client's key is zero-retention.
+    instead, and says whether its client's key is zero-retention. A batch's request, made in
+    process (`spark.server.batches`), is the key's that sent the batch.
     """
     state = state_of(connection)
+    if (batch_owner := connection.scope["state"].get(BATCH_STATE)) is not None:
+        record = _batch_key(state.keys, batch_owner)
+        if record is None:
+            raise Unauthorized("The API key that sent this batch was revoked.")
+        _authenticated(connection, record)
+        return
     if (central := _routed_key(state, connection.headers)) is not None:
-        connection.scope["state"][_STATE_KEY] = central
         connection.scope["state"][ROUTED_STATE] = True
-        if (recorder := recorder_of(connection.scope)) is not None:
-            recorder.authenticated(central)
+        _authenticated(connection, central)
         return
     keys = state.keys
     secret = presented_key(connection.headers)
     record = keys.verify(secret) if secret is not None else None
     if record is None:
         raise Unauthorized(_refusal(keys, secret is None))
-    connection.scope["state"][_STATE_KEY] = record
     keys.note_use(record.name)
+    _authenticated(connection, record)
+
+
+def _authenticated(connection: ASGIConnection[Any, Any, Any, Any], key: ApiKey) -> None:
+    connection.scope["state"][_STATE_KEY] = key
     if (recorder := recorder_of(connection.scope)) is not None:
-        recorder.authenticated(record)
+        recorder.authenticated(key)
+
+
+def _batch_key(keys: KeyTable, batch_owner: str) -> ApiKey | None:
+    """The key that sent a batch (its owner, as `owner_of` writes it), unless it was revoked."""
+    name, _, prefix = batch_owner.rpartition("/")
+    try:
+        key = keys.get(name)
+    except KeyNotFound:
+        return None
+    return key if key.prefix == prefix else None
 
 
 def _routed_key(state: ServerState, headers: Headers) -> ApiKey | None:

@@ -9,7 +9,14 @@ from litestar.types import Scope
 Family = Literal["openai", "anthropic"]
 
 _ANTHROPIC_PATHS = ("/v1/messages",)
-_OPENAI_PATHS = ("/v1/chat/", "/v1/responses", "/v1/conversations", "/v1/completions", "/v1/embeddings")
+_OPENAI_PATHS = (
+    "/v1/chat/",
+    "/v1/responses",
+    "/v1/conversations",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/batches",
+)
 
 
 def api_family(scope: Scope) -> Family:

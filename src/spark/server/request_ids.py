@@ -18,6 +18,7 @@ from spark.server.family import api_family
 REQUEST_ID_HEADER = "x-request-id"
 NODE_ID_HEADER = "x-spark-node-request-id"  # on a fleet node: its own id of a routed request, for the central's log
 ROUTED_STATE = "spark.routed"  # a request this node's central routed here: served here, never routed on
+BATCH_STATE = "spark.batch"  # a batch's request, made in process for the key (its owner) that sent the batch
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 _STATE_KEY = "spark.request_ids"
 

@@ -17,9 +17,11 @@ from spark.library import Library
 from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
 from spark.server.background import STOPPED_MESSAGE, BackgroundRuns
+from spark.server.batches import BatchRunner
 from spark.server.draining import Drain
 from spark.server.metrics import Metrics
 from spark.settings import Settings
+from spark.store.batches import BatchTable
 from spark.store.conversations import ConversationTable
 from spark.store.db import Database
 from spark.store.files import FileTable
@@ -61,6 +63,8 @@ class ServerState:
         self.responses = ResponseTable(self.db)  # stored Responses API answers
         self.conversations = ConversationTable(self.db)  # Conversations API
         self.files = FileTable(self.db)  # Files API uploads
+        self.batches = BatchTable(self.db)  # Batch APIs
+        self.batch_runner = BatchRunner(self.batches, self.files, lambda: self.settings.parallel)
         self.background = BackgroundRuns()  # background Responses API answers, running or just ended
         self.responses.end_unfinished(STOPPED_MESSAGE)  # those a previous run of the server left running
         # retention 0 keeps no request log: nothing is written at all
@@ -106,6 +110,7 @@ class ServerState:
                 await self._fleet_client.aclose()
             await self.hop_pool.aclose()
             await self.background.close()
+            await self.batch_runner.close()
             await self.scheduler.close()
         finally:
             self.events.close()

@@ -160,6 +160,35 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX files_owner ON files (owner, created_at)",
     ),
+    (
+        # Batch APIs (spark.store.batches): a batch of requests run by the server on its own, each
+        # request's body and, once answered, its HTTP status and answer.
+        """CREATE TABLE batches (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            api TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            ended_at REAL,
+            cancelled_at REAL,
+            input_file_id TEXT,
+            output_file_id TEXT,
+            error_file_id TEXT,
+            metadata TEXT NOT NULL
+        )""",
+        """CREATE TABLE batch_items (
+            batch TEXT NOT NULL REFERENCES batches (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            custom_id TEXT NOT NULL,
+            body BLOB NOT NULL,
+            status INTEGER,
+            request_id TEXT,
+            answer BLOB,
+            PRIMARY KEY (batch, seq)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX batches_owner ON batches (owner, created_at)",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

@@ -28,7 +28,7 @@ KEY_PREFIX = "sk-spark-"
 SHOWN_CHARS = 4  # random characters after KEY_PREFIX kept in clear for display
 MAX_KEY_LENGTH = 256  # anything longer is not one of ours; not worth hashing
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_OWNED = ("responses", "conversations", "files")  # tables whose rows belong to a key (`owner_of`)
+_OWNED = ("responses", "conversations", "files", "batches")  # tables whose rows belong to a key (`owner_of`)
 
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):

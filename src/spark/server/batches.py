@@ -1,0 +1,158 @@
+"""Answering batches (OpenAI's Batch API, Anthropic's Message Batches) in the background.
+
+Each request of a batch goes through the app's own route for the batch's
+endpoint, in process (an ASGI call, no socket), as the key that sent the batch:
+so it is checked, served, routed on a fleet and logged exactly as the same
+request sent by that client would be. A few run at once (the server's
+`parallel`); each answer is written as it comes, so a server that stops goes
+on with the requests left when it starts again. Cancelling stops the requests
+running (as a client hanging up would) and sends no more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from litestar.types import ASGIApp, Message
+
+from spark.api.openai.batches import result_line
+from spark.server.request_ids import BATCH_STATE, REQUEST_ID_HEADER
+from spark.store.batches import Batch, BatchItem, BatchTable
+from spark.store.files import FileTable, StoredFile
+
+OUTPUT_PURPOSE = "batch_output"
+
+
+class BatchRunner:
+    """The batches being answered, each by a task of its own."""
+
+    def __init__(self, table: BatchTable, files: FileTable, concurrency: Callable[[], int]) -> None:
+        self.table, self.files, self._concurrency = table, files, concurrency
+        self._app: ASGIApp | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stops: dict[str, asyncio.Event] = {}
+
+    def attach(self, app: ASGIApp) -> None:
+        """Serve the batches' requests through `app`, and go on with those a previous run left."""
+        self._app = app
+        for batch in self.table.unfinished():
+            self.start(batch)
+
+    def start(self, batch: Batch) -> None:
+        self._stops[batch.id] = asyncio.Event()
+        self._tasks[batch.id] = asyncio.create_task(self._run(batch), name=f"batch {batch.id}")
+
+    def cancel(self, batch_id: str) -> None:
+        """Stop answering the batch: the requests running end, no more are sent."""
+        if (stop := self._stops.get(batch_id)) is not None:
+            stop.set()
+
+    async def close(self) -> None:
+        """Stop every batch (the server is stopping); their unanswered requests wait for the next start."""
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(tasks)
+
+    async def _run(self, batch: Batch) -> None:
+        stop = self._stops[batch.id]
+        pending = await asyncio.to_thread(self.table.items, batch.id, pending=True)
+        slots = asyncio.Semaphore(max(1, self._concurrency()))
+
+        async def answer(item: BatchItem) -> None:
+            async with slots:
+                if stop.is_set():
+                    return
+                status, request_id, body = await self._call(batch, item.body, stop)
+                if stop.is_set() and not 200 <= status < 300:
+                    return  # cut short by the cancel: counted as cancelled
+                await asyncio.to_thread(self.table.answered, batch.id, item.seq, status, request_id, body)
+
+        try:
+            await asyncio.gather(*(answer(item) for item in pending))
+            await asyncio.to_thread(self._finish, batch.id, stop.is_set())
+        finally:
+            self._stops.pop(batch.id, None)
+            self._tasks.pop(batch.id, None)
+
+    async def _call(self, batch: Batch, body: bytes, stop: asyncio.Event) -> tuple[int, str | None, bytes]:
+        """The app's answer to one request of `batch`: status, request id and body."""
+        assert self._app is not None, "attach() first"
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": batch.endpoint,
+            "raw_path": batch.endpoint.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            + ([(b"anthropic-version", b"2023-06-01")] if batch.api == "anthropic" else []),
+            "client": ("127.0.0.1", 0),
+            "server": ("127.0.0.1", 0),
+            "state": {BATCH_STATE: batch.owner},
+        }
+        sent = False
+        answer: dict[str, Any] = {"status": 500, "headers": [], "body": []}
+
+        async def receive() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await stop.wait()  # the batch was cancelled: as a client hanging up
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"], answer["headers"] = message["status"], message.get("headers", [])
+            elif message["type"] == "http.response.body":
+                answer["body"].append(message.get("body", b""))
+
+        await self._app(scope, receive, send)  # type: ignore[arg-type]
+        headers = {name.decode().lower(): value.decode() for name, value in answer["headers"]}
+        return answer["status"], headers.get(REQUEST_ID_HEADER), b"".join(answer["body"])
+
+    def _finish(self, batch_id: str, cancelled: bool) -> None:
+        """The batch's end: its unanswered requests cancelled, OpenAI's output and error files written."""
+        batch = self.table.get(batch_id, None)
+        if batch is None:
+            return  # deleted meanwhile
+        if cancelled:
+            self.table.cancel_pending(batch_id)
+        ended: dict[str, Any] = {"status": "cancelled" if cancelled else "completed", "ended_at": time.time()}
+        if batch.api == "openai":
+            items = self.table.items(batch_id)
+            ok = [i for i in items if i.status is not None and 200 <= i.status < 300]
+            failed = [i for i in items if i.status is not None and i.status >= 300]
+            ended["output_file_id"] = self._results_file(batch, "output", ok)
+            ended["error_file_id"] = self._results_file(batch, "error", failed)
+        self.table.update(msgspec.structs.replace(batch, **ended))
+
+    def _results_file(self, batch: Batch, kind: str, items: list[BatchItem]) -> str | None:
+        """An uploaded JSONL file of the answers `items` (None when there are none)."""
+        if not items:
+            return None
+        data = b"".join(
+            result_line(batch.id, i.seq, i.custom_id, i.status or 0, i.request_id, i.answer or b"") for i in items
+        )
+        file = StoredFile(
+            id=f"file-{batch.id.removeprefix('batch_')}{kind[0]}",
+            owner=batch.owner,
+            filename=f"{batch.id}_{kind}.jsonl",
+            purpose=OUTPUT_PURPOSE,
+            media_type="application/jsonl",
+            size=len(data),
+            created_at=time.time(),
+        )
+        self.files.put(file, data)
+        return file.id

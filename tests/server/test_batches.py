@@ -1,0 +1,184 @@
+"""Batches against a real server, with OpenAI's and Anthropic's SDKs: every request answered as the
+same request sent alone is (same answer, a log record of its own), errors kept per request,
+cancelled in the runner, and every refusal named."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from server.helpers import LiveServer, Models, anthropic_error, live_server, openai_error, server_settings, wait_for
+from spark.library import Library
+from spark.store.batches import Batch, BatchTable
+from spark.store.db import Database
+from spark.store.keys import KeyTable
+from spark.store.responses import owner_of
+
+LONG = 12_000  # tokens: many seconds on the slow model
+
+
+def _jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def _ended(get: Any, batch_id: str, timeout: float = 60) -> Any:
+    """The batch once it has ended (OpenAI's or Anthropic's)."""
+    deadline = time.monotonic() + timeout
+    while getattr(batch := get(batch_id), "status", None) == "in_progress" or getattr(
+        batch, "processing_status", None
+    ) in ("in_progress", "canceling"):
+        assert time.monotonic() < deadline, f"batch {batch_id} still running"
+        time.sleep(0.1)
+    return batch
+
+
+def test_an_openai_batch_answers_each_request_as_alone(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    ask: Any = {
+        "model": models.chat,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 5,
+        "temperature": 0,
+    }
+    alone = client.chat.completions.create(**ask).choices[0].message.content
+    lines = [
+        {"custom_id": "first", "method": "POST", "url": "/v1/chat/completions", "body": ask},
+        {"custom_id": "second", "method": "POST", "url": "/v1/chat/completions", "body": {**ask, "max_tokens": 2}},
+        {
+            "custom_id": "bad",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {**ask, "model": "no-such-model"},
+        },
+    ]
+    uploaded = client.files.create(file=("batch.jsonl", io.BytesIO(_jsonl(lines))), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"job": "1"}
+    )
+    assert batch.status == "in_progress" and batch.request_counts is not None and batch.request_counts.total == 3
+    ended = _ended(client.batches.retrieve, batch.id)
+    assert ended.request_counts.completed == 2 and ended.request_counts.failed == 1 and ended.metadata == {"job": "1"}
+    assert ended.output_file_id and ended.error_file_id
+    output = [json.loads(line) for line in client.files.content(ended.output_file_id).text.splitlines()]
+    assert [o["custom_id"] for o in output] == ["first", "second"]
+    assert output[0]["response"]["status_code"] == 200
+    assert output[0]["response"]["body"]["choices"][0]["message"]["content"] == alone
+    assert output[1]["response"]["body"]["usage"]["completion_tokens"] == 2
+    # each request has its own log record, under the batch's key
+    record = live.state.requests.get(output[0]["response"]["request_id"])
+    assert record.key_name == "tests" and record.route == "/v1/chat/completions"
+    [error] = [json.loads(line) for line in client.files.content(ended.error_file_id).text.splitlines()]
+    assert error["custom_id"] == "bad" and error["response"]["status_code"] == 404
+    assert error["response"]["body"]["error"]["code"] == "model_not_found"
+    assert batch.id in [b.id for b in client.batches.list()]
+
+
+def test_an_anthropic_batch_answers_each_request_and_keeps_its_errors(live: LiveServer, models: Models) -> None:
+    client = live.anthropic()
+    params: Any = {
+        "model": models.chat,
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0,
+    }
+    sent = {k: v for k, v in params.items() if k != "temperature"}
+    alone = client.messages.create(**sent, extra_body={"temperature": 0}).content[0].text  # type: ignore[union-attr]
+    batch = client.messages.batches.create(
+        requests=[
+            {"custom_id": "one", "params": params},
+            {"custom_id": "broken", "params": {**params, "max_tokens": 0}},
+        ]
+    )
+    assert batch.type == "message_batch" and batch.processing_status == "in_progress"
+    ended = _ended(client.messages.batches.retrieve, batch.id)
+    assert (ended.request_counts.succeeded, ended.request_counts.errored) == (1, 1) and ended.results_url
+    results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
+    assert results["one"].type == "succeeded" and results["one"].message.content[0].text == alone  # type: ignore[union-attr]
+    assert results["broken"].type == "errored"
+    assert results["broken"].error.error.type == "invalid_request_error"  # type: ignore[union-attr]
+    assert batch.id in [b.id for b in client.messages.batches.list()]
+    assert client.messages.batches.delete(batch.id).type == "message_batch_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.batches.retrieve(batch.id)
+
+
+def test_cancelling_a_batch_stops_it_in_the_runner(live: LiveServer, models: Models) -> None:
+    client = live.anthropic()
+    params: Any = {"model": models.slow, "max_tokens": LONG, "messages": [{"role": "user", "content": "hi"}]}
+    batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params} for i in range(3)])
+    busy = lambda: any(r.model == models.slow and r.busy >= 1 for r in live.runners())  # noqa: E731
+    wait_for(busy, 30, "the runner to answer the first request")
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.batches.delete(batch.id)  # not ended
+    cancelling = client.messages.batches.cancel(batch.id)
+    assert cancelling.cancel_initiated_at is not None
+    ended = _ended(client.messages.batches.retrieve, batch.id)
+    assert ended.request_counts.canceled == 3 and ended.request_counts.succeeded == 0
+    wait_for(lambda: not busy(), 5, "the runner to drop the request")
+    assert {r.result.type for r in client.messages.batches.results(batch.id)} == {"canceled"}
+
+
+def test_batch_refusals_are_named(live: LiveServer, models: Models) -> None:
+    http = live.http()
+
+    def upload(data: bytes) -> str:
+        return http.post("/v1/files", files={"file": ("b.jsonl", data)}, data={"purpose": "batch"}).json()["id"]
+
+    good = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": models.chat}}
+    create = {"endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    for body, param in (
+        ({**create, "input_file_id": "file-nope"}, "input_file_id"),
+        ({**create, "input_file_id": upload(b"not json\n")}, "input_file_id"),
+        ({**create, "input_file_id": upload(_jsonl([good, good]))}, "input_file_id"),  # custom_id twice
+        ({**create, "input_file_id": upload(_jsonl([{**good, "url": "/v1/embeddings"}]))}, "input_file_id"),
+        ({**create, "endpoint": "/v1/moderations", "input_file_id": "f"}, "endpoint"),
+        ({**create, "completion_window": "1h", "input_file_id": "f"}, "completion_window"),
+    ):
+        assert openai_error(http.post("/v1/batches", json=body), 400)["param"] == param
+    assert openai_error(http.get("/v1/batches/batch_nope"), 404)["code"] == "batch_not_found"
+    assert openai_error(http.get("/v1/batches?limit=0"), 400)["param"] == "limit"
+    anthropic_headers = {"anthropic-version": "2023-06-01"}
+    for body in ({"requests": []}, {"requests": [{"custom_id": "a b", "params": {}}]}):
+        assert anthropic_error(http.post("/v1/messages/batches", json=body, headers=anthropic_headers), 400)
+    assert anthropic_error(http.get("/v1/messages/batches/msgbatch_nope", headers=anthropic_headers), 404)
+    private = KeyTable(Database(live.settings.db_path)).create("batch-private", zero_retention=True)[1]
+    zero = http.post(
+        "/v1/messages/batches",
+        json={"requests": [{"custom_id": "a", "params": {}}]},
+        headers={**anthropic_headers, "x-api-key": private, "authorization": ""},
+    )
+    assert anthropic_error(zero, 403)
+
+
+def test_a_batch_left_unfinished_goes_on_when_the_server_starts(
+    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path
+) -> None:
+    settings = server_settings(tmp_path_factory.mktemp("resume"))
+    with Library(settings) as library:
+        model = library.add_local(tiny_llama).id
+    record, key = KeyTable(Database(settings.db_path)).create("tests")
+    owner = owner_of(record.name, record.prefix)
+    table = BatchTable(Database(settings.db_path))
+    batch = Batch(
+        id="msgbatch_left",
+        owner=owner,
+        api="anthropic",
+        endpoint="/v1/messages",
+        status="in_progress",
+        created_at=time.time(),
+    )
+    body = json.dumps({"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    table.create(batch, [("done", body), ("left", body)])
+    table.answered(batch.id, 0, 200, "req_earlier", b'{"earlier": true}')  # answered before the stop
+    with live_server(settings, key_name=None) as server:
+        client = anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0)
+        ended = _ended(client.messages.batches.retrieve, batch.id)
+        assert ended.request_counts.succeeded == 2
+        results = {r.custom_id: r for r in client.messages.batches.results(batch.id)}
+        assert results["left"].result.type == "succeeded"
