@@ -20,9 +20,12 @@ from spark.api.openai.responses_api.stored import (
     new_items,
     own_items,
     parse_items_query,
+    stored_item,
     with_history,
+    with_references,
 )
 from spark.errors import InvalidRequest, RunnerFailed
+from spark.store.responses import StoredResponse
 from spark.types import (
     ChatResult,
     Done,
@@ -341,3 +344,39 @@ def test_input_items_are_listed_with_ids_a_page_at_a_time() -> None:
         with pytest.raises(InvalidRequest) as refused:
             parse_items_query(query)
         assert refused.value.param == param
+
+
+def test_item_references_are_replaced_by_the_items_they_name() -> None:
+    stored = StoredResponse(
+        id="resp_abc",
+        owner="me/sk",
+        created_at=0,
+        previous_id=None,
+        input=[{"role": "user", "content": "hi"}],
+        response={"output": [{"id": "msg_abc00", "type": "message", "role": "assistant", "content": []}]},
+    )
+    responses = {"resp_abc": stored}
+
+    def find(item_id: str) -> dict[str, Any] | None:
+        return stored_item(item_id, responses.get)
+
+    assert find("msg_abc00") == stored.response["output"][0]
+    assert find("in_abc00") == {
+        "id": "in_abc00",
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "hi"}],
+        "status": "completed",
+    }
+    assert find("in_abc01") is None and find("msg_zzz00") is None and find("msg") is None and find("msg_abcxx") is None
+    body = json.dumps({"input": [{"type": "item_reference", "id": "msg_abc00"}, {"role": "user", "content": "and?"}]})
+    assert json.loads(with_references(body.encode(), find))["input"][0]["id"] == "msg_abc00"
+    assert with_references(b'{"input": "no references"}', find) == b'{"input": "no references"}'
+    with pytest.raises(InvalidRequest) as refused:
+        with_references(
+            json.dumps(
+                {"input": [{"role": "user", "content": "x"}, {"type": "item_reference", "id": "nope"}]}
+            ).encode(),
+            find,
+        )
+    assert refused.value.param == "input[1].id"

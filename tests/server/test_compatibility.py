@@ -65,8 +65,8 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         },
         "messages[0].content[0]",
     ),
-    ("/v1/responses", "`input[]` `item_reference`, other item types"): (
-        {"input": [{"type": "item_reference", "id": "msg_1"}]},
+    ("/v1/responses", "`input[]` other item types"): (
+        {"input": [{"type": "web_search_call", "id": "ws_1"}]},
         "input[0].type",
     ),
     ("/v1/responses", "`input_file` with `file_url`, `input_audio`"): (

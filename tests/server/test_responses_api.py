@@ -126,7 +126,8 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ({"conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation"),
         ({"background": True, "store": False}, "background"),
         ({"input": []}, "input"),
-        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),  # no such item
+        ({"input": [{"type": "item_reference"}]}, "input[0].id"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         ({"input": [{"content": "no role"}]}, "input[0].role"),
         ({"input": [{"type": "function_call_output", "call_id": "call_1"}]}, "input[0].output"),

@@ -159,3 +159,34 @@ def test_a_call_result_continues_the_response_that_made_the_call(live: LiveServe
     whole: Any = [{"role": "user", "content": "Weather in Paris?"}, *[i.model_dump() for i in first.output], *result]
     counted = client.responses.input_tokens.count(model=models.chat, tools=tools, input=whole).input_tokens
     assert then.usage is not None and then.usage.input_tokens == counted
+
+
+def test_item_references_stand_for_the_stored_items_they_name(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    made = client.responses.create(
+        model=models.chat, input=[{"role": "user", "content": "one"}], max_output_tokens=3, store=True
+    )
+    [asked] = client.responses.input_items.list(made.id).data
+    talk = client.conversations.create(items=[{"role": "user", "content": "three"}])
+    [kept] = client.conversations.items.list(talk.id).data
+    refs: Any = [{"type": "item_reference", "id": i} for i in (asked.id, made.output[0].id, kept.id)]
+    whole: Any = [
+        {"role": "user", "content": "one"},
+        made.output[0].model_dump(),
+        {"role": "user", "content": "three"},
+    ]
+    count = client.responses.input_tokens.count
+    assert count(model=models.chat, input=refs).input_tokens == count(model=models.chat, input=whole).input_tokens
+    answered = client.responses.create(model=models.chat, input=refs, max_output_tokens=2)
+    stored = [i.model_dump() for i in client.responses.input_items.list(answered.id, order="asc").data]
+    assert [i["type"] for i in stored] == ["message"] * 3  # kept as the items, not as references
+    assert stored[1]["content"][0]["text"] == made.output_text
+    # another key's items are not there for a key
+    other = _client(live, KeyTable(Database(live.settings.db_path)).create("refs-other")[1])
+    with pytest.raises(openai.BadRequestError) as refused:
+        other.responses.create(model=models.chat, input=refs[1:2], max_output_tokens=1)
+    assert refused.value.param == "input[0].id"  # type: ignore[attr-defined]
+    # a conversation's items hold no references
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.conversations.items.create(talk.id, items=refs[:1])
+    assert refused.value.param == "items[0].type"  # type: ignore[attr-defined]

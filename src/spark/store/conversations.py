@@ -95,11 +95,12 @@ class ConversationTable:
                 _append(conn, conversation_id, items)
         return found is not None
 
-    def item(self, conversation_id: str, owner: str, item_id: str) -> dict[str, Any] | None:
-        """The item `item_id` of `owner`'s conversation `conversation_id`."""
+    def item(self, conversation_id: str | None, owner: str, item_id: str) -> dict[str, Any] | None:
+        """The item `item_id` of `owner`'s conversation `conversation_id` (None: of any of theirs)."""
         row = self.db.execute(
             "SELECT i.item FROM conversation_items i JOIN conversations c ON c.id = i.conversation "
-            "WHERE i.conversation = ? AND c.owner = ? AND i.id = ? ORDER BY i.seq LIMIT 1",
+            "WHERE coalesce(?, i.conversation) = i.conversation AND c.owner = ? AND i.id = ? "
+            "ORDER BY i.seq LIMIT 1",
             (conversation_id, owner, item_id),
         ).fetchone()
         return None if row is None else msgspec.json.decode(row["item"])

@@ -189,6 +189,10 @@ MIGRATIONS: list[tuple[str, ...]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX batches_owner ON batches (owner, created_at)",
     ),
+    (
+        # a conversation's item found by its id alone (a Responses request's `item_reference`)
+        "CREATE INDEX conversation_items_item ON conversation_items (id)",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

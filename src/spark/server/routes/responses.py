@@ -23,7 +23,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -42,7 +42,9 @@ from spark.api.openai.responses_api.stored import (
     own_items,
     parse_items_query,
     parse_retrieve_query,
+    stored_item,
     with_history,
+    with_references,
 )
 from spark.errors import (
     Cancelled,
@@ -70,6 +72,7 @@ from spark.store.responses import StoredResponse
 from spark.types import ChatRequest, Failed
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
+_OWN_BODY = "spark.responses.own_body"
 
 
 @post("/responses", status_code=200)
@@ -88,7 +91,7 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     if echo.background:
         return await _in_background(request, own, call, store=store)
     keeps = (store or own.conversation_id is not None) and not _routed_here(request)
-    keep = _keeper(request, own, await request.body(), store=store) if keeps else None
+    keep = _keeper(request, own, await _own_body(request), store=store) if keeps else None
     request_id, created = request_ids(request.scope).id, int(time.time())
     encoder = ResponseStream(request_id, generation.model, created, echo)
     routed = await routed_response(
@@ -210,7 +213,7 @@ async def _in_background(
             param="background",
         )
     state.scheduler.check(asked)  # a model that cannot be served is refused now, not in the background
-    keep = _keeper(request, own, await request.body(), store=True)
+    keep = _keeper(request, own, await _own_body(request), store=True)
     encoder = ResponseStream(request_ids(request.scope).id, asked.model, int(time.time()), call.echo)
     await keep(msgspec.json.decode(encoder.snapshot()))  # queued
     answer = _BackgroundAnswer(state, request.scope, asked, encoder, keep)
@@ -296,13 +299,32 @@ def _stores(request: Request[Any, Any, Any], own: Continuation) -> bool:
 async def _parse(request: Request[Any, Any, Any], own: Continuation, **options: Any) -> tuple[ResponsesCall, bytes]:
     """The request read with the conversation it continues (`previous_response_id` or
     `conversation`) before its input, and the body a fleet node is sent: the whole conversation."""
-    body = await request.body()
+    body = await _own_body(request)
     earlier = earlier_items(await _stored_items(request, own))
     call = await parse_with_images(
         request, parse_responses, body, earlier=earlier, earlier_param=own.continued, **options
     )
     routable = state_of(request).fleet.has_nodes()  # the whole body is written only for a node
     return call, with_history(body, earlier) if routable else body
+
+
+async def _own_body(request: Request[Any, Any, Any]) -> bytes:
+    """The request's body with each `item_reference` of its input replaced by the item it names
+    (worked out once per request)."""
+    scope_state = request.scope["state"]
+    if _OWN_BODY not in scope_state:
+        body = await request.body()
+        if b"item_reference" in body:
+            state, who = state_of(request), owner(request)
+
+            def find(item_id: str) -> dict[str, Any] | None:
+                return state.conversations.item(None, who, item_id) or stored_item(
+                    item_id, lambda response_id: state.responses.get(response_id, who)
+                )
+
+            body = await asyncio.to_thread(with_references, body, find)
+        scope_state[_OWN_BODY] = body
+    return cast(bytes, scope_state[_OWN_BODY])
 
 
 async def _stored_items(request: Request[Any, Any, Any], own: Continuation) -> list[Any]:

@@ -214,7 +214,6 @@ def _refuse(condition: bool, param: str, message: str) -> None:
 
 
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
-_STATELESS = "use 'previous_response_id' or 'conversation', or send the whole conversation in 'input'."
 
 
 def parse_responses(
@@ -382,7 +381,8 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
                 messages[-1] = msgspec.structs.replace(messages[-1], reasoning_content=thought)
         elif item.type == "item_reference":
             raise InvalidRequest(
-                f"'{where}': item references are not supported by this server: {_STATELESS}", param=f"{where}.type"
+                f"'{where}': an item reference is read in a request's 'input' only: send the item itself here.",
+                param=f"{where}.type",
             )
         else:
             raise InvalidRequest(

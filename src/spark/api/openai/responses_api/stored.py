@@ -10,18 +10,28 @@ are put before the request's own input, the way a client sends a whole conversat
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
 from spark.api.common import check_depth, invalid_from_validation
 from spark.api.openai.responses_api.requests import ConversationRef, conversation_id
+from spark.errors import InvalidRequest
 
 MAX_ITEMS_PAGE = 100
 _CUT_CALL = ("function_call", "incomplete")
 # the id prefix of a new item by its type, as OpenAI's
 _ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+class StoredLike(Protocol):
+    """A stored response as `stored_item` reads it (the store's `StoredResponse` is one)."""
+
+    @property
+    def input(self) -> list[Any]: ...
+    @property
+    def response(self) -> dict[str, Any]: ...
 
 
 class Continuation(msgspec.Struct, frozen=True):
@@ -73,6 +83,55 @@ def with_history(body: bytes, earlier: list[Any]) -> bytes:
     fields = _fields(body)
     own = _input_items(fields)
     return msgspec.json.encode({**fields, "input": [*earlier, *own]}) if own and earlier else body
+
+
+ItemFinder = Callable[[str], "dict[str, Any] | None"]
+"""The stored item with an id (a conversation's, or a stored response's input or output), or None."""
+
+
+def with_references(body: bytes, find: ItemFinder) -> bytes:
+    """`body` with each `item_reference` of its input replaced by the stored item it names (one
+    that `find` does not know is refused naming `input[i].id`)."""
+    fields = _fields(body)
+    own = fields.get("input")
+    if b"item_reference" not in body or not isinstance(own, list):
+        return body
+    return msgspec.json.encode(
+        {**fields, "input": [_referenced(item, f"input[{i}]", find) for i, item in enumerate(own)]}
+    )
+
+
+def _referenced(item: Any, where: str, find: ItemFinder) -> Any:
+    """`item`, or the stored item it names when it is an `item_reference`."""
+    if not (isinstance(item, dict) and item.get("type") == "item_reference"):
+        return item
+    ref = item.get("id")
+    if not isinstance(ref, str) or not ref:
+        raise InvalidRequest(f"Missing required parameter: '{where}.id'.", param=f"{where}.id")
+    found = find(ref)
+    if found is None:
+        raise InvalidRequest(f"Item with id '{ref}' not found.", param=f"{where}.id")
+    return found
+
+
+def stored_item(item_id: str, response_of: Callable[[str], StoredLike | None]) -> dict[str, Any] | None:
+    """The item `item_id` of a stored response, found by the id it was listed with: an output
+    item's (`msg_`, `fc_`, `rs_` and the response's request id) or an input item's (`in_`)."""
+    kind, _, rest = item_id.partition("_")
+    if len(rest) < 3 or not rest[-2:].isdigit():
+        return None
+    stored = response_of(f"resp_{rest[:-2]}")
+    if stored is None:
+        return None
+    if kind == "in":
+        index = int(rest[-2:])
+        return listed(stored.input[index], item_id) if index < len(stored.input) else None
+    output = stored.response.get("output")
+    return (
+        next((i for i in output if isinstance(i, dict) and i.get("id") == item_id), None)
+        if isinstance(output, list)
+        else None
+    )
 
 
 def _fields(body: bytes) -> dict[str, Any]:
