@@ -113,6 +113,8 @@ def openai_bases(t: Target) -> list[tuple[str, dict[str, Any]]]:
         ("/v1/responses", {"model": t.chat, "input": "hi", "max_output_tokens": 2, "stream": True}),
         ("/v1/completions", {"model": t.chat, "prompt": "hi", "max_tokens": 2}),
         ("/v1/embeddings", {"model": t.embed, "input": "hi"}),
+        ("/v1/responses", {"model": t.chat, "input": "hi", "max_output_tokens": 2, "background": True}),
+        ("/v1/batches", {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
     ]
 
 
@@ -121,6 +123,10 @@ def anthropic_bases(t: Target) -> list[tuple[str, dict[str, Any]]]:
         ("/v1/messages", {"model": t.chat, "messages": [USER], "max_tokens": 2}),
         ("/v1/messages", {"model": t.chat, "messages": [USER], "max_tokens": 2, "stream": True}),
         ("/v1/messages/count_tokens", {"model": t.chat, "messages": [USER]}),
+        (
+            "/v1/messages/batches",
+            {"requests": [{"custom_id": "a", "params": {"model": t.chat, "messages": [USER], "max_tokens": 2}}]},
+        ),
     ]
 
 
@@ -128,7 +134,8 @@ FIELDS = [
     "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stop", "stop_sequences", "temperature",
     "top_p", "top_k", "seed", "logit_bias", "tools", "tool_choice", "response_format", "system", "thinking",
     "prompt", "input", "n", "keep_alive", "stream_options", "output_config", "reasoning_effort", "dimensions",
-    "instructions", "max_output_tokens", "text", "reasoning", "parallel_tool_calls",
+    "instructions", "max_output_tokens", "text", "reasoning", "parallel_tool_calls", "background", "requests",
+    "input_file_id", "endpoint",
 ]  # fmt: skip
 
 

@@ -70,7 +70,7 @@ class BatchRunner:
             async with slots:
                 if stop.is_set():
                     return
-                status, request_id, body = await self._call(batch, item.body, stop)
+                status, request_id, body = await self._call(batch, item, stop)
                 if stop.is_set() and not 200 <= status < 300:
                     return  # cut short by the cancel: counted as cancelled
                 await asyncio.to_thread(self.table.answered, batch.id, item.seq, status, request_id, body)
@@ -82,9 +82,11 @@ class BatchRunner:
             self._stops.pop(batch.id, None)
             self._tasks.pop(batch.id, None)
 
-    async def _call(self, batch: Batch, body: bytes, stop: asyncio.Event) -> tuple[int, str | None, bytes]:
-        """The app's answer to one request of `batch`: status, request id and body."""
+    async def _call(self, batch: Batch, item: BatchItem, stop: asyncio.Event) -> tuple[int, str | None, bytes]:
+        """The app's answer to one request of `batch`: status, request id and body. The request's
+        x-request-id is the batch's id and its place in it, so the log shows where it came from."""
         assert self._app is not None, "attach() first"
+        body = item.body
         scope: dict[str, Any] = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -95,7 +97,11 @@ class BatchRunner:
             "raw_path": batch.endpoint.encode(),
             "root_path": "",
             "query_string": b"",
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (REQUEST_ID_HEADER.encode(), f"{batch.id}/{item.seq}".encode()),
+            ]
             + ([(b"anthropic-version", b"2023-06-01")] if batch.api == "anthropic" else []),
             "client": ("127.0.0.1", 0),
             "server": ("127.0.0.1", 0),
