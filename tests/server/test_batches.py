@@ -71,8 +71,8 @@ def test_an_openai_batch_answers_each_request_as_alone(live: LiveServer, models:
     assert output[0]["response"]["body"]["choices"][0]["message"]["content"] == alone
     assert output[1]["response"]["body"]["usage"]["completion_tokens"] == 2
     # each request has its own log record, under the batch's key
-    assert output[0]["response"]["request_id"] == f"{batch.id}/0"  # its place in the batch
-    record = live.state.requests.get(f"{batch.id}/0")
+    assert output[0]["response"]["request_id"] == f"{batch.id}:0"  # its place in the batch
+    record = live.state.requests.get(f"{batch.id}:0")
     assert record.key_name == "tests" and record.route == "/v1/chat/completions"
     [error] = [json.loads(line) for line in client.files.content(ended.error_file_id).text.splitlines()]
     assert error["custom_id"] == "bad" and error["response"]["status_code"] == 404

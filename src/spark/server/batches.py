@@ -100,7 +100,7 @@ class BatchRunner:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (REQUEST_ID_HEADER.encode(), f"{batch.id}/{item.seq}".encode()),
+                (REQUEST_ID_HEADER.encode(), f"{batch.id}:{item.seq}".encode()),
             ]
             + ([(b"anthropic-version", b"2023-06-01")] if batch.api == "anthropic" else []),
             "client": ("127.0.0.1", 0),
