@@ -15,6 +15,7 @@ from server.helpers import LiveServer, Models, add_slow_model, live_server, open
 from server.test_log import logged_request
 from spark import trace as steps
 from spark.library import Library
+from spark.server import background
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from spark.store.responses import ResponseTable, owner_of
@@ -170,3 +171,16 @@ def test_a_background_answer_running_when_the_server_stops_ends_failed(
     stored = ResponseTable(Database(settings.db_path)).get(queued.id, owner_of(owner.name, owner.prefix))
     assert stored is not None and stored.response["status"] == "failed"
     assert stored.response["error"]["code"] == "server_error"
+
+
+def test_the_events_of_a_background_response_are_kept_a_while_after_it_ends(
+    live: LiveServer, models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = live.openai()
+    queued = client.responses.create(model=models.chat, input="hi", max_output_tokens=2, background=True)
+    ended = _ended(client, queued.id)
+    monkeypatch.setattr(background, "KEPT_SECONDS", 0.0)  # as if ten minutes had passed
+    time.sleep(0.01)
+    refused = live.http().get(f"/v1/responses/{queued.id}?stream=true")
+    assert openai_error(refused, 400)["param"] == "stream" and "no longer kept" in refused.json()["error"]["message"]
+    assert client.responses.retrieve(queued.id).output_text == ended.output_text  # the response itself stays

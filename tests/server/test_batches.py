@@ -117,6 +117,8 @@ def test_cancelling_a_batch_stops_it_in_the_runner(live: LiveServer, models: Mod
     wait_for(busy, 30, "the runner to answer the first request")
     with pytest.raises(anthropic.BadRequestError):
         client.messages.batches.delete(batch.id)  # not ended
+    early = live.http().get(f"/v1/messages/batches/{batch.id}/results", headers={"anthropic-version": "2023-06-01"})
+    assert "still being answered" in anthropic_error(early, 400)["message"]
     cancelling = client.messages.batches.cancel(batch.id)
     assert cancelling.cancel_initiated_at is not None
     ended = _ended(client.messages.batches.retrieve, batch.id)
@@ -148,6 +150,12 @@ def test_batch_refusals_are_named(live: LiveServer, models: Models) -> None:
     for body in ({"requests": []}, {"requests": [{"custom_id": "a b", "params": {}}]}):
         assert anthropic_error(http.post("/v1/messages/batches", json=body, headers=anthropic_headers), 400)
     assert anthropic_error(http.get("/v1/messages/batches/msgbatch_nope", headers=anthropic_headers), 404)
+    streamed = {"requests": [{"custom_id": "a", "params": {"stream": True}}]}
+    assert anthropic_error(http.post("/v1/messages/batches", json=streamed, headers=anthropic_headers), 400)
+    streamed_line = upload(_jsonl([{**good, "body": {**good["body"], "stream": True}}]))
+    assert openai_error(http.post("/v1/batches", json={**create, "input_file_id": streamed_line}), 400)["param"] == (
+        "input_file_id"
+    )
     private = KeyTable(Database(live.settings.db_path)).create("batch-private", zero_retention=True)[1]
     zero = http.post(
         "/v1/messages/batches",
@@ -183,3 +191,16 @@ def test_a_batch_left_unfinished_goes_on_when_the_server_starts(
         assert ended.request_counts.succeeded == 2
         results = {r.custom_id: r for r in client.messages.batches.results(batch.id)}
         assert results["left"].result.type == "succeeded"
+
+
+def test_the_requests_of_a_batch_whose_key_is_revoked_are_refused(live: LiveServer, models: Models) -> None:
+    keys = KeyTable(Database(live.settings.db_path))
+    secret = keys.create("batch-revoked")[1]
+    client = anthropic.Anthropic(base_url=live.url, api_key=secret, max_retries=0)
+    params: Any = {"model": models.slow, "max_tokens": LONG, "messages": [{"role": "user", "content": "hi"}]}
+    batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params} for i in range(8)])
+    busy = lambda: any(r.model == models.slow and r.busy >= 1 for r in live.runners())  # noqa: E731
+    wait_for(busy, 30, "the runner to answer the first requests")
+    keys.remove("batch-revoked")  # the batch goes with its key
+    wait_for(lambda: live.state.batches.get(batch.id, None) is None, 5, "the batch to go")
+    wait_for(lambda: not busy(), 60, "the requests to end")

@@ -26,6 +26,7 @@ from spark.store.batches import Batch, BatchItem, BatchTable
 from spark.store.files import FileTable, StoredFile
 
 OUTPUT_PURPOSE = "batch_output"
+WATCH_SECONDS = 1.0  # how often a running batch checks that it still exists
 
 
 class BatchRunner:
@@ -75,12 +76,21 @@ class BatchRunner:
                     return  # cut short by the cancel: counted as cancelled
                 await asyncio.to_thread(self.table.answered, batch.id, item.seq, status, request_id, body)
 
+        watch = asyncio.create_task(self._watch(batch.id, stop))
         try:
             await asyncio.gather(*(answer(item) for item in pending))
             await asyncio.to_thread(self._finish, batch.id, stop.is_set())
         finally:
+            watch.cancel()
             self._stops.pop(batch.id, None)
             self._tasks.pop(batch.id, None)
+
+    async def _watch(self, batch_id: str, stop: asyncio.Event) -> None:
+        """Stop the batch once it is gone (its key was revoked, which takes its batches)."""
+        while not stop.is_set():
+            await asyncio.sleep(WATCH_SECONDS)
+            if await asyncio.to_thread(self.table.get, batch_id, None) is None:
+                stop.set()
 
     async def _call(self, batch: Batch, item: BatchItem, stop: asyncio.Event) -> tuple[int, str | None, bytes]:
         """The app's answer to one request of `batch`: status, request id and body. The request's
