@@ -59,3 +59,14 @@ def test_responses_a_stopped_server_left_unfinished_read_failed(tmp_path: Path) 
     assert {n: s.response["status"] for n, s in statuses.items() if s} == {1: "failed", 2: "failed", 3: "completed"}
     assert statuses[1] and statuses[1].response["error"] == {"code": "server_error", "message": "The server stopped."}
     assert statuses[1].response["output"]  # the rest as it was
+
+
+def test_a_response_is_replaced_only_where_it_is_still_kept(tmp_path: Path) -> None:
+    table = ResponseTable(Database(tmp_path / "spark.db"))
+    table.put(_stored(1, None), retention_seconds=60)
+    ended = msgspec.structs.replace(_stored(1, None), response={"id": "resp_1", "status": "completed"})
+    assert table.replace(ended) is True
+    stored = table.get("resp_1", "me/sk-1")
+    assert stored is not None and stored.response["status"] == "completed"
+    table.delete("resp_1", "me/sk-1")  # e.g. its key was revoked
+    assert table.replace(ended) is False and table.get("resp_1", "me/sk-1") is None

@@ -68,6 +68,15 @@ class ResponseTable:
             self.prune(time.time() - retention_seconds)
         self._writes += 1
 
+    def replace(self, stored: StoredResponse) -> bool:
+        """Replace the response object of `stored` where it is still kept (a background response's
+        end); whether it was."""
+        cursor = self.db.execute(
+            "UPDATE responses SET response = ? WHERE id = ? AND owner = ?",
+            (msgspec.json.encode(stored.response).decode(), stored.id, stored.owner),
+        )
+        return cursor.rowcount > 0
+
     def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The response `response_id` when `owner` made it."""
         row = self.db.execute(

@@ -366,7 +366,9 @@ def _keeper(request: Request[Any, Any, Any], own: Continuation, body: bytes, *, 
             input=own_items(body),  # read only for an answer that is kept
             response=response,
         )
-        if store:
+        if store and response.get("background") and response.get("status") != "queued":
+            await asyncio.to_thread(state.responses.replace, stored)  # (its key revoked meanwhile: gone)
+        elif store:
             retention = state.settings.response_retention_days * 86400
             await asyncio.to_thread(state.responses.put, stored, retention_seconds=retention)
         if kept and own.conversation_id is not None:  # (gone since the request came: nothing to add to)
