@@ -185,12 +185,19 @@ def test_a_batch_left_unfinished_goes_on_when_the_server_starts(
     body = json.dumps({"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).encode()
     table.create(batch, [("done", body), ("left", body)])
     table.answered(batch.id, 0, 200, "req_earlier", b'{"earlier": true}')  # answered before the stop
+    cancelling = Batch(
+        id="msgbatch_cancelling", owner=owner, api="anthropic", endpoint="/v1/messages", status="cancelling",
+        created_at=time.time(), cancelled_at=time.time(),
+    )  # fmt: skip
+    table.create(cancelling, [("never", body)])
     with live_server(settings, key_name=None) as server:
         client = anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0)
         ended = _ended(client.messages.batches.retrieve, batch.id)
         assert ended.request_counts.succeeded == 2
         results = {r.custom_id: r for r in client.messages.batches.results(batch.id)}
         assert results["left"].result.type == "succeeded"
+        stopped = _ended(client.messages.batches.retrieve, cancelling.id)  # its cancel was asked: none is sent
+        assert (stopped.request_counts.canceled, stopped.request_counts.succeeded) == (1, 0)
 
 
 def test_the_requests_of_a_batch_whose_key_is_revoked_are_refused(live: LiveServer, models: Models) -> None:

@@ -45,7 +45,10 @@ class BatchRunner:
             self.start(batch)
 
     def start(self, batch: Batch) -> None:
-        self._stops[batch.id] = asyncio.Event()
+        """Answer `batch`'s unanswered requests (none, for one whose cancel was asked: it ends cancelled)."""
+        self._stops[batch.id] = stop = asyncio.Event()
+        if batch.cancelled_at is not None:
+            stop.set()
         self._tasks[batch.id] = asyncio.create_task(self._run(batch), name=f"batch {batch.id}")
 
     def cancel(self, batch_id: str) -> None:
