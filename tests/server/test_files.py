@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from server.helpers import LiveServer, Models, anthropic_error, openai_error
+from server.test_log import logged_request
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from tiny_pdf import make_pdf
@@ -21,8 +22,10 @@ NOTES = b"Invoice 7\nTotal: 42 EUR\n"
 
 def test_openai_files_are_uploaded_listed_read_and_deleted(live: LiveServer) -> None:
     client = live.openai()
-    notes = client.files.create(file=("notes.txt", NOTES, "text/plain"), purpose="user_data")
+    raw = client.files.with_raw_response.create(file=("notes.txt", NOTES, "text/plain"), purpose="user_data")
+    notes = raw.parse()
     assert notes.id.startswith("file-") and notes.object == "file"
+    assert logged_request(live, raw.http_response).content is None  # kept as the file, not in the log
     assert (notes.bytes, notes.filename, notes.purpose, notes.status) == (
         len(NOTES),
         "notes.txt",

@@ -71,6 +71,8 @@ class RequestRecorder:
         self.error: SparkError | None = None
         self._body: list[bytes] = []
         self._body_size = 0
+        # an upload (multipart: a file) is kept as the file, not in the log
+        self._keeps_body = not dict(scope.get("headers", ())).get(b"content-type", b"").startswith(b"multipart/")
         self._output: ChatCollector | None = None
         self._result: RequestContent | None = None
         self._usage: Usage | None = None
@@ -100,7 +102,7 @@ class RequestRecorder:
 
     def body_chunk(self, chunk: bytes) -> None:
         """Keep the start of the raw body, in case it cannot be decoded (never for zero retention)."""
-        if not self.keeps_content or self._body_size >= MAX_BODY_KEPT:
+        if not (self.keeps_content and self._keeps_body) or self._body_size >= MAX_BODY_KEPT:
             return
         self._body.append(chunk[: MAX_BODY_KEPT - self._body_size])
         self._body_size += len(self._body[-1])
