@@ -115,7 +115,9 @@ async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
         models = table(app, "models")
         models.move_cursor(row=keys(app, "models").index("tinyllama-q8_0"))
         await pilot.press("l")
-        await until(pilot, lambda: "loaded" in " ".join(cells(app, "models", "tinyllama-q8_0")), "the load", 60)
+        # the load's own answer: the table may say "loaded" a refresh before the load has ended
+        await until(pilot, lambda: any("is loaded" in n.message for n in app._notifications), "the load", 60)
+        await until(pilot, lambda: "loaded" in " ".join(cells(app, "models", "tinyllama-q8_0")), "the table")
         assert any(r.model == "tinyllama-q8_0" for r in served.live.runners())
         await pilot.press("u")
         await until(pilot, lambda: "loaded" not in " ".join(cells(app, "models", "tinyllama-q8_0")), "the unload")

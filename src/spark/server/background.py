@@ -33,6 +33,7 @@ class BackgroundRun:
         self.cancelled = False  # by the client (`cancel`), not by the server stopping
         self.task: asyncio.Task[None] | None = None
         self._grown = asyncio.Event()  # set (and replaced) each time events are added or it ends
+        self._ended = asyncio.Event()
 
     @property
     def done(self) -> bool:
@@ -45,8 +46,14 @@ class BackgroundRun:
             self._wake()
 
     def end(self) -> None:
+        """Its end is stored: it is done."""
         self.ended_at = time.monotonic()
+        self._ended.set()
         self._wake()
+
+    async def ended(self) -> None:
+        """Wait until it is done."""
+        await self._ended.wait()
 
     def _wake(self) -> None:
         grown, self._grown = self._grown, asyncio.Event()

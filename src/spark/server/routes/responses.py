@@ -73,6 +73,7 @@ from spark.types import ChatRequest, Failed
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 _OWN_BODY = "spark.responses.own_body"
+_RUNNING = ("queued", "in_progress")
 
 
 @post("/responses", status_code=200)
@@ -151,7 +152,13 @@ async def get_response(request: Request[Any, Any, Any], response_id: FromPath[st
                 param="stream",
             )
         return _event_stream(run.follow(query.starting_after))
-    return json_response(run.snapshot() if run is not None else msgspec.json.encode(stored.response))
+    if run is not None:
+        snapshot = run.snapshot()
+        if not run.done and msgspec.json.decode(snapshot).get("status") in _RUNNING:
+            return json_response(snapshot)
+        await run.ended()  # answered: as stored, with what its end added (a conversation's items)
+        stored = await _stored(request, response_id)
+    return json_response(msgspec.json.encode(stored.response))
 
 
 @post("/responses/{response_id:str}/cancel", status_code=200)
@@ -231,38 +238,44 @@ class _BackgroundAnswer:
         self.record = detached(scope)
 
     async def run(self, run: BackgroundRun) -> None:
+        ending = b""  # the last events, sent once the end is stored (a follower then reads it stored)
         try:
             try:
-                await self._generate(run, self.asked)
+                ending = await self._generate(run, self.asked)
             except ContextLengthExceeded as e:
                 if self.encoder.echo.truncation != "auto":
                     raise
-                await self._generate(run, await fitted(self.state, self.asked, e, self.recorder))
+                ending = await self._generate(run, await fitted(self.state, self.asked, e, self.recorder))
         except asyncio.CancelledError:
             if run.cancelled:
                 self._failed(Cancelled(f"The response was cancelled (POST /v1/responses/{run.id}/cancel)."))
-                run.add(self.encoder.cancel())
+                ending = self.encoder.cancel()
             else:
-                run.add(self.encoder.fail(self._failed(ShuttingDown(STOPPED_MESSAGE))))
+                ending = self.encoder.fail(self._failed(ShuttingDown(STOPPED_MESSAGE)))
         except SparkError as e:
-            run.add(self.encoder.fail(self._failed(e.named("input") if isinstance(e, ContextLengthExceeded) else e)))
+            ending = self.encoder.fail(self._failed(e.named("input") if isinstance(e, ContextLengthExceeded) else e))
         except Exception as e:
             log_unexpected(self.scope, e)
-            run.add(self.encoder.fail(self._failed(internal_error(self.scope))))
+            ending = self.encoder.fail(self._failed(internal_error(self.scope)))
         finally:
             try:
                 await self.keep(msgspec.json.decode(self.encoder.snapshot()))
             finally:
+                run.add(ending)
                 run.end()
                 self.record()
 
-    async def _generate(self, run: BackgroundRun, asked: ChatRequest) -> None:
+    async def _generate(self, run: BackgroundRun, asked: ChatRequest) -> bytes:
+        """Generate the answer, its events kept in `run` but for the last ones, returned."""
         async with Generation(self.state, asked, recorder=self.recorder) as generation:
-            while not self.encoder.finished:
+            while True:
                 event = await generation.next()
                 if isinstance(event, Failed):
                     raise from_info(event.error)
-                run.add(self.encoder.feed(event))
+                frames = self.encoder.feed(event)
+                if self.encoder.finished:
+                    return frames
+                run.add(frames)
 
     def _failed(self, error: SparkError) -> SparkError:
         if self.recorder is not None:
