@@ -11,6 +11,7 @@ import base64
 import binascii
 import re
 import secrets
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, TypeVar
 
@@ -276,6 +277,41 @@ def image_from_url(url: str, param: str, fetch: Fetch) -> ImagePart:
             )
         return fetch.image(url, param)
     raise InvalidRequest(f"'{param}' must be a data URL or an http(s) URL.", param=param)
+
+
+# --- lists and times ----------------------------------------------------------
+
+
+def page_of(
+    items: Sequence[T], ids: Sequence[str | None], *, limit: int, after: str | None = None, before: str | None = None
+) -> tuple[list[T], bool]:
+    """The page of `items` (whose ids are `ids`, in list order): the `limit` after the id `after`, or
+    the `limit` before the id `before`; and whether more lie beyond it."""
+    if before is not None:
+        end = ids.index(before) if before in ids else 0
+        start = max(0, end - limit)
+        return list(items[start:end]), start > 0
+    start = ids.index(after) + 1 if after in ids else 0
+    page = list(items[start : start + limit])
+    return page, start + len(page) < len(items)
+
+
+def page_body(data: list[dict[str, Any]], has_more: bool, *, openai: bool = True) -> bytes:
+    """A page of a list, as both APIs write it: `data`, `first_id`, `last_id`, `has_more` (and
+    OpenAI's `"object": "list"`)."""
+    body: dict[str, Any] = {"object": "list"} if openai else {}
+    body.update(
+        data=data,
+        first_id=data[0]["id"] if data else None,
+        last_id=data[-1]["id"] if data else None,
+        has_more=has_more,
+    )
+    return msgspec.json.encode(body)
+
+
+def rfc3339(at: float) -> str:
+    """A Unix time as Anthropic writes times: `2026-12-06T03:09:22Z`."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 # --- shared checks ------------------------------------------------------------

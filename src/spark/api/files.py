@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import mimetypes
 import secrets
-import time
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal, Protocol
 
 import msgspec
 
-from spark.api.common import invalid_from_validation
+from spark.api.common import invalid_from_validation, page_body, page_of, rfc3339
 from spark.errors import InvalidRequest
 
 # OpenAI's purposes; any is kept, and any uploaded file can be read by a request of its key
@@ -131,17 +130,8 @@ def _openai(file: FileRecord) -> _OpenAIFile:
 def openai_list_body(files: Sequence[FileRecord], query: ListQuery) -> bytes:
     """A page of `files` (oldest first), newest first unless `order=asc`, after the file `after`."""
     ordered = list(files) if query.order == "asc" else list(files)[::-1]
-    page, more = _page(ordered, query.after, query.limit or 10_000)
-    data = [_openai(f) for f in page]
-    return msgspec.json.encode(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0].id if data else None,
-            "last_id": data[-1].id if data else None,
-            "has_more": more,
-        }
-    )
+    page, more = page_of(ordered, [f.id for f in ordered], after=query.after, limit=query.limit or 10_000)
+    return page_body([msgspec.to_builtins(_openai(f)) for f in page], more)
 
 
 def openai_deleted_body(file_id: str) -> bytes:
@@ -166,38 +156,17 @@ def anthropic_file_body(file: FileRecord) -> bytes:
 
 
 def _anthropic(file: FileRecord) -> _AnthropicFile:
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(file.created_at))
-    return _AnthropicFile(file.id, file.filename, file.media_type, file.size, created)
+    return _AnthropicFile(file.id, file.filename, file.media_type, file.size, rfc3339(file.created_at))
 
 
 def anthropic_list_body(files: Sequence[FileRecord], query: ListQuery) -> bytes:
     """A page of `files` (oldest first), newest first as Anthropic lists them: after `after_id`, or
     the page before `before_id`."""
     newest = list(files)[::-1]
-    limit = query.limit or 20
-    if query.before_id is not None:
-        ids = [f.id for f in newest]
-        end = ids.index(query.before_id) if query.before_id in ids else 0
-        page, more = newest[max(0, end - limit) : end], end - limit > 0
-    else:
-        page, more = _page(newest, query.after_id, limit)
-    data = [_anthropic(f) for f in page]
-    return msgspec.json.encode(
-        {
-            "data": data,
-            "first_id": data[0].id if data else None,
-            "last_id": data[-1].id if data else None,
-            "has_more": more,
-        }
-    )
+    ids = [f.id for f in newest]
+    page, more = page_of(newest, ids, after=query.after_id, before=query.before_id, limit=query.limit or 20)
+    return page_body([msgspec.to_builtins(_anthropic(f)) for f in page], more, openai=False)
 
 
 def anthropic_deleted_body(file_id: str) -> bytes:
     return msgspec.json.encode({"id": file_id, "type": "file_deleted"})
-
-
-def _page(ordered: list[FileRecord], after: str | None, limit: int) -> tuple[list[FileRecord], bool]:
-    ids = [f.id for f in ordered]
-    start = ids.index(after) + 1 if after in ids else 0
-    page = ordered[start : start + limit]
-    return page, start + len(page) < len(ordered)

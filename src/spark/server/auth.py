@@ -8,7 +8,7 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import Headers
 from litestar.handlers import BaseRouteHandler
 
-from spark.errors import KeyNotFound, Unauthorized
+from spark.errors import Forbidden, KeyNotFound, Unauthorized
 from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
 from spark.server.recorder import recorder_of
 from spark.server.request_ids import BATCH_STATE, ROUTED_STATE
@@ -59,6 +59,15 @@ async def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRou
         raise Unauthorized(_refusal(keys, secret is None))
     keys.note_use(record.name)
     _authenticated(connection, record)
+
+
+def require_retention(connection: ASGIConnection[Any, Any, Any, Any], what: str, param: str | None = None) -> None:
+    """`Forbidden` for a zero-retention key, which keeps nothing: it cannot `what` (e.g. "upload files")."""
+    key = api_key_of(connection)
+    if key.zero_retention:
+        raise Forbidden(
+            f"The key '{key.name}' is zero-retention: nothing it sends is kept, so it cannot {what}.", param=param
+        )
 
 
 def _authenticated(connection: ASGIConnection[Any, Any, Any, Any], key: ApiKey) -> None:

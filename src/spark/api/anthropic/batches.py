@@ -4,12 +4,11 @@ object, and its results (JSONL, one `{"custom_id", "result"}` a line)."""
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Annotated, Any
 
 import msgspec
 
-from spark.api.common import decode_body
+from spark.api.common import decode_body, page_body, page_of, rfc3339
 from spark.errors import InvalidRequest
 
 MAX_REQUESTS = 100_000  # as Anthropic's
@@ -60,7 +59,7 @@ class BatchView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _time(at: float | None) -> str | None:
-    return None if at is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    return None if at is None else rfc3339(at)
 
 
 def _batch(batch: BatchView, results_url: str) -> dict[str, Any]:
@@ -93,24 +92,8 @@ def batch_body(batch: BatchView, results_url: str) -> bytes:
 def list_body(batches: list[tuple[BatchView, str]], after_id: str | None, before_id: str | None, limit: int) -> bytes:
     """A page of batches (given oldest first, each with its results URL), newest first."""
     newest = batches[::-1]
-    ids = [b.id for b, _ in newest]
-    if before_id is not None:
-        end = ids.index(before_id) if before_id in ids else 0
-        start = max(0, end - limit)
-        page, more = newest[start:end], start > 0
-    else:
-        start = ids.index(after_id) + 1 if after_id in ids else 0
-        page = newest[start : start + limit]
-        more = start + len(page) < len(newest)
-    data = [_batch(b, url) for b, url in page]
-    return msgspec.json.encode(
-        {
-            "data": data,
-            "has_more": more,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
-    )
+    page, more = page_of(newest, [b.id for b, _ in newest], after=after_id, before=before_id, limit=limit)
+    return page_body([_batch(b, url) for b, url in page], more, openai=False)
 
 
 def deleted_body(batch_id: str) -> bytes:

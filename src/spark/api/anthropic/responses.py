@@ -6,7 +6,6 @@ read from the KV cache, which `cache_read_input_tokens` reports.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -14,6 +13,7 @@ import msgspec
 from spark.api.common import (
     ModelEntry,
     new_tool_call_id,
+    rfc3339,
     sse,
 )
 from spark.errors import Overloaded, SparkError, from_info
@@ -227,14 +227,13 @@ def _capabilities(info: dict[str, Any]) -> _Capabilities:
 
 
 def _model(entry: ModelEntry) -> _ModelInfo:
-    created = datetime.datetime.fromtimestamp(entry.created, datetime.UTC)
     # A prompt and its answer share the context window: either may fill it. A fleet node's model
     # (known by id only) says nothing of them.
     window = entry.info.get("context_window")
     return _ModelInfo(
         entry.id,
         entry.id,
-        created.isoformat().replace("+00:00", "Z"),
+        rfc3339(entry.created),
         max_input_tokens=window,
         max_tokens=window,
         capabilities=_capabilities(entry.info) if window else None,

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from spark.api.common import decode_body, invalid_from_validation
+from spark.api.common import decode_body, invalid_from_validation, page_body, page_of
 from spark.errors import InvalidRequest
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/embeddings")
@@ -147,18 +147,8 @@ def _batch(batch: BatchView) -> dict[str, Any]:
 def list_body(batches: list[BatchView], after: str | None, limit: int) -> bytes:
     """A page of batches (given oldest first), newest first, after the batch `after`."""
     newest = batches[::-1]
-    ids = [b.id for b in newest]
-    start = ids.index(after) + 1 if after in ids else 0
-    page = [_batch(b) for b in newest[start : start + limit]]
-    return msgspec.json.encode(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": start + len(page) < len(newest),
-        }
-    )
+    page, more = page_of(newest, [b.id for b in newest], after=after, limit=limit)
+    return page_body([_batch(b) for b in page], more)
 
 
 def result_line(batch_id: str, seq: int, custom_id: str, status: int, request_id: str | None, answer: bytes) -> bytes:

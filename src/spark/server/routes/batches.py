@@ -21,8 +21,8 @@ from litestar.params import FromPath
 from spark.api.anthropic import batches as anthropic
 from spark.api.common import invalid_from_validation
 from spark.api.openai import batches as openai
-from spark.errors import BatchNotFound, Forbidden, InvalidRequest
-from spark.server.auth import api_key_of, owner
+from spark.errors import BatchNotFound, InvalidRequest
+from spark.server.auth import owner, require_retention
 from spark.server.responses import json_response
 from spark.server.state import state_of
 from spark.store.batches import UNFINISHED, Batch, Counts
@@ -41,7 +41,7 @@ class _Page(msgspec.Struct, frozen=True):
 @post("/batches", status_code=200)
 async def create_batch(request: Request[Any, Any, Any]) -> Response[Any]:
     """A batch of the requests in an uploaded JSONL file, answered in the background."""
-    _check_retention(request)
+    require_retention(request, "send batches")
     new = openai.parse_create(await request.body())
     state, who = state_of(request), owner(request)
     found = await asyncio.to_thread(state.files.content, new.input_file_id, who)
@@ -85,7 +85,7 @@ async def cancel_batch(request: Request[Any, Any, Any], batch_id: FromPath[str])
 @post("/messages/batches", status_code=200)
 async def create_message_batch(request: Request[Any, Any, Any]) -> Response[Any]:
     """A batch of Messages requests, answered in the background."""
-    _check_retention(request)
+    require_retention(request, "send batches")
     batch_id, requests = anthropic.parse_create(await request.body())
     batch = Batch(
         id=batch_id,
@@ -151,12 +151,6 @@ MESSAGE_BATCHES_ROUTES = [
 
 
 # --- shared ------------------------------------------------------------------------
-
-
-def _check_retention(request: Request[Any, Any, Any]) -> None:
-    key = api_key_of(request)
-    if key.zero_retention:
-        raise Forbidden(f"The key '{key.name}' is zero-retention: nothing it sends is kept, so it cannot send batches.")
 
 
 async def _started(request: Request[Any, Any, Any], batch: Batch, requests: list[tuple[str, bytes]]) -> Counts:

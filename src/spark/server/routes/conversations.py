@@ -27,8 +27,8 @@ from spark.api.openai.responses_api.conversations import (
     parse_new_items,
 )
 from spark.api.openai.responses_api.stored import items_page_body, parse_items_query
-from spark.errors import ConversationNotFound, Forbidden
-from spark.server.auth import api_key_of, owner
+from spark.errors import ConversationNotFound
+from spark.server.auth import owner, require_retention
 from spark.server.images import parse_with_images
 from spark.server.responses import json_response
 from spark.server.state import state_of
@@ -149,12 +149,7 @@ async def _conversation(request: Request[Any, Any, Any], conversation_id: str) -
 
 
 def _check_retention(request: Request[Any, Any, Any]) -> None:
-    key = api_key_of(request)
-    if key.zero_retention:
-        raise Forbidden(
-            f"The key '{key.name}' is zero-retention: nothing it sends is kept, so it cannot use conversations.",
-            param="conversation",
-        )
+    require_retention(request, "use conversations", "conversation")
 
 
 def _not_found(conversation_id: str, param: str = "conversation_id") -> ConversationNotFound:

@@ -29,8 +29,8 @@ from spark.api.files import (
     parse_list_query,
     parse_upload,
 )
-from spark.errors import FileNotFound, Forbidden
-from spark.server.auth import api_key_of, owner
+from spark.errors import FileNotFound
+from spark.server.auth import owner, require_retention
 from spark.server.family import api_family
 from spark.server.responses import json_response
 from spark.server.state import state_of
@@ -40,9 +40,7 @@ from spark.store.files import StoredFile
 @post("/files", status_code=200)
 async def upload_file(request: Request[Any, Any, Any]) -> Response[Any]:
     """Keep an uploaded file (a multipart form: `file`, and for OpenAI `purpose`)."""
-    key = api_key_of(request)
-    if key.zero_retention:
-        raise Forbidden(f"The key '{key.name}' is zero-retention: nothing it sends is kept, so it cannot upload files.")
+    require_retention(request, "upload files")
     anthropic = _anthropic(request)
     form = await request.form()
     part = form.get("file")

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from spark.api.common import check_depth, invalid_from_validation
+from spark.api.common import check_depth, invalid_from_validation, page_body, page_of
 from spark.api.openai.responses_api.requests import ConversationRef, conversation_id
 from spark.errors import InvalidRequest
 
@@ -192,18 +192,8 @@ def input_items_body(response_id: str, items: list[Any], query: ItemsQuery) -> b
 def items_page_body(items: list[dict[str, Any]], query: ItemsQuery) -> bytes:
     """A page of `items` (each with an id, oldest first) in the order `query` asks, after its `after`."""
     ordered = items[::-1] if query.order == "desc" else items
-    ids = [item.get("id") for item in ordered]
-    start = ids.index(query.after) + 1 if query.after in ids else 0
-    page = ordered[start : start + query.limit]
-    return msgspec.json.encode(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": start + len(page) < len(ordered),
-        }
-    )
+    page, more = page_of(ordered, [item.get("id") for item in ordered], after=query.after, limit=query.limit)
+    return page_body(page, more)
 
 
 def new_items(items: list[Any]) -> list[dict[str, Any]]:
