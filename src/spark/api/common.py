@@ -393,7 +393,7 @@ def _count(value: object) -> int:
 
 
 def usage_in(payload: object) -> Usage | None:
-    """The token counts in an OpenAI or Anthropic answer, or in one of their stream events
+    """The token counts in an OpenAI, Anthropic or Ollama answer, or in one of their stream events
     (Anthropic's `message_start` nests them in its message, the Responses API's events in
     their response); None when it carries none.
 
@@ -402,6 +402,8 @@ def usage_in(payload: object) -> Usage | None:
     """
     if not isinstance(payload, dict):
         return None
+    if "eval_count" in payload or "prompt_eval_count" in payload:  # Ollama's last line
+        return Usage(_count(payload.get("prompt_eval_count")), _count(payload.get("eval_count")))
     usage = payload.get("usage")
     for holder in (payload.get("message"), payload.get("response")):
         if not isinstance(usage, dict) and isinstance(holder, dict):
@@ -420,9 +422,11 @@ def usage_in(payload: object) -> Usage | None:
 
 
 def finish_reason_in(payload: object) -> str | None:
-    """The finish reason an OpenAI or Anthropic answer or stream event gives, if any."""
+    """The finish reason an OpenAI, Anthropic or Ollama answer or stream event gives, if any."""
     if not isinstance(payload, dict):
         return None
+    if isinstance(payload.get("done_reason"), str):
+        return str(payload["done_reason"])
     choices = payload.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         reason = choices[0].get("finish_reason")

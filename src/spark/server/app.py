@@ -21,6 +21,7 @@ from spark.server.auth import require_key
 from spark.server.console import ConsoleAuth, console_routes
 from spark.server.csrf import same_origin_guard
 from spark.server.errors import EXCEPTION_HANDLERS
+from spark.server.family import OLLAMA_PREFIX
 from spark.server.memory_history import MemorySampler, sample_memory
 from spark.server.recorder import log_requests
 from spark.server.request_ids import REQUEST_ID_HEADER, add_request_id_headers
@@ -42,6 +43,7 @@ from spark.server.routes.library import LIBRARY_ROUTES
 from spark.server.routes.memory import MEMORY_ROUTES
 from spark.server.routes.metrics import metrics_route
 from spark.server.routes.nodes import NODE_ROUTES
+from spark.server.routes.ollama import OLLAMA_ROUTES
 from spark.server.routes.runners import RUNNER_ROUTES
 from spark.server.routes.settings import SETTINGS_ROUTES
 from spark.server.state import ServerState
@@ -113,6 +115,14 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[log_requests],
         include_in_schema=False,  # OpenAI's and Anthropic's references describe them
     )
+    # Ollama's native API, beside Spark's own admin API (which holds /api/), with the same key
+    ollama = Router(
+        f"{OLLAMA_PREFIX}/api",
+        route_handlers=OLLAMA_ROUTES,
+        guards=[require_key],
+        middleware=[log_requests],
+        include_in_schema=False,
+    )
     # llama-server's token routes, at its paths (not /v1), with the same key
     tokens = Router("/", route_handlers=TOKEN_ROUTES, guards=[require_key], include_in_schema=False)
     # node <-> central calls: each handler checks the fleet's own credentials (spark.server.routes.fleet)
@@ -140,7 +150,16 @@ def create_app(settings: Settings) -> Litestar:
         else None
     )
     return _App(
-        route_handlers=[health, api, tokens, admin_api, fleet, metrics_route(settings, admin), *console_routes()],
+        route_handlers=[
+            health,
+            api,
+            ollama,
+            tokens,
+            admin_api,
+            fleet,
+            metrics_route(settings, admin),
+            *console_routes(),
+        ],
         state=State(
             {
                 "spark": state,

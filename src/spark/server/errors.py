@@ -21,7 +21,7 @@ from litestar.status_codes import (
 )
 from litestar.types import ExceptionHandlersMap, Scope
 
-from spark.api import anthropic, openai
+from spark.api import anthropic, ollama, openai
 from spark.api.common import invalid_from_validation
 from spark.errors import (
     InvalidRequest,
@@ -31,7 +31,7 @@ from spark.errors import (
     RouteNotFound,
     SparkError,
 )
-from spark.server.family import api_family
+from spark.server.family import OLLAMA_PREFIX, api_family
 from spark.server.recorder import keeps_content, recorder_of
 from spark.server.request_ids import request_ids
 from spark.server.state import state_of
@@ -44,11 +44,14 @@ RETRY_AFTER_SECONDS = 1  # an overloaded model's queue moves on within about thi
 AnyRequest = Request[Any, Any, Any]
 
 
+_ERROR_BODIES = {"openai": openai.error_body, "anthropic": anthropic.error_body, "ollama": ollama.error_body}
+
+
 def error_response(scope: Scope, error: SparkError, headers: dict[str, str] | None = None) -> Response[bytes]:
     """`error` as the request's API writes errors (OpenAI's or Anthropic's body and status)."""
     if (recorder := recorder_of(scope)) is not None:
         recorder.failed(error)
-    encode = anthropic.error_body if api_family(scope) == "anthropic" else openai.error_body
+    encode = _ERROR_BODIES[api_family(scope)]
     status, body = encode(error)
     if isinstance(error, Overloaded):
         headers = {**(headers or {}), "retry-after": str(RETRY_AFTER_SECONDS)}
@@ -85,11 +88,12 @@ def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
     method, path = request.method, request.scope["path"]
     error: SparkError
     if exc.status_code == HTTP_404_NOT_FOUND:
-        where = (
-            "docs/compatibility.md lists the routes Spark serves"
-            if path.startswith("/v1/")
-            else "the OpenAI and Anthropic APIs are under /v1"
-        )
+        if path.startswith(("/v1/", OLLAMA_PREFIX + "/")):
+            where = "docs/compatibility.md lists the routes Spark serves"
+        else:
+            where = f"the OpenAI and Anthropic APIs are under /v1, Ollama's under {OLLAMA_PREFIX}/api"
+        if path.startswith(OLLAMA_PREFIX + "/api/"):
+            where += "; models are pulled and managed with `spark pull` and the admin API"
         error = RouteNotFound(f"There is no route {method} {path} on this server ({where}).")
     elif exc.status_code == HTTP_405_METHOD_NOT_ALLOWED:
         error = MethodNotAllowed(f"{path} does not accept {method} requests.")

@@ -1,4 +1,4 @@
-"""Which API a request speaks (OpenAI or Anthropic), for error shapes and headers."""
+"""Which API a request speaks (OpenAI, Anthropic or Ollama), for error shapes and headers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from typing import Literal
 
 from litestar.types import Scope
 
-Family = Literal["openai", "anthropic"]
+Family = Literal["openai", "anthropic", "ollama"]
 
+OLLAMA_PREFIX = "/ollama"  # Ollama's own paths follow it: /ollama/api/chat
 _ANTHROPIC_PATHS = ("/v1/messages",)
 _OPENAI_PATHS = (
     "/v1/chat/",
@@ -20,9 +21,12 @@ _OPENAI_PATHS = (
 
 
 def api_family(scope: Scope) -> Family:
-    """Anthropic for the Messages routes, OpenAI for the completion routes; on shared routes
-    (models, unknown paths) the `anthropic-version` header that Anthropic clients send decides."""
+    """Anthropic for the Messages routes, OpenAI for the completion routes, Ollama for everything
+    under /ollama/; on shared routes (models, unknown paths) the `anthropic-version` header that
+    Anthropic clients send decides."""
     path: str = scope["path"]
+    if path.startswith(OLLAMA_PREFIX + "/"):
+        return "ollama"
     if path.startswith(_ANTHROPIC_PATHS):
         return "anthropic"
     if path.startswith(_OPENAI_PATHS):

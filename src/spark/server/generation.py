@@ -201,6 +201,25 @@ async def _collect(generation: Generation) -> ChatResult:
     return result
 
 
+async def run_encoded(
+    state: ServerState,
+    request: GenerationRequest,
+    encoder: StreamEncoder[Event],
+    receive: Receive,
+    recorder: RequestRecorder | None = None,
+) -> bytes:
+    """What `encoder` writes for the whole answer to `request` (one body, for an encoder that
+    writes only at the end); the request's error is raised."""
+    out = b""
+    async with Generation(state, request, receive=receive, recorder=recorder) as generation:
+        while not encoder.finished:
+            event = await generation.next()
+            if isinstance(event, Failed):
+                raise from_info(event.error)
+            out += encoder.feed(event)
+    return out
+
+
 async def run_embeddings(
     state: ServerState, request: Request, receive: Receive, recorder: RequestRecorder | None = None
 ) -> EmbeddingResult:
@@ -303,8 +322,9 @@ async def stream_response(
     ping: Callable[[], bytes] | None = None,
     recorder: RequestRecorder | None = None,
     before_end: Callable[[], Awaitable[None]] | None = None,
+    media_type: str = "text/event-stream",
 ) -> Stream:
-    """An SSE response for `request`.
+    """An SSE response for `request` (or, with another `media_type`, the encoder's frames as that).
 
     Until the first event arrives, errors (unknown model, prompt too long, load
     failure) are raised and answered with their HTTP status. With `ping`, the
@@ -322,7 +342,7 @@ async def stream_response(
         generation.close()
         raise
     source: _Source[Event] = generation  # spelled out: mypy infers no event type from a Generation here
-    return _sse(_frames(source, encoder, first, wait, ping, scope, recorder, before_end), generation)
+    return _sse(_frames(source, encoder, first, wait, ping, scope, recorder, before_end), generation, media_type)
 
 
 async def stream_choices(
@@ -350,12 +370,12 @@ async def stream_choices(
     return _sse(_frames(choices, encoder, (0, first), None, None, scope, recorder), choices)
 
 
-def _sse(frames: AsyncGenerator[bytes, None], source: _Source[Any]) -> Stream:
+def _sse(frames: AsyncGenerator[bytes, None], source: _Source[Any], media_type: str = "text/event-stream") -> Stream:
     async def close() -> None:
         # The server may stop iterating the body without closing it (client gone while sending).
         source.close()
 
-    return Stream(frames, media_type="text/event-stream", headers=SSE_HEADERS, background=BackgroundTask(close))
+    return Stream(frames, media_type=media_type, headers=SSE_HEADERS, background=BackgroundTask(close))
 
 
 async def _frames(

@@ -24,6 +24,7 @@ from litestar.response import Stream
 from litestar.types import Scope
 
 from spark.api.common import finish_reason_in, usage_in
+from spark.api.ollama import NDJSON
 from spark.errors import InvalidRequest, NodeUnavailable, SparkError
 from spark.fleet.forward import Opened, Unrouted, open_routed
 from spark.fleet.hop import HopError
@@ -178,6 +179,9 @@ def _relay(
             registry.ended(name)
             await response.aclose()
 
+    media_type = response.headers.get("content-type", "text/event-stream")
+    separator = b"\n" if media_type.startswith(NDJSON) else b"\n\n"
+
     async def frames() -> AsyncGenerator[bytes, None]:
         numbers = _Numbers()
         kept = False
@@ -185,8 +189,9 @@ def _relay(
         try:
             async for chunk in _chunks(opened):
                 pending += chunk
-                cut = pending.rfind(b"\n\n") + 2  # whole SSE frames only, so an error frame can follow
-                if cut < 2:
+                # whole frames only (SSE's, or NDJSON's lines), so an error frame can follow
+                cut = pending.rfind(separator) + len(separator)
+                if cut < len(separator):
                     continue
                 out, pending = pending[:cut], pending[cut:]
                 numbers.feed(out)
@@ -213,14 +218,14 @@ def _relay(
 
     return Stream(
         frames(),
-        media_type=response.headers.get("content-type", "text/event-stream"),
+        media_type=media_type,
         headers=SSE_HEADERS,
         background=BackgroundTask(close),
     )
 
 
 class _Numbers:
-    """Token counts and the finish reason, read from the relayed SSE frames that carry them, and a
+    """Token counts and the finish reason, read from the relayed frames that carry them, and a
     Responses API stream's whole response at its end."""
 
     def __init__(self) -> None:
@@ -230,10 +235,11 @@ class _Numbers:
 
     def feed(self, frames: bytes) -> None:
         for line in frames.split(b"\n"):
-            if not line.startswith(b"data:") or (b'"usage"' not in line and b"reason" not in line):
+            data = line[5:] if line.startswith(b"data:") else line if line.startswith(b"{") else b""  # SSE, NDJSON
+            if not any(marker in data for marker in (b'"usage"', b"reason", b"eval_count")):
                 continue
             try:
-                payload = msgspec.json.decode(line[5:])
+                payload = msgspec.json.decode(data)
             except msgspec.DecodeError:
                 continue
             if (usage := usage_in(payload)) is not None:

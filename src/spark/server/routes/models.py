@@ -45,7 +45,8 @@ def listed(entry: ModelEntry, loaded: set[str], settings: Settings) -> ListedMod
     )
 
 
-def _loaded(request: Request[Any, Any, Any]) -> set[str]:
+def loaded_ids(request: Request[Any, Any, Any]) -> set[str]:
+    """The ids of the models loaded on this server."""
     return {runner.model for runner in state_of(request).scheduler.loaded()}
 
 
@@ -73,7 +74,8 @@ def _with_fleet(entries: list[ListedModel], nodes: dict[str, list[str]], loaded_
     return out
 
 
-def _fleet_models(request: Request[Any, Any, Any], entries: list[ListedModel]) -> list[ListedModel]:
+def fleet_models(request: Request[Any, Any, Any], entries: list[ListedModel]) -> list[ListedModel]:
+    """`entries` (this server's models), and the models of its fleet nodes."""
     registry = state_of(request).fleet
     if not registry.has_nodes():
         return entries
@@ -83,9 +85,9 @@ def _fleet_models(request: Request[Any, Any, Any], entries: list[ListedModel]) -
 
 @get("/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
-    loaded = _loaded(request)
+    loaded = loaded_ids(request)
     state = state_of(request)
-    entries = _fleet_models(request, [listed(e, loaded, state.settings) for e in state.library.list()])
+    entries = fleet_models(request, [listed(e, loaded, state.settings) for e in state.library.list()])
     api = anthropic if api_family(request.scope) == "anthropic" else openai
     return json_response(api.model_list_body(entries))
 
@@ -94,9 +96,9 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
     state = state_of(request)
     library = state.library
-    local = [listed(library.get(model_id), _loaded(request), state.settings)] if library.exists(model_id) else []
+    local = [listed(library.get(model_id), loaded_ids(request), state.settings)] if library.exists(model_id) else []
     wanted = local[0].id if local else model_id
-    found = [e for e in _fleet_models(request, local) if e.id == wanted]
+    found = [e for e in fleet_models(request, local) if e.id == wanted]
     if not found:
         library.get(model_id)  # ModelNotFound, with its suggestions
     api = anthropic if api_family(request.scope) == "anthropic" else openai

@@ -1,0 +1,418 @@
+"""spark.types events and results -> Ollama's JSON bodies and NDJSON streams.
+
+Ollama answers a line of JSON per piece of output (`application/x-ndjson`), the last one with
+`"done": true`, why it ended, token counts and durations in nanoseconds; with `"stream": false`
+that last object alone, holding the whole answer. Errors are `{"error": "..."}`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import msgspec
+
+from spark.api.common import ModelEntry
+from spark.errors import Overloaded, SparkError, from_info
+from spark.types import (
+    Done,
+    EmbeddingResult,
+    Event,
+    Failed,
+    FinishReason,
+    PromptDone,
+    ReasoningDelta,
+    SlotInfo,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+)
+
+NDJSON = "application/x-ndjson"
+OVERLOADED_STATUS = 503  # Ollama's answer when its queue is full
+
+_encoder = msgspec.json.Encoder()
+
+
+def created_at(at: float | None = None) -> str:
+    """A time as Ollama writes it: RFC 3339 in UTC, to the nanosecond."""
+    ns = time.time_ns() if at is None else int(at * 1e9)
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{fraction:09d}Z"
+
+
+# --- answers -----------------------------------------------------------------------
+
+
+class _Function(msgspec.Struct, frozen=True):
+    name: str
+    arguments: dict[str, Any]
+
+
+class _ToolCall(msgspec.Struct, frozen=True):
+    function: _Function
+
+
+class _Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: str
+    content: str
+    thinking: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Candidate(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class _Logprob(msgspec.Struct, frozen=True, omit_defaults=True):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[_Candidate] | None = None
+
+
+class _Line(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One object of an answer: chat's carry `message`, generate's `response` (and `thinking`)."""
+
+    model: str
+    created_at: str
+    done: bool
+    message: _Message | None = None
+    response: str | None = None
+    thinking: str | None = None
+    logprobs: list[_Logprob] | None = None
+    done_reason: str | None = None
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+
+_DONE_REASON: dict[FinishReason, str] = {
+    "stop": "stop",
+    "tool_calls": "stop",  # Ollama ends a tool call as any other answer
+    "length": "length",
+    "cancelled": "stop",
+    "error": "stop",
+}
+
+Kind = Literal["chat", "generate"]
+
+
+def _line(line: _Line) -> bytes:
+    return _encoder.encode(line) + b"\n"
+
+
+def _logprobs(tokens: list[TokenLogprob]) -> list[_Logprob]:
+    return [
+        _Logprob(
+            t.piece.decode(errors="replace"),
+            t.logprob or 0.0,
+            list(t.piece),
+            [_Candidate(c.piece.decode(errors="replace"), c.logprob, list(c.piece)) for c in t.top] or None,
+        )
+        for t in tokens
+    ]
+
+
+class OllamaStream:
+    """One answer to /api/chat (`kind` "chat") or /api/generate, as Ollama writes it.
+
+    Call `feed` with every event and send what it returns (possibly b""). Streamed, each piece
+    of text or thinking is a line; tool calls go in one line once their arguments are whole
+    (Ollama's are JSON objects, not text); `Done` writes the last line with the counts and
+    durations. Whole (`stream` false), only `Done` writes: one line with everything.
+    `clock` (nanoseconds) times the answer from when the writer is made.
+    """
+
+    def __init__(
+        self, model: str, kind: Kind, *, stream: bool = True, clock: Callable[[], int] = time.monotonic_ns
+    ) -> None:
+        self.finished = False
+        self._model, self._kind, self._stream, self._clock = model, kind, stream, clock
+        self._started = clock()
+        self._slot_at: int | None = None
+        self._prompt_at: int | None = None
+        self._prompt_ns = 0
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._logprobs: list[TokenLogprob] = []
+        self._calls: dict[int, tuple[str, list[str]]] = {}
+
+    def feed(self, event: Event) -> bytes:
+        """The bytes for one event (empty for events with nothing to send)."""
+        if self.finished:
+            return b""
+        if isinstance(event, TextDelta):
+            if not self._stream:
+                self._text.append(event.text)
+                self._logprobs += event.logprobs or ()
+                return b""
+            return self._piece(event.text, logprobs=event.logprobs) if event.text else b""
+        if isinstance(event, ReasoningDelta):
+            if not self._stream:
+                self._thinking.append(event.text)
+                return b""
+            return self._piece(thinking=event.text) if event.text else b""
+        if isinstance(event, ToolCallDelta):
+            self._calls.setdefault(event.index, (event.name or "", []))[1].append(event.arguments)
+            return b""
+        if isinstance(event, SlotInfo):
+            self._slot_at = self._clock()
+        elif isinstance(event, PromptDone):
+            self._prompt_at, self._prompt_ns = self._clock(), int(event.seconds * 1e9)
+        elif isinstance(event, Done):
+            return self._done(event)
+        elif isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return b""
+
+    def fail(self, error: SparkError) -> bytes:
+        """The error line that ends a broken stream."""
+        self.finished = True
+        return error_line(error)
+
+    def _piece(
+        self,
+        text: str = "",
+        thinking: str | None = None,
+        logprobs: list[TokenLogprob] | None = None,
+        end: dict[str, Any] | None = None,
+    ) -> bytes:
+        """One line: a piece of the answer, or with `end` (its counts and durations) the last."""
+        wire_logprobs = _logprobs(logprobs) if logprobs else None
+        if self._kind == "chat":
+            message = _Message("assistant", text, thinking or None, self._tool_calls() if end else None)
+            line = _Line(self._model, created_at(), bool(end), message=message, logprobs=wire_logprobs, **(end or {}))
+        else:
+            line = _Line(
+                self._model,
+                created_at(),
+                bool(end),
+                response=text,
+                thinking=thinking or None,
+                logprobs=wire_logprobs,
+                **(end or {}),
+            )
+        return _line(line)
+
+    def _tool_calls(self) -> list[_ToolCall] | None:
+        calls = []
+        for name, parts in self._calls.values():
+            try:
+                arguments = msgspec.json.decode("".join(parts) or "{}")
+            except msgspec.DecodeError:
+                arguments = {}
+            calls.append(_ToolCall(_Function(name, arguments if isinstance(arguments, dict) else {})))
+        return calls or None
+
+    def _done(self, event: Done) -> bytes:
+        self.finished = True
+        now = self._clock()
+        slot_at = self._slot_at if self._slot_at is not None else self._started
+        prompt_at = self._prompt_at if self._prompt_at is not None else slot_at
+        usage = event.usage
+        end: dict[str, Any] = {
+            "done_reason": _DONE_REASON[event.finish_reason],
+            "total_duration": now - self._started,
+            "load_duration": slot_at - self._started,  # queueing and loading, until a slot took it
+            "prompt_eval_count": usage.prompt_tokens,
+            "prompt_eval_duration": self._prompt_ns,
+            "eval_count": usage.completion_tokens,
+            "eval_duration": now - prompt_at,
+        }
+        if self._stream:
+            return self._piece(end=end)
+        return self._piece("".join(self._text), "".join(self._thinking), self._logprobs or None, end)
+
+
+def state_change_body(model: str, kind: Kind, reason: Literal["load", "unload"]) -> bytes:
+    """The answer to a body with nothing to generate: the model was loaded, or unloaded."""
+    if kind == "chat":
+        line = _Line(model, created_at(), True, message=_Message("assistant", ""), done_reason=reason)
+    else:
+        line = _Line(model, created_at(), True, response="", done_reason=reason)
+    return _encoder.encode(line)
+
+
+class _Embed(msgspec.Struct, frozen=True):
+    model: str
+    embeddings: list[list[float]]
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
+
+
+class _Embedding(msgspec.Struct, frozen=True):
+    embedding: list[float]
+
+
+def embed_body(model: str, result: EmbeddingResult | None, total_ns: int) -> bytes:
+    """`/api/embed`'s answer (None: nothing was embedded, the model was only loaded)."""
+    if result is None:
+        return _encoder.encode(_Embed(model, [], total_ns, total_ns, 0))
+    return _encoder.encode(_Embed(model, result.vectors, total_ns, 0, result.usage.prompt_tokens))
+
+
+def embedding_body(result: EmbeddingResult | None) -> bytes:
+    """`/api/embeddings`' answer: the one prompt's vector (empty when there was none)."""
+    return _encoder.encode(_Embedding(result.vectors[0] if result is not None else []))
+
+
+# --- models --------------------------------------------------------------------------
+
+
+class _Details(msgspec.Struct, frozen=True):
+    parent_model: str
+    format: str
+    family: str
+    families: list[str] | None
+    parameter_size: str
+    quantization_level: str
+
+
+class _Listed(msgspec.Struct, frozen=True):
+    name: str
+    model: str
+    modified_at: str
+    size: int
+    digest: str
+    details: _Details
+
+
+class _Loaded(msgspec.Struct, frozen=True):
+    name: str
+    model: str
+    size: int
+    digest: str
+    details: _Details
+    expires_at: str
+    size_vram: int
+    context_length: int
+
+
+class _Show(msgspec.Struct, frozen=True):
+    modelfile: str
+    parameters: str
+    template: str
+    details: _Details
+    model_info: dict[str, Any]
+    capabilities: list[str]
+    modified_at: str
+
+
+def parameter_size(count: int) -> str:
+    """A parameter count as Ollama shows it: 135M, 8.0B."""
+    if count >= 1_000_000_000:
+        return f"{count / 1e9:.1f}B"
+    if count >= 1_000_000:
+        return f"{count / 1e6:.0f}M"
+    return f"{count / 1e3:.0f}K" if count else ""
+
+
+def _details(info: dict[str, Any]) -> _Details:
+    family = str(info.get("architecture") or "")
+    families = [family, "clip"] if info.get("vision") else [family] if family else None
+    return _Details(
+        "",
+        "gguf",
+        family,
+        families,
+        parameter_size(int(info.get("parameters") or 0)),
+        str(info.get("quantization", "")),
+    )
+
+
+def capabilities(info: dict[str, Any]) -> list[str]:
+    """What Ollama's clients check before they use a model: `completion` or `embedding`, `tools`,
+    `thinking`, `vision`."""
+    found = ["embedding"] if info.get("embedding") else ["completion"]
+    found += [name for name in ("tools", "thinking", "vision") if info.get(name)]
+    return found
+
+
+def tags_body(entries: list[ModelEntry]) -> bytes:
+    """`GET /api/tags`: the models clients can name (this server's, and its fleet nodes')."""
+    return _encoder.encode(
+        {
+            "models": [
+                _Listed(e.id, e.id, created_at(e.created), int(e.info.get("size_bytes") or 0), "", _details(e.info))
+                for e in entries
+            ]
+        }
+    )
+
+
+def ps_body(loaded: list[tuple[ModelEntry, int, float | None, int]]) -> bytes:
+    """`GET /api/ps`: each loaded model with its memory in bytes, when it unloads (None: never,
+    written as far ahead as Ollama writes it) and the context a request gets."""
+    never = created_at(time.time() + 100 * 365 * 86400)
+    return _encoder.encode(
+        {
+            "models": [
+                _Loaded(
+                    e.id,
+                    e.id,
+                    size,
+                    "",
+                    _details(e.info),
+                    never if expires is None else created_at(expires),
+                    0,  # no GPU placement here
+                    context,
+                )
+                for e, size, expires, context in loaded
+            ]
+        }
+    )
+
+
+def show_body(entry: ModelEntry, template: str, parameters: dict[str, Any]) -> bytes:
+    """`POST /api/show`: the model's details, capabilities and chat template (Jinja, as the GGUF
+    holds it, where Ollama shows a Go template), `parameters` its sampling defaults."""
+    info = entry.info
+    arch = str(info.get("architecture") or "")
+    model_info = {
+        "general.architecture": arch,
+        "general.parameter_count": info.get("parameters"),
+        f"{arch}.context_length": info.get("context_window"),
+    }
+    lines = []
+    for name, value in parameters.items():
+        for item in value if isinstance(value, list) else [value]:
+            lines.append(f"{name:<24}{_encoder.encode(item).decode() if isinstance(item, str) else item}")
+    return _encoder.encode(
+        _Show(
+            f"FROM {entry.id}\n",
+            "\n".join(lines),
+            template,
+            _details(info),
+            model_info,
+            capabilities(info),
+            created_at(entry.created),
+        )
+    )
+
+
+def version_body(version: str) -> bytes:
+    return _encoder.encode({"version": version})
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+def _status(error: SparkError) -> int:
+    return OVERLOADED_STATUS if isinstance(error, Overloaded) else error.status
+
+
+def error_line(error: SparkError) -> bytes:
+    return _encoder.encode({"error": error.message}) + b"\n"
+
+
+def error_body(error: SparkError) -> tuple[int, bytes]:
+    """HTTP status and Ollama's `{"error": "..."}` body."""
+    return _status(error), _encoder.encode({"error": error.message})
