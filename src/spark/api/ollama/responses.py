@@ -409,10 +409,18 @@ def _status(error: SparkError) -> int:
     return OVERLOADED_STATUS if isinstance(error, Overloaded) else error.status
 
 
+def _error_text(error: SparkError) -> str:
+    """The error's message, naming its parameter where it does not already: Ollama's error has
+    no field for it."""
+    if error.param and error.param not in error.message:
+        return f"{error.message} (parameter '{error.param}')"
+    return error.message
+
+
 def error_line(error: SparkError) -> bytes:
-    return _encoder.encode({"error": error.message}) + b"\n"
+    return _encoder.encode({"error": _error_text(error)}) + b"\n"
 
 
 def error_body(error: SparkError) -> tuple[int, bytes]:
     """HTTP status and Ollama's `{"error": "..."}` body."""
-    return _status(error), _encoder.encode({"error": error.message})
+    return _status(error), _encoder.encode({"error": _error_text(error)})

@@ -1,0 +1,160 @@
+"""Ollama's wire format: bodies to spark.types, events to NDJSON lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark.api import ollama
+from spark.errors import ContextLengthExceeded, InvalidRequest, Overloaded
+from spark.types import (
+    ChatRequest,
+    CompletionRequest,
+    Done,
+    PromptDone,
+    ReasoningDelta,
+    SlotInfo,
+    TextDelta,
+    TokenChoice,
+    TokenLogprob,
+    ToolCallDelta,
+    Usage,
+)
+
+
+def ticks() -> object:
+    now = [0]
+
+    def clock() -> int:
+        now[0] += 1_000
+        return now[0]
+
+    return clock
+
+
+def lines(data: bytes) -> list[dict[str, object]]:
+    assert data.endswith(b"\n")
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_tool_calls_come_whole_with_object_arguments_in_the_last_line() -> None:
+    writer = ollama.OllamaStream("m", "chat", clock=ticks())  # type: ignore[arg-type]
+    out = writer.feed(SlotInfo(0, 5, 0)) + writer.feed(PromptDone(5, 0.002))
+    out += writer.feed(ReasoningDelta("hmm"))
+    out += writer.feed(ToolCallDelta(0, "c1", "get_weather", '{"city": '))
+    out += writer.feed(ToolCallDelta(0, arguments='"Paris"}'))
+    out += writer.feed(ToolCallDelta(1, "c2", "now", ""))
+    out += writer.feed(Done("tool_calls", Usage(5, 9)))
+    first, last = lines(out)
+    assert first["message"] == {"role": "assistant", "content": "", "thinking": "hmm"} and first["done"] is False
+    assert last["done"] is True and last["done_reason"] == "stop"
+    assert last["message"]["tool_calls"] == [  # type: ignore[index]
+        {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+        {"function": {"name": "now", "arguments": {}}},
+    ]
+    assert (last["prompt_eval_count"], last["eval_count"], last["prompt_eval_duration"]) == (5, 9, 2_000_000)
+    assert last["load_duration"] == 1_000 and last["total_duration"] == 3_000
+    assert writer.finished and writer.feed(TextDelta("late")) == b""
+
+
+def test_a_whole_generate_answer_is_one_object_with_logprobs() -> None:
+    writer = ollama.OllamaStream("m", "generate", stream=False)
+    logprob = TokenLogprob(b"Hi", -0.5, [TokenChoice(b"Hi", -0.5), TokenChoice(b"Yo", -1.5)])
+    assert writer.feed(TextDelta("Hi", [logprob])) == b""
+    assert writer.feed(TextDelta(" there")) == b""
+    (body,) = lines(writer.feed(Done("length", Usage(3, 2))))
+    assert body["response"] == "Hi there" and body["done_reason"] == "length" and "message" not in body
+    assert body["logprobs"] == [
+        {
+            "token": "Hi",
+            "logprob": -0.5,
+            "bytes": [72, 105],
+            "top_logprobs": [
+                {"token": "Hi", "logprob": -0.5, "bytes": [72, 105]},
+                {"token": "Yo", "logprob": -1.5, "bytes": [89, 111]},
+            ],
+        }
+    ]
+
+
+def test_errors_name_their_parameter_and_overload_is_503() -> None:
+    status, body = ollama.error_body(InvalidRequest("Too hot.", param="options.temperature"))
+    assert status == 400 and json.loads(body) == {"error": "Too hot. (parameter 'options.temperature')"}
+    assert ollama.error_body(Overloaded("busy"))[0] == 503
+    writer = ollama.OllamaStream("m", "chat")
+    assert lines(writer.fail(ContextLengthExceeded(10, 5))) == [{"error": ContextLengthExceeded(10, 5).message}]
+    assert writer.finished
+
+
+def test_tool_results_are_matched_to_the_calls_they_answer() -> None:
+    body = {
+        "model": "m:latest",
+        "messages": [
+            {"role": "user", "content": "weather and time?"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"function": {"name": "time", "arguments": {}}},
+                    {"function": {"name": "weather", "arguments": '{"city": "Oslo"}'}},
+                ],
+            },
+            {"role": "tool", "tool_name": "weather", "content": "cold"},
+            {"role": "tool", "content": "noon"},
+        ],
+        "think": "high",
+        "format": "json",
+        "options": {"num_predict": -1, "stop": "END", "min_p": 0.1, "num_ctx": 99999, "mirostat": 2},
+    }
+    call = ollama.parse_chat(json.dumps(body).encode())
+    request = call.request
+    assert isinstance(request, ChatRequest) and call.stream and call.model == "m"
+    calls = request.messages[1].tool_calls or []
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("time", {}), ("weather", {"city": "Oslo"})]
+    assert request.messages[2].tool_call_id == calls[1].id and request.messages[3].tool_call_id == calls[0].id
+    assert request.reasoning is not None and request.reasoning.effort == "high"
+    assert request.response_format is not None and request.response_format.type == "json_object"
+    sampling = request.sampling
+    assert (sampling.max_tokens, sampling.stop, sampling.min_p) == (None, ["END"], 0.1)
+
+
+def test_generate_with_a_suffix_fills_in_the_middle() -> None:
+    call = ollama.parse_generate(b'{"model": "m", "prompt": "def f(", "suffix": "\\n", "stream": false}')
+    assert isinstance(call.request, CompletionRequest) and call.request.suffix == "\n" and not call.stream
+    assert call.request.sampling.max_tokens is None  # not the completions API's 16
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}],
+            },
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}],
+            },
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        ({"model": "m", "messages": [{"role": "system", "content": "x", "images": ["aGk="]}]}, "messages[0].images"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "keep_alive": "soon"}, "keep_alive"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "think": "very"}, "think"),
+        ({"model": "", "messages": []}, "model"),
+    ],
+)
+def test_bad_chat_bodies_name_the_parameter(body: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        ollama.parse_chat(json.dumps(body).encode())
+    assert refused.value.param == param
+
+
+def test_num_predict_above_the_servers_limit_is_refused() -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        ollama.parse_generate(b'{"model": "m", "prompt": "x", "options": {"num_predict": 500}}', max_tokens_limit=100)
+    assert refused.value.param == "options.num_predict"
