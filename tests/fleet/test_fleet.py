@@ -5,6 +5,7 @@ The tests share one fleet and run in order: the later ones kill and restart node
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -174,6 +175,26 @@ def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> 
     assert record["node"] == "beta" and record["status"] == 200
     assert record["prompt_tokens"] > 0 and record["completion_tokens"] == 8
     assert record["finish_reason"] == "max_tokens" and record["ttft_ms"] is not None
+
+
+def test_an_ollama_stream_is_relayed_line_by_line_and_its_numbers_logged(fleet: Fleet) -> None:
+    request_id = f"test-{uuid.uuid4().hex}"
+    body = {"model": "beta-llama", "messages": [USER], "options": {"num_predict": 8}}  # Ollama streams by default
+    headers = {"authorization": f"Bearer {fleet.key}", "x-request-id": request_id}
+    with (
+        httpx.Client(base_url=fleet.central.url, timeout=60) as http,
+        http.stream("POST", "/ollama/api/chat", json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    assert len(lines) > 1 and not any(line["done"] for line in lines[:-1])
+    assert lines[-1]["done"] is True and lines[-1]["done_reason"] == "length" and lines[-1]["eval_count"] == 8
+    record = fleet.logged(request_id)
+    assert record["node"] == "beta" and record["status"] == 200
+    assert record["prompt_tokens"] > 0 and record["completion_tokens"] == 8 and record["finish_reason"] == "length"
+    with httpx.Client(base_url=fleet.central.url, timeout=60) as http:  # whole, from the node too
+        whole = http.post("/ollama/api/generate", json={**body, "prompt": "Hi", "stream": False}, headers=headers)
+    assert whole.status_code == 200 and whole.json()["eval_count"] == 8
 
 
 def test_the_next_turn_lands_on_the_same_node_and_reuses_its_cache(fleet: Fleet) -> None:
