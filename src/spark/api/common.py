@@ -317,6 +317,12 @@ def rfc3339(at: float) -> str:
 # --- shared checks ------------------------------------------------------------
 
 
+def refuse(condition: bool, param: str, message: str) -> None:
+    """`InvalidRequest` naming `param` when `condition` holds."""
+    if condition:
+        raise InvalidRequest(message, param=param)
+
+
 def keep_alive_seconds(value: float | str | None) -> float | None:
     """The `keep_alive` extension as seconds ("5m", 300, -1 for forever)."""
     if value is None:

@@ -48,7 +48,7 @@ _ERROR_BODIES = {"openai": openai.error_body, "anthropic": anthropic.error_body,
 
 
 def error_response(scope: Scope, error: SparkError, headers: dict[str, str] | None = None) -> Response[bytes]:
-    """`error` as the request's API writes errors (OpenAI's or Anthropic's body and status)."""
+    """`error` as the request's API writes errors (OpenAI's, Anthropic's or Ollama's body and status)."""
     if (recorder := recorder_of(scope)) is not None:
         recorder.failed(error)
     encode = _ERROR_BODIES[api_family(scope)]

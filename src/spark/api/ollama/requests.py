@@ -24,6 +24,7 @@ from spark.api.common import (
     decode_body,
     image_from_base64,
     keep_alive_seconds,
+    refuse,
 )
 from spark.errors import InvalidRequest
 from spark.types import (
@@ -207,13 +208,13 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
     wire = decode_body(_generate_decoder, body)
     model, keep_alive = model_name(wire.model), keep_alive_seconds(wire.keep_alive)
     stream = wire.stream is not False
-    _refuse(
+    refuse(
         wire.template is not None,
         "template",
         "'template' is not supported: Spark renders the model's own chat template; send 'raw': true with "
         "a prompt you formatted yourself instead.",
     )
-    _refuse(
+    refuse(
         bool(wire.context),
         "context",
         "'context' (the token history of an earlier answer) is not supported; use /api/chat with the messages.",
@@ -224,8 +225,8 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
     logprobs = _logprobs(wire)
     request: ChatRequest | CompletionRequest
     if wire.raw or wire.suffix:
-        _refuse(bool(wire.images), "images", "'images' need the chat template: send them without 'raw' or 'suffix'.")
-        _refuse(wire.format is not None and wire.format != "", "format", "'format' cannot be used with 'raw'.")
+        refuse(bool(wire.images), "images", "'images' need the chat template: send them without 'raw' or 'suffix'.")
+        refuse(wire.format is not None and wire.format != "", "format", "'format' cannot be used with 'raw'.")
         request = CompletionRequest(
             model=model,
             prompt=wire.prompt,
@@ -259,7 +260,7 @@ def parse_embed(body: bytes) -> tuple[EmbeddingRequest, bool]:
     wire = decode_body(_embed_decoder, body)
     inputs: list[str | list[int]] = [wire.input] if isinstance(wire.input, str) else list(wire.input)
     for i, text in enumerate(inputs):
-        _refuse(not text, "input" if isinstance(wire.input, str) else f"input[{i}]", "'input' holds an empty text.")
+        refuse(not text, "input" if isinstance(wire.input, str) else f"input[{i}]", "'input' holds an empty text.")
     request = EmbeddingRequest(
         model=model_name(wire.model),
         input=inputs,
@@ -284,7 +285,7 @@ def parse_model_name(body: bytes) -> str:
     """The model a `POST /api/show` body names."""
     wire = decode_body(_name_decoder, body)
     name = wire.model or wire.name
-    _refuse(not name, "model", "'model' is required.")
+    refuse(not name, "model", "'model' is required.")
     assert name is not None
     return model_name(name)
 
@@ -292,16 +293,11 @@ def parse_model_name(body: bytes) -> str:
 # --- pieces ----------------------------------------------------------------------
 
 
-def _refuse(condition: bool, param: str, message: str) -> None:
-    if condition:
-        raise InvalidRequest(message, param=param)
-
-
 def _sampling(options: Options | None, max_tokens_limit: int | None) -> SamplingParams:
     if options is None:
         return SamplingParams()
     predict = options.num_predict
-    _refuse(
+    refuse(
         predict is not None and (predict == 0 or predict < -2),
         "options.num_predict",
         "'options.num_predict' must be a number of tokens (at least 1), -1 for no limit or -2 for the context's end.",
@@ -339,7 +335,7 @@ def _reasoning(think: Think | None) -> Reasoning | None:
 
 
 def _logprobs(wire: _GenerationBody) -> int | None:
-    _refuse(
+    refuse(
         bool(wire.top_logprobs) and not wire.logprobs,
         "top_logprobs",
         "'top_logprobs' needs 'logprobs' to be true.",
@@ -369,7 +365,7 @@ def _messages(wires: list[WireMessage]) -> list[Message]:
             call_id = wire.tool_call_id or _answered(unanswered, wire.tool_name)
             messages.append(Message("tool", wire.content or "", name=wire.tool_name, tool_call_id=call_id))
         else:
-            _refuse(
+            refuse(
                 bool(wire.images) and wire.role != "user",
                 f"{where}.images",
                 "Only user messages may hold images.",
@@ -391,7 +387,7 @@ def _tool_call(wire: _ToolCall, param: str, turn: int, index: int) -> ToolCall:
                 f"'{param}.function.arguments' is neither a JSON object nor JSON text of one.",
                 param=f"{param}.function.arguments",
             ) from None
-        _refuse(
+        refuse(
             not isinstance(arguments, dict),
             f"{param}.function.arguments",
             f"'{param}.function.arguments' must be a JSON object.",

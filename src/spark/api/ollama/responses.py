@@ -185,21 +185,13 @@ class OllamaStream:
         end: dict[str, Any] | None = None,
     ) -> bytes:
         """One line: a piece of the answer, or with `end` (its counts and durations) the last."""
+        answer: dict[str, Any] = (
+            {"message": _Message("assistant", text, thinking or None, self._tool_calls() if end else None)}
+            if self._kind == "chat"
+            else {"response": text, "thinking": thinking or None}
+        )
         wire_logprobs = _logprobs(logprobs) if logprobs else None
-        if self._kind == "chat":
-            message = _Message("assistant", text, thinking or None, self._tool_calls() if end else None)
-            line = _Line(self._model, created_at(), bool(end), message=message, logprobs=wire_logprobs, **(end or {}))
-        else:
-            line = _Line(
-                self._model,
-                created_at(),
-                bool(end),
-                response=text,
-                thinking=thinking or None,
-                logprobs=wire_logprobs,
-                **(end or {}),
-            )
-        return _line(line)
+        return _line(_Line(self._model, created_at(), bool(end), logprobs=wire_logprobs, **answer, **(end or {})))
 
     def _tool_calls(self) -> list[_ToolCall] | None:
         calls = []

@@ -25,6 +25,7 @@ from spark.api.common import (
     joined,
     json_arguments,
     keep_alive_seconds,
+    refuse,
 )
 from spark.api.documents import file_parts
 from spark.errors import InvalidRequest
@@ -282,7 +283,7 @@ MAX_GENERATIONS = 64  # prompts x n of one completions request (a model's defaul
 
 
 def _choices(n: int | None) -> int:
-    _refuse(n is not None and not 1 <= n <= MAX_CHOICES, "n", f"'n' must be between 1 and {MAX_CHOICES}.")
+    refuse(n is not None and not 1 <= n <= MAX_CHOICES, "n", f"'n' must be between 1 and {MAX_CHOICES}.")
     return n or 1
 
 
@@ -294,15 +295,15 @@ def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch
     """
     wire = decode_body(_chat_decoder, body)
     n = _choices(wire.n)
-    _refuse(
+    refuse(
         wire.top_logprobs is not None and not wire.logprobs,
         "top_logprobs",
         "'top_logprobs' needs 'logprobs' to be true.",
     )
-    _refuse(wire.audio is not None, "audio", "Audio output is not supported by this server.")
-    _refuse("audio" in (wire.modalities or ()), "modalities", "Audio output is not supported by this server.")
-    _refuse(wire.functions is not None, "functions", "'functions' is deprecated; use 'tools'.")
-    _refuse(wire.function_call is not None, "function_call", "'function_call' is deprecated; use 'tool_choice'.")
+    refuse(wire.audio is not None, "audio", "Audio output is not supported by this server.")
+    refuse("audio" in (wire.modalities or ()), "modalities", "Audio output is not supported by this server.")
+    refuse(wire.functions is not None, "functions", "'functions' is deprecated; use 'tools'.")
+    refuse(wire.function_call is not None, "function_call", "'function_call' is deprecated; use 'tool_choice'.")
 
     # max_completion_tokens replaced max_tokens in OpenAI's API; it wins when both are sent.
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
@@ -342,17 +343,17 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
     """Decode a `POST /v1/completions` body (text or token-id prompts, one or a batch; max_tokens defaults to 16)."""
     wire = decode_body(_completion_decoder, body)
     n = _choices(wire.n)
-    _refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
+    refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
     max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
-    _refuse(
+    refuse(
         max_tokens == 0 and not wire.echo,
         "max_tokens",
         "'max_tokens' must be at least 1 (0 only with echo, to score the prompt without an answer).",
     )
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
     prompts = _prompts(wire.prompt, "prompt")
-    _refuse(not prompts, "prompt", "'prompt' must not be an empty list.")
-    _refuse(
+    refuse(not prompts, "prompt", "'prompt' must not be an empty list.")
+    refuse(
         len(prompts) * n > MAX_GENERATIONS,
         "prompt",
         f"'prompt' holds {len(prompts)} prompts for {n} choices each: at most {MAX_GENERATIONS} answers per request.",
@@ -374,9 +375,9 @@ def parse_embeddings(body: bytes) -> EmbeddingCall:
     """Decode a `POST /v1/embeddings` body: a string, a token array, or a non-empty list of them."""
     wire = decode_body(_embedding_decoder, body)
     inputs = _prompts(wire.input, "input")
-    _refuse(not inputs, "input", "'input' must not be an empty list.")
+    refuse(not inputs, "input", "'input' must not be an empty list.")
     for i, item in enumerate(inputs):
-        _refuse(
+        refuse(
             not item,
             "input" if isinstance(wire.input, str) else f"input[{i}]",
             "'input' must not contain empty strings or token arrays.",
@@ -388,11 +389,6 @@ def parse_embeddings(body: bytes) -> EmbeddingCall:
         keep_alive=keep_alive_seconds(wire.keep_alive),
     )
     return EmbeddingCall(request, wire.encoding_format)
-
-
-def _refuse(condition: bool, param: str, message: str) -> None:
-    if condition:
-        raise InvalidRequest(message, param=param)
 
 
 def _include_usage(wire: _SamplingBody) -> bool:
@@ -526,7 +522,7 @@ def _prompts(value: str | TokenArrays, param: str) -> list[str | list[int]]:
         return [value]
     if value and all(isinstance(v, int) for v in value):
         return [value]  # type: ignore[list-item]  # checked: all int
-    _refuse(
+    refuse(
         any(isinstance(v, int) for v in value),
         param,
         f"'{param}' mixes token ids with texts or token arrays: send one token array, or a list of them.",

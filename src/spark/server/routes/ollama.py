@@ -17,6 +17,7 @@ from litestar import Request, Response, get, post
 import spark
 from spark.api import ollama
 from spark.api.common import ModelEntry as ListedModel
+from spark.api.ollama.responses import Kind
 from spark.server.generation import run_embeddings, run_encoded, stream_response
 from spark.server.images import check_image_sizes
 from spark.server.recorder import recorder_of
@@ -24,7 +25,7 @@ from spark.server.responses import json_response
 from spark.server.routes.models import fleet_models, listed, loaded_ids
 from spark.server.routing import routed_response
 from spark.server.state import state_of
-from spark.types import ChatRequest, EmbeddingRequest, SamplingParams
+from spark.types import ChatRequest, EmbeddingRequest, EmbeddingResult, SamplingParams
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -45,9 +46,7 @@ async def generate(request: AnyRequest) -> Response[Any]:
     return await _generate(request, call, kind="generate")
 
 
-async def _generate(
-    request: AnyRequest, call: ollama.OllamaCall, kind: ollama.responses.Kind = "chat"
-) -> Response[Any]:
+async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "chat") -> Response[Any]:
     state, recorder = state_of(request), recorder_of(request.scope)
     generation = call.request
     if generation is None:  # nothing to generate: load the model, or with keep_alive 0 unload it
@@ -89,7 +88,9 @@ async def embeddings(request: AnyRequest) -> Response[Any]:
     return json_response(ollama.embedding_body(result))
 
 
-async def _embeddings(request: AnyRequest, embedding: EmbeddingRequest, wanted: bool) -> Any:
+async def _embeddings(
+    request: AnyRequest, embedding: EmbeddingRequest, wanted: bool
+) -> EmbeddingResult | Response[Any] | None:
     """The vectors (None when nothing was to embed: the model is loaded), or a fleet node's answer."""
     state = state_of(request)
     if not wanted:

@@ -26,6 +26,7 @@ from spark.api.common import (
     joined,
     json_arguments,
     keep_alive_seconds,
+    refuse,
 )
 from spark.api.documents import file_parts
 from spark.api.openai.requests import Effort
@@ -208,11 +209,6 @@ class ResponsesCall(msgspec.Struct, frozen=True):
     echo: Echo
 
 
-def _refuse(condition: bool, param: str, message: str) -> None:
-    if condition:
-        raise InvalidRequest(message, param=param)
-
-
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
 
 
@@ -229,13 +225,13 @@ def parse_responses(
     continued conversation's `earlier` items (stored, as JSON) go before its input, a fault in them
     named `earlier_param`; `store` says whether the answer is kept, for the response object to say so."""
     wire = decode_body(_decoder, body)
-    _refuse(
+    refuse(
         wire.conversation is not None and wire.previous_response_id is not None,
         "conversation",
         "Mutually exclusive parameters: send either 'previous_response_id' or 'conversation', not both.",
     )
-    _refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
-    _refuse(bool(wire.background) and wire.store is False, "background", "Background mode requires 'store' to be true.")
+    refuse(wire.prompt is not None, "prompt", "Stored prompt templates ('prompt') are not supported by this server.")
+    refuse(bool(wire.background) and wire.store is False, "background", "Background mode requires 'store' to be true.")
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
 
     tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
@@ -278,12 +274,12 @@ def conversation_id(wire: str | ConversationRef) -> str:
 
 
 def _tool(wire: FunctionToolDef, i: int) -> Tool:
-    _refuse(
+    refuse(
         wire.type != "function",
         f"tools[{i}].type",
         f"Tool type '{wire.type}' is not supported by this server: only 'function' tools are.",
     )
-    _refuse(not wire.name, f"tools[{i}].name", f"Missing required parameter: 'tools[{i}].name'.")
+    refuse(not wire.name, f"tools[{i}].name", f"Missing required parameter: 'tools[{i}].name'.")
     return Tool(wire.name or "", wire.description or "", wire.parameters or {})
 
 
@@ -339,8 +335,8 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
 
     for where, item in items:
         if item.type == "message":
-            _refuse(item.role is None, f"{where}.role", f"Missing required parameter: '{where}.role'.")
-            _refuse(item.content is None, f"{where}.content", f"Missing required parameter: '{where}.content'.")
+            refuse(item.role is None, f"{where}.role", f"Missing required parameter: '{where}.role'.")
+            refuse(item.content is None, f"{where}.content", f"Missing required parameter: '{where}.content'.")
             assert item.role is not None and item.content is not None
             if item.role == "assistant":
                 last = assistant()
@@ -355,7 +351,7 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
                 messages.append(Message(item.role, _text(item.content, f"{where}.content")))
         elif item.type == "function_call":
             for required in ("call_id", "name", "arguments"):
-                _refuse(
+                refuse(
                     getattr(item, required) is None,
                     f"{where}.{required}",
                     f"Missing required parameter: '{where}.{required}'.",
@@ -366,8 +362,8 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
             last = assistant()
             messages[-1] = msgspec.structs.replace(last, tool_calls=[*(last.tool_calls or ()), call])
         elif item.type == "function_call_output":
-            _refuse(item.call_id is None, f"{where}.call_id", f"Missing required parameter: '{where}.call_id'.")
-            _refuse(item.output is None, f"{where}.output", f"Missing required parameter: '{where}.output'.")
+            refuse(item.call_id is None, f"{where}.call_id", f"Missing required parameter: '{where}.call_id'.")
+            refuse(item.output is None, f"{where}.output", f"Missing required parameter: '{where}.output'.")
             assert item.output is not None
             messages.append(Message("tool", _text(item.output, f"{where}.output"), tool_call_id=item.call_id))
         elif item.type == "reasoning":
