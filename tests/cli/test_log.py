@@ -87,7 +87,7 @@ def test_list_and_filters(table: RequestTable) -> None:
     table.insert_many(
         [
             record(1),
-            record(2, model="other", key_name="ci"),
+            record(2, model="other", key_name="ci", route="/ollama/api/generate"),
             record(3, status=404, error_type="model_not_found"),
             record(4, zero_retention=True, content=None, started_at=time.time() - 3 * 3600),
         ]
@@ -100,6 +100,7 @@ def test_list_and_filters(table: RequestTable) -> None:
     assert "tiny" in first and "laptop" in first and "messages" in first and "30 (20 cached) -> 12" in first
     assert "40.0 ms" in first and "250 ms" in first and "52.5" in first
     assert "404 model_not_found" in rows[3]
+    assert "ollama generate" in rows[2]  # a route's short name, Ollama's included
 
     def listed(*args: str) -> list[str]:
         return re.findall(r"req_\d+", invoke("log", *args))

@@ -36,14 +36,6 @@ from spark.tui import text
 
 FOLLOW_POLL_SECONDS = 1.0
 BAR_WIDTH = 40
-_ROUTES = {
-    "/v1/chat/completions": "chat",
-    "/v1/responses": "responses",
-    "/v1/completions": "completion",
-    "/v1/embeddings": "embeddings",
-    "/v1/messages": "messages",
-    "/v1/messages/count_tokens": "count_tokens",
-}
 
 
 class LogSource(Protocol):
@@ -146,7 +138,7 @@ def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
             r.request_id,
             r.model or "-",
             r.key_name or "-",
-            _ROUTES.get(r.route, r.route),
+            text.route_name(r.route),
             _status(r),
             _tokens(r),
             ms(r.ttft_ms),

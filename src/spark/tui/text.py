@@ -14,13 +14,17 @@ from spark.trace import ms
 from spark.tui import wire
 from spark.units import format_bytes, format_duration
 
-ROUTES = {
+_ROUTE_NAMES = {
     "/v1/chat/completions": "chat",
     "/v1/responses": "responses",
     "/v1/completions": "completion",
     "/v1/embeddings": "embed",
     "/v1/messages": "messages",
     "/v1/messages/count_tokens": "count",
+    "/ollama/api/chat": "ollama chat",
+    "/ollama/api/generate": "ollama generate",
+    "/ollama/api/embed": "ollama embed",
+    "/ollama/api/embeddings": "ollama embed",
 }
 STATE_STYLES = {
     "ready": "green",
@@ -37,6 +41,11 @@ STATE_STYLES = {
     "queued": "dim",
     "cancelled": "yellow",
 }
+
+
+def route_name(route: str) -> str:
+    """A logged route's short name (`chat`, `ollama generate`), or the path itself."""
+    return _ROUTE_NAMES.get(route, route)
 
 
 def bar(fraction: float, width: int, style: str = "cyan") -> Text:

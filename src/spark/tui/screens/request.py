@@ -44,7 +44,7 @@ def request_view(record: wire.RequestDetail, now: float) -> Group:
     """The whole page of one request."""
     head = Text.assemble(
         (record.request_id, "bold"),
-        f"  {text.clock(record.started_at, now)}  {text.ROUTES.get(record.route, record.route)}  "
+        f"  {text.clock(record.started_at, now)}  {text.route_name(record.route)}  "
         f"model {record.model or '-'}  key {record.key_name or '-'}  ",
         text.status(record),
     )
