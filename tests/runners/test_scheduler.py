@@ -14,7 +14,7 @@ from spark.runners.options import load_options
 from spark.runners.scheduler import Scheduler
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import load_settings
-from spark.types import Done, EmbeddingRequest, Embeddings, SamplingParams
+from spark.types import Done, EmbeddingRequest, Embeddings, Failed, SamplingParams
 
 
 @pytest.fixture
@@ -122,6 +122,36 @@ def test_close_during_a_load_leaves_no_process(library: Library, tiny_llama: Pat
         await scheduler.close()
         with pytest.raises(RunnerFailed, match="shutting down"):
             await waiting
+        assert not runner_children()
+
+    run(scenario())
+
+
+def test_an_unload_during_a_load_comes_after_the_requests_before_it(library: Library, tiny_llama: Path) -> None:
+    """Requests that waited for the load before the unload get the runner and lose it to the unload;
+    one that came after the unload began loads the model again, as a request after it would."""
+    model = library.add_local(tiny_llama).id
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(), library)
+        try:
+            before = [asyncio.create_task(collect(scheduler.stream(short_chat(model)))) for _ in range(2)]
+            warmed = asyncio.create_task(scheduler.warm(model))
+            await wait_until(lambda: [r.status for r in scheduler.runners()] == ["loading"], what="the load to start")
+            unloading = asyncio.create_task(scheduler.unload(model))
+            await asyncio.sleep(0)
+            after = asyncio.create_task(collect(scheduler.stream(short_chat(model))))
+            assert await unloading is True
+            first_pid = (await warmed).pid
+            for task in before:
+                failed = final(await task)
+                assert isinstance(failed, Failed) and failed.error.code == "runner_failed"
+                assert "unloaded" in failed.error.message
+            assert isinstance(final(await after), Done)
+            [state] = scheduler.loaded()
+            assert state.pid not in (None, first_pid)
+        finally:
+            await scheduler.close()
         assert not runner_children()
 
     run(scenario())
