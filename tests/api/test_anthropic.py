@@ -220,6 +220,10 @@ def test_prefill_and_redacted_thinking() -> None:
         },
     ]
     assert parse(messages=messages).messages[-1] == Message("assistant", "The answer is (")
+    trailing = error(messages=[*USER, {"role": "assistant", "content": "The answer is "}])
+    assert trailing.message == "messages[1].content: final assistant content cannot end with trailing whitespace"
+    earlier = [*USER, {"role": "assistant", "content": "Hi "}, *USER]  # only the final turn is a prefill
+    assert parse(messages=earlier).messages[1] == Message("assistant", "Hi ")
 
 
 @pytest.mark.parametrize(
@@ -433,6 +437,11 @@ def test_remote_image_needs_a_fetcher() -> None:
         (
             {"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f"}]}]},
             "messages[0].content[0].type",
+        ),
+        ({"messages": [*USER, {"role": "assistant", "content": "The answer is "}]}, "messages[1].content"),
+        (
+            {"messages": [*USER, {"role": "assistant", "content": [{"type": "text", "text": "Sure:\n"}]}]},
+            "messages[1].content",
         ),
         ({"system": 5}, "system"),
         ({"temperature": 1.5}, "temperature"),

@@ -248,6 +248,7 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
             messages.extend(_user_messages(turn.content, param, fetch))
         else:
             messages.append(_assistant_message(turn.content))
+    _check_prefill(wire.messages)
     messages = _combined(messages)
 
     tools = [Tool(t.name, t.description, t.input_schema) for t in wire.tools or ()]
@@ -400,6 +401,20 @@ def _assistant_message(content: str | list[Any]) -> Message:
         tool_calls=calls or None,
         reasoning_content=joined(thoughts) if thoughts else None,
     )
+
+
+def _check_prefill(turns: list[UserTurn | AssistantTurn]) -> None:
+    """Refuse a prefill that ends in whitespace, as Anthropic does: the answer would start mid-token."""
+    last = turns[-1]
+    if not isinstance(last, AssistantTurn):
+        return
+    if isinstance(last.content, str):
+        text = last.content
+    else:
+        text = last.content[-1].text if last.content and isinstance(last.content[-1], TextBlock) else ""
+    if text != text.rstrip():
+        param = f"messages[{len(turns) - 1}].content"
+        raise InvalidRequest(f"{param}: final assistant content cannot end with trailing whitespace", param=param)
 
 
 def _tool_choice(wire: _Choice | None) -> ToolChoice | None:
