@@ -196,6 +196,7 @@ class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaul
     input: list[str | list[int]]  # texts, or token ids as CompletionRequest.prompt
     dimensions: int | None = None
     keep_alive: float | None = None
+    truncate: bool = False  # cut an input longer than the context to fit (Ollama's default) instead of refusing it
 
 
 GenerationRequest = ChatRequest | CompletionRequest

@@ -85,6 +85,19 @@ def test_embed_and_the_older_embeddings(live: LiveServer, models: Models) -> Non
     assert c.embed(model=models.embed, input=[]).embeddings == []  # only loads the model
 
 
+def test_embed_truncates_a_long_input_unless_told_not_to(live: LiveServer, models: Models) -> None:
+    c = client(live)
+    context = c.show(models.embed).modelinfo["bert.context_length"]  # type: ignore[index]
+    long = c.embed(model=models.embed, input="cat " * (2 * context))  # "cat" is one token
+    assert long.prompt_eval_count == context
+    # the end is cut and the closing [SEP] kept: the same vector as the words that fit
+    fitting = c.embed(model=models.embed, input="cat " * (context - 2))
+    assert long.embeddings[0] == pytest.approx(fitting.embeddings[0], abs=1e-4)
+    with pytest.raises(ollama.ResponseError) as refused:
+        c.embed(model=models.embed, input="cat " * (2 * context), truncate=False)
+    assert refused.value.status_code == 400 and f"holds {context} tokens" in refused.value.error
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "words"),
     [

@@ -220,6 +220,10 @@ class Model:
         """Every token that ends generation (read once: `is_eog` of each token of the vocabulary)."""
         return [t for t in range(self.n_vocab) if self.is_eog(t)]
 
+    def is_control(self, token: int) -> bool:
+        """Whether the token is a control token (BOS, EOS, SEP, ...), which renders as nothing."""
+        return bool(lc.llama_vocab_is_control(self.vocab, token))
+
     def is_eog(self, token: int) -> bool:
         """Whether the token ends generation (EOS, EOT, ...)."""
         eog = self._eog.get(token)

@@ -314,7 +314,11 @@ class Preparer:
                     raise InvalidRequest("input holds an empty text", param="input")
                 tokens = [model.bos]
             if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
+                if not request.truncate:
+                    raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
+                # the end is cut, but a closing control token (BERT's SEP, an EOS) the model pools by stays
+                end = tokens[-1:] if model.is_control(tokens[-1]) else []
+                tokens = tokens[: self._n_ctx - len(end)] + end
             inputs.append(tokens)
         return inputs
 

@@ -266,6 +266,7 @@ def parse_embed(body: bytes) -> tuple[EmbeddingRequest, bool]:
         input=inputs,
         dimensions=wire.dimensions,
         keep_alive=keep_alive_seconds(wire.keep_alive),
+        truncate=wire.truncate is not False,  # Ollama truncates unless told not to
     )
     return request, bool(inputs)
 
