@@ -14,11 +14,14 @@ from spark.engine.embeddings import normalize, pack
 from spark.engine.native import Model
 from spark.types import (
     ChatRequest,
+    Done,
     EmbeddingRequest,
     Embeddings,
     Failed,
     LoadOptions,
     Message,
+    SamplingParams,
+    SlotInfo,
 )
 
 
@@ -131,3 +134,33 @@ def test_minilm_similar_sentences_are_closer(minilm: Path) -> None:
         assert isinstance(out, Embeddings)
         a, b, c = (np.array(v) for v in out.vectors)
         assert a @ b > 0.6 > a @ c and a @ b > b @ c + 0.3
+
+
+@pytest.mark.slow
+def test_a_generative_model_embeds_and_its_slots_keep_their_caches(smollm2: Path) -> None:
+    options = LoadOptions(model_id="smollm2", path=str(smollm2), n_threads=1, n_ctx=1024, n_parallel=2)
+    with Engine(options) as e:
+        question = ChatRequest(
+            model="smollm2",
+            messages=[Message("user", "What is the capital of France?")],
+            sampling=SamplingParams(temperature=0, max_tokens=8),
+        )
+        first = Collector()
+        e.submit("q", question, first)
+        assert isinstance(first.wait(), Done)
+
+        sentences = ["The cat sat on the mat.", "A cat was sitting on a rug.", "Stock markets fell sharply today."]
+        out = embed(e, sentences)
+        assert isinstance(out, Embeddings)
+        v = np.array(out.vectors)
+        assert v.shape == (3, e.info().n_embd) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+        assert v[0] @ v[1] > v[0] @ v[2] + 0.1  # mean-pooled hidden states: the two cats are closer
+        alone = embed(e, [sentences[2]])
+        assert isinstance(alone, Embeddings) and np.allclose(alone.vectors[0], v[2], atol=1e-4)
+        assert 0 < alone.usage.prompt_tokens < out.usage.prompt_tokens
+
+        again = Collector()
+        e.submit("q2", question, again)
+        assert isinstance(again.wait(), Done) and again.text == first.text
+        slot = again.events[0]
+        assert isinstance(slot, SlotInfo) and slot.cached_tokens > 0  # its own context left the slots alone

@@ -83,6 +83,8 @@ def test_embed_and_the_older_embeddings(live: LiveServer, models: Models) -> Non
     one = c.embeddings(model=models.embed, prompt="a cat")
     assert one.embedding == pytest.approx(both.embeddings[0], abs=1e-4)
     assert c.embed(model=models.embed, input=[]).embeddings == []  # only loads the model
+    from_chat = c.embed(model=models.chat, input=["a cat", "a dog"])  # any model embeds, as in Ollama
+    assert len(from_chat.embeddings) == 2 and len(from_chat.embeddings[0]) > 10
 
 
 def test_embed_truncates_a_long_input_unless_told_not_to(live: LiveServer, models: Models) -> None:

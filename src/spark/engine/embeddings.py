@@ -1,12 +1,54 @@
-"""Embeddings: pooled, L2-normalized vectors for a batch of tokenized inputs."""
+"""Embeddings: pooled, L2-normalized vectors for a batch of tokenized inputs.
+
+An embedding model embeds in its serving context. A generative model embeds in a
+context of its own, made for the request and freed after it, so its slots keep
+their caches and no memory stays held for a use most of its clients never make.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from spark.engine.native import Batch, Context
+from spark.engine.native import Batch, Context, Model
 from spark.errors import RunnerFailed
+from spark.types import LoadOptions
+
+CONTEXT_STEP = 256  # a generative model's embedding context is sized to the longest input, in these steps
+
+
+def pools_by_mean(model: Model) -> bool:
+    """Whether Spark pools the model's token vectors by mean: it names no pooling of its own (which
+    would otherwise give per-token vectors)."""
+    arch = model.meta("general.architecture") or ""
+    return model.meta(f"{arch}.pooling_type") is None
+
+
+@contextmanager
+def own_context(
+    model: Model, inputs: list[list[int]], options: LoadOptions, n_threads: int
+) -> Iterator[tuple[Context, Batch]]:
+    """A context and batch for embedding `inputs` with a generative model, one input per decode, freed
+    on leaving. The whole input goes in one micro-batch: a pooled vector covers one micro-batch only."""
+    longest = max(len(tokens) for tokens in inputs)
+    n = -(-longest // CONTEXT_STEP) * CONTEXT_STEP
+    ctx = Context(
+        model,
+        n_ctx=n,
+        n_seq_max=1,
+        n_batch=n,
+        n_ubatch=n,
+        n_threads=n_threads,
+        kv_type=options.kv_type,
+        flash_attention=options.flash_attention,
+        embedding=True,
+        mean_pooling=pools_by_mean(model),
+    )
+    try:
+        yield ctx, Batch(n)
+    finally:
+        ctx.close()
 
 
 def normalize(vector: list[float], dimensions: int | None = None) -> list[float]:

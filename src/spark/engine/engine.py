@@ -129,9 +129,7 @@ class Engine:
         self._n_slots = options.n_parallel
         self._embedding = options.embedding
         if options.embedding:
-            arch = model.meta("general.architecture") or ""
-            # A model that names no pooling would give per-token vectors: pool by mean.
-            mean_pooling = model.meta(f"{arch}.pooling_type") is None
+            mean_pooling = embeddings.pools_by_mean(model)
             # Non-causal models must see a whole input in one micro-batch.
             n_batch = max(options.n_batch, per_slot)
             n_ubatch = n_batch
@@ -671,16 +669,15 @@ class Engine:
 
     def _run_embedding(self, job: EmbeddingJob) -> None:
         self._n_active += 1
+        model, inputs, dimensions = self._model, job.inputs, job.request.dimensions
         try:
-            vectors = embeddings.embed(
-                self._ctx,
-                self._batch,
-                job.inputs,
-                self._model.n_embd_out,
-                self._n_slots,
-                job.request.dimensions,
-                self._bump,
-            )
+            if self._embedding:
+                vectors = embeddings.embed(
+                    self._ctx, self._batch, inputs, model.n_embd_out, self._n_slots, dimensions, self._bump
+                )
+            else:
+                with embeddings.own_context(model, inputs, self._options, self._n_threads) as (ctx, batch):
+                    vectors = embeddings.embed(ctx, batch, inputs, model.n_embd_out, 1, dimensions, self._bump)
         except Exception as e:
             if not isinstance(e, SparkError):
                 log.exception("embedding request %s failed", job.request_id)

@@ -287,12 +287,6 @@ class Preparer:
         return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed, prediction)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
-        if not self._embedding:
-            raise InvalidRequest(
-                f"{self._options.model_id} generates text; it gives no embeddings: use an embedding model "
-                "(`embedding` in GET /v1/models' details)",
-                param="model",
-            )
         if not request.input:
             raise InvalidRequest("input must hold at least one text", param="input")
         n_embd = self._model.n_embd_out
