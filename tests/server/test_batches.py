@@ -15,6 +15,7 @@ import pytest
 
 from server.helpers import LiveServer, Models, anthropic_error, live_server, openai_error, server_settings, wait_for
 from spark.library import Library
+from spark.server.admin_auth import read_admin_token
 from spark.store.batches import Batch, BatchTable
 from spark.store.db import Database
 from spark.store.keys import KeyTable
@@ -125,6 +126,42 @@ def test_cancelling_a_batch_stops_it_in_the_runner(live: LiveServer, models: Mod
     assert ended.request_counts.canceled == 3 and ended.request_counts.succeeded == 0
     wait_for(lambda: not busy(), 5, "the runner to drop the request")
     assert {r.result.type for r in client.messages.batches.results(batch.id)} == {"canceled"}
+
+
+def test_the_admin_sees_every_batch_and_can_cancel_one(live: LiveServer, models: Models) -> None:
+    client = live.anthropic()
+    params: Any = {"model": models.slow, "max_tokens": LONG, "messages": [{"role": "user", "content": "hi"}]}
+    batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params} for i in range(2)])
+    admin = live.http(key=read_admin_token(live.settings))
+    busy = lambda: any(r.model == models.slow and r.busy >= 1 for r in live.runners())  # noqa: E731
+    wait_for(busy, 30, "the runner to answer the first request")
+    rows = admin.get("/api/batches").json()
+    assert rows[0]["id"] == batch.id  # newest first
+    row = rows[0]
+    assert (row["key"], row["api"], row["endpoint"], row["status"]) == (
+        "tests",
+        "anthropic",
+        "/v1/messages",
+        "in_progress",
+    )
+    assert row["key_prefix"].startswith("sk-spark-") and (row["total"], row["processing"]) == (2, 2)
+
+    cancelling = admin.post(f"/api/batches/{batch.id}/cancel").json()
+    assert cancelling["status"] == "cancelling" and cancelling["cancelled_at"] >= row["created_at"]
+    ended = _ended(client.messages.batches.retrieve, batch.id)  # the key sees the admin's cancel
+    assert ended.request_counts.canceled == 2 and ended.cancel_initiated_at is not None
+    wait_for(lambda: not busy(), 5, "the runner to drop the request")
+    row = admin.get(f"/api/batches/{batch.id}").json()
+    assert (row["status"], row["cancelled"], row["processing"]) == ("cancelled", 2, 0) and row["ended_at"]
+    again = admin.post(f"/api/batches/{batch.id}/cancel").json()
+    assert again["status"] == "cancelled" and again["cancelled_at"] == cancelling["cancelled_at"]  # as it ended
+
+    assert "No batch found with id 'nope'" in openai_error(admin.get("/api/batches/nope"), 404)["message"]
+    assert openai_error(admin.post("/api/batches/nope/cancel"), 404)["param"] == "batch_id"
+    for limit in ("0", "1001", "many"):
+        assert openai_error(admin.get("/api/batches", params={"limit": limit}), 400)["param"] == "limit"
+    assert len(admin.get("/api/batches", params={"limit": 1}).json()) == 1
+    assert live.http().get("/api/batches").status_code == 401  # an API key never opens /api
 
 
 def test_batch_refusals_are_named(live: LiveServer, models: Models) -> None:

@@ -36,6 +36,7 @@ from spark.server.routes import (
     health,
 )
 from spark.server.routes.admin import ADMIN_ROUTES
+from spark.server.routes.admin_batches import ADMIN_BATCH_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
 from spark.server.routes.fleet import FLEET_ROUTES
 from spark.server.routes.keys import KEY_ROUTES
@@ -55,6 +56,7 @@ KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys list`'s "last used" may be
 ADMIN_API_ROUTES = [
     *RUNNER_ROUTES,
     *ADMIN_ROUTES,
+    *ADMIN_BATCH_ROUTES,
     *KEY_ROUTES,
     *SETTINGS_ROUTES,
     *EVENT_ROUTES,

@@ -22,7 +22,7 @@ from litestar.types import ASGIApp, Message
 
 from spark.api.openai.batches import result_line
 from spark.server.request_ids import BATCH_STATE, REQUEST_ID_HEADER
-from spark.store.batches import Batch, BatchItem, BatchTable
+from spark.store.batches import UNFINISHED, Batch, BatchItem, BatchTable
 from spark.store.files import FileTable, StoredFile
 
 OUTPUT_PURPOSE = "batch_output"
@@ -51,10 +51,16 @@ class BatchRunner:
             stop.set()
         self._tasks[batch.id] = asyncio.create_task(self._run(batch), name=f"batch {batch.id}")
 
-    def cancel(self, batch_id: str) -> None:
-        """Stop answering the batch: the requests running end, no more are sent."""
-        if (stop := self._stops.get(batch_id)) is not None:
+    async def cancel(self, batch: Batch) -> Batch:
+        """Stop answering `batch`: it is `cancelling` until the requests running end, and no more are
+        sent. A batch that ended, or whose cancel was asked already, is as it was."""
+        if batch.status not in UNFINISHED or batch.cancelled_at is not None:
+            return batch
+        batch = msgspec.structs.replace(batch, status="cancelling", cancelled_at=time.time())
+        await asyncio.to_thread(self.table.update, batch)
+        if (stop := self._stops.get(batch.id)) is not None:
             stop.set()
+        return batch
 
     async def close(self) -> None:
         """Stop every batch (the server is stopping); their unanswered requests wait for the next start."""

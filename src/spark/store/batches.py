@@ -17,6 +17,7 @@ _FIELDS = (
     "id, owner, api, endpoint, status, created_at, ended_at, cancelled_at, "
     "input_file_id, output_file_id, error_file_id, metadata"
 )
+_JOINED_FIELDS = ", ".join(f"b.{name.strip()}" for name in _FIELDS.split(","))
 UNFINISHED = ("in_progress", "cancelling")
 CANCELLED_STATUS = 0  # an item's status when the batch was cancelled before it was sent
 
@@ -85,12 +86,24 @@ class BatchTable:
         row = self.db.execute(sql, tuple(params)).fetchone()
         return None if row is None else _batch(row)
 
-    def of_owner(self, owner: str, api: str) -> list[Batch]:
-        """`owner`'s batches of one API, oldest first."""
-        rows = self.db.execute(
-            f"SELECT {_FIELDS} FROM batches WHERE owner = ? AND api = ? ORDER BY created_at, id", (owner, api)
+    def listed(self, owner: str | None = None, api: str | None = None) -> list[tuple[Batch, Counts]]:
+        """The batches of `owner` in `api` (None: anyone's, either API) with their counts, oldest first."""
+        where = [(column, value) for column, value in (("b.owner", owner), ("b.api", api)) if value is not None]
+        sql = (
+            f"SELECT {_JOINED_FIELDS}, count(i.seq) AS total, "
+            "coalesce(sum(i.status BETWEEN 200 AND 299), 0) AS succeeded, "
+            "coalesce(sum(i.status >= 300), 0) AS errored, coalesce(sum(i.status = ?), 0) AS cancelled "
+            "FROM batches b LEFT JOIN batch_items i ON i.batch = b.id "
+            + ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in where) + " " if where else "")
+            + "GROUP BY b.id ORDER BY b.created_at, b.id"
         )
-        return [_batch(row) for row in rows]
+        rows = self.db.execute(sql, (CANCELLED_STATUS, *(value for _, value in where)))
+        listed = []
+        for row in rows:
+            fields = dict(row)
+            counts = Counts(*(fields.pop(name) for name in Counts.__struct_fields__))
+            listed.append((_batch(fields), counts))
+        return listed
 
     def unfinished(self) -> list[Batch]:
         """The batches still to be answered (or cancelled), whoever made them."""
@@ -158,5 +171,5 @@ def _row(batch: Batch) -> tuple[object, ...]:
 
 
 def _batch(row: object) -> Batch:
-    fields = dict(row)  # type: ignore[call-overload]  # a sqlite3.Row
+    fields = dict(row)  # type: ignore[call-overload]  # a sqlite3.Row, or a dict of one
     return Batch(**{**fields, "metadata": msgspec.json.decode(fields["metadata"])})

@@ -29,7 +29,8 @@ def _query(request: Request[Any, Any, Any], name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
-def _int(request: Request[Any, Any, Any], name: str, default: int | None) -> int | None:
+def int_query(request: Request[Any, Any, Any], name: str, default: int | None) -> int | None:
+    """The query parameter `name` as a whole number (`default` when absent); `InvalidRequest` naming it otherwise."""
     value = _query(request, name)
     if value is None:
         return default
@@ -70,9 +71,9 @@ async def list_requests(request: Request[Any, Any, Any]) -> RequestPage:
             key=_query(request, "key"),
             status=_query(request, "status"),
             since=_since(since) if since is not None else None,
-            limit=_int(request, "limit", 50) or 0,
-            offset=_int(request, "offset", 0) or 0,
-            after_seq=_int(request, "after", None),
+            limit=int_query(request, "limit", 50) or 0,
+            offset=int_query(request, "offset", 0) or 0,
+            after_seq=int_query(request, "after", None),
         )
     )
     state = state_of(request)

@@ -25,7 +25,7 @@ from spark.errors import BatchNotFound, InvalidRequest
 from spark.server.auth import owner, require_retention
 from spark.server.responses import json_response
 from spark.server.state import state_of
-from spark.store.batches import UNFINISHED, Batch, Counts
+from spark.store.batches import Batch, Counts
 
 
 class _Page(msgspec.Struct, frozen=True):
@@ -170,24 +170,13 @@ async def _batch(request: Request[Any, Any, Any], batch_id: str, api: str) -> tu
 
 
 async def _listed(request: Request[Any, Any, Any], api: str) -> list[tuple[Batch, Counts]]:
-    table = state_of(request).batches
-
-    def read() -> list[tuple[Batch, Counts]]:
-        return [(b, table.counts(b.id)) for b in table.of_owner(owner(request), api)]
-
-    return await asyncio.to_thread(read)
+    return await asyncio.to_thread(state_of(request).batches.listed, owner(request), api)
 
 
 async def _cancelled(request: Request[Any, Any, Any], batch_id: str, api: str) -> tuple[Batch, Counts]:
     """Ask the batch to stop (nothing changes for one that ended); the batch as it stands."""
     batch, counts = await _batch(request, batch_id, api)
-    if batch.status not in UNFINISHED or batch.cancelled_at is not None:
-        return batch, counts
-    state = state_of(request)
-    batch = msgspec.structs.replace(batch, status="cancelling", cancelled_at=time.time())
-    await asyncio.to_thread(state.batches.update, batch)
-    state.batch_runner.cancel(batch_id)
-    return batch, counts
+    return await state_of(request).batch_runner.cancel(batch), counts
 
 
 def _page(request: Request[Any, Any, Any], most: int) -> _Page:
