@@ -107,6 +107,7 @@ def main() -> None:
                     "Keys": "/keys",
                     "Settings": "/settings",
                     "Nodes": "/nodes",
+                    "Batches": "/batches",
                     "Requests": "/requests",
                     "Requests, filtered": "/requests?model=tiny-chat&status=error&since=24h",
                     "A request": "/requests/made00500",

@@ -34,6 +34,7 @@ NAV = [
     ("keys", "Keys", "/keys"),
     ("playground", "Playground", "/playground"),
     ("requests", "Requests", "/requests"),
+    ("batches", "Batches", "/batches"),
     ("activity", "Activity", "/activity"),
     ("settings", "Settings", "/settings"),
     ("nodes", "Nodes", "/nodes"),
