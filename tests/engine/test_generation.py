@@ -16,6 +16,7 @@ from spark.types import (
     CompletionRequest,
     Done,
     EmbeddingRequest,
+    Embeddings,
     Event,
     Failed,
     LoadOptions,
@@ -303,11 +304,12 @@ def test_penalties_change_the_output(engine: Engine) -> None:
     assert plain != penalized
 
 
-def test_embedding_request_to_a_chat_model_fails(engine: Engine) -> None:
+def test_a_chat_model_embeds_too(engine: Engine) -> None:
     c = Collector()
-    engine.submit("emb", EmbeddingRequest(model="tiny", input=["x"]), c)
-    failed = c.wait(1)
-    assert isinstance(failed, Failed) and failed.error.code == "invalid_request" and "embedding" in failed.error.message
+    engine.submit("emb", EmbeddingRequest(model="tiny", input=["x", "a longer text"]), c)
+    done = c.wait()
+    assert isinstance(done, Embeddings) and len(done.vectors) == 2
+    assert len(done.vectors[0]) == engine.info().n_embd and done.vectors[0] != done.vectors[1]
 
 
 def test_default_system_prompt_is_used_without_a_system_message(tiny_llama: Path) -> None:
