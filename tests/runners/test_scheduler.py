@@ -128,8 +128,9 @@ def test_close_during_a_load_leaves_no_process(library: Library, tiny_llama: Pat
 
 
 def test_an_unload_during_a_load_comes_after_the_requests_before_it(library: Library, tiny_llama: Path) -> None:
-    """Requests that waited for the load before the unload get the runner and lose it to the unload;
-    one that came after the unload began loads the model again, as a request after it would."""
+    """Requests that waited for the load before the unload get the runner (and lose it to the unload
+    unless they end first); one that came after the unload began loads the model again, as a request
+    after it would."""
     model = library.add_local(tiny_llama).id
 
     async def scenario() -> None:
@@ -143,10 +144,9 @@ def test_an_unload_during_a_load_comes_after_the_requests_before_it(library: Lib
             after = asyncio.create_task(collect(scheduler.stream(short_chat(model))))
             assert await unloading is True
             first_pid = (await warmed).pid
-            for task in before:
-                failed = final(await task)
-                assert isinstance(failed, Failed) and failed.error.code == "runner_failed"
-                assert "unloaded" in failed.error.message
+            for task in before:  # ended by the unload, unless their few tokens came first
+                ended = final(await task)
+                assert isinstance(ended, Done) or (isinstance(ended, Failed) and "unloaded" in ended.error.message)
             assert isinstance(final(await after), Done)
             [state] = scheduler.loaded()
             assert state.pid not in (None, first_pid)
