@@ -315,6 +315,58 @@ NODES = [
     },
 ]
 
+
+def _batch(batch_id: str, **fields: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": batch_id,
+        "api": "anthropic",
+        "endpoint": "/v1/messages",
+        "key": "laptop",
+        "key_prefix": "sk-spark-AbC1",
+        "status": "in_progress",
+        "created_at": NOW - 420,
+        "ended_at": None,
+        "cancelled_at": None,
+        "total": 40,
+        "succeeded": 11,
+        "errored": 1,
+        "cancelled": 0,
+        "processing": 28,
+    }
+    row.update(fields)
+    return row
+
+
+BATCHES = [  # newest first, as the server lists them
+    _batch("msgbatch_01a7c3e9f2b4d6a8c0e1f3a5"),
+    _batch(
+        "batch_6b2e9d0c4a7f1e3b5d8c2a90",
+        api="openai",
+        endpoint="/v1/chat/completions",
+        key="ci",
+        key_prefix="sk-spark-x9Qe",
+        status="completed",
+        created_at=NOW - 7200,
+        ended_at=NOW - 5400,
+        total=250,
+        succeeded=248,
+        errored=2,
+        processing=0,
+    ),
+    _batch(
+        "msgbatch_9f0d2c4b6a8e1f3d5c7b9a0e",
+        status="cancelled",
+        created_at=NOW - 86400 * 2,
+        ended_at=NOW - 86400 * 2 + 95,
+        cancelled_at=NOW - 86400 * 2 + 90,
+        total=12,
+        succeeded=3,
+        errored=0,
+        cancelled=9,
+        processing=0,
+    ),
+]
+
 IN_FLIGHT = [
     {
         "id": "live1",
@@ -363,9 +415,17 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
             "/api/keys": KEYS,
             "/api/requests/r0001": DETAIL,
             "/api/nodes": [] if standalone else NODES,
+            "/api/batches": BATCHES,
         }
         if path == "/api/events":
             return _events()
+        if request.method == "POST" and path.startswith("/api/batches/") and path.endswith("/cancel"):
+            batch = next((b for b in BATCHES if b["id"] == path.split("/")[3]), None)
+            if batch is not None:
+                cancelling = (
+                    {**batch, "status": "cancelling", "cancelled_at": NOW} if batch["ended_at"] is None else batch
+                )
+                return httpx.Response(200, json=cancelling)
         if path == "/api/requests":
             rows = REQUESTS
             if request.url.params.get("status") == "error":

@@ -1,13 +1,19 @@
 """The TUI against a real `spark serve` on a real port: every screen, a request live and in the log,
-its timeline, a pull from the fake Hub, a key created and revoked, a model loaded and unloaded."""
+its timeline, a pull from the fake Hub, a key created and revoked, a model loaded and unloaded,
+a batch listed and cancelled."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from contextlib import suppress
+from typing import Any
 
+import anthropic
 import pytest
 
-from spark.tui.screens.dialogs import SecretDialog
+from spark.tui.screens.batches import NONE_YET
+from spark.tui.screens.dialogs import ConfirmDialog, SecretDialog
 from spark.tui.screens.nodes import STANDALONE
 from spark.tui.screens.request import RequestView
 from spark.tui.screens.requests import LIVE
@@ -29,8 +35,10 @@ async def test_every_screen_shows_the_server(served: Served) -> None:
         await pilot.press("5")
         await until(pilot, lambda: STANDALONE in shown(app, "#empty"), "standalone")
         await pilot.press("tab")
+        assert app.current_mode == "batches"
+        await pilot.press("tab")
         assert app.current_mode == "overview"
-        await pilot.press("shift+tab", "shift+tab")
+        await pilot.press("shift+tab", "shift+tab", "shift+tab")
         assert app.current_mode == "keys"
         await pilot.press("question_mark")
         assert "New key" in shown(app, "#keys-help")  # the help lists this screen's keys
@@ -164,6 +172,51 @@ async def test_create_and_revoke_a_key(served: Served) -> None:
         await until(pilot, lambda: "from-tui" not in keys(app, "keys"), "the key revoked")
         with served.live.http(key=secret) as client:
             assert client.get("/v1/models").status_code == 401
+
+
+@pytest.mark.slow  # the slow model, beside the chat model other tests loaded
+async def test_a_batch_is_listed_with_its_key_and_cancelled(served: Served) -> None:
+    client = served.live.anthropic()
+    # two requests, each many seconds long on the slow model (one slot): the batch runs until cancelled
+    params: Any = {"model": served.slow, "max_tokens": 12_000, "messages": [{"role": "user", "content": "go on"}]}
+    app = app_for(served.live.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("6")
+        await until(pilot, lambda: connected(app) and NONE_YET in shown(app, "#empty"), "no batch yet")
+        batch = await asyncio.to_thread(
+            client.messages.batches.create, requests=[{"custom_id": f"r{i}", "params": params} for i in range(2)]
+        )
+        try:
+            await until(pilot, lambda: batch.id in keys(app, "batches"), "the batch listed")
+            row = cells(app, "batches", batch.id)
+            assert row[1:4] == ["tests", "messages", "in_progress"]  # its key, its route, running
+            assert row[4].endswith("/2") and shown(app, "#empty").strip() == ""
+
+            table(app, "batches").move_cursor(row=keys(app, "batches").index(batch.id))
+            await pilot.press("c")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+            assert batch.id in app.screen.question
+            await pilot.press("n")  # asked, and said no: it runs on
+            await pilot.pause(0.6)
+            assert (await asyncio.to_thread(client.messages.batches.retrieve, batch.id)).cancel_initiated_at is None
+            await pilot.press("c", "y")
+            await until(pilot, lambda: any("is cancelling" in n.message for n in app._notifications), "the cancel")
+            seen = await asyncio.to_thread(client.messages.batches.retrieve, batch.id)
+            assert seen.cancel_initiated_at is not None  # the key sees the admin's cancel
+            await until(pilot, lambda: cells(app, "batches", batch.id)[3] == "cancelled", "the batch ended")
+        finally:
+            with suppress(anthropic.APIError):  # not to leave the slow model busy for the next tests
+                await asyncio.to_thread(client.messages.batches.cancel, batch.id)
+        assert (await asyncio.to_thread(client.messages.batches.retrieve, batch.id)).processing_status == "ended"
+
+        await pilot.press("c")  # an ended batch: refused, and nothing asked
+        await until(pilot, lambda: any("has ended" in n.message for n in app._notifications), "the refusal")
+        assert not isinstance(app.screen, ConfirmDialog)
+
+        await pilot.press("slash", *"no-such", "enter")
+        await until(pilot, lambda: not keys(app, "batches"), "the filter")
+        await pilot.press("slash", *["backspace"] * 7, "enter")
+        await until(pilot, lambda: batch.id in keys(app, "batches"), "every batch again")
 
 
 async def test_a_refused_action_says_why(served: Served) -> None:

@@ -1,4 +1,4 @@
-"""`spark tui`: the Textual app. One screen per view, switched with 1-5 or Tab.
+"""`spark tui`: the Textual app. One screen per view, switched with 1-6 or Tab.
 
 Two workers do all the I/O: the poller reloads the view on screen (every
 `poll_seconds`, at once when an event says something changed, every
@@ -26,6 +26,7 @@ from spark import events as kinds
 from spark.events import Event
 from spark.tui.client import AdminAPI, APIError, ServerDown
 from spark.tui.screens.base import LiveChanged, View
+from spark.tui.screens.batches import BatchesView
 from spark.tui.screens.dialogs import HelpDialog
 from spark.tui.screens.keys import KeysView
 from spark.tui.screens.models import ModelsView
@@ -55,7 +56,7 @@ class InFlight:
 
 
 class SparkApp(App[None]):
-    """The server at a glance: runners, memory, activity, requests, models, keys, nodes."""
+    """The server at a glance: runners, memory, activity, requests, models, keys, nodes, batches."""
 
     TITLE = "Spark"
     CSS_PATH = Path(__file__).with_name("spark.tcss")
@@ -66,6 +67,7 @@ class SparkApp(App[None]):
         "models": ModelsView,
         "keys": KeysView,
         "nodes": NodesView,
+        "batches": BatchesView,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit_app", "Quit"),
@@ -194,7 +196,7 @@ class SparkApp(App[None]):
                 rows.append((key, binding.description))
         view = self.view()
         extra = view.KEYS_HELP if view is not None and view is self.screen else ()
-        self.push_screen(HelpDialog([*rows, *extra, ("1-5", "Overview, Requests, Models, Keys, Nodes")]))
+        self.push_screen(HelpDialog([*rows, *extra, ("1-6", "Overview, Requests, Models, Keys, Nodes, Batches")]))
 
     def notify_error(self, error: Exception) -> None:
         """Say what went wrong with an action (the server's own words)."""

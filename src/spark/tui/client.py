@@ -146,6 +146,10 @@ class AdminAPI:
         """The fleet's nodes; none on a standalone server."""
         return await self._get(_path("nodes"), list[wire.Node])
 
+    async def batches(self, *, limit: int = 100) -> list[wire.Batch]:
+        """Every key's batches, newest first."""
+        return await self._get(_path("batches"), list[wire.Batch], limit=limit)
+
     # --- acting ---------------------------------------------------------------------
 
     async def load(self, model: str) -> wire.Runner:
@@ -176,6 +180,10 @@ class AdminAPI:
 
     async def revoke_key(self, name: str) -> None:
         await self._call("DELETE", _path("keys", name))
+
+    async def cancel_batch(self, batch_id: str) -> wire.Batch:
+        """Stop a batch: no more of its requests are sent, the running ones end; one that ended is as it was."""
+        return msgspec.json.decode(await self._call("POST", _path("batches", batch_id, "cancel")), type=wire.Batch)
 
     # --- live -------------------------------------------------------------------------
 

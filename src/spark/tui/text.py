@@ -40,6 +40,10 @@ STATE_STYLES = {
     "verifying": "cyan",
     "queued": "dim",
     "cancelled": "yellow",
+    # a batch's
+    "in_progress": "cyan",
+    "cancelling": "yellow",
+    "completed": "green",
 }
 
 
@@ -143,6 +147,15 @@ def pull_progress(job: wire.PullJob, width: int = 12) -> Text:
         return Text("-" if job.state in ("failed", "cancelled") else "waiting", style="dim")
     fraction = job.bytes_done / job.bytes_total
     return bar(fraction, width) + Text(f" {fraction:4.0%}")
+
+
+def batch_progress(batch: wire.Batch) -> Text:
+    """`12/40`: a batch's requests answered of all, then its errors in red (`12/40 1 err`).
+    No bar: with the id, key, route, status and times it would not fit 80 columns."""
+    cell = Text(f"{batch.succeeded + batch.errored}/{batch.total}")
+    if batch.errored:
+        cell.append(f" {batch.errored} err", "red")
+    return cell
 
 
 class Counted(Protocol):

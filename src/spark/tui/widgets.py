@@ -10,7 +10,14 @@ from textual.widgets import DataTable, Sparkline, Static
 
 from spark.tui import text, wire
 
-VIEWS = (("overview", "Overview"), ("requests", "Requests"), ("models", "Models"), ("keys", "Keys"), ("nodes", "Nodes"))
+VIEWS = (
+    ("overview", "Overview"),
+    ("requests", "Requests"),
+    ("models", "Models"),
+    ("keys", "Keys"),
+    ("nodes", "Nodes"),
+    ("batches", "Batches"),
+)
 
 
 def set_text(widget: Static, content: str | Text) -> None:
@@ -30,6 +37,9 @@ class StatusLine(Static):
             set_text(self, Text.assemble(("✖ ", "bold"), problem, " · retrying"))
 
 
+_HINT = "  ? help  q quit"
+
+
 class NavBar(Static):
     """The screens as tabs, the current one highlighted; a click switches too."""
 
@@ -42,7 +52,9 @@ class NavBar(Static):
         for n, (mode, title) in enumerate(VIEWS, 1):
             style = "reverse bold" if mode == self.current else ""
             tabs.append(f"[@click=app.switch_mode('{mode}')][{style or 'none'}] {n} {title} [/][/]")
-        return " ".join(tabs) + "  [dim]? help  q quit[/]"
+        # at 80 columns the six tabs leave no room for the hint: the footer says `?` and `q` anyway
+        room = self.content_size.width - sum(len(f" {n} {title} ") + 1 for n, (_, title) in enumerate(VIEWS, 1))
+        return " ".join(tabs) + (f"[dim]{_HINT}[/]" if room >= len(_HINT) - 1 else "")
 
 
 class Table(DataTable[str | Text]):

@@ -183,3 +183,27 @@ class Node(msgspec.Struct, frozen=True, kw_only=True):
     decode_tokens_per_second: float | None = None
     last_report_at: float | None = None
     added_at: float = 0.0
+
+
+class Batch(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /api/batches`: one key's batch (OpenAI's or Anthropic's) and how far it got."""
+
+    id: str
+    api: str  # "openai" or "anthropic"
+    endpoint: str  # where each of its requests goes, e.g. /v1/messages
+    key: str
+    key_prefix: str = ""
+    status: str  # in_progress, cancelling, completed, cancelled
+    created_at: float
+    ended_at: float | None = None
+    cancelled_at: float | None = None
+    total: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    cancelled: int = 0  # never sent: the batch was cancelled first
+    processing: int = 0  # not answered yet
+
+    @property
+    def running(self) -> bool:
+        """Not ended yet: a cancel still has something to stop."""
+        return self.status in ("in_progress", "cancelling")

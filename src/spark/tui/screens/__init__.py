@@ -1,1 +1,1 @@
-"""The TUI's screens: one per view (Overview, Requests, Models, Keys, Nodes), a request's timeline, dialogs."""
+"""The TUI's screens: one per view (Overview, Requests, Models, Keys, Nodes, Batches), a request's timeline, dialogs."""
