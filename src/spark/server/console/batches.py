@@ -13,7 +13,7 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from spark.server.console.changes import after_change
+from spark.server.console.changes import after_live_change
 from spark.server.console.inprocess import call_api
 from spark.server.console.live import live_template
 from spark.server.console.render import render
@@ -46,7 +46,7 @@ async def cancel_batch(request: Request[Any, Any, Any], batch_id: FromPath[str])
     session, _ = await require_change(request)
     answer = await call_api(request, "POST", f"/api/batches/{batch_id}/cancel")
     done = f"Cancelling {batch_id}: its requests running end, and no more are sent."
-    return await after_change(request, session, answer, "batches_changed.html", _batches, done)
+    return await after_live_change(request, session, answer, "batches_table.html", "batches-table", _batches, done)
 
 
 BATCH_PAGE_ROUTES = [batches_page, batches_live, cancel_batch]

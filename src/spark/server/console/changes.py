@@ -32,10 +32,26 @@ async def after_change(
     template: str,
     context: PartContext,
     done: str,
+    **extra: Any,
 ) -> Response[str]:
     """The part `template` drawn again after a change the admin API answered with `answer`."""
     values = await (context(request, message=done) if answer.ok else context(request, error=answer.error))
-    return render(request, template, session=session, status_code=answer.status, **values)
+    return render(request, template, session=session, status_code=answer.status, **extra, **values)
+
+
+async def after_live_change(
+    request: Request[Any, Any, Any],
+    session: Session,
+    answer: ApiAnswer,
+    part: str,
+    part_id: str,
+    context: PartContext,
+    done: str,
+) -> Response[str]:
+    """After a change to a live part (drawn by the template `part` in the element `part_id`): the
+    outcome where the form's answer goes, and the part now, swapped into its element out of band
+    (the outcome is kept out of the part, which its event stream draws again)."""
+    return await after_change(request, session, answer, "live_changed.html", context, done, part=part, part_id=part_id)
 
 
 async def shown_once(

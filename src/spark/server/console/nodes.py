@@ -12,7 +12,7 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from spark.server.console.changes import after_change, shown_once
+from spark.server.console.changes import after_live_change, shown_once
 from spark.server.console.inprocess import call_api
 from spark.server.console.live import live_template
 from spark.server.console.render import render
@@ -78,7 +78,7 @@ async def change_node(request: Request[Any, Any, Any], name: FromPath[str], acti
             status_code=404,
             **await _nodes(request, error=f"There is no action '{action}' for a node: drain, undrain or remove."),
         )
-    return await after_change(request, session, answer, "nodes_changed.html", _nodes, done)
+    return await after_live_change(request, session, answer, "nodes_table.html", "nodes-table", _nodes, done)
 
 
 NODE_PAGE_ROUTES = [nodes_page, nodes_table, nodes_live, add_node, change_node]

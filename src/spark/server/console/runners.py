@@ -14,7 +14,7 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from spark.server.console.changes import after_change
+from spark.server.console.changes import after_live_change
 from spark.server.console.inprocess import call_api
 from spark.server.console.live import live_template
 from spark.server.console.render import render
@@ -59,7 +59,9 @@ async def load_runner(request: Request[Any, Any, Any]) -> Response[Any]:
     if keep_alive:
         body["keep_alive"] = keep_alive
     loaded = await call_api(request, "POST", "/api/runners", body=body)
-    return await after_change(request, session, loaded, "runners_changed.html", _runners, f"Loaded {model}.")
+    return await after_live_change(
+        request, session, loaded, "runners_table.html", "runners-table", _runners, f"Loaded {model}."
+    )
 
 
 @post("/runners/{model:str}/unload", media_type=MediaType.HTML, status_code=200)
@@ -67,7 +69,9 @@ async def unload_runner(request: Request[Any, Any, Any], model: FromPath[str]) -
     """Unload a model now (`DELETE /api/runners/{model}`)."""
     session, _ = await require_change(request)
     unloaded = await call_api(request, "DELETE", f"/api/runners/{model}")
-    return await after_change(request, session, unloaded, "runners_changed.html", _runners, f"Unloaded {model}.")
+    return await after_live_change(
+        request, session, unloaded, "runners_table.html", "runners-table", _runners, f"Unloaded {model}."
+    )
 
 
 RUNNER_PAGE_ROUTES = [runners_page, runners_live, load_runner, unload_runner]
