@@ -13,6 +13,7 @@ import pytest
 
 from server.helpers import LiveServer, Models, anthropic_error, openai_error
 from server.test_log import logged_request
+from spark.server.admin_auth import read_admin_token
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 from tiny_pdf import make_pdf
@@ -149,3 +150,29 @@ def test_a_keys_files_go_when_it_is_revoked(live: LiveServer) -> None:
         Database(live.settings.db_path).execute("SELECT COUNT(*) FROM files WHERE id = ?", (uploaded.id,)).fetchone()[0]
         == 0
     )
+
+
+def test_the_admin_lists_every_keys_files_and_deletes_one(live: LiveServer) -> None:
+    client = live.openai()
+    notes = client.files.create(file=("notes.txt", NOTES, "text/plain"), purpose="user_data")
+    other = live.anthropic().beta.files.upload(file=("other.txt", b"other", "text/plain"))
+    admin = live.http(key=read_admin_token(live.settings))
+    rows = admin.get("/api/files").json()
+    assert [r["id"] for r in rows[:2]] == [other.id, notes.id]  # newest first
+    row = rows[1]
+    assert (row["filename"], row["purpose"], row["media_type"], row["size"]) == (
+        "notes.txt",
+        "user_data",
+        "text/plain",
+        len(NOTES),
+    )
+    assert row["key"] == "tests" and row["key_prefix"].startswith("sk-spark-") and row["created_at"] > 0
+    assert [r["id"] for r in admin.get("/api/files", params={"limit": 1}).json()] == [other.id]
+
+    assert admin.delete(f"/api/files/{notes.id}").json() == {"id": notes.id, "deleted": True}
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(notes.id)  # gone for its key too
+    error = openai_error(admin.delete(f"/api/files/{notes.id}"), 404)
+    assert error["param"] == "file_id" and notes.id in error["message"]
+    assert openai_error(admin.get("/api/files", params={"limit": "0"}), 400)["param"] == "limit"
+    assert live.http().get("/api/files").status_code == 401  # an API key never opens /api

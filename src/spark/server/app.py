@@ -36,7 +36,6 @@ from spark.server.routes import (
     health,
 )
 from spark.server.routes.admin import ADMIN_ROUTES
-from spark.server.routes.admin_batches import ADMIN_BATCH_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
 from spark.server.routes.fleet import FLEET_ROUTES
 from spark.server.routes.keys import KEY_ROUTES
@@ -47,6 +46,7 @@ from spark.server.routes.nodes import NODE_ROUTES
 from spark.server.routes.ollama import OLLAMA_ROUTES
 from spark.server.routes.runners import RUNNER_ROUTES
 from spark.server.routes.settings import SETTINGS_ROUTES
+from spark.server.routes.stored import STORED_ROUTES
 from spark.server.state import ServerState
 from spark.settings import Settings
 
@@ -56,7 +56,7 @@ KEY_USE_FLUSH_SECONDS = 60.0  # how stale `spark keys list`'s "last used" may be
 ADMIN_API_ROUTES = [
     *RUNNER_ROUTES,
     *ADMIN_ROUTES,
-    *ADMIN_BATCH_ROUTES,
+    *STORED_ROUTES,
     *KEY_ROUTES,
     *SETTINGS_ROUTES,
     *EVENT_ROUTES,

@@ -38,9 +38,12 @@ class FileTable:
             (file.id, file.owner, file.filename, file.purpose, file.media_type, file.size, file.created_at, data),
         )
 
-    def get(self, file_id: str, owner: str) -> StoredFile | None:
-        """The file `file_id` when `owner` uploaded it."""
-        row = self.db.execute(f"SELECT {_FIELDS} FROM files WHERE id = ? AND owner = ?", (file_id, owner)).fetchone()
+    def get(self, file_id: str, owner: str | None) -> StoredFile | None:
+        """The file `file_id` when `owner` uploaded it (None: whoever did)."""
+        sql, params = f"SELECT {_FIELDS} FROM files WHERE id = ?", [file_id]
+        if owner is not None:
+            sql, params = sql + " AND owner = ?", [*params, owner]
+        row = self.db.execute(sql, tuple(params)).fetchone()
         return None if row is None else StoredFile(**dict(row))
 
     def content(self, file_id: str, owner: str) -> tuple[StoredFile, bytes] | None:
@@ -53,13 +56,16 @@ class FileTable:
         fields = dict(row)
         return StoredFile(**{k: v for k, v in fields.items() if k != "data"}), bytes(fields["data"])
 
-    def list(self, owner: str, purpose: str | None = None) -> list[StoredFile]:
-        """`owner`'s files, oldest first (of one `purpose`, when given)."""
-        sql, params = f"SELECT {_FIELDS} FROM files WHERE owner = ?", [owner]
-        if purpose is not None:
-            sql, params = sql + " AND purpose = ?", [*params, purpose]
-        return [StoredFile(**dict(row)) for row in self.db.execute(sql + " ORDER BY created_at, id", tuple(params))]
+    def list(self, owner: str | None, purpose: str | None = None) -> list[StoredFile]:
+        """`owner`'s files (None: everyone's), oldest first (of one `purpose`, when given)."""
+        where = [(column, value) for column, value in (("owner", owner), ("purpose", purpose)) if value is not None]
+        sql = f"SELECT {_FIELDS} FROM files" + (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else "")
+        rows = self.db.execute(sql + " ORDER BY created_at, id", tuple(value for _, value in where))
+        return [StoredFile(**dict(row)) for row in rows]
 
-    def delete(self, file_id: str, owner: str) -> bool:
-        """Forget the file `file_id` of `owner`; whether there was one."""
-        return self.db.execute("DELETE FROM files WHERE id = ? AND owner = ?", (file_id, owner)).rowcount > 0
+    def delete(self, file_id: str, owner: str | None) -> bool:
+        """Forget the file `file_id` of `owner` (None: whoever uploaded it); whether there was one."""
+        sql, params = "DELETE FROM files WHERE id = ?", [file_id]
+        if owner is not None:
+            sql, params = sql + " AND owner = ?", [*params, owner]
+        return self.db.execute(sql, tuple(params)).rowcount > 0
