@@ -108,6 +108,7 @@ def main() -> None:
                     "Settings": "/settings",
                     "Nodes": "/nodes",
                     "Batches": "/batches",
+                    "Files": "/files",
                     "Requests": "/requests",
                     "Requests, filtered": "/requests?model=tiny-chat&status=error&since=24h",
                     "A request": "/requests/made00500",

@@ -11,6 +11,7 @@
     settings.py   Settings: every setting, its value and source; change one
     nodes.py      Nodes: the fleet's nodes, or that this server is standalone
     batches.py    Batches: every key's batches, how far each got; cancel one
+    files.py      Files: every key's uploaded files; delete one
     live.py       page parts kept live over server-sent events
     playground.py the playground, and its forwarding of chats to /v1 with the console's own key
     requests.py   the request log: list, filters, live rows, one request's timeline
@@ -37,6 +38,7 @@ from spark.server.console.activity import ACTIVITY_ROUTES
 from spark.server.console.auth import ConsoleAuth
 from spark.server.console.batches import BATCH_PAGE_ROUTES
 from spark.server.console.discover import DISCOVER_ROUTES
+from spark.server.console.files import FILE_PAGE_ROUTES
 from spark.server.console.keys import KEY_PAGE_ROUTES
 from spark.server.console.nodes import NODE_PAGE_ROUTES
 from spark.server.console.pages import PAGE_ROUTES
@@ -69,6 +71,7 @@ def console_routes() -> list[Router]:
             *SETTINGS_PAGE_ROUTES,
             *NODE_PAGE_ROUTES,
             *BATCH_PAGE_ROUTES,
+            *FILE_PAGE_ROUTES,
         ],
         exception_handlers={SignInNeeded: sign_in_needed},
         include_in_schema=False,

@@ -35,6 +35,7 @@ NAV = [
     ("playground", "Playground", "/playground"),
     ("requests", "Requests", "/requests"),
     ("batches", "Batches", "/batches"),
+    ("files", "Files", "/files"),
     ("activity", "Activity", "/activity"),
     ("settings", "Settings", "/settings"),
     ("nodes", "Nodes", "/nodes"),
