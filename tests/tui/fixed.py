@@ -367,6 +367,39 @@ BATCHES = [  # newest first, as the server lists them
     ),
 ]
 
+FILES = [  # newest first, as the server lists them
+    {
+        "id": "file-3c9a51e07b2d4f68a1e0c7b5",
+        "filename": "notes.txt",
+        "purpose": "user_data",
+        "media_type": "text/plain",
+        "size": 24,
+        "created_at": NOW - 90,
+        "key": "laptop",
+        "key_prefix": "sk-spark-AbC1",
+    },
+    {
+        "id": "file-8e2f0d6b4a1c9e7f3b5d2a04",
+        "filename": "invoice-2026-11.pdf",
+        "purpose": "",  # an upload through Anthropic's Files API: no purpose
+        "media_type": "application/pdf",
+        "size": 182_304,
+        "created_at": NOW - 3600,
+        "key": "laptop",
+        "key_prefix": "sk-spark-AbC1",
+    },
+    {
+        "id": "file-6b2e9d0c4a7f1e3b5d8c2a90o",
+        "filename": "batch_6b2e9d0c4a7f1e3b5d8c2a90_output.jsonl",
+        "purpose": "batch_output",
+        "media_type": "application/jsonl",
+        "size": 1_385_220,
+        "created_at": NOW - 5400,
+        "key": "ci",
+        "key_prefix": "sk-spark-x9Qe",
+    },
+]
+
 IN_FLIGHT = [
     {
         "id": "live1",
@@ -416,6 +449,7 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
             "/api/requests/r0001": DETAIL,
             "/api/nodes": [] if standalone else NODES,
             "/api/batches": BATCHES,
+            "/api/files": FILES,
         }
         if path == "/api/events":
             return _events()
@@ -426,6 +460,10 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
                     {**batch, "status": "cancelling", "cancelled_at": NOW} if batch["ended_at"] is None else batch
                 )
                 return httpx.Response(200, json=cancelling)
+        if request.method == "DELETE" and path.startswith("/api/files/"):
+            file_id = path.split("/")[3]
+            if any(f["id"] == file_id for f in FILES):  # else the 404 below, as the server's file_not_found
+                return httpx.Response(200, json={"id": file_id, "deleted": True})
         if path == "/api/requests":
             rows = REQUESTS
             if request.url.params.get("status") == "error":

@@ -1,6 +1,6 @@
 """The TUI against a real `spark serve` on a real port: every screen, a request live and in the log,
 its timeline, a pull from the fake Hub, a key created and revoked, a model loaded and unloaded,
-a batch listed and cancelled."""
+a batch listed and cancelled, a file listed and deleted."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from contextlib import suppress
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
+from spark.tui.screens import files
 from spark.tui.screens.batches import NONE_YET
 from spark.tui.screens.dialogs import ConfirmDialog, SecretDialog
 from spark.tui.screens.nodes import STANDALONE
@@ -37,8 +39,10 @@ async def test_every_screen_shows_the_server(served: Served) -> None:
         await pilot.press("tab")
         assert app.current_mode == "batches"
         await pilot.press("tab")
+        assert app.current_mode == "files"
+        await pilot.press("tab")
         assert app.current_mode == "overview"
-        await pilot.press("shift+tab", "shift+tab", "shift+tab")
+        await pilot.press("shift+tab", "shift+tab", "shift+tab", "shift+tab")
         assert app.current_mode == "keys"
         await pilot.press("question_mark")
         assert "New key" in shown(app, "#keys-help")  # the help lists this screen's keys
@@ -217,6 +221,51 @@ async def test_a_batch_is_listed_with_its_key_and_cancelled(served: Served) -> N
         await until(pilot, lambda: not keys(app, "batches"), "the filter")
         await pilot.press("slash", *["backspace"] * 7, "enter")
         await until(pilot, lambda: batch.id in keys(app, "batches"), "every batch again")
+
+
+async def test_a_file_is_listed_with_its_key_and_deleted(served: Served) -> None:
+    client = served.live.openai()
+    notes = b"Invoice 7\nTotal: 42 EUR\n"
+    app = app_for(served.live.url)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("7")
+        await until(pilot, lambda: connected(app) and app.current_mode == "files", "the files")
+        view = app.view()
+        assert view is not None
+        await app.reload(view)  # drawn at least once: the hint says whether there are any
+        assert (files.NONE_YET in shown(app, "#empty")) == (not keys(app, "files"))
+        uploaded = await asyncio.to_thread(
+            client.files.create, file=("tui-notes.txt", notes, "text/plain"), purpose="user_data"
+        )
+        await until(pilot, lambda: uploaded.id in keys(app, "files"), "the file listed")
+        assert keys(app, "files")[0] == uploaded.id  # newest first
+        row = cells(app, "files", uploaded.id)  # at 80 columns the id and name give way: the rest is whole
+        assert row[2:6] == ["tests", "user_data", "text/plain", f"{len(notes)}B"]
+        assert row[6].endswith("s ago") and shown(app, "#empty").strip() == ""
+
+        await pilot.press("slash", *"no-such", "enter")
+        await until(pilot, lambda: not keys(app, "files"), "the filter")
+        await pilot.press("slash", *["backspace"] * 7, *"tui-notes", "enter")  # by its name
+        await until(pilot, lambda: keys(app, "files") == [uploaded.id], "the file by its name")
+        table(app, "files").move_cursor(row=0)
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        question = app.screen.question
+        assert uploaded.id in question and "tui-notes.txt" in question and "key tests" in question
+        assert "refused" in question
+        await pilot.press("n")  # asked, and said no: still there
+        await pilot.pause(0.6)
+        assert uploaded.id in keys(app, "files")
+        assert (await asyncio.to_thread(client.files.retrieve, uploaded.id)).id == uploaded.id
+        await pilot.press("d", "y")
+        await until(pilot, lambda: any(uploaded.id in n.message for n in app._notifications), "the deletion")
+        await until(pilot, lambda: uploaded.id not in keys(app, "files"), "the file gone")
+        with pytest.raises(openai.NotFoundError):  # the key that uploaded it has it no more
+            await asyncio.to_thread(client.files.retrieve, uploaded.id)
+
+        await pilot.press("d")  # nothing left under the filter: nothing to delete, nothing asked
+        await until(pilot, lambda: any("No file selected" in n.message for n in app._notifications), "the refusal")
+        assert not isinstance(app.screen, ConfirmDialog)
 
 
 async def test_a_refused_action_says_why(served: Served) -> None:

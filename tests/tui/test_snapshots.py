@@ -45,8 +45,8 @@ def settled(app: SparkApp, *keys: str) -> Callable[[Pilot[None]], object]:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize(
     "keys",
-    [("1",), ("2",), ("3",), ("4",), ("5",), ("6",), ("2", "down", "down", "enter")],
-    ids=["overview", "requests", "models", "keys", "nodes", "batches", "request"],
+    [("1",), ("2",), ("3",), ("4",), ("5",), ("6",), ("7",), ("2", "down", "down", "enter")],
+    ids=["overview", "requests", "models", "keys", "nodes", "batches", "files", "request"],
 )
 def test_screen(snap_compare: Callable[..., bool], size: tuple[int, int], keys: tuple[str, ...]) -> None:
     app = fixed_app()
@@ -71,3 +71,8 @@ def test_pull_dialog(snap_compare: Callable[..., bool]) -> None:
 def test_cancel_batch_dialog(snap_compare: Callable[..., bool]) -> None:
     app = fixed_app()
     assert snap_compare(app, run_before=settled(app, "6", "c"))  # the question about the running batch, wrapped
+
+
+def test_delete_file_dialog(snap_compare: Callable[..., bool]) -> None:
+    app = fixed_app()
+    assert snap_compare(app, run_before=settled(app, "7", "d"))  # the question about the newest file, wrapped

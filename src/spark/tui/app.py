@@ -1,4 +1,4 @@
-"""`spark tui`: the Textual app. One screen per view, switched with 1-6 or Tab.
+"""`spark tui`: the Textual app. One screen per view, switched with 1-7 or Tab.
 
 Two workers do all the I/O: the poller reloads the view on screen (every
 `poll_seconds`, at once when an event says something changed, every
@@ -28,6 +28,7 @@ from spark.tui.client import AdminAPI, APIError, ServerDown
 from spark.tui.screens.base import LiveChanged, View
 from spark.tui.screens.batches import BatchesView
 from spark.tui.screens.dialogs import HelpDialog
+from spark.tui.screens.files import FilesView
 from spark.tui.screens.keys import KeysView
 from spark.tui.screens.models import ModelsView
 from spark.tui.screens.nodes import NodesView
@@ -56,7 +57,7 @@ class InFlight:
 
 
 class SparkApp(App[None]):
-    """The server at a glance: runners, memory, activity, requests, models, keys, nodes, batches."""
+    """The server at a glance: runners, memory, activity, requests, models, keys, nodes, batches, files."""
 
     TITLE = "Spark"
     CSS_PATH = Path(__file__).with_name("spark.tcss")
@@ -68,6 +69,7 @@ class SparkApp(App[None]):
         "keys": KeysView,
         "nodes": NodesView,
         "batches": BatchesView,
+        "files": FilesView,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit_app", "Quit"),
@@ -190,13 +192,17 @@ class SparkApp(App[None]):
             owner_is_view = isinstance(active.node, (App, Screen))
             if not owner_is_view or not binding.description or binding.action in _HIDDEN_IN_HELP:
                 continue
+            if binding.action.startswith("switch_mode("):  # one line, `1-7`, says them all: the help fits 24 rows
+                continue
             key = binding.key_display or self.get_key_display(binding)
             if (key, binding.description) not in seen:
                 seen.add((key, binding.description))
                 rows.append((key, binding.description))
         view = self.view()
         extra = view.KEYS_HELP if view is not None and view is self.screen else ()
-        self.push_screen(HelpDialog([*rows, *extra, ("1-6", "Overview, Requests, Models, Keys, Nodes, Batches")]))
+        self.push_screen(
+            HelpDialog([*rows, *extra, ("1-7", "Overview, Requests, Models, Keys, Nodes, Batches, Files")])
+        )
 
     def notify_error(self, error: Exception) -> None:
         """Say what went wrong with an action (the server's own words)."""

@@ -150,6 +150,10 @@ class AdminAPI:
         """Every key's batches, newest first."""
         return await self._get(_path("batches"), list[wire.Batch], limit=limit)
 
+    async def files(self, *, limit: int = 100) -> list[wire.File]:
+        """Every key's uploaded files (and its batches' output files), newest first."""
+        return await self._get(_path("files"), list[wire.File], limit=limit)
+
     # --- acting ---------------------------------------------------------------------
 
     async def load(self, model: str) -> wire.Runner:
@@ -184,6 +188,10 @@ class AdminAPI:
     async def cancel_batch(self, batch_id: str) -> wire.Batch:
         """Stop a batch: no more of its requests are sent, the running ones end; one that ended is as it was."""
         return msgspec.json.decode(await self._call("POST", _path("batches", batch_id, "cancel")), type=wire.Batch)
+
+    async def delete_file(self, file_id: str) -> bool:
+        """Delete an uploaded file, whoever uploaded it: requests that name it are refused from then on."""
+        return bool(msgspec.json.decode(await self._call("DELETE", _path("files", file_id)))["deleted"])
 
     # --- live -------------------------------------------------------------------------
 

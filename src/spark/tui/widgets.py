@@ -17,6 +17,7 @@ VIEWS = (
     ("keys", "Keys"),
     ("nodes", "Nodes"),
     ("batches", "Batches"),
+    ("files", "Files"),
 )
 
 
@@ -52,19 +53,19 @@ class NavBar(Static):
         for n, (mode, title) in enumerate(VIEWS, 1):
             style = "reverse bold" if mode == self.current else ""
             tabs.append(f"[@click=app.switch_mode('{mode}')][{style or 'none'}] {n} {title} [/][/]")
-        # at 80 columns the six tabs leave no room for the hint: the footer says `?` and `q` anyway
+        # at 80 columns the seven tabs leave no room for the hint: the footer says `?` and `q` anyway
         room = self.content_size.width - sum(len(f" {n} {title} ") + 1 for n, (_, title) in enumerate(VIEWS, 1))
         return " ".join(tabs) + (f"[dim]{_HINT}[/]" if room >= len(_HINT) - 1 else "")
 
 
 class Table(DataTable[str | Text]):
-    """A read-only table that fits its width: the `flex` column (the first by default) takes what the
-    others leave and long names in it end with `…`; the cursor stays on its row when rows are replaced."""
+    """A read-only table that fits its width: the `flex` columns (the first by default) share what the
+    others leave and long names in them end with `…`; the cursor stays on its row when rows are replaced."""
 
-    def __init__(self, *columns: str, flex: str | None = None, id: str | None = None) -> None:
+    def __init__(self, *columns: str, flex: str | tuple[str, ...] | None = None, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
         self._columns = columns
-        self._flex = flex or columns[0]
+        self._flex = (flex,) if isinstance(flex, str) else flex or (columns[0],)
         self._rows: list[tuple[str, list[str | Text]]] = []
 
     def on_mount(self) -> None:
@@ -91,27 +92,33 @@ class Table(DataTable[str | Text]):
             return  # not mounted yet: on_mount draws them
         keep = self.selected_key()
         self.clear()
-        flex = self._columns.index(self._flex)
-        room = self._flex_width([cells for _, cells in rows], flex)
+        rooms = self._flex_widths([cells for _, cells in rows])
         for key, cells in rows:
             fitted = list(cells)
-            value = cells[flex]
-            cell = Text(value) if isinstance(value, str) else value.copy()
-            cell.truncate(room, overflow="ellipsis")
-            fitted[flex] = cell
+            for flex, room in rooms.items():
+                value = cells[flex]
+                cell = Text(value) if isinstance(value, str) else value.copy()
+                cell.truncate(room, overflow="ellipsis")
+                fitted[flex] = cell
             self.add_row(*fitted, key=key)
         keys = [key for key, _ in rows]
         if keep in keys:
             self.move_cursor(row=keys.index(keep), animate=False)
 
-    def _flex_width(self, rows: list[list[str | Text]], flex: int) -> int:
-        """What the flex column may take: the table's width less the other columns and their padding."""
-        others = 0
-        for i, name in enumerate(self._columns):
-            if i != flex:
-                others += max([len(name), *(_width(r[i]) for r in rows)])
+    def _flex_widths(self, rows: list[list[str | Text]]) -> dict[int, int]:
+        """What each flex column may take (by index): the table's width less the other columns and their
+        padding, shared out narrowest first (one that needs less than its share leaves the rest to the others)."""
+        flex = [self._columns.index(name) for name in self._flex]
+        natural = {i: max([len(name), *(_width(r[i]) for r in rows)]) for i, name in enumerate(self._columns)}
         padding = 2 * self.cell_padding * len(self._columns) + 1  # and the vertical scrollbar
-        return max(len(self._flex), 12, self.size.width - others - padding)
+        room = self.size.width - padding - sum(w for i, w in natural.items() if i not in flex)
+        least = 12 if len(flex) == 1 else 8
+        widths = {}
+        for n, i in enumerate(sorted(flex, key=natural.__getitem__)):
+            share = min(natural[i], room // (len(flex) - n)) if n < len(flex) - 1 else room
+            widths[i] = max(len(self._columns[i]), least, share)
+            room -= share
+        return widths
 
 
 def _width(cell: str | Text) -> int:

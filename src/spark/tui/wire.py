@@ -207,3 +207,16 @@ class Batch(msgspec.Struct, frozen=True, kw_only=True):
     def running(self) -> bool:
         """Not ended yet: a cancel still has something to stop."""
         return self.status in ("in_progress", "cancelling")
+
+
+class File(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /api/files`: a file a key uploaded (or its batch wrote), with whose it is."""
+
+    id: str
+    filename: str
+    purpose: str = ""  # OpenAI's purpose (user_data, batch, batch_output, ...); empty for Anthropic's uploads
+    media_type: str = ""
+    size: int = 0  # bytes
+    created_at: float
+    key: str
+    key_prefix: str = ""
