@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
@@ -11,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from spark.tui.client import AdminAPI, APIError
+from spark.tui.screens.dialogs import ConfirmDialog
 from spark.tui.widgets import NavBar, StatusLine
 
 if TYPE_CHECKING:
@@ -55,6 +57,15 @@ class View(Screen[None]):
 
     async def reload(self, api: AdminAPI) -> None:
         """Fetch what the view shows and draw it (`ServerDown` / `APIError` go to the app)."""
+
+    def confirm(self, question: str, work: Callable[[], Awaitable[None]], what: str) -> None:
+        """Ask `question`; on yes, run `work` in the app's action worker (`what` names it in errors)."""
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.spark.run_action_worker(work, what)
+
+        self.spark.push_screen(ConfirmDialog(question), answered)
 
     def show_error(self, error: APIError) -> None:
         """The server answered the view's reload with an error (the app keeps polling)."""

@@ -12,7 +12,6 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.screens.dialogs import ConfirmDialog
 from spark.tui.widgets import Table, set_text
 
 LISTED = 100  # the newest batches listed; the server keeps more
@@ -57,19 +56,12 @@ class BatchesView(View):
                 f"The batch {batch.id} has ended ({batch.status}): nothing to cancel.", severity="warning"
             )
             return
-
-        def cancel(yes: bool | None) -> None:
-            if yes:
-                self.spark.run_action_worker(lambda: self._cancel(batch.id), "cancel batch")
-
         left = f"{batch.processing} of its {batch.total} requests"
-        self.spark.push_screen(
-            ConfirmDialog(
-                f"Cancel the batch {batch.id} (key {batch.key})? {left} are not answered yet: "
-                "the running ones stop, the others are never sent."
-            ),
-            cancel,
+        question = (
+            f"Cancel the batch {batch.id} (key {batch.key})? {left} are not answered yet: "
+            "the running ones stop, the others are never sent."
         )
+        self.confirm(question, lambda: self._cancel(batch.id), "cancel batch")
 
     async def _cancel(self, batch_id: str) -> None:
         batch = await self.spark.api.cancel_batch(batch_id)

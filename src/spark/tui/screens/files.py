@@ -13,7 +13,6 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.screens.dialogs import ConfirmDialog
 from spark.tui.widgets import Table, set_text
 
 LISTED = 100  # the newest files listed; the server keeps more
@@ -56,18 +55,11 @@ class FilesView(View):
         if file is None:
             self.spark.notify("No file selected.", severity="warning")
             return
-
-        def delete(yes: bool | None) -> None:
-            if yes:
-                self.spark.run_action_worker(lambda: self._delete(file), "delete file")
-
-        self.spark.push_screen(
-            ConfirmDialog(
-                f"Delete the file {file.id} ({file.filename}, key {file.key})? "
-                "Requests that name it are refused from then on."
-            ),
-            delete,
+        question = (
+            f"Delete the file {file.id} ({file.filename}, key {file.key})? "
+            "Requests that name it are refused from then on."
         )
+        self.confirm(question, lambda: self._delete(file), "delete file")
 
     async def _delete(self, file: wire.File) -> None:
         await self.spark.api.delete_file(file.id)

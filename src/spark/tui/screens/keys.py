@@ -12,7 +12,7 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog, SecretDialog
+from spark.tui.screens.dialogs import Answer, AskDialog, SecretDialog
 from spark.tui.widgets import Table, set_text
 
 
@@ -65,12 +65,7 @@ class KeysView(View):
         if name is None:
             self.spark.notify("No key selected.", severity="warning")
             return
-
-        def revoke(yes: bool | None) -> None:
-            if yes:
-                self.spark.run_action_worker(lambda: self._revoke(name), "revoke key")
-
-        self.spark.push_screen(ConfirmDialog(f"Revoke the key {name}? Requests with it are refused."), revoke)
+        self.confirm(f"Revoke the key {name}? Requests with it are refused.", lambda: self._revoke(name), "revoke key")
 
     async def _revoke(self, name: str) -> None:
         await self.spark.api.revoke_key(name)

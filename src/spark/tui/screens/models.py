@@ -13,7 +13,7 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog
+from spark.tui.screens.dialogs import Answer, AskDialog
 from spark.tui.widgets import Table, set_text
 
 RUNNING = ("queued", "downloading", "verifying")
@@ -118,13 +118,8 @@ class ModelsView(View):
     def action_remove(self) -> None:
         if (model := self._selected()) is None:
             return
-
-        def remove(yes: bool | None) -> None:
-            if yes:
-                self.spark.run_action_worker(lambda: self._remove(model), "remove")
-
         question = f"Remove {model}? Files Spark downloaded are deleted, unless a copy still uses them."
-        self.spark.push_screen(ConfirmDialog(question), remove)
+        self.confirm(question, lambda: self._remove(model), "remove")
 
     async def _remove(self, model: str) -> None:
         removed = await self.spark.api.remove_model(model)
