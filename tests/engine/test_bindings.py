@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+
+import pytest
 
 CODE = """
 import sys
@@ -40,3 +43,19 @@ def test_llama_cpp_imported_after_the_engine_still_has_its_c_api_and_version() -
     from importlib.metadata import version
 
     assert out.stdout.split() == [version("llama-cpp-python"), "True", "0"]
+
+
+def test_llama_cpp_log_lines_keep_their_level_but_the_pooling_spark_asks_for(caplog: pytest.LogCaptureFixture) -> None:
+    from spark.engine.native import LogBridge
+
+    bridge = LogBridge(logging.getLogger("spark.test.llama"), keep_errors=True)
+    with caplog.at_level(logging.DEBUG, logger="spark.test.llama"):
+        bridge._log(3, b"llama_init_from_model: model default pooling_type is [-1], but [1] was specified\n", None)
+        bridge._log(3, b"llama_kv_cache: something odd\n", None)
+        bridge._log(4, b"failed to allocate\n", None)
+    assert [(r.levelno, r.message[:30]) for r in caplog.records] == [
+        (logging.DEBUG, "llama_init_from_model: model d"),
+        (logging.WARNING, "llama_kv_cache: something odd"),
+        (logging.ERROR, "failed to allocate"),
+    ]
+    assert bridge.recent_errors() == "failed to allocate"

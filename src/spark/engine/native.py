@@ -32,6 +32,8 @@ log = logging.getLogger("spark.engine.llama")
 
 # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continues the previous line.
 _GGML_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+# warnings about what Spark asks for on purpose (mean pooling where a model names none): not worth a warning
+_EXPECTED = ("llama_init_from_model: model default pooling_type is",)
 # A llama.cpp sampler as the bindings hand it out (typed for checkers only).
 SamplerPointer: TypeAlias = "lc.llama_sampler_p"
 _DRY_PROTOTYPES = 8  # DRY samplers kept per model, one per parameter set
@@ -55,8 +57,10 @@ class LogBridge:
 
     def _log(self, level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         py_level = self._last_level if level == 5 else _GGML_LEVELS.get(level, logging.DEBUG)
-        self._last_level = py_level
         line = text.decode("utf-8", errors="replace").rstrip("\n")
+        if line.startswith(_EXPECTED):
+            py_level = logging.DEBUG
+        self._last_level = py_level
         if self._errors is not None and py_level >= logging.ERROR and line:
             self._errors.append(line)
         if line and self._logger.isEnabledFor(py_level):
