@@ -178,7 +178,8 @@ class Spark:
         return collect_chat(self.events(request))
 
     def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:
-        """Normalized embedding vectors, one per input string."""
+        """Normalized embedding vectors, one per input string (from an embedding model, or a chat model's
+        hidden states pooled by mean)."""
         texts: list[str | list[int]] = [input] if isinstance(input, str) else list(input)
         for event in self.events(EmbeddingRequest(model=model, input=texts, dimensions=dimensions)):
             if (result := embedding_result(event)) is not None:
