@@ -197,6 +197,8 @@ class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaul
     dimensions: int | None = None
     keep_alive: float | None = None
     truncate: bool = False  # cut an input longer than the context to fit (Ollama's default) instead of refusing it
+    # a generative model answers too, its hidden states pooled by mean (as Ollama does); OpenAI's route refuses one
+    generative: bool = True
 
 
 GenerationRequest = ChatRequest | CompletionRequest

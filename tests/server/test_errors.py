@@ -62,7 +62,9 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
         assert "max_tokens" in error["message"]
         error = openai_error(http.post("/v1/embeddings", json={"model": models.embed, "input": []}), 400)
         assert error["param"] == "input"
-        # an embedding model generates no text (a generative model does embed)
+        # each model does its own kind of work on OpenAI's routes (Ollama's embed with a chat model too)
+        error = openai_error(http.post("/v1/embeddings", json={"model": models.chat, "input": "hi"}), 400)
+        assert error["param"] == "model" and "/v1/embeddings takes an embedding model" in error["message"]
         error = openai_error(http.post("/v1/chat/completions", json={"model": models.embed, "messages": CHAT}), 400)
         assert error["param"] == "model" and "cannot generate text" in error["message"]
         error = anthropic_error(

@@ -287,6 +287,13 @@ class Preparer:
         return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed, prediction)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
+        if not (self._embedding or request.generative):
+            raise InvalidRequest(
+                f"{self._options.model_id} generates text; /v1/embeddings takes an embedding model "
+                "(`embedding` in GET /v1/models' details). Ollama's /ollama/api/embed and Spark's Python API "
+                "also embed with a chat model, its hidden states pooled by mean.",
+                param="model",
+            )
         if not request.input:
             raise InvalidRequest("input must hold at least one text", param="input")
         n_embd = self._model.n_embd_out

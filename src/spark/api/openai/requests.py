@@ -387,6 +387,7 @@ def parse_embeddings(body: bytes) -> EmbeddingCall:
         input=inputs,
         dimensions=wire.dimensions,
         keep_alive=keep_alive_seconds(wire.keep_alive),
+        generative=False,  # OpenAI's embeddings come from embedding models: a chat model's are a poor stand-in
     )
     return EmbeddingCall(request, wire.encoding_format)
 
