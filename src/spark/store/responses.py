@@ -26,6 +26,12 @@ def owner_of(key_name: str, key_prefix: str) -> str:
     return f"{key_name}/{key_prefix}"
 
 
+def key_of(owner: str) -> tuple[str, str]:
+    """The key an `owner_of` names: its name and prefix."""
+    name, _, prefix = owner.rpartition("/")
+    return name, prefix
+
+
 class StoredResponse(msgspec.Struct, frozen=True, kw_only=True):
     """One stored answer: the input items its request added and the response object."""
 

@@ -21,6 +21,7 @@ from spark.server.routes.admin import int_query
 from spark.server.state import state_of
 from spark.store.batches import Batch, Counts
 from spark.store.files import StoredFile
+from spark.store.responses import key_of
 
 MAX_LIMIT = 1000
 
@@ -62,12 +63,6 @@ class DeletedFile(msgspec.Struct, frozen=True):
     deleted: bool = True
 
 
-def _whose(owner: str) -> tuple[str, str]:
-    """A stored item's key: its name and prefix (an owner is `name/prefix`)."""
-    key, _, prefix = owner.rpartition("/")
-    return key, prefix
-
-
 def _limit(request: Request[Any, Any, Any]) -> int:
     limit = int_query(request, "limit", 100) or 0
     if not 1 <= limit <= MAX_LIMIT:
@@ -76,7 +71,7 @@ def _limit(request: Request[Any, Any, Any]) -> int:
 
 
 def _row(batch: Batch, counts: Counts) -> BatchRow:
-    key, prefix = _whose(batch.owner)
+    key, prefix = key_of(batch.owner)
     return BatchRow(
         id=batch.id,
         api=batch.api,
@@ -125,7 +120,7 @@ async def cancel_batch(request: Request[Any, Any, Any], batch_id: FromPath[str])
 
 
 def _file_row(file: StoredFile) -> FileRow:
-    key, prefix = _whose(file.owner)
+    key, prefix = key_of(file.owner)
     return FileRow(
         id=file.id,
         filename=file.filename,
