@@ -23,9 +23,11 @@ PAGES = [
     "/keys",
     "/settings",
     "/nodes",
+    "/batches",
+    "/files",
 ]
 # the parts htmx fetches or streams
-PARTIALS = ["/keys/table", "/nodes/table", "/runners/live", "/discover/live", "/nodes/live"]
+PARTIALS = ["/keys/table", "/nodes/table", "/runners/live", "/discover/live", "/nodes/live", "/batches/live"]
 # every change the console makes, with a form that would do it
 CHANGES = [
     ("/keys", {"name": "forged"}),
@@ -39,6 +41,8 @@ CHANGES = [
     ("/discover/pulls/x/cancel", {}),
     ("/nodes", {"name": "forged"}),
     ("/nodes/x/drain", {}),
+    ("/batches/x/cancel", {}),
+    ("/files/x/delete", {}),
 ]
 
 
@@ -78,7 +82,7 @@ def test_every_change_needs_the_sessions_csrf_token(console: LiveServer) -> None
 
 def test_the_new_pages_keep_the_strict_policy(console: LiveServer) -> None:
     with signed_in_client(console) as client:
-        for path in ("/runners", "/keys", "/settings", "/nodes", "/discover"):
+        for path in ("/runners", "/keys", "/settings", "/nodes", "/discover", "/batches", "/files"):
             r = client.get(path)
             assert r.status_code == 200, path
             assert r.headers["content-security-policy"] == CSP, path
