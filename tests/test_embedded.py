@@ -57,6 +57,8 @@ def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert
     emb = sp.embed(embed_model, ["hello world", "the cat"], dimensions=8)
     assert len(emb.vectors) == 2 and all(len(v) == 8 for v in emb.vectors)
     assert all(math.isclose(math.fsum(x * x for x in v), 1.0, rel_tol=1e-4) for v in emb.vectors)
+    from_chat = sp.embed(chat_model, ["hello world", "the cat"])  # a chat model embeds too, as in Ollama
+    assert len(from_chat.vectors) == 2 and from_chat.vectors[0] != from_chat.vectors[1]
 
 
 def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
