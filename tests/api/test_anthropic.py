@@ -557,7 +557,8 @@ def test_a_model_says_its_context_window_and_what_it_can_read() -> None:
     assert caps is not None
     assert caps.image_input.supported and caps.pdf_input.supported and caps.structured_outputs.supported
     assert caps.thinking.supported and caps.thinking.types.enabled.supported and caps.effort.high.supported
-    assert not (caps.batch.supported or caps.citations.supported or caps.server_tools.web_search.supported)
+    assert caps.batch.supported  # Message Batches are served
+    assert not (caps.citations.supported or caps.server_tools.web_search.supported)
     plain = ModelInfo.model_validate_json(api.model_body(ModelEntry("smol", 1, info={"context_window": 512})))
     assert plain.capabilities is not None and not plain.capabilities.thinking.supported
     assert plain.capabilities.thinking.types.disabled.supported and not plain.capabilities.image_input.supported

@@ -132,7 +132,7 @@ class _Capabilities(msgspec.Struct, frozen=True):
     effort: _Effort
     pdf_input: _Support = _Support(True)  # read as the PDF's text
     structured_outputs: _Support = _Support(True)
-    batch: _Support = _NO
+    batch: _Support = _Support(True)  # Message Batches, answered in the background
     citations: _Support = _NO
     code_execution: _Support = _NO
     context_management: _Support = _NO
