@@ -86,8 +86,11 @@ class BatchTable:
         row = self.db.execute(sql, tuple(params)).fetchone()
         return None if row is None else _batch(row)
 
-    def listed(self, owner: str | None = None, api: str | None = None) -> list[tuple[Batch, Counts]]:
-        """The batches of `owner` in `api` (None: anyone's, either API) with their counts, oldest first."""
+    def listed(
+        self, owner: str | None = None, api: str | None = None, *, newest: int | None = None
+    ) -> list[tuple[Batch, Counts]]:
+        """The batches of `owner` in `api` (None: anyone's, either API) with their counts, oldest first;
+        with `newest`, only that many of the newest, newest first."""
         where = [(column, value) for column, value in (("b.owner", owner), ("b.api", api)) if value is not None]
         sql = (
             f"SELECT {_JOINED_FIELDS}, count(i.seq) AS total, "
@@ -95,9 +98,11 @@ class BatchTable:
             "coalesce(sum(i.status >= 300), 0) AS errored, coalesce(sum(i.status = ?), 0) AS cancelled "
             "FROM batches b LEFT JOIN batch_items i ON i.batch = b.id "
             + ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in where) + " " if where else "")
-            + "GROUP BY b.id ORDER BY b.created_at, b.id"
+            + "GROUP BY b.id "
+            + ("ORDER BY b.created_at, b.id" if newest is None else "ORDER BY b.created_at DESC, b.id DESC LIMIT ?")
         )
-        rows = self.db.execute(sql, (CANCELLED_STATUS, *(value for _, value in where)))
+        limit = () if newest is None else (newest,)
+        rows = self.db.execute(sql, (CANCELLED_STATUS, *(value for _, value in where), *limit))
         listed = []
         for row in rows:
             fields = dict(row)

@@ -56,11 +56,14 @@ class FileTable:
         fields = dict(row)
         return StoredFile(**{k: v for k, v in fields.items() if k != "data"}), bytes(fields["data"])
 
-    def list(self, owner: str | None, purpose: str | None = None) -> list[StoredFile]:
-        """`owner`'s files (None: everyone's), oldest first (of one `purpose`, when given)."""
+    def list(self, owner: str | None, purpose: str | None = None, *, newest: int | None = None) -> list[StoredFile]:
+        """`owner`'s files (None: everyone's), oldest first (of one `purpose`, when given); with `newest`,
+        only that many of the newest, newest first."""
         where = [(column, value) for column, value in (("owner", owner), ("purpose", purpose)) if value is not None]
         sql = f"SELECT {_FIELDS} FROM files" + (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else "")
-        rows = self.db.execute(sql + " ORDER BY created_at, id", tuple(value for _, value in where))
+        order = " ORDER BY created_at, id" if newest is None else " ORDER BY created_at DESC, id DESC LIMIT ?"
+        limit = () if newest is None else (newest,)
+        rows = self.db.execute(sql + order, (*(value for _, value in where), *limit))
         return [StoredFile(**dict(row)) for row in rows]
 
     def delete(self, file_id: str, owner: str | None) -> bool:

@@ -101,9 +101,8 @@ async def _batch(request: Request[Any, Any, Any], batch_id: str) -> tuple[Batch,
 @get("/batches")
 async def list_batches(request: Request[Any, Any, Any]) -> list[BatchRow]:
     """Every key's batches, newest first (at most `limit`, default 100)."""
-    limit = _limit(request)
-    listed = await asyncio.to_thread(state_of(request).batches.listed)
-    return [_row(batch, counts) for batch, counts in reversed(listed[-limit:])]
+    listed = await asyncio.to_thread(state_of(request).batches.listed, newest=_limit(request))
+    return [_row(batch, counts) for batch, counts in listed]
 
 
 @get("/batches/{batch_id:str}")
@@ -136,9 +135,8 @@ def _file_row(file: StoredFile) -> FileRow:
 @get("/files")
 async def list_files(request: Request[Any, Any, Any]) -> list[FileRow]:
     """Every key's uploaded files (and batches' output files), newest first (at most `limit`, default 100)."""
-    limit = _limit(request)
-    files = await asyncio.to_thread(state_of(request).files.list, None)
-    return [_file_row(f) for f in reversed(files[-limit:])]
+    files = await asyncio.to_thread(state_of(request).files.list, None, newest=_limit(request))
+    return [_file_row(f) for f in files]
 
 
 @delete("/files/{file_id:str}", status_code=200)
