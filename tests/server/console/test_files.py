@@ -52,12 +52,14 @@ def test_a_file_is_listed_and_deleted_from_the_page(page: Any, console: LiveServ
 
 def test_rows_are_drawn_with_their_size_and_names_escaped() -> None:
     html = render_fragment(
-        "files_table.html", csrf="t", files=ROWS, total_bytes=2048 + 3 * 1024 * 1024, message="", error=""
+        "files_table.html", csrf="t", files=ROWS, total_bytes=2048 + 3 * 1024 * 1024, listed=1000, message="", error=""
     )
     assert "2 files, 3.0 MiB in all." in html and "user data" in html and "report.pdf" in html
     assert 'aria-label="Delete report.pdf (file_2)"' in html
     assert HOSTILE_NAME not in html and "&lt;script&gt;" in html  # a file's name is shown, never run
-    empty = render_fragment("files_table.html", csrf="t", files=[], total_bytes=0, message="", error="")
+    capped = render_fragment("files_table.html", csrf="t", files=ROWS, total_bytes=5, listed=2, message="", error="")
+    assert "The newest 2 files, 5 B together (the server keeps more)." in capped  # no claim about the rest
+    empty = render_fragment("files_table.html", csrf="t", files=[], total_bytes=0, listed=1000, message="", error="")
     assert "No file yet" in empty
 
 

@@ -17,10 +17,13 @@ from spark.server.console.inprocess import call_api
 from spark.server.console.render import render
 from spark.server.console.signin import require_change, require_session
 
+LISTED = 1000  # the newest files the page lists (the admin API's most)
+
 
 async def _files(request: Request[Any, Any, Any], *, message: str = "", error: str = "") -> dict[str, Any]:
-    listed = (await call_api(request, "GET", "/api/files")).listed("files", message=message, error=error)
-    return {**listed, "total_bytes": sum(f["size"] for f in listed["files"])}
+    answer = await call_api(request, "GET", "/api/files", query={"limit": str(LISTED)})
+    listed = answer.listed("files", message=message, error=error)
+    return {**listed, "total_bytes": sum(f["size"] for f in listed["files"]), "listed": LISTED}
 
 
 @get("/files", media_type=MediaType.HTML)
