@@ -218,6 +218,14 @@ class ResponseNotFound(SparkError):
     code = "response_not_found"
 
 
+class ChatCompletionNotFound(SparkError):
+    """No stored chat completion has the id asked for (`/v1/chat/completions/{id}`): made without
+    `store`, deleted, pruned, or another key's."""
+
+    status = 404
+    code = "chat_completion_not_found"
+
+
 class PreviousResponseNotFound(InvalidRequest):
     """A Responses request continues a response that is not stored (for its key)."""
 

@@ -21,6 +21,12 @@ from spark.errors import InvalidRequest, SettingsError
 from spark.types import ChatRequest, CompletionRequest, ContentPart, ImagePart, TextPart, Tool, ToolChoice, Usage
 from spark.units import parse_duration
 
+# OpenAI's metadata: 16 pairs at most, keys up to 64 characters and values up to 512
+Metadata = Annotated[
+    dict[Annotated[str, msgspec.Meta(max_length=64)], Annotated[str, msgspec.Meta(max_length=512)]],
+    msgspec.Meta(max_length=16),
+]
+
 T = TypeVar("T")
 G = TypeVar("G", bound=ChatRequest | CompletionRequest)
 

@@ -257,11 +257,43 @@ class StreamEncoder(Protocol[E_contra]):
     """An API's SSE writer for one response (`ChatStream`, `CompletionStream`, `MessageStream`; a
     `ChoicesStream` takes each choice's events with its index)."""
 
-    finished: bool
+    @property
+    def finished(self) -> bool: ...
 
     def feed(self, event: E_contra, /) -> bytes: ...
 
     def fail(self, error: SparkError) -> bytes: ...
+
+
+class Collecting:
+    """A chat stream's encoder that also collects each choice's whole answer, for a route that keeps
+    the answer once it is streamed (`results`)."""
+
+    def __init__(self, encoder: StreamEncoder[Any], choices: int) -> None:
+        self._encoder = encoder
+        self._collectors = [ChatCollector() for _ in range(choices)]
+        self._results: list[ChatResult | None] = [None] * choices
+
+    @property
+    def finished(self) -> bool:
+        return self._encoder.finished
+
+    @property
+    def results(self) -> list[ChatResult] | None:
+        """Every choice's answer, or None while one is unfinished (or failed)."""
+        results = [r for r in self._results if r is not None]
+        return results if len(results) == len(self._results) else None
+
+    def feed(self, event: Event | tuple[int, Event], /) -> bytes:
+        """Encode `event` (a choice's, with its index, for several choices) and collect it."""
+        index, each = event if isinstance(event, tuple) else (0, event)
+        with contextlib.suppress(SparkError):  # a failed choice: the encoder reports it
+            if (result := self._collectors[index].add(each)) is not None:
+                self._results[index] = result
+        return self._encoder.feed(event)
+
+    def fail(self, error: SparkError) -> bytes:
+        return self._encoder.fail(error)
 
 
 class _Source(Protocol[E_co]):
@@ -352,9 +384,11 @@ async def stream_choices(
     encoder: StreamEncoder[tuple[int, Event]],
     *,
     recorder: RequestRecorder | None = None,
+    before_end: Callable[[], Awaitable[None]] | None = None,
 ) -> Stream:
     """An SSE response for a request's choices (OpenAI's `n`: one request each), generated side by
-    side. Errors before choice 0's first event are raised, as `stream_response`'s."""
+    side. Errors before choice 0's first event are raised, and `before_end` awaited, as
+    `stream_response`'s."""
     generations: list[Generation] = []
     try:
         for i, request in enumerate(requests):
@@ -367,7 +401,7 @@ async def stream_choices(
             generation.close()
         raise
     choices = Choices(generations, first)
-    return _sse(_frames(choices, encoder, (0, first), None, None, scope, recorder), choices)
+    return _sse(_frames(choices, encoder, (0, first), None, None, scope, recorder, before_end), choices)
 
 
 def _sse(frames: AsyncGenerator[bytes, None], source: _Source[Any], media_type: str = "text/event-stream") -> Stream:

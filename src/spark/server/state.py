@@ -22,6 +22,7 @@ from spark.server.draining import Drain
 from spark.server.metrics import Metrics
 from spark.settings import Settings
 from spark.store.batches import BatchTable
+from spark.store.chats import ChatCompletionTable
 from spark.store.conversations import ConversationTable
 from spark.store.db import Database
 from spark.store.files import FileTable
@@ -61,6 +62,7 @@ class ServerState:
         self._checksums = Checksums()
         self.requests = RequestTable(self.db)
         self.responses = ResponseTable(self.db)  # stored Responses API answers
+        self.chats = ChatCompletionTable(self.db)  # chat completions made with `store`
         self.conversations = ConversationTable(self.db)  # Conversations API
         self.files = FileTable(self.db)  # Files API uploads
         self.batches = BatchTable(self.db)  # Batch APIs

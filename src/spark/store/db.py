@@ -193,6 +193,21 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # a conversation's item found by its id alone (a Responses request's `item_reference`)
         "CREATE INDEX conversation_items_item ON conversation_items (id)",
     ),
+    (
+        # Stored chat completions (spark.store.chats): a chat completion made with `store`, its
+        # request's messages and the completion object, as JSON; `owner` is the API key, as above.
+        """CREATE TABLE chat_completions (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            model TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            messages TEXT NOT NULL,
+            completion TEXT NOT NULL
+        )""",
+        "CREATE INDEX chat_completions_owner ON chat_completions (owner, created_at)",
+        "CREATE INDEX chat_completions_created_at ON chat_completions (created_at)",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

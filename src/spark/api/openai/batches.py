@@ -14,17 +14,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from spark.api.common import decode_body, invalid_from_validation, page_body, page_of
+from spark.api.common import Metadata, decode_body, invalid_from_validation, page_body, page_of
 from spark.errors import InvalidRequest
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/embeddings")
 MAX_REQUESTS = 50_000  # as OpenAI's
 WINDOW_SECONDS = 24 * 3600  # the only completion window OpenAI offers; Spark answers well within it
-
-Metadata = Annotated[
-    dict[Annotated[str, msgspec.Meta(max_length=64)], Annotated[str, msgspec.Meta(max_length=512)]],
-    msgspec.Meta(max_length=16),
-]
 
 
 class _Create(msgspec.Struct, frozen=True):

@@ -11,6 +11,7 @@ from spark.api.common import (
     NO_FETCH,
     Fetch,
     LlamaSampling,
+    Metadata,
     NonEmptyStr,
     PositiveFloat,
     PositiveInt,
@@ -227,6 +228,8 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     functions: list[Any] | None = None
     function_call: Any = None
     prediction: Prediction | None = None
+    store: bool | None = None
+    metadata: Metadata | None = None
 
 
 TokenArrays = list[str | int | list[int]]
@@ -264,6 +267,8 @@ class ChatCall(msgspec.Struct, frozen=True):
     request: ChatRequest
     include_usage: bool = False  # stream_options.include_usage
     n: int = 1  # choices to generate (see `choice_requests`)
+    store: bool = False  # keep the completion for the stored-completion routes
+    metadata: dict[str, str] = {}
 
 
 class CompletionCall(msgspec.Struct, frozen=True):
@@ -329,7 +334,7 @@ def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
         prediction=_prediction(wire.prediction),
     )
-    return ChatCall(request, _include_usage(wire), n)
+    return ChatCall(request, _include_usage(wire), n, bool(wire.store), wire.metadata or {})
 
 
 def _prediction(wire: Prediction | None) -> str | None:

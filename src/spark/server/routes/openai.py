@@ -1,5 +1,6 @@
-"""OpenAI's API: `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, and the Responses
-API's routes (`spark.server.routes.responses`).
+"""OpenAI's API: `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, and the routes of
+stored chat completions (`spark.server.routes.stored_chats`) and of the Responses API
+(`spark.server.routes.responses`).
 
 Bodies are decoded from raw bytes by `spark.api.openai`; errors are answered
 by the server's exception handlers (spark.server.errors).
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, post
 
 from spark.api.common import choice_requests
@@ -27,6 +29,8 @@ from spark.api.openai import (
     parse_embeddings,
 )
 from spark.server.generation import (
+    Collecting,
+    StreamEncoder,
     run_choices,
     run_embeddings,
     stream_choices,
@@ -38,7 +42,8 @@ from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
 from spark.server.routes.conversations import CONVERSATIONS_ROUTES
 from spark.server.routes.responses import RESPONSES_ROUTES
-from spark.server.routing import routed_response
+from spark.server.routes.stored_chats import STORED_CHAT_ROUTES, chat_keeper
+from spark.server.routing import Keep, routed_response
 from spark.server.state import state_of
 from spark.types import ChatRequest, ChatResult, CompletionRequest
 
@@ -53,6 +58,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         call.n,
         lambda *ids, **choice: ChatStream(*ids, include_usage=call.include_usage, **choice),
         chat_completion_body,
+        keep=chat_keeper(request, call),
     )
 
 
@@ -80,11 +86,14 @@ async def _generate(
     per_prompt: int,
     stream: Callable[..., ChatStream | CompletionStream],
     body: Callable[[str, str, int, list[ChatResult]], bytes],
+    *,
+    keep: Keep | None = None,
 ) -> Response[Any]:
     """Chat and completions alike, one request per choice (`per_prompt` of each prompt in a row):
     stream the chunks (`stream` makes a choice's encoder from the request id, model and creation
     time, and its `index` and `part`), or answer with one body. A node of the fleet that serves it
-    gets the body whole and generates every choice."""
+    gets the body whole and generates every choice. `keep` is given the whole answer's object, a
+    streamed one's before its last chunk, to store it (a stream a node generated is not kept)."""
     state, recorder = state_of(request), recorder_of(request.scope)
     request_id, created = request_ids(request.scope).id, int(time.time())
     generation = requests[0]
@@ -92,19 +101,32 @@ async def _generate(
         recorder.per_prompt = per_prompt
     if generation.stream:
         if len(requests) == 1:
-            encoder = stream(request_id, generation.model, created)
-            if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
-                return routed
-            return await stream_response(state, request.scope, generation, encoder, recorder=recorder)
-        streams = [stream(request_id, generation.model, created, index=i, part=True) for i in range(len(requests))]
-        choices = ChoicesStream(streams, per_prompt)
-        if (routed := await routed_response(request, generation, stream=True, fail=choices.fail)) is not None:
+            encoder: StreamEncoder[Any] = stream(request_id, generation.model, created)
+        else:
+            streams = [stream(request_id, generation.model, created, index=i, part=True) for i in range(len(requests))]
+            encoder = ChoicesStream(streams, per_prompt)
+        if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
             return routed
-        return await stream_choices(state, request.scope, requests, choices, recorder=recorder)
-    if (routed := await routed_response(request, generation)) is not None:
+        collecting = Collecting(encoder, len(requests)) if keep is not None else None
+
+        async def kept() -> None:
+            if keep is not None and collecting is not None and (results := collecting.results) is not None:
+                await keep(msgspec.json.decode(body(request_id, generation.model, created, results)))
+
+        if len(requests) == 1:
+            return await stream_response(
+                state, request.scope, generation, collecting or encoder, recorder=recorder, before_end=kept
+            )
+        return await stream_choices(
+            state, request.scope, requests, collecting or encoder, recorder=recorder, before_end=kept
+        )
+    if (routed := await routed_response(request, generation, keep=keep)) is not None:
         return routed
     results = await run_choices(state, requests, request.receive, recorder)
-    return json_response(body(request_id, generation.model, created, results))
+    answer = body(request_id, generation.model, created, results)
+    if keep is not None:
+        await keep(msgspec.json.decode(answer))
+    return json_response(answer)
 
 
 @post("/embeddings", status_code=200)
@@ -117,4 +139,11 @@ async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return json_response(embeddings_body(call.request.model, result, call.encoding_format))
 
 
-OPENAI_ROUTES = [chat_completions, *RESPONSES_ROUTES, *CONVERSATIONS_ROUTES, completions, embeddings]
+OPENAI_ROUTES = [
+    chat_completions,
+    *STORED_CHAT_ROUTES,
+    *RESPONSES_ROUTES,
+    *CONVERSATIONS_ROUTES,
+    completions,
+    embeddings,
+]

@@ -13,17 +13,12 @@ from typing import Annotated, Any
 
 import msgspec
 
-from spark.api.common import NO_FETCH, Fetch, decode_body
+from spark.api.common import NO_FETCH, Fetch, Metadata, decode_body
 from spark.api.openai.responses_api.requests import InputItem, check_items
 from spark.api.openai.responses_api.stored import new_items
 
 MAX_NEW_ITEMS = 20  # items added by one request, as at OpenAI
 
-# 16 pairs at most, keys up to 64 characters and values up to 512, as OpenAI's metadata
-Metadata = Annotated[
-    dict[Annotated[str, msgspec.Meta(max_length=64)], Annotated[str, msgspec.Meta(max_length=512)]],
-    msgspec.Meta(max_length=16),
-]
 NewItems = Annotated[list[InputItem], msgspec.Meta(max_length=MAX_NEW_ITEMS)]
 
 
