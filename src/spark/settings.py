@@ -244,8 +244,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         NOT_NEGATIVE,
         _doc(
             "Days a Responses API answer made with `store` (OpenAI's default) is kept, for "
-            "`previous_response_id` and `GET /v1/responses/{id}`; only the key that made it can read it. "
-            "Zero-retention keys store nothing. 0: store no responses."
+            "`previous_response_id` and `GET /v1/responses/{id}`, and a chat completion made with "
+            "`store: true`, for `GET /v1/chat/completions/{id}`; only the key that made it can read it. "
+            "Zero-retention keys store nothing. 0: store neither."
         ),
     ] = 30
     log_max_mb: Annotated[

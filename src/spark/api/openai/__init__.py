@@ -4,6 +4,7 @@ Routes served with these functions:
 
 - `GET /v1/models`, `GET /v1/models/{id}`: `model_list_body`, `model_body`
 - `POST /v1/chat/completions`: `parse_chat`, then `chat_completion_body` or `ChatStream`
+- `GET /v1/chat/completions[/{id}[/messages]]`, `POST`/`DELETE /v1/chat/completions/{id}`: `stored_chats`
 - `POST /v1/responses`: `parse_responses`, then `response_body` or `ResponseStream`
 - `POST /v1/responses/input_tokens`: `parse_responses`, then `input_tokens_body`
 - `POST /v1/completions`: `parse_completion`, then `completion_body` or `CompletionStream`
