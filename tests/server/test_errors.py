@@ -172,7 +172,7 @@ def test_routes_and_methods_that_do_not_exist(live: LiveServer) -> None:
         assert error["code"] == "not_found" and "/v1/nothing" in error["message"]
         assert "docs/compatibility.md lists the routes" in error["message"]
         assert "APIs are under /v1" in openai_error(http.get("/chat/completions"), 404)["message"]
-        error = openai_error(http.get("/v1/chat/completions"), 405)
+        error = openai_error(http.put("/v1/chat/completions"), 405)
         assert error["code"] == "method_not_allowed"
         error = anthropic_error(http.delete("/v1/messages"), 405)
         assert error["type"] == "invalid_request_error"
