@@ -7,6 +7,7 @@ import json
 import ollama
 import pytest
 
+import spark
 from server.helpers import LiveServer, Models
 
 
@@ -72,8 +73,21 @@ def test_models_listed_shown_and_version(live: LiveServer, models: Models) -> No
     assert shown.capabilities == ["embedding"]
     assert shown.modelinfo is not None and shown.modelinfo["general.parameter_count"] > 0
     assert "completion" in (c.show(models.chat).capabilities or [])
-    version = live.http().get("/ollama/api/version")
-    assert version.status_code == 200 and version.json()["version"]
+    version = live.http().get("/ollama/api/version").json()
+    # the Ollama release whose API Spark follows: clients refuse a server older than 0.6.5 or so
+    assert tuple(int(n) for n in version["version"].split(".")) >= (0, 6, 5)
+    assert version["spark_version"] == spark.__version__
+
+
+def test_the_ollama_root_answers_like_ollama_without_a_key(live: LiveServer) -> None:
+    """Ollama's CLI and clients check that the server runs with GET or HEAD at its root."""
+    http = live.http(key=None)
+    for path in ("/ollama", "/ollama/"):
+        running = http.get(path)
+        assert (running.status_code, running.text) == (200, "Ollama is running")
+        assert running.headers["content-type"].startswith("text/plain")
+        assert http.head(path).status_code == 200
+    assert http.get("/ollama/api/version").status_code == 401  # the API itself needs a key
 
 
 def test_embed_and_the_older_embeddings(live: LiveServer, models: Models) -> None:

@@ -29,11 +29,11 @@ from spark.server.routes import (
     ANTHROPIC_ROUTES,
     BATCHES_ROUTES,
     FILES_ROUTES,
+    HEALTH_ROUTES,
     MESSAGE_BATCHES_ROUTES,
     MODEL_ROUTES,
     OPENAI_ROUTES,
     TOKEN_ROUTES,
-    health,
 )
 from spark.server.routes.admin import ADMIN_ROUTES
 from spark.server.routes.events import EVENT_ROUTES
@@ -153,7 +153,7 @@ def create_app(settings: Settings) -> Litestar:
     )
     return _App(
         route_handlers=[
-            health,
+            *HEALTH_ROUTES,
             api,
             ollama,
             tokens,

@@ -390,8 +390,14 @@ def show_body(entry: ModelEntry, template: str, parameters: dict[str, Any]) -> b
     )
 
 
-def version_body(version: str) -> bytes:
-    return _encoder.encode({"version": version})
+# The Ollama release whose API these routes follow, which `/api/version` reports: clients gate on
+# it (VS Code's Copilot Chat, Continue and Raycast refuse an Ollama older than 0.6.4 or 0.6.5), so
+# Spark's own version would shut them out. Spark's is given beside it.
+OLLAMA_API_VERSION = "0.13.0"
+
+
+def version_body(spark_version: str) -> bytes:
+    return _encoder.encode({"version": OLLAMA_API_VERSION, "spark_version": spark_version})
 
 
 # --- errors ---------------------------------------------------------------------------

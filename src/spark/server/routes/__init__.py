@@ -1,10 +1,10 @@
 """HTTP routes: OpenAI's and Anthropic's APIs under /v1, the model list, uploaded files,
-batches, llama-server's token routes, health."""
+batches, llama-server's token routes, health (and Ollama's liveness check)."""
 
 from spark.server.routes.anthropic import ANTHROPIC_ROUTES
 from spark.server.routes.batches import BATCHES_ROUTES, MESSAGE_BATCHES_ROUTES
 from spark.server.routes.files import FILES_ROUTES
-from spark.server.routes.health import health
+from spark.server.routes.health import HEALTH_ROUTES
 from spark.server.routes.models import MODEL_ROUTES
 from spark.server.routes.openai import OPENAI_ROUTES
 from spark.server.routes.tokens import TOKEN_ROUTES
@@ -13,9 +13,9 @@ __all__ = [
     "ANTHROPIC_ROUTES",
     "BATCHES_ROUTES",
     "FILES_ROUTES",
+    "HEALTH_ROUTES",
     "MESSAGE_BATCHES_ROUTES",
     "MODEL_ROUTES",
     "OPENAI_ROUTES",
     "TOKEN_ROUTES",
-    "health",
 ]

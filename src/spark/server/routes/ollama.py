@@ -142,6 +142,7 @@ async def ps(request: AnyRequest) -> Response[bytes]:
 
 @get("/version")
 async def version() -> Response[bytes]:
+    """The Ollama release whose API Spark follows (clients gate features on it), and Spark's own."""
     return json_response(ollama.version_body(spark.__version__))
 
 
