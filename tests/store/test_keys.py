@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark.errors import InvalidRequest, KeyNotFound
+from spark.store.chats import ChatCompletionTable, StoredChat
 from spark.store.conversations import Conversation, ConversationTable
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, KeyTable
@@ -66,8 +67,18 @@ def test_remove(keys: KeyTable) -> None:
 
 
 def test_a_keys_stored_responses_and_conversations_follow_its_renaming_and_go_with_it(keys: KeyTable) -> None:
-    responses, conversations = ResponseTable(keys.db), ConversationTable(keys.db)
+    responses, conversations, chats = ResponseTable(keys.db), ConversationTable(keys.db), ChatCompletionTable(keys.db)
     key, _ = keys.create("laptop")
+    chat = StoredChat(
+        id="chatcmpl-1",
+        owner=owner_of("laptop", key.prefix),
+        created_at=time.time(),
+        model="m",
+        metadata={},
+        messages=[],
+        completion={},
+    )
+    chats.put(chat, retention_seconds=3600)
     kept = StoredResponse(
         id="resp_1",
         owner=owner_of("laptop", key.prefix),
@@ -86,9 +97,12 @@ def test_a_keys_stored_responses_and_conversations_follow_its_renaming_and_go_wi
     assert conversations.items("conv_1", owner_of("desk", key.prefix)) == [
         {"id": "msg_1", "role": "user", "content": "hi"}
     ]
+    assert chats.get("chatcmpl-1", owner_of("laptop", key.prefix)) is None
+    assert chats.get("chatcmpl-1", owner_of("desk", key.prefix)) is not None
     with pytest.raises(KeyNotFound):
         keys.rename("laptop", "other")
     keys.remove("desk")
+    assert chats.get("chatcmpl-1", owner_of("desk", key.prefix)) is None
     assert responses.get("resp_1", owner_of("desk", key.prefix)) is None
     assert conversations.get("conv_1", owner_of("desk", key.prefix)) is None
     assert keys.db.execute("SELECT count(*) FROM conversation_items").fetchone()[0] == 0

@@ -28,7 +28,13 @@ KEY_PREFIX = "sk-spark-"
 SHOWN_CHARS = 4  # random characters after KEY_PREFIX kept in clear for display
 MAX_KEY_LENGTH = 256  # anything longer is not one of ours; not worth hashing
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_OWNED = ("responses", "conversations", "files", "batches")  # tables whose rows belong to a key (`owner_of`)
+_OWNED = (
+    "responses",
+    "chat_completions",
+    "conversations",
+    "files",
+    "batches",
+)  # tables whose rows belong to a key (`owner_of`)
 
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
@@ -126,8 +132,8 @@ class KeyTable:
         return int(self.db.execute("SELECT count(*) FROM api_keys").fetchone()[0])
 
     def remove(self, name: str) -> None:
-        """Revoke the key `name`; requests using it are refused from now on, and the responses and
-        conversations it stored are forgotten (`KeyNotFound` if none)."""
+        """Revoke the key `name`; requests using it are refused from now on, and what it stored
+        (responses, chat completions, conversations, files, batches) is forgotten (`KeyNotFound` if none)."""
         with self.db.transaction() as conn:
             row = conn.execute("SELECT prefix FROM api_keys WHERE name = ?", (name,)).fetchone()
             if row is None:
@@ -138,8 +144,8 @@ class KeyTable:
         self._uses.pop(name, None)
 
     def rename(self, name: str, new_name: str) -> ApiKey:
-        """Give the key `name` the name `new_name`; its logged requests, stored responses and
-        conversations follow it, so its history stays its own. `KeyNotFound` when there is no such
+        """Give the key `name` the name `new_name`; its logged requests and what it stored (responses,
+        chat completions, conversations, files, batches) follow it, so its history stays its own. `KeyNotFound` when there is no such
         key, `InvalidRequest` when the name is taken or not a valid name."""
         check_key_name(new_name)
         try:
