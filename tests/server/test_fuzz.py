@@ -109,6 +109,8 @@ def openai_bases(t: Target) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("/v1/chat/completions", {"model": t.chat, "messages": [USER], "max_tokens": 2}),
         ("/v1/chat/completions", {"model": t.chat, "messages": [USER], "max_tokens": 2, "stream": True}),
+        ("/v1/chat/completions", {"model": t.chat, "messages": [USER], "max_tokens": 2, "store": True, "n": 2}),
+        ("/v1/chat/completions/chatcmpl-fuzz", {"metadata": {"topic": "fuzz"}}),
         ("/v1/responses", {"model": t.chat, "input": [USER], "max_output_tokens": 2}),
         ("/v1/responses", {"model": t.chat, "input": "hi", "max_output_tokens": 2, "stream": True}),
         ("/v1/completions", {"model": t.chat, "prompt": "hi", "max_tokens": 2}),
