@@ -499,8 +499,8 @@ class Engine:
                     gen.emit(PromptDone(len(gen.prompt) - gen.n_cached, now - gen.started))
                     if gen.echo is not None:
                         gen.emit(gen.echo.event())
-                        if gen.max_tokens == 0:  # the prompt scored, no answer asked for
-                            self._finish(slot, "length")
+                    if gen.max_tokens == 0:  # the prompt scored or cached, no answer asked for
+                        self._finish(slot, "length")
             except Exception as e:
                 self._fail(slot, e)
         for slot in self._slots:

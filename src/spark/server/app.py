@@ -30,6 +30,7 @@ from spark.server.routes import (
     BATCHES_ROUTES,
     FILES_ROUTES,
     HEALTH_ROUTES,
+    LLAMA_ROUTES,
     MESSAGE_BATCHES_ROUTES,
     MODEL_ROUTES,
     OPENAI_ROUTES,
@@ -127,6 +128,10 @@ def create_app(settings: Settings) -> Litestar:
     )
     # llama-server's token routes, at its paths (not /v1), with the same key
     tokens = Router("/", route_handlers=TOKEN_ROUTES, guards=[require_key], include_in_schema=False)
+    # llama-server's own completion route, logged as the APIs' routes are
+    llama = Router(
+        "/", route_handlers=LLAMA_ROUTES, guards=[require_key], middleware=[log_requests], include_in_schema=False
+    )
     # node <-> central calls: each handler checks the fleet's own credentials (spark.server.routes.fleet)
     fleet = Router("/fleet", route_handlers=FLEET_ROUTES, include_in_schema=False)
     admin = AdminAuth(settings, write_admin_token(settings))  # for spark commands on this machine to read
@@ -157,6 +162,7 @@ def create_app(settings: Settings) -> Litestar:
             api,
             ollama,
             tokens,
+            llama,
             admin_api,
             fleet,
             metrics_route(settings, admin),

@@ -25,6 +25,8 @@ _ROUTE_NAMES = {
     "/ollama/api/generate": "ollama generate",
     "/ollama/api/embed": "ollama embed",
     "/ollama/api/embeddings": "ollama embed",
+    "/completion": "llama completion",
+    "/completions": "llama completion",
 }
 STATE_STYLES = {
     "ready": "green",

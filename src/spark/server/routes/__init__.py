@@ -7,13 +7,14 @@ from spark.server.routes.files import FILES_ROUTES
 from spark.server.routes.health import HEALTH_ROUTES
 from spark.server.routes.models import MODEL_ROUTES
 from spark.server.routes.openai import OPENAI_ROUTES
-from spark.server.routes.tokens import TOKEN_ROUTES
+from spark.server.routes.tokens import LLAMA_ROUTES, TOKEN_ROUTES
 
 __all__ = [
     "ANTHROPIC_ROUTES",
     "BATCHES_ROUTES",
     "FILES_ROUTES",
     "HEALTH_ROUTES",
+    "LLAMA_ROUTES",
     "MESSAGE_BATCHES_ROUTES",
     "MODEL_ROUTES",
     "OPENAI_ROUTES",

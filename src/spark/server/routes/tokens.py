@@ -1,8 +1,9 @@
 """llama-server's own routes, at its paths: `POST /tokenize`, `/detokenize`, `/apply-template` and
-`GET /props`.
+`GET /props` (`TOKEN_ROUTES`), and `POST /completion` (`LLAMA_ROUTES`).
 
-They need an API key like every model route; they are not written to the request log (clients such
-as chat front ends call them as a user types). A model that lives on a fleet node is asked there.
+They need an API key like every model route. The token routes are not written to the request log
+(clients such as chat front ends call them as a user types); a completion is, as on /v1. A model
+that lives on a fleet node is asked there.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from spark.api.llama import (
     props_body,
     tokens_body,
 )
+from spark.api.llama_completion import LlamaCompletionStream, parse_completion
 from spark.runners.options import context_window, parallel_slots
-from spark.server.generation import ask
+from spark.server.generation import ask, run_encoded, stream_response
+from spark.server.recorder import recorder_of
 from spark.server.responses import json_response
 from spark.server.routing import routed_response
 from spark.server.state import state_of
@@ -80,4 +83,19 @@ async def props(request: Request[Any, Any, Any], model: FromQuery[str | None] = 
     )
 
 
+@post(["/completion", "/completions"], status_code=200)
+async def completion(request: Request[Any, Any, Any]) -> Response[Any]:
+    """A raw completion of `prompt` on `model` (the default model when none is named), as
+    llama-server answers it."""
+    state, recorder = state_of(request), recorder_of(request.scope)
+    call = parse_completion(await request.body(), state.settings.default_model, max_tokens_limit=state.max_tokens_limit)
+    generation, writer = call.request, LlamaCompletionStream(call)
+    if (routed := await routed_response(request, generation, stream=generation.stream, fail=writer.fail)) is not None:
+        return routed
+    if generation.stream:
+        return await stream_response(state, request.scope, generation, writer, recorder=recorder)
+    return json_response(await run_encoded(state, generation, writer, request.receive, recorder))
+
+
 TOKEN_ROUTES = [tokenize, detokenize, apply_template, props]
+LLAMA_ROUTES = [completion]

@@ -1,0 +1,289 @@
+"""llama-server's own completion route, `POST /completion` (and its alias `/completions`), on the wire.
+
+The body is llama-server's: `prompt` (a text, or token ids used as given), `n_predict`, `stream`,
+`stop` and its sampling fields, plus Spark's `model` (the server's default model when it is left
+out, as on the token routes). The answer is llama-server's too: `content`, `stop`, `stop_type`,
+`stopping_word`, token counts and `timings`; streamed, one SSE `data:` object per piece of text and
+a last one with `"stop": true` and the counts, without `[DONE]`. Errors are OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from spark.api.common import (
+    LlamaSampling,
+    NonEmptyStr,
+    Probability,
+    StopList,
+    check_max_tokens,
+    decode_body,
+    refuse,
+    sse,
+)
+from spark.api.openai import error_body
+from spark.errors import SparkError, from_info
+from spark.types import (
+    MAX_LOGPROBS,
+    CompletionRequest,
+    Done,
+    Event,
+    Failed,
+    PromptDone,
+    SamplingParams,
+    SlotInfo,
+    TextDelta,
+    TokenLogprob,
+)
+
+StopType = Literal["eos", "word", "limit"]
+
+
+class _Wire(LlamaSampling, frozen=True, kw_only=True):
+    prompt: str | list[int]
+    model: NonEmptyStr | None = None
+    n_predict: Annotated[int, msgspec.Meta(ge=-2)] = -1  # -1 and -2: until the end (or Spark's cap)
+    stream: bool = False
+    stop: StopList | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    top_p: Probability | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None  # -1: a random one
+    # llama-server's forms: [[token, bias], ...] (false: never that token) or {"token": bias}
+    logit_bias: list[tuple[int, float | bool]] | dict[int, float | bool] | None = None
+    n_probs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] = 0
+    grammar: str | None = None
+    json_schema: Any = None
+
+
+_decoder = msgspec.json.Decoder(_Wire)
+_encoder = msgspec.json.Encoder()
+NEVER = -100.0  # a bias of `false`: as OpenAI's -100, the token is never chosen
+
+
+class LlamaCompletionCall(msgspec.Struct, frozen=True):
+    """A decoded `/completion` body: the request, and its prompt as text (empty for token ids)."""
+
+    request: CompletionRequest
+    prompt_text: str
+    n_probs: int
+
+
+def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
+    """Decode a `POST /completion` body (`n_predict` -1 or -2 is no limit but Spark's `max_tokens` cap;
+    0 only evaluates the prompt, caching it for the next request)."""
+    wire = decode_body(_decoder, body)
+    refuse(
+        wire.grammar is not None,
+        "grammar",
+        "'grammar' is not supported here: use /v1/chat/completions with 'response_format'.",
+    )
+    refuse(
+        wire.json_schema is not None,
+        "json_schema",
+        "'json_schema' is not supported here: use /v1/chat/completions with 'response_format'.",
+    )
+    refuse(wire.prompt in ("", []), "prompt", "'prompt' must not be empty.")
+    max_tokens = wire.n_predict if wire.n_predict >= 0 else None
+    check_max_tokens(max_tokens, "n_predict", max_tokens_limit)
+    bias = wire.logit_bias.items() if isinstance(wire.logit_bias, dict) else wire.logit_bias or ()
+    sampling = SamplingParams(
+        **wire.llama_sampling(),
+        temperature=wire.temperature,
+        top_p=wire.top_p,
+        top_k=wire.top_k,
+        presence_penalty=wire.presence_penalty,
+        frequency_penalty=wire.frequency_penalty,
+        seed=None if wire.seed is None or wire.seed < 0 else wire.seed,
+        max_tokens=max_tokens,
+        stop=wire.stop or None,
+        logit_bias={token: NEVER if value is False else float(value) for token, value in bias} or None,
+    )
+    request = CompletionRequest(
+        model=wire.model or default_model,
+        prompt=wire.prompt,
+        sampling=sampling,
+        stream=wire.stream,
+        logprobs=wire.n_probs or None,
+    )
+    return LlamaCompletionCall(request, wire.prompt if isinstance(wire.prompt, str) else "", wire.n_probs)
+
+
+# --- answers ------------------------------------------------------------------------
+
+
+class _Choice(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class _Probability(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[_Choice]
+
+
+class _Timings(msgspec.Struct, frozen=True):
+    cache_n: int
+    prompt_n: int
+    prompt_ms: float
+    prompt_per_token_ms: float
+    prompt_per_second: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_token_ms: float
+    predicted_per_second: float
+
+
+class _Piece(msgspec.Struct, frozen=True, omit_defaults=True):
+    content: str
+    index: int = 0
+    tokens: list[int] = []
+    stop: bool = False
+    id_slot: int = -1
+    tokens_predicted: int = 0
+    tokens_evaluated: int = 0
+    completion_probabilities: list[_Probability] | None = None
+
+
+class _Final(msgspec.Struct, frozen=True, omit_defaults=True):
+    content: str
+    index: int
+    tokens: list[int]
+    id_slot: int
+    stop: bool
+    model: str
+    tokens_predicted: int
+    tokens_evaluated: int
+    prompt: str
+    has_new_line: bool
+    truncated: bool
+    stop_type: StopType
+    stopping_word: str
+    tokens_cached: int
+    timings: _Timings
+    completion_probabilities: list[_Probability] | None = None
+
+
+def _rate(n: int, ms: float) -> tuple[float, float]:
+    """Milliseconds per token and tokens per second."""
+    return (ms / n if n else 0.0), (n * 1000 / ms if ms > 0 else 0.0)
+
+
+def _text(piece: bytes) -> str:
+    return piece.decode("utf-8", errors="replace")
+
+
+def _probabilities(tokens: list[TokenLogprob]) -> list[_Probability]:
+    return [
+        _Probability(
+            _text(t.piece),
+            t.logprob or 0.0,
+            list(t.piece),
+            [_Choice(_text(c.piece), c.logprob, list(c.piece)) for c in t.top],
+        )
+        for t in tokens
+    ]
+
+
+class LlamaCompletionStream:
+    """Writes one `/completion` answer as llama-server does: with `stream`, an SSE `data:` object per
+    piece of text and a last one with the counts; without, that last object alone, holding the text."""
+
+    def __init__(self, call: LlamaCompletionCall, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._model = call.request.model
+        self._prompt = call.prompt_text
+        self._stream = call.request.stream
+        self._with_probabilities = call.n_probs > 0
+        self._clock = clock
+        self._started = clock()
+        self._slot = -1
+        self._cached = 0
+        self._evaluated = 0
+        self._prompt_ms = 0.0
+        self._prompt_at: float | None = None  # when the prompt was evaluated: decoding begins
+        self._text: list[str] = []
+        self._probabilities: list[_Probability] = []
+        self._predicted = 0
+        self.finished = False
+
+    def feed(self, event: Event) -> bytes:
+        """The bytes for one event (nothing until the end without `stream`)."""
+        if self.finished:
+            return b""
+        if isinstance(event, SlotInfo):
+            self._slot, self._cached = event.slot, event.cached_tokens
+        elif isinstance(event, PromptDone):
+            self._evaluated, self._prompt_ms = event.evaluated_tokens, event.seconds * 1000
+            self._prompt_at = self._clock()
+        elif isinstance(event, TextDelta) and event.text:
+            probabilities = _probabilities(event.logprobs) if self._with_probabilities and event.logprobs else None
+            self._predicted += len(event.logprobs) if event.logprobs else 1
+            if not self._stream:
+                self._text.append(event.text)
+                self._probabilities.extend(probabilities or ())
+                return b""
+            piece = _Piece(
+                event.text,
+                id_slot=self._slot,
+                tokens_predicted=self._predicted,
+                tokens_evaluated=self._cached + self._evaluated,
+                completion_probabilities=probabilities,
+            )
+            return sse(_encoder.encode(piece))
+        elif isinstance(event, Done):
+            return self._done(event)
+        elif isinstance(event, Failed):
+            return self.fail(from_info(event.error))
+        return b""
+
+    def fail(self, error: SparkError) -> bytes:
+        self.finished = True
+        return sse(error_body(error)[1])
+
+    def _done(self, event: Done) -> bytes:
+        self.finished = True
+        usage = event.usage
+        text = "".join(self._text)
+        decoded_at = self._prompt_at if self._prompt_at is not None else self._started
+        predicted_ms = (self._clock() - decoded_at) * 1000
+        prompt_n = usage.prompt_tokens - usage.cached_tokens
+        stop_type: StopType = (
+            "limit" if event.finish_reason == "length" else "word" if event.stop_sequence is not None else "eos"
+        )
+        final = _Final(
+            content=text,
+            index=0,
+            tokens=[],
+            id_slot=self._slot,
+            stop=True,
+            model=self._model,
+            tokens_predicted=usage.completion_tokens,
+            tokens_evaluated=usage.prompt_tokens,
+            prompt=self._prompt,
+            has_new_line="\n" in text,
+            truncated=False,
+            stop_type=stop_type,
+            stopping_word=event.stop_sequence or "",
+            tokens_cached=usage.prompt_tokens + usage.completion_tokens,
+            timings=_Timings(
+                usage.cached_tokens,
+                prompt_n,
+                self._prompt_ms,
+                *_rate(prompt_n, self._prompt_ms),
+                usage.completion_tokens,
+                predicted_ms,
+                *_rate(usage.completion_tokens, predicted_ms),
+            ),
+            completion_probabilities=self._probabilities if self._with_probabilities and not self._stream else None,
+        )
+        body = _encoder.encode(final)
+        return sse(body) if self._stream else body

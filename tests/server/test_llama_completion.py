@@ -1,0 +1,128 @@
+"""llama-server's own completion route (`POST /completion`, `/completions`) on a real server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from server.helpers import LiveServer, Models, openai_error
+from server.test_log import logged_request
+
+GREEDY = {"temperature": 0, "seed": 7}
+
+
+def complete(live: LiveServer, body: dict[str, Any], path: str = "/completion") -> dict[str, Any]:
+    response = live.http().post(path, json=body)
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def streamed(live: LiveServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with live.http().stream("POST", "/completion", json={**body, "stream": True}) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines), "llama-server's stream has no [DONE] and no events"
+    return [json.loads(line.removeprefix("data: ")) for line in lines]
+
+
+def test_a_completion_answers_as_llama_server_does(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "prompt": "Once upon a time", "n_predict": 5, **GREEDY}
+    answer = complete(live, body)
+    prompt_tokens = len(
+        live.http()
+        .post("/tokenize", json={"model": models.chat, "content": "Once upon a time", "add_special": True})
+        .json()["tokens"]
+    )
+    assert answer["stop"] is True and answer["stop_type"] == "limit" and answer["stopping_word"] == ""
+    assert answer["tokens_predicted"] == 5 and answer["tokens_evaluated"] == prompt_tokens
+    assert answer["model"] == models.chat and answer["prompt"] == "Once upon a time" and answer["content"]
+    assert answer["tokens_cached"] == prompt_tokens + 5 and answer["id_slot"] >= 0
+    assert answer["has_new_line"] == ("\n" in answer["content"])
+    timings = answer["timings"]
+    assert timings["predicted_n"] == 5 and timings["prompt_n"] + timings["cache_n"] == prompt_tokens
+    assert timings["predicted_ms"] > 0 and timings["predicted_per_second"] > 0
+    assert "completion_probabilities" not in answer  # only when n_probs asks for them
+    # the same answer streamed: a piece per token, then the counts with "stop": true
+    chunks = streamed(live, body)
+    *pieces, last = chunks
+    assert all(p.get("stop") is None and p["content"] for p in pieces) and last["stop"] is True
+    assert "".join(p["content"] for p in pieces) == answer["content"] and last["content"] == ""
+    assert [p["tokens_predicted"] for p in pieces][-1] == 5 and last["tokens_predicted"] == 5
+    # the alias answers the same
+    assert complete(live, body, "/completions")["content"] == answer["content"]
+
+
+def test_a_stop_string_ends_the_answer_and_is_named(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "prompt": "The story", "n_predict": 12, **GREEDY}
+    whole = complete(live, body)["content"]
+    word = whole[len(whole) // 2 :][:3]
+    stopped = complete(live, {**body, "stop": [word]})
+    assert stopped["stop_type"] == "word" and stopped["stopping_word"] == word
+    assert stopped["content"] == whole[: whole.index(word)]
+
+
+def test_n_predict_0_caches_the_prompt_for_the_next_request(live: LiveServer, models: Models) -> None:
+    prompt = "A prompt that a code editor sends ahead of time, so that its next request is quick."
+    warmed = complete(live, {"model": models.chat, "prompt": prompt, "n_predict": 0})
+    assert (warmed["content"], warmed["tokens_predicted"], warmed["stop_type"]) == ("", 0, "limit")
+    then = complete(live, {"model": models.chat, "prompt": prompt + " And more.", "n_predict": 1, **GREEDY})
+    assert then["timings"]["cache_n"] >= warmed["tokens_evaluated"] - 1
+
+
+def test_n_probs_and_logit_bias(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "prompt": "Hello", "n_predict": 3, "n_probs": 2, **GREEDY}
+    answer = complete(live, body)
+    probabilities = answer["completion_probabilities"]
+    assert len(probabilities) == 3 and "".join(p["token"] for p in probabilities) == answer["content"]
+    assert all(len(p["top_logprobs"]) == 2 and p["top_logprobs"][0]["token"] == p["token"] for p in probabilities)
+    first_piece = streamed(live, body)[0]["completion_probabilities"]  # the tokens of the first piece
+    assert first_piece and first_piece == probabilities[: len(first_piece)]
+    # `false` bars a token: the greedy first token is never chosen, in either of llama-server's forms
+    first = live.http().post("/tokenize", json={"model": models.chat, "content": probabilities[0]["token"]}).json()
+    token = first["tokens"][0]
+    for bias in ([[token, False]], {str(token): False}):
+        barred = complete(live, {**body, "logit_bias": bias})["completion_probabilities"][0]["token"]
+        assert barred != probabilities[0]["token"]
+
+
+def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:
+    answer = complete(live, {"prompt": "Hi", "n_predict": 1})
+    assert answer["model"] == live.state.library.get(live.state.settings.default_model).id
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "x", "grammar": 'root ::= "a"'}, "grammar"),
+        ({"prompt": "x", "json_schema": {"type": "object"}}, "json_schema"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": {"text": "x"}}, "prompt"),
+        ({"prompt": "x", "n_predict": -3}, "n_predict"),
+        ({"prompt": "x", "n_predict": 10**9}, "n_predict"),
+        ({"prompt": "x", "n_probs": 21}, "n_probs"),
+        ({"prompt": "x", "stop": "no list"}, "stop"),
+        ({"prompt": "x", "logit_bias": [["a", 1]]}, "logit_bias[0][0]"),
+        ({"prompt": "x", "temperature": -1}, "temperature"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_parameter(
+    live: LiveServer, models: Models, body: dict[str, Any], param: str
+) -> None:
+    error = openai_error(live.http().post("/completion", json={"model": models.chat, **body}), 400)
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+def test_unknown_models_and_missing_keys(live: LiveServer) -> None:
+    assert openai_error(live.http().post("/completion", json={"model": "nope", "prompt": "x"}), 404)["code"] == (
+        "model_not_found"
+    )
+    assert live.http(key=None).post("/completion", json={"prompt": "x"}).status_code == 401
+
+
+def test_a_completion_is_in_the_request_log(live: LiveServer, models: Models) -> None:
+    response = live.http().post("/completion", json={"model": models.chat, "prompt": "logged", "n_predict": 2})
+    record = logged_request(live, response)
+    assert record.route == "/completion" and record.completion_tokens == 2 and record.model == models.chat
