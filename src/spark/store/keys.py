@@ -145,8 +145,9 @@ class KeyTable:
 
     def rename(self, name: str, new_name: str) -> ApiKey:
         """Give the key `name` the name `new_name`; its logged requests and what it stored (responses,
-        chat completions, conversations, files, batches) follow it, so its history stays its own. `KeyNotFound` when there is no such
-        key, `InvalidRequest` when the name is taken or not a valid name."""
+        chat completions, conversations, files, batches) follow it, so its history stays its own.
+        `KeyNotFound` when there is no such key, `InvalidRequest` when the name is taken or not a
+        valid name."""
         check_key_name(new_name)
         try:
             with self.db.transaction() as conn:
