@@ -1,14 +1,17 @@
-"""llama-server's own completion route (`POST /completion`, `/completions`) on a real server."""
+"""llama-server's own completion routes (`POST /completion`, `/completions`, `/infill`) on a real server."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from server.helpers import LiveServer, Models, openai_error
+import tiny_gguf
+from server.helpers import LiveServer, Models, live_server, openai_error, server_settings
 from server.test_log import logged_request
+from spark.library import Library
 
 GREEDY = {"temperature": 0, "seed": 7}
 
@@ -19,8 +22,8 @@ def complete(live: LiveServer, body: dict[str, Any], path: str = "/completion") 
     return response.json()  # type: ignore[no-any-return]
 
 
-def streamed(live: LiveServer, body: dict[str, Any]) -> list[dict[str, Any]]:
-    with live.http().stream("POST", "/completion", json={**body, "stream": True}) as response:
+def streamed(live: LiveServer, body: dict[str, Any], path: str = "/completion") -> list[dict[str, Any]]:
+    with live.http().stream("POST", path, json={**body, "stream": True}) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines), "llama-server's stream has no [DONE] and no events"
@@ -126,3 +129,39 @@ def test_a_completion_is_in_the_request_log(live: LiveServer, models: Models) ->
     response = live.http().post("/completion", json={"model": models.chat, "prompt": "logged", "n_predict": 2})
     record = logged_request(live, response)
     assert record.route == "/completion" and record.completion_tokens == 2 and record.model == models.chat
+
+
+@pytest.fixture(scope="module")
+def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+    """A server with one model that has fill-in-the-middle tokens."""
+    home = tmp_path_factory.mktemp("infill-home")
+    path = tiny_gguf.write_tiny_llama(home / "tiny-fim.gguf", fim=True)
+    settings = server_settings(home)
+    with Library(settings) as library:
+        model = library.add_local(path).id
+    with live_server(settings) as live:
+        yield live, model
+
+
+def test_infill_fills_in_the_middle_as_a_suffix_does(fim_server: tuple[LiveServer, str]) -> None:
+    live, model = fim_server
+    prefix, line, suffix = "def add(a, b):\n", "    return ", "\n\nprint(add(1, 2))"
+    body = {"model": model, "input_prefix": prefix, "prompt": line, "input_suffix": suffix, "n_predict": 6, **GREEDY}
+    middle = complete(live, {**body, "input_extra": [{"filename": "util.py", "text": "x = 1\n"}]}, "/infill")
+    same = live.openai().completions.create(model=model, prompt=prefix + line, suffix=suffix, max_tokens=6, **GREEDY)  # type: ignore[call-overload]
+    assert middle["content"] == same.choices[0].text and middle["tokens_evaluated"] == same.usage.prompt_tokens
+    assert middle["tokens_predicted"] == 6 and middle["stop"] is True
+    pieces = streamed(live, {**body, "stream": True}, "/infill")
+    assert "".join(p["content"] for p in pieces) == middle["content"] and pieces[-1]["stop"] is True
+    # a cursor at the end of the file: an empty suffix still fills in the middle
+    at_end = complete(live, {"model": model, "input_prefix": prefix, "n_predict": 2}, "/infill")
+    prefix_tokens = live.http().post("/tokenize", json={"model": model, "content": prefix}).json()["tokens"]
+    assert at_end["tokens_evaluated"] >= len(prefix_tokens) + 3  # the prefix and the three FIM tokens
+
+
+def test_infill_on_a_model_without_fim_tokens_names_the_suffix(live: LiveServer, models: Models) -> None:
+    response = live.http().post("/infill", json={"model": models.chat, "input_prefix": "a", "input_suffix": "b"})
+    error = openai_error(response, 400)
+    assert error["param"] == "input_suffix" and "fill-in-the-middle" in error["message"]
+    bad = live.http().post("/infill", json={"model": models.chat, "input_extra": [{"name": "x"}]})
+    assert openai_error(bad, 400)["param"].startswith("input_extra")

@@ -1,10 +1,12 @@
-"""llama-server's own completion route, `POST /completion` (and its alias `/completions`), on the wire.
+"""llama-server's own completion routes, `POST /completion` (and its alias `/completions`) and
+`/infill`, on the wire.
 
 The body is llama-server's: `prompt` (a text, or token ids used as given), `n_predict`, `stream`,
 `stop` and its sampling fields, plus Spark's `model` (the server's default model when it is left
 out, as on the token routes). The answer is llama-server's too: `content`, `stop`, `stop_type`,
 `stopping_word`, token counts and `timings`; streamed, one SSE `data:` object per piece of text and
-a last one with `"stop": true` and the counts, without `[DONE]`. Errors are OpenAI's shape.
+a last one with `"stop": true` and the counts, without `[DONE]`. `/infill` takes the text before
+and after a cursor instead of a prompt, and answers the same. Errors are OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from spark.types import (
 StopType = Literal["eos", "word", "limit"]
 
 
-class _Wire(LlamaSampling, frozen=True, kw_only=True):
-    prompt: str | list[int]
+class _Sampling(LlamaSampling, frozen=True, kw_only=True):
+    """What `/completion` and `/infill` share: all but the prompt."""
+
     model: NonEmptyStr | None = None
     n_predict: Annotated[int, msgspec.Meta(ge=-2)] = -1  # -1 and -2: until the end (or Spark's cap)
     stream: bool = False
@@ -62,7 +65,24 @@ class _Wire(LlamaSampling, frozen=True, kw_only=True):
     json_schema: Any = None
 
 
+class _Wire(_Sampling, frozen=True, kw_only=True):
+    prompt: str | list[int]
+
+
+class _Extra(msgspec.Struct, frozen=True):
+    text: str
+    filename: str = ""
+
+
+class _InfillWire(_Sampling, frozen=True, kw_only=True):
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[_Extra] | None = None  # other files' chunks: read, not given to the model
+    prompt: str = ""  # the text after the middle token: the cursor's line so far
+
+
 _decoder = msgspec.json.Decoder(_Wire)
+_infill_decoder = msgspec.json.Decoder(_InfillWire)
 _encoder = msgspec.json.Encoder()
 NEVER = -100.0  # a bias of `false`: as OpenAI's -100, the token is never chosen
 
@@ -79,6 +99,21 @@ def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int |
     """Decode a `POST /completion` body (`n_predict` -1 or -2 is no limit but Spark's `max_tokens` cap;
     0 only evaluates the prompt, caching it for the next request)."""
     wire = decode_body(_decoder, body)
+    refuse(wire.prompt in ("", []), "prompt", "'prompt' must not be empty.")
+    return _call(wire, wire.prompt, None, default_model, max_tokens_limit)
+
+
+def parse_infill(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
+    """Decode a `POST /infill` body: fill in the middle between `input_prefix` (then `prompt`, the
+    cursor's line so far) and `input_suffix`, with the model's FIM tokens. `input_extra` (chunks of
+    other files, which llama-server puts before them for models with repository tokens) is left out."""
+    wire = decode_body(_infill_decoder, body)
+    return _call(wire, wire.input_prefix + wire.prompt, wire.input_suffix, default_model, max_tokens_limit)
+
+
+def _call(
+    wire: _Sampling, prompt: str | list[int], suffix: str | None, default_model: str, max_tokens_limit: int | None
+) -> LlamaCompletionCall:
     refuse(
         wire.grammar is not None,
         "grammar",
@@ -89,7 +124,6 @@ def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int |
         "json_schema",
         "'json_schema' is not supported here: use /v1/chat/completions with 'response_format'.",
     )
-    refuse(wire.prompt in ("", []), "prompt", "'prompt' must not be empty.")
     max_tokens = wire.n_predict if wire.n_predict >= 0 else None
     check_max_tokens(max_tokens, "n_predict", max_tokens_limit)
     bias = wire.logit_bias.items() if isinstance(wire.logit_bias, dict) else wire.logit_bias or ()
@@ -107,12 +141,13 @@ def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int |
     )
     request = CompletionRequest(
         model=wire.model or default_model,
-        prompt=wire.prompt,
+        prompt=prompt,
         sampling=sampling,
         stream=wire.stream,
         logprobs=wire.n_probs or None,
+        suffix=suffix,
     )
-    return LlamaCompletionCall(request, wire.prompt if isinstance(wire.prompt, str) else "", wire.n_probs)
+    return LlamaCompletionCall(request, prompt if isinstance(prompt, str) else "", wire.n_probs)
 
 
 # --- answers ------------------------------------------------------------------------

@@ -161,8 +161,8 @@ class Preparer:
         model = self._model
         if model.fim is None:
             raise InvalidRequest(
-                f"{self._options.model_id} has no fill-in-the-middle tokens: 'suffix' needs a code model "
-                "trained for it (e.g. Qwen2.5-Coder, StarCoder2, CodeLlama)",
+                f"{self._options.model_id} has no fill-in-the-middle tokens: filling in the middle needs a "
+                "code model trained for it (e.g. Qwen2.5-Coder, StarCoder2, CodeLlama)",
                 param="suffix",
             )
         pre, suf, mid = model.fim

@@ -27,6 +27,7 @@ _ROUTE_NAMES = {
     "/ollama/api/embeddings": "ollama embed",
     "/completion": "llama completion",
     "/completions": "llama completion",
+    "/infill": "llama infill",
 }
 STATE_STYLES = {
     "ready": "green",

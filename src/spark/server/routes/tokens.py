@@ -1,5 +1,5 @@
 """llama-server's own routes, at its paths: `POST /tokenize`, `/detokenize`, `/apply-template` and
-`GET /props` (`TOKEN_ROUTES`), and `POST /completion` (`LLAMA_ROUTES`).
+`GET /props` (`TOKEN_ROUTES`), and `POST /completion` and `/infill` (`LLAMA_ROUTES`).
 
 They need an API key like every model route. The token routes are not written to the request log
 (clients such as chat front ends call them as a user types); a completion is, as on /v1. A model
@@ -23,7 +23,8 @@ from spark.api.llama import (
     props_body,
     tokens_body,
 )
-from spark.api.llama_completion import LlamaCompletionStream, parse_completion
+from spark.api.llama_completion import LlamaCompletionCall, LlamaCompletionStream, parse_completion, parse_infill
+from spark.errors import InvalidRequest
 from spark.runners.options import context_window, parallel_slots
 from spark.server.generation import ask, run_encoded, stream_response
 from spark.server.recorder import recorder_of
@@ -87,8 +88,26 @@ async def props(request: Request[Any, Any, Any], model: FromQuery[str | None] = 
 async def completion(request: Request[Any, Any, Any]) -> Response[Any]:
     """A raw completion of `prompt` on `model` (the default model when none is named), as
     llama-server answers it."""
-    state, recorder = state_of(request), recorder_of(request.scope)
+    state = state_of(request)
     call = parse_completion(await request.body(), state.settings.default_model, max_tokens_limit=state.max_tokens_limit)
+    return await _complete(request, call)
+
+
+@post("/infill", status_code=200)
+async def infill(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The middle between `input_prefix` and `input_suffix` on `model`, as llama-server answers it."""
+    state = state_of(request)
+    call = parse_infill(await request.body(), state.settings.default_model, max_tokens_limit=state.max_tokens_limit)
+    try:
+        return await _complete(request, call)
+    except InvalidRequest as e:  # the engine names the suffix as OpenAI's completions call it
+        if e.param != "suffix":
+            raise
+        raise InvalidRequest(e.message, param="input_suffix") from None
+
+
+async def _complete(request: Request[Any, Any, Any], call: LlamaCompletionCall) -> Response[Any]:
+    state, recorder = state_of(request), recorder_of(request.scope)
     generation, writer = call.request, LlamaCompletionStream(call)
     if (routed := await routed_response(request, generation, stream=generation.stream, fail=writer.fail)) is not None:
         return routed
@@ -98,4 +117,4 @@ async def completion(request: Request[Any, Any, Any]) -> Response[Any]:
 
 
 TOKEN_ROUTES = [tokenize, detokenize, apply_template, props]
-LLAMA_ROUTES = [completion]
+LLAMA_ROUTES = [completion, infill]
