@@ -123,6 +123,9 @@ def test_unknown_models_and_missing_keys(live: LiveServer) -> None:
         "model_not_found"
     )
     assert live.http(key=None).post("/completion", json={"prompt": "x"}).status_code == 401
+    # llama-server's routes answer in OpenAI's shape, whatever headers the client adds
+    anthropic = live.http().post("/completion", json={"prompt": ""}, headers={"anthropic-version": "2023-06-01"})
+    assert set(openai_error(anthropic, 400)) == {"message", "type", "param", "code"}
 
 
 def test_a_completion_is_in_the_request_log(live: LiveServer, models: Models) -> None:

@@ -17,11 +17,18 @@ _OPENAI_PATHS = (
     "/v1/completions",
     "/v1/embeddings",
     "/v1/batches",
+    # llama-server's own routes answer in OpenAI's error shape
+    "/completion",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/props",
 )
 
 
 def api_family(scope: Scope) -> Family:
-    """Anthropic for the Messages routes, OpenAI for the completion routes, Ollama for everything
+    """Anthropic for the Messages routes, OpenAI for the completion routes (llama-server's too), Ollama for everything
     under /ollama/; on shared routes (models, unknown paths) the `anthropic-version` header that
     Anthropic clients send decides."""
     path: str = scope["path"]
