@@ -105,13 +105,14 @@ def test_echo_with_a_suffix_is_refused(engine: Engine) -> None:
     assert isinstance(out, Failed) and out.error.param == "echo"
 
 
-def test_max_tokens_0_scores_the_prompt_alone(engine: Engine) -> None:
+def test_max_tokens_0_scores_or_caches_the_prompt_alone(engine: Engine) -> None:
     scored = run(engine, prompt="Once upon a time", echo=True, logprobs=1, max_tokens=0)
     texts = [e for e in scored.events if isinstance(e, TextDelta)]
     assert [t.text for t in texts] == ["Once upon a time"]
     done = scored.events[-1]
     assert isinstance(done, Done) and done.finish_reason == "length" and done.usage.completion_tokens == 0
-    # without echo there is nothing to give: refused, naming the parameter
-    refused = run(engine, prompt="Once upon a time", max_tokens=0).events[-1]
-    assert isinstance(refused, Failed) and refused.error.param == "max_tokens"
+    # without echo the prompt is only evaluated, and stays cached (llama-server's `n_predict: 0`)
+    cached = run(engine, prompt="Once upon a time", max_tokens=0).events
+    assert not any(isinstance(e, TextDelta) for e in cached)
+    assert isinstance(cached[-1], Done) and cached[-1].usage.completion_tokens == 0
     assert isinstance(run(engine, prompt="Once upon a time", max_tokens=2).events[-1], Done)

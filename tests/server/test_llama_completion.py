@@ -52,7 +52,7 @@ def test_a_completion_answers_as_llama_server_does(live: LiveServer, models: Mod
     *pieces, last = chunks
     assert all(p.get("stop") is None and p["content"] for p in pieces) and last["stop"] is True
     assert "".join(p["content"] for p in pieces) == answer["content"] and last["content"] == ""
-    assert [p["tokens_predicted"] for p in pieces][-1] == 5 and last["tokens_predicted"] == 5
+    assert 0 < pieces[-1]["tokens_predicted"] <= 5 and last["tokens_predicted"] == 5  # (a piece may hold several)
     # the alias answers the same
     assert complete(live, body, "/completions")["content"] == answer["content"]
 
