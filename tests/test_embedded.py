@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import gguf
 import pytest
 
 import spark
+import tiny_gguf
 from spark.errors import InvalidRequest, ModelNotFound
 
 
@@ -89,3 +91,15 @@ def test_closing_a_stream_early_cancels_it(sp: spark.Spark, tiny_llama: Path) ->
 def test_real_model_answers(sp: spark.Spark, smollm2: Path) -> None:
     result = sp.chat("smollm2-135m-instruct-q4_1", "What is the capital of France?", temperature=0, max_tokens=30)
     assert "Paris" in result.text
+
+
+def test_rerank_scores_documents_against_a_query(sp: spark.Spark, tmp_path: Path, tiny_bert: Path) -> None:
+    path = tiny_gguf.write_tiny_bert(tmp_path / "tiny-rerank.gguf", pooling=gguf.PoolingType.RANK)
+    reranker = sp.library.add_local(path).id
+    documents = ["a cat sat on the mat", "stock markets fell", "the cat is here"]
+    scores = sp.rerank(reranker, "where is the cat?", documents)
+    assert len(scores) == 3 and len(set(scores)) == 3
+    assert sp.rerank(reranker, "where is the cat?", documents[1:2]) == pytest.approx(scores[1:2], rel=0.01)
+    with pytest.raises(InvalidRequest) as not_a_reranker:
+        sp.rerank(sp.library.add_local(tiny_bert).id, "q", ["d"])
+    assert not_a_reranker.value.param == "model"

@@ -470,8 +470,11 @@ def write_tiny_bert(
     n_ff: int = 128,
     pooling: gguf.PoolingType = gguf.PoolingType.MEAN,
     name: str = "tiny-bert-random",
+    rerank_template: str | None = None,
 ) -> Path:
-    """Write a tiny BERT embedding model (non-causal, `pooling` over tokens, n_embd dims)."""
+    """Write a tiny BERT embedding model (non-causal, `pooling` over tokens, n_embd dims). With
+    `pooling` RANK it is a reranker: a classification head (`cls`, `cls.output`) scores each sequence,
+    and `rerank_template` is its `tokenizer.chat_template.rerank` (with `{query}` and `{document}`)."""
     path = Path(path)
     rng = np.random.default_rng(seed + 1)
     tokens, types = _wordpiece_vocab(vocab_size)
@@ -528,6 +531,13 @@ def write_tiny_bert(
         w.add_tensor(p + "ffn_down.bias", zeros())
         w.add_tensor(p + "layer_output_norm.weight", ones())
         w.add_tensor(p + "layer_output_norm.bias", zeros())
+    if pooling == gguf.PoolingType.RANK:
+        w.add_tensor("cls.weight", rand(n_embd, n_embd, std=0.3))
+        w.add_tensor("cls.bias", zeros())
+        w.add_tensor("cls.output.weight", rand(1, n_embd, std=1.0))
+        w.add_tensor("cls.output.bias", zeros(1))
+        if rerank_template is not None:
+            w.add_string("tokenizer.chat_template.rerank", rerank_template)
     _finish(w)
     return path
 

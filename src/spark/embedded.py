@@ -181,7 +181,16 @@ class Spark:
         """Normalized embedding vectors, one per input string (from an embedding model, or a chat model's
         hidden states pooled by mean)."""
         texts: list[str | list[int]] = [input] if isinstance(input, str) else list(input)
-        for event in self.events(EmbeddingRequest(model=model, input=texts, dimensions=dimensions)):
+        return self._embeddings(EmbeddingRequest(model=model, input=texts, dimensions=dimensions))
+
+    def rerank(self, model: str, query: str, documents: Sequence[str]) -> list[float]:
+        """Each document's relevance to `query`, in the documents' order, by a reranking model (its raw
+        score: higher is more relevant)."""
+        result = self._embeddings(EmbeddingRequest(model=model, input=list(documents), query=query))
+        return [scores[0] for scores in result.vectors]
+
+    def _embeddings(self, request: EmbeddingRequest) -> EmbeddingResult:
+        for event in self.events(request):
             if (result := embedding_result(event)) is not None:
                 return result
         raise unfinished()

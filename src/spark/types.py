@@ -199,6 +199,8 @@ class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaul
     truncate: bool = False  # cut an input longer than the context to fit (Ollama's default) instead of refusing it
     # a generative model answers too, its hidden states pooled by mean (as Ollama does); OpenAI's route refuses one
     generative: bool = True
+    # a reranker scores each input (a text) against this query: each "vector" is the pair's score(s)
+    query: str | None = None
 
 
 GenerationRequest = ChatRequest | CompletionRequest

@@ -253,7 +253,12 @@ def list_models(
     table.columns[0].no_wrap = True
     table.columns[5].overflow = "fold"
     for e in entries:
-        kind = " (embedding)" if e.info.is_embedding else " (vision)" if e.info.has_vision else ""
+        kinds = (
+            (e.info.is_reranker, " (reranker)"),
+            (e.info.is_embedding, " (embedding)"),
+            (e.info.has_vision, " (vision)"),
+        )
+        kind = next((label for flag, label in kinds if flag), "")
         table.add_row(
             e.id + kind,
             format_bytes(e.size_bytes),
@@ -294,7 +299,7 @@ def show(
     first_line = (i.chat_template or "").strip().splitlines()[0][:60] if i.chat_template else ""
     rows += [
         ("vocabulary", f"{i.vocab_size:,}"),
-        ("kind", "embedding" if i.is_embedding else "chat / completion"),
+        ("kind", "reranker" if i.is_reranker else "embedding" if i.is_embedding else "chat / completion"),
         ("chat template", f"yes ({len(i.chat_template or '')} chars: {first_line}...)" if i.chat_template else "no"),
         ("tool calling", "yes" if i.supports_tools else "no"),
         ("vision projector", e.mmproj_path or "none"),

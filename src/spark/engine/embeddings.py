@@ -1,15 +1,20 @@
-"""Embeddings: pooled, L2-normalized vectors for a batch of tokenized inputs.
+"""Embeddings: pooled, L2-normalized vectors for a batch of tokenized inputs; and a reranker's scores.
 
 An embedding model embeds in its serving context. A generative model embeds in a
 context of its own, made for the request and freed after it, so its slots keep
 their caches and no memory stays held for a use most of its clients never make.
+A reranker (llama.cpp's rank pooling) reads a query and a document as one
+sequence, and its classification head gives the pair's score in place of a vector.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+import llama_cpp as lc
 
 from spark.engine.native import Batch, Context, Model
 from spark.errors import RunnerFailed
@@ -23,6 +28,41 @@ def pools_by_mean(model: Model) -> bool:
     would otherwise give per-token vectors)."""
     arch = model.meta("general.architecture") or ""
     return model.meta(f"{arch}.pooling_type") is None
+
+
+def ranks(model: Model) -> bool:
+    """Whether the model is a reranker: a classification head scores each sequence (rank pooling)."""
+    arch = model.meta("general.architecture") or ""
+    return model.meta(f"{arch}.pooling_type") == str(lc.LLAMA_POOLING_TYPE_RANK)
+
+
+_PLACES = re.compile(r"(\{query\}|\{document\})")
+
+
+def rerank_pair(model: Model, query: str, document: str) -> list[int]:
+    """The tokens a reranker scores for `document` against `query`, as llama-server puts them: through
+    the model's rerank template where it has one (`{query}` and `{document}` in it), else
+    BOS, query, EOS, SEP, document, EOS as the vocabulary adds each. The client's texts are never
+    read as special tokens."""
+    texts = {"{query}": query, "{document}": document}
+    template = model.chat_template("rerank")
+    if template is not None:
+        tokens = [
+            t
+            for part in _PLACES.split(template)
+            for t in model.tokenize(texts.get(part, part), add_special=False, parse_special=part not in texts)
+        ]
+        return [model.bos, *tokens] if model.add_bos and model.bos >= 0 and tokens[:1] != [model.bos] else tokens
+    eos = model.eos if model.eos >= 0 else model.sep
+    end = [eos] if model.add_eos and eos >= 0 else []
+    return [
+        *([model.bos] if model.add_bos and model.bos >= 0 else []),
+        *model.tokenize(query, add_special=False, parse_special=False),
+        *end,
+        *([model.sep] if model.add_sep and model.sep >= 0 else []),
+        *model.tokenize(document, add_special=False, parse_special=False),
+        *end,
+    ]
 
 
 @contextmanager
@@ -85,8 +125,11 @@ def embed(
     max_seqs: int,
     dimensions: int | None,
     on_decode: Callable[[], None],
+    *,
+    scores: bool = False,
 ) -> list[list[float]]:
-    """Pooled vectors for `inputs`, several inputs per `llama_decode` (one sequence each).
+    """Pooled vectors for `inputs`, several inputs per `llama_decode` (one sequence each); with
+    `scores`, a reranker's scores as they come (`n_embd` of them each), not normalized.
 
     `on_decode` is called after each decode (progress for hang detection).
     """
@@ -104,5 +147,5 @@ def embed(
             vector = ctx.embedding(seq, n_embd)
             if vector is None:
                 raise RunnerFailed("llama.cpp returned no pooled embedding for this model")
-            vectors[i] = normalize(vector, dimensions)
+            vectors[i] = vector if scores else normalize(vector, dimensions)
     return vectors

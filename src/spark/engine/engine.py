@@ -672,8 +672,10 @@ class Engine:
         model, inputs, dimensions = self._model, job.inputs, job.request.dimensions
         try:
             if self._embedding:
+                ranks = self._prep.ranks  # a reranker's head gives its scores in place of a vector
+                width = model.n_cls_out if ranks else model.n_embd_out
                 vectors = embeddings.embed(
-                    self._ctx, self._batch, inputs, model.n_embd_out, self._n_slots, dimensions, self._bump
+                    self._ctx, self._batch, inputs, width, self._n_slots, dimensions, self._bump, scores=ranks
                 )
             else:
                 with embeddings.own_context(model, inputs, self._options, self._n_threads) as (ctx, batch):

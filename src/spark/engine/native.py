@@ -146,7 +146,11 @@ class Model:
         self.n_ctx_train = lc.llama_model_n_ctx_train(ptr)
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.eos = lc.llama_vocab_eos(self.vocab)
+        self.sep = lc.llama_vocab_sep(self.vocab)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        self.add_eos = bool(lc.llama_vocab_get_add_eos(self.vocab))
+        self.add_sep = bool(lc.llama_vocab_get_add_sep(self.vocab))
+        self.n_cls_out = lc.llama_model_n_cls_out(ptr)  # scores a reranker's head gives per sequence
         fim = (
             lc.llama_vocab_fim_pre(self.vocab),
             lc.llama_vocab_fim_suf(self.vocab),
@@ -181,9 +185,10 @@ class Model:
         """llama.cpp's kind of tokenizer (SPM, BPE, WPM, ...)."""
         return int(lc.llama_vocab_type(self.vocab))
 
-    def chat_template(self) -> str | None:
-        """The model's default chat template (`tokenizer.chat_template`), if any."""
-        raw = lc.llama_model_chat_template(self.ptr, None)
+    def chat_template(self, name: str | None = None) -> str | None:
+        """The model's default chat template (`tokenizer.chat_template`), or the one called `name`
+        (`tokenizer.chat_template.NAME`), if any."""
+        raw = lc.llama_model_chat_template(self.ptr, name.encode() if name else None)
         return raw.decode("utf-8", errors="replace") if raw else None
 
     def token_text(self, token: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from spark.engine import harmony
+from spark.engine import embeddings, harmony
 from spark.engine.native import Model
 from spark.engine.output import PLAIN, OutputPlan, plan_output, tools_enabled
 from spark.engine.reasoning import think_syntax
@@ -77,6 +77,7 @@ class Preparer:
         self._options = options
         self._n_ctx = n_ctx
         self._embedding = options.embedding
+        self.ranks = options.embedding and embeddings.ranks(model)  # a reranker: scores, not vectors
         self._projector = projector
         self.template = ChatTemplate(
             model.chat_template(),
@@ -295,6 +296,8 @@ class Preparer:
                 "also embed with a chat model, its hidden states pooled by mean.",
                 param="model",
             )
+        if request.query is not None or self.ranks:
+            return self._rerank_inputs(request)
         if not request.input:
             raise InvalidRequest("input must hold at least one text", param="input")
         n_embd = self._model.n_embd_out
@@ -321,6 +324,31 @@ class Preparer:
                 # the end is cut, but a closing control token (BERT's SEP, an EOS) the model pools by stays
                 end = tokens[-1:] if model.is_control(tokens[-1]) else []
                 tokens = tokens[: self._n_ctx - len(end)] + end
+            inputs.append(tokens)
+        return inputs
+
+    def _rerank_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
+        """Each document read with the query, as the reranker scores it."""
+        model_id = self._options.model_id
+        if request.query is None:
+            raise InvalidRequest(
+                f"{model_id} is a reranking model: it scores documents against a query (POST /v1/rerank), "
+                "and gives no embeddings",
+                param="model",
+            )
+        if not self.ranks:
+            raise InvalidRequest(
+                f"{model_id} is not a reranking model (one whose GGUF pools by rank, e.g. bge-reranker)",
+                param="model",
+            )
+        inputs = []
+        for i, document in enumerate(request.input):
+            param = f"documents[{i}]"
+            if not isinstance(document, str):
+                raise InvalidRequest("a document must be a text", param=param)
+            tokens = embeddings.rerank_pair(self._model, request.query, document)
+            if len(tokens) > self._n_ctx:
+                raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
             inputs.append(tokens)
         return inputs
 

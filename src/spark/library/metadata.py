@@ -41,6 +41,7 @@ EMBEDDING_ARCHITECTURES = frozenset(
     }
 )
 PROJECTOR_ARCHITECTURES = frozenset({"clip", "mmproj"})
+RANK_POOLING = 4  # `<arch>.pooling_type` of a reranker (llama.cpp's LLAMA_POOLING_TYPE_RANK)
 
 FIRST_REMOTE_READ = 1 << 20  # the first read of a remote header: most fit, vocabulary included
 MAX_REMOTE_READ = 64 << 20
@@ -71,6 +72,7 @@ class GGUFInfo(msgspec.Struct, frozen=True, kw_only=True):
     chat_template: str | None = None
     supports_tools: bool = False
     is_embedding: bool = False
+    is_reranker: bool = False  # an embedding model whose head scores query-document pairs (rank pooling)
     is_projector: bool = False
     # tensor bytes, for memory estimates
     embedding_bytes: int = 0  # token_embd
@@ -421,6 +423,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
             or (isinstance(pooling, int) and pooling > 0)
             or fields.get(f"{arch}.attention.causal") is False
         ),
+        is_reranker=pooling == RANK_POOLING,
         is_projector=arch in PROJECTOR_ARCHITECTURES,
         embedding_bytes=embedding,
         output_bytes=output,

@@ -34,6 +34,7 @@ from spark.server.routes import (
     MESSAGE_BATCHES_ROUTES,
     MODEL_ROUTES,
     OPENAI_ROUTES,
+    RERANK_ROUTES,
     TOKEN_ROUTES,
 )
 from spark.server.routes.admin import ADMIN_ROUTES
@@ -128,9 +129,14 @@ def create_app(settings: Settings) -> Litestar:
     )
     # llama-server's token routes, at its paths (not /v1), with the same key
     tokens = Router("/", route_handlers=TOKEN_ROUTES, guards=[require_key], include_in_schema=False)
-    # llama-server's own completion route, logged as the APIs' routes are
+    # llama-server's own completion routes, and reranking (at /v1/rerank and llama-server's /rerank),
+    # logged as the APIs' routes are
     llama = Router(
-        "/", route_handlers=LLAMA_ROUTES, guards=[require_key], middleware=[log_requests], include_in_schema=False
+        "/",
+        route_handlers=[*LLAMA_ROUTES, *RERANK_ROUTES],
+        guards=[require_key],
+        middleware=[log_requests],
+        include_in_schema=False,
     )
     # node <-> central calls: each handler checks the fleet's own credentials (spark.server.routes.fleet)
     fleet = Router("/fleet", route_handlers=FLEET_ROUTES, include_in_schema=False)

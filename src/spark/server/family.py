@@ -17,7 +17,9 @@ _OPENAI_PATHS = (
     "/v1/completions",
     "/v1/embeddings",
     "/v1/batches",
+    "/v1/rerank",
     # llama-server's own routes answer in OpenAI's error shape
+    "/rerank",
     "/completion",
     "/infill",
     "/tokenize",

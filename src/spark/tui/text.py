@@ -28,6 +28,8 @@ _ROUTE_NAMES = {
     "/completion": "llama completion",
     "/completions": "llama completion",
     "/infill": "llama infill",
+    "/v1/rerank": "rerank",
+    "/rerank": "rerank",
 }
 STATE_STYLES = {
     "ready": "green",

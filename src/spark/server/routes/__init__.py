@@ -1,5 +1,5 @@
 """HTTP routes: OpenAI's and Anthropic's APIs under /v1, the model list, uploaded files,
-batches, llama-server's token routes, health (and Ollama's liveness check)."""
+batches, llama-server's token routes, reranking, health (and Ollama's liveness check)."""
 
 from spark.server.routes.anthropic import ANTHROPIC_ROUTES
 from spark.server.routes.batches import BATCHES_ROUTES, MESSAGE_BATCHES_ROUTES
@@ -7,6 +7,7 @@ from spark.server.routes.files import FILES_ROUTES
 from spark.server.routes.health import HEALTH_ROUTES
 from spark.server.routes.models import MODEL_ROUTES
 from spark.server.routes.openai import OPENAI_ROUTES
+from spark.server.routes.rerank import RERANK_ROUTES
 from spark.server.routes.tokens import LLAMA_ROUTES, TOKEN_ROUTES
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "MESSAGE_BATCHES_ROUTES",
     "MODEL_ROUTES",
     "OPENAI_ROUTES",
+    "RERANK_ROUTES",
     "TOKEN_ROUTES",
 ]

@@ -37,6 +37,7 @@ def listed(entry: ModelEntry, loaded: set[str], settings: Settings) -> ListedMod
             "context_length": info.context_length,
             "context_window": context_window(entry, settings),
             "embedding": info.is_embedding,
+            "rerank": info.is_reranker,
             "tools": info.supports_tools,
             "thinking": template_thinks(info.chat_template),
             "vision": info.has_vision,
