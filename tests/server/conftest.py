@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import tiny_gguf
 from fakehub import fake_hub, hub_files  # noqa: F401  (fixtures)
 from server.helpers import (
     MAX_BODY,
@@ -17,6 +18,7 @@ from server.helpers import (
     live_server,
     server_settings,
 )
+from spark.library import Library
 
 
 @pytest.fixture(scope="package")
@@ -46,3 +48,15 @@ def live(served: tuple[LiveServer, Models]) -> LiveServer:
 @pytest.fixture
 def models(served: tuple[LiveServer, Models]) -> Models:
     return served[1]
+
+
+@pytest.fixture(scope="package")
+def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+    """A server with one model that has fill-in-the-middle tokens."""
+    home = tmp_path_factory.mktemp("fim-home")
+    path = tiny_gguf.write_tiny_llama(home / "tiny-fim.gguf", fim=True)
+    settings = server_settings(home)
+    with Library(settings) as library:
+        model = library.add_local(path).id
+    with live_server(settings) as live:
+        yield live, model

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-import tiny_gguf
-from server.helpers import LiveServer, Models, live_server, openai_error, server_settings
+from server.helpers import LiveServer, Models, openai_error
 from server.test_log import logged_request
-from spark.library import Library
 
 GREEDY = {"temperature": 0, "seed": 7}
 
@@ -132,18 +129,6 @@ def test_a_completion_is_in_the_request_log(live: LiveServer, models: Models) ->
     response = live.http().post("/completion", json={"model": models.chat, "prompt": "logged", "n_predict": 2})
     record = logged_request(live, response)
     assert record.route == "/completion" and record.completion_tokens == 2 and record.model == models.chat
-
-
-@pytest.fixture(scope="module")
-def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
-    """A server with one model that has fill-in-the-middle tokens."""
-    home = tmp_path_factory.mktemp("infill-home")
-    path = tiny_gguf.write_tiny_llama(home / "tiny-fim.gguf", fim=True)
-    settings = server_settings(home)
-    with Library(settings) as library:
-        model = library.add_local(path).id
-    with live_server(settings) as live:
-        yield live, model
 
 
 def test_infill_fills_in_the_middle_as_a_suffix_does(fim_server: tuple[LiveServer, str]) -> None:

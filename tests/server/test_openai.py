@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-import tiny_gguf
-from server.helpers import LiveServer, Models, live_server, openai_error, server_settings
+from server.helpers import LiveServer, Models, openai_error
 from spark.engine.native import Model
-from spark.library import Library
 from spark.library.bundled import BUNDLED_SETTINGS
 from tiny_gguf import SLOW_CONTEXT
 
@@ -81,18 +78,6 @@ def test_logprobs_through_the_sdk(live: LiveServer, models: Models) -> None:
     assert columns is not None and len(columns.tokens) == len(columns.token_logprobs) == 8
     assert columns.text_offset[0] == len("Once upon") and "".join(columns.tokens) == legacy.choices[0].text
     assert all(len(top) == 1 for top in columns.top_logprobs)
-
-
-@pytest.fixture(scope="module")
-def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
-    """A server with one model that has fill-in-the-middle tokens."""
-    home = tmp_path_factory.mktemp("fim-home")
-    path = tiny_gguf.write_tiny_llama(home / "tiny-fim.gguf", fim=True)
-    settings = server_settings(home)
-    with Library(settings) as library:
-        model = library.add_local(path).id
-    with live_server(settings) as live:
-        yield live, model
 
 
 def test_a_suffix_fills_in_the_middle(fim_server: tuple[LiveServer, str], live: LiveServer, models: Models) -> None:
