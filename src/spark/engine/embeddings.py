@@ -14,8 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import llama_cpp as lc
-
+from spark.engine.bindings import lc
 from spark.engine.native import Batch, Context, Model
 from spark.errors import RunnerFailed
 from spark.types import LoadOptions
