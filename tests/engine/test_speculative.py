@@ -14,6 +14,8 @@ from spark.engine import Engine
 from spark.engine.native import Context
 from spark.engine.output import merged
 from spark.engine.speculative import (
+    EXPLORE_EVERY,
+    EXPLORE_SMOOTHING,
     MAX_DRAFT,
     PRIOR_TOKEN_COST,
     SHAPE_SMOOTHING,
@@ -170,6 +172,28 @@ def test_every_size_follows_the_speed_its_shape_stays() -> None:
         c.observe(1, 0.010)
     assert c.seconds(1) == pytest.approx(0.010, rel=0.01)
     assert 0.040 < c.seconds(8) < 0.055  # most of the way with it (it stayed at 0.080 before)
+
+
+def test_a_size_measured_on_a_busy_machine_is_tried_again() -> None:
+    """A verify batch first measured while something else had the CPU looks far too dear, and would
+    never be drafted (so never measured) again: after EXPLORE_EVERY steps without one, the prior's
+    price is tried, and the next measurement of that size counts for half."""
+    c = DecodeCosts()
+    c.observe(1, 0.010)
+    c.observe(9, 0.020 * 30)  # truly 0.020, measured in a spike
+    drafter = NgramDrafter(list(range(40)) + list(range(32)))  # a long match: its guesses hold
+    assert drafter.draft(8, c) == []  # nine tokens look 60 times dearer than one
+    for _ in range(EXPLORE_EVERY - 1):
+        c.observe(1, 0.010)
+    assert not c.exploring and drafter.draft(8, c) == []
+    c.observe(1, 0.010)
+    assert c.exploring and c.seconds(9) == pytest.approx(0.010 * (1 + 8 * PRIOR_TOKEN_COST), rel=0.01)
+    assert len(drafter.draft(8, c)) == 8  # tried again
+    c.observe(9, 0.020)
+    assert not c.exploring
+    assert c.seconds(9) == pytest.approx(0.020 * 30**EXPLORE_SMOOTHING, rel=0.05)  # halfway back, by ratio
+    c.observe(1, 0.010)
+    assert c.seconds(9) < 0.2  # no longer sixty one-token steps
 
 
 # --- the engine: the same output with and without speculation -----------------------

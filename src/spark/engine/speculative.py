@@ -34,7 +34,8 @@ them is (a guess after 20 tokens that repeat earlier text holds far more
 often than one after 2), and each step drafts the number of tokens that gives
 the most expected tokens per second, which is none where guessing does not
 pay: free chat then runs as without speculation, while copied stretches are
-drafted whole.
+drafted whole. Every EXPLORE_EVERY steps without a draft, the hopeful prices are tried once more, so a
+size measured while the machine was busy is measured again.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ PRIOR_WEIGHT = 2.0  # the prior counts as this many drafted tokens
 PRIOR_TOKEN_COST = 0.25
 SPEED_SMOOTHING = 0.2  # how far every size's cost follows one measured step
 SHAPE_SMOOTHING = 0.1  # how far the measured size's own share follows it
+# Every this many steps without one of several tokens, the prior's hopeful prices are tried again until
+# such a step is measured, and its size follows that measurement by EXPLORE_SMOOTHING: a size first
+# measured while something else had the CPU would otherwise stop drafting for the runner's life.
+EXPLORE_EVERY = 256
+EXPLORE_SMOOTHING = 0.5
 
 
 class DecodeCosts:
@@ -70,26 +76,47 @@ class DecodeCosts:
     def __init__(self) -> None:
         self._speed = 0.0  # seconds per unit of shape; 0 until a step is measured
         self._shape: dict[int, float] = {}  # batch size -> relative cost
+        self._quiet = 0  # steps since the last one of several tokens (see EXPLORE_EVERY)
+
+    @property
+    def exploring(self) -> bool:
+        """Whether several tokens' steps are priced at the prior's hopeful costs for now (when they
+        are not already cheaper), to be measured again."""
+        return self._quiet >= EXPLORE_EVERY
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """Record a step that decoded `n_tokens` tokens of generation (no prompt) in `seconds`."""
         if seconds <= 0:
             return
+        exploring = self.exploring
+        self._quiet = 0 if n_tokens > 1 else self._quiet + 1
         if not self._speed:
             self._speed = seconds / self._relative(n_tokens)
         old = self._shape.get(n_tokens)
         if old is None:  # a size first measured: its shape, not the speed, was unknown
             self._shape[n_tokens] = seconds / self._speed
             return
-        # by ratio, not difference: a step slowed by something else moves the costs little
+        # by ratio, not difference: a step slowed by something else moves the costs little; a size
+        # tried again after long (exploring) was likely measured wrong, not the speed
         miss = seconds / (self._speed * old)
+        if exploring and n_tokens > 1:
+            self._shape[n_tokens] = old * miss**EXPLORE_SMOOTHING
+            return
         self._speed *= miss**SPEED_SMOOTHING
         self._shape[n_tokens] = old * miss**SHAPE_SMOOTHING
 
     def seconds(self, n_tokens: int) -> float:
         """The expected cost of a batch of `n_tokens` (in units of one token's step when nothing
         is measured yet)."""
-        return (self._speed or 1.0) * self._relative(n_tokens)
+        relative = self._relative(n_tokens)
+        if n_tokens > 1 and self.exploring:
+            relative = min(relative, self._one() * (1 + PRIOR_TOKEN_COST * (n_tokens - 1)))
+        return (self._speed or 1.0) * relative
+
+    def _one(self) -> float:
+        """The shape of a one-token step: measured, else implied by the smallest size measured."""
+        smallest = min(self._shape, default=1)
+        return self._shape.get(smallest, 1.0) / (1 + PRIOR_TOKEN_COST * (smallest - 1))
 
     def _relative(self, n_tokens: int) -> float:
         """The shape of `n_tokens`: measured, else interpolated between the nearest measured sizes,
@@ -97,8 +124,7 @@ class DecodeCosts:
         measured = self._shape
         if (exact := measured.get(n_tokens)) is not None:
             return exact
-        smallest = min(measured, default=1)
-        one = measured.get(smallest, 1.0) / (1 + PRIOR_TOKEN_COST * (smallest - 1))  # a one-token step
+        one = self._one()
         below = max((n for n in measured if n < n_tokens), default=None)
         if below is None:
             return one * (1 + PRIOR_TOKEN_COST * (n_tokens - 1))
