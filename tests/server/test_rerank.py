@@ -13,6 +13,7 @@ import tiny_gguf
 from server.helpers import LiveServer, live_server, openai_error, server_settings
 from server.test_log import logged_request
 from spark.library import Library
+from spark.server.admin_auth import read_admin_token
 
 DOCUMENTS = ["a cat sat on the mat", "stock markets fell today", "the cat is on the mat", "bake the bread"]
 
@@ -98,6 +99,15 @@ def test_a_rerank_template_places_the_texts(served: tuple[LiveServer, Rerankers]
         special["usage"]["prompt_tokens"]
         > rerank(live, {"model": models.templated, "query": "x", "documents": ["y"]})["usage"]["prompt_tokens"]
     )
+
+
+def test_a_reranker_is_listed_as_one(served: tuple[LiveServer, Rerankers]) -> None:
+    live, models = served
+    listed = {m["id"]: m for m in live.http(key=read_admin_token(live.settings)).get("/api/models").json()}
+    assert listed[models.plain]["rerank"] is True and listed[models.plain]["embedding"] is True
+    assert listed[models.embed]["rerank"] is False and listed[models.chat]["rerank"] is False
+    details = {m["id"]: m for m in live.http().get("/v1/models").json()["data"]}
+    assert details[models.plain]["spark"]["rerank"] is True and details[models.embed]["spark"]["rerank"] is False
 
 
 def test_a_rerank_is_logged(served: tuple[LiveServer, Rerankers]) -> None:

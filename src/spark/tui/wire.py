@@ -121,6 +121,7 @@ class Model(msgspec.Struct, frozen=True, kw_only=True):
     size_bytes: int = 0
     context_length: int = 0
     embedding: bool = False
+    rerank: bool = False
     vision: bool = False
     loaded: bool = False
     source: str = ""

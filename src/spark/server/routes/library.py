@@ -46,6 +46,7 @@ class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
     size_bytes: int  # model files plus projector
     context_length: int  # training context (0: the file does not say)
     embedding: bool
+    rerank: bool  # an embedding model that scores query-document pairs (POST /v1/rerank)
     vision: bool  # a projector is attached
     mmproj_path: str | None
     loaded: bool
@@ -107,6 +108,7 @@ def _summary(entry: ModelEntry, loaded: set[str]) -> ModelSummary:
         size_bytes=entry.size_bytes,
         context_length=info.context_length,
         embedding=info.is_embedding,
+        rerank=info.is_reranker,
         vision=entry.mmproj_path is not None,
         mmproj_path=entry.mmproj_path,
         loaded=entry.id in loaded,

@@ -141,7 +141,7 @@ class ModelsView(View):
 
 
 def _model_cells(m: wire.Model) -> list[str | Text]:
-    kind = "embed" if m.embedding else ("vision" if m.vision else m.architecture)
+    kind = "rerank" if m.rerank else "embed" if m.embedding else "vision" if m.vision else m.architecture
     return [
         m.id,
         kind,
