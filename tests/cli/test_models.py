@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf
 import msgspec
 import pytest
 from typer.testing import CliRunner, Result
@@ -88,7 +89,7 @@ def test_pull_with_quant_option_and_projector(fake_hub: FakeHub) -> None:
 def test_pull_local_file_with_and_without_copy(tmp_path: Path, tiny_llama: Path) -> None:
     out = spark("pull", str(tiny_llama))
     assert out.exit_code == 0, out.output
-    assert "Added tiny-llama-chatml" in out.output
+    assert "Added tiny-llama-chatml" in out.output and "Try: spark run tiny-llama-chatml" in out.output
     assert "no (spark rm keeps the file)" in spark("show", "tiny-llama-chatml").output
     assert spark("rm", "tiny-llama-chatml", "--yes").exit_code == 0
     assert tiny_llama.is_file()
@@ -219,3 +220,13 @@ def test_attach_a_projector_later(tiny_llama: Path, tiny_mmproj: Path) -> None:
     assert isinstance(not_a_projector.exception, ModelFileError), not_a_projector.output
     unknown = spark("attach", "nope", str(tiny_mmproj))
     assert isinstance(unknown.exception, ModelNotFound)
+
+
+def test_pulling_an_embedding_model_or_a_reranker_says_how_to_use_it(tmp_path: Path, tiny_bert: Path) -> None:
+    assert "Use it with POST /v1/embeddings." in spark("pull", str(tiny_bert)).output
+    reranker = tiny_gguf.write_tiny_bert(tmp_path / "tiny-rerank.gguf", pooling=gguf.PoolingType.RANK)
+    out = spark("pull", str(reranker))
+    assert out.exit_code == 0 and "Use it with POST /v1/rerank." in out.output and "spark run" not in out.output
+    shown = spark("show", "tiny-rerank").output
+    assert "reranker" in shown
+    assert "(reranker)" in spark("ls").output

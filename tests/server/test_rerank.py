@@ -81,6 +81,10 @@ def test_documents_come_back_by_score(served: tuple[LiveServer, Rerankers]) -> N
     )
     assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:2]]
     assert [r["document"]["text"] for r in top["results"]] == [DOCUMENTS[r["index"]] for r in results[:2]]
+    # Cohere's path and fields: the same answer, with an id and Cohere's meta
+    cohere = rerank(live, {"model": models.plain, "query": "where is the cat?", "documents": DOCUMENTS}, "/v2/rerank")
+    assert cohere["results"] == results and cohere["meta"]["api_version"]["version"] == "2"
+    assert cohere["id"] and cohere["id"] != answer["id"]
     # another query scores the same documents otherwise
     other = rerank(live, {"model": models.plain, "query": "finance news", "documents": DOCUMENTS})
     assert {r["index"]: r["relevance_score"] for r in other["results"]} != pytest.approx(by_index)

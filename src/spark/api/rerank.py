@@ -1,4 +1,5 @@
-"""Reranking on the wire: `POST /v1/rerank` (also `/rerank`), as llama-server and Jina take it.
+"""Reranking on the wire: `POST /v1/rerank` (also `/v2/rerank`, `/rerank`), as llama-server, Jina and
+Cohere take it.
 
 The body names a reranking model, a `query` and the `documents` (texts, or `{"text": ...}`); the
 answer lists each document's `index` and `relevance_score` (the model's raw score: higher is more
@@ -69,19 +70,30 @@ class _Usage(msgspec.Struct, frozen=True):
     total_tokens: int
 
 
+class _Version(msgspec.Struct, frozen=True):
+    version: str = "2"
+
+
+class _Meta(msgspec.Struct, frozen=True):
+    api_version: _Version = _Version()
+
+
 class _Answer(msgspec.Struct, frozen=True):
+    id: str
     model: str
     object: str
     results: list[_Result]
     usage: _Usage
+    meta: _Meta = _Meta()  # Cohere's
 
 
-def rerank_body(call: RerankCall, result: EmbeddingResult) -> bytes:
-    """The answer: the documents by score, most relevant first (the first `top_n`)."""
+def rerank_body(call: RerankCall, result: EmbeddingResult, request_id: str) -> bytes:
+    """The answer: the documents by score, most relevant first (the first `top_n`), with what
+    llama-server and Jina (`model`, `object`, `usage`) and Cohere (`id`, `meta`) add."""
     documents = call.request.input
     order = sorted(range(len(documents)), key=lambda i: -result.vectors[i][0])[: call.top_n]
     results = [
         _Result(i, result.vectors[i][0], _Text(str(documents[i])) if call.return_documents else None) for i in order
     ]
     tokens = result.usage.prompt_tokens
-    return _encoder.encode(_Answer(call.request.model, "list", results, _Usage(tokens, tokens)))
+    return _encoder.encode(_Answer(request_id, call.request.model, "list", results, _Usage(tokens, tokens)))

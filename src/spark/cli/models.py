@@ -203,9 +203,18 @@ def _already_installed(console: Console, entry: ModelEntry) -> None:
 
 def _added(console: Console, entry: ModelEntry) -> None:
     extra = ", with vision projector" if entry.mmproj_path else ""
+    info = entry.info
+    # an embedding model or a reranker answers over HTTP only
+    next_step = (
+        "Use it with POST /v1/rerank."
+        if info.is_reranker
+        else "Use it with POST /v1/embeddings."
+        if info.is_embedding
+        else f"Try: spark run {entry.id}"
+    )
     console.print(
         f"[green]Added[/green] [bold]{entry.id}[/bold] ({format_bytes(entry.size_bytes)}, "
-        f"{entry.info.quantization}{extra}). Try: spark run {entry.id}",
+        f"{info.quantization}{extra}). {next_step}",
         highlight=False,
     )
 

@@ -18,6 +18,7 @@ _OPENAI_PATHS = (
     "/v1/embeddings",
     "/v1/batches",
     "/v1/rerank",
+    "/v2/rerank",
     # llama-server's own routes answer in OpenAI's error shape
     "/rerank",
     "/completion",

@@ -29,6 +29,7 @@ _ROUTE_NAMES = {
     "/completions": "llama completion",
     "/infill": "llama infill",
     "/v1/rerank": "rerank",
+    "/v2/rerank": "rerank",
     "/rerank": "rerank",
 }
 STATE_STYLES = {
