@@ -144,6 +144,24 @@ def test_the_central_keeps_the_responses_and_conversations_its_nodes_answer(flee
         )
 
 
+def test_the_central_keeps_the_chat_completions_its_nodes_answer(fleet: Fleet) -> None:
+    client = openai.OpenAI(base_url=fleet.central.url + "/v1", api_key=fleet.key, max_retries=0, timeout=120)
+    asked: Any = {"model": "alpha-llama", "messages": [USER], "max_tokens": 4, "store": True, "seed": 1}
+    whole = client.chat.completions.create(**asked, metadata={"way": "whole"})
+    assert client.chat.completions.retrieve(whole.id).choices[0].message.content == whole.choices[0].message.content
+    chunks = list(client.chat.completions.create(**asked, stream=True, n=2, stream_options={"include_usage": True}))
+    streamed = client.chat.completions.retrieve(chunks[0].id)  # added up from the relayed chunks
+    for i in (0, 1):
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+        assert streamed.choices[i].message.content == text and streamed.choices[i].finish_reason == "length"
+    assert streamed.usage is not None and chunks[-1].usage is not None
+    assert streamed.usage.completion_tokens == chunks[-1].usage.completion_tokens
+    assert [c.id for c in client.chat.completions.list(metadata={"way": "whole"})] == [whole.id]
+    for node in fleet.nodes.values():  # the nodes keep none of it
+        db = Database(server_settings(node.home).db_path)
+        assert db.execute("SELECT count(*) FROM chat_completions").fetchone()[0] == 0
+
+
 def test_uploaded_files_and_background_answers_stay_with_the_central(fleet: Fleet) -> None:
     client = openai.OpenAI(base_url=fleet.central.url + "/v1", api_key=fleet.key, max_retries=0, timeout=120)
     notes = client.files.create(file=("notes.txt", b"The ship sails at dawn.", "text/plain"), purpose="user_data")

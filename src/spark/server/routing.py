@@ -15,6 +15,7 @@ API answer to be stored is kept here, as it passes (`keep`).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import suppress
 from typing import Any
 
 import msgspec
@@ -25,6 +26,7 @@ from litestar.types import Scope
 
 from spark.api.common import finish_reason_in, usage_in
 from spark.api.ollama import NDJSON
+from spark.api.openai.stored_chats import ChunkAssembler
 from spark.errors import InvalidRequest, NodeUnavailable, SparkError
 from spark.fleet.forward import Opened, Unrouted, open_routed
 from spark.fleet.hop import HopError
@@ -72,7 +74,8 @@ async def routed_response(
     """A node's answer to `decoded` (a request, or a question about tokens), or None to serve it here
     (no node has the model, or this server ranks first). `fail` writes the API's error event for a
     stream that breaks off; `body` is sent instead of the client's (a continued conversation in
-    whole); `keep` is given a Responses API answer's response object."""
+    whole); `keep` is given the whole answer: a Responses API answer's response object, or a chat
+    completion (a stream's, added up from its chunks)."""
     state = state_of(request)
     registry = state.fleet
     if not registry.has_nodes() or request.scope.get("state", {}).get(ROUTED_STATE):
@@ -183,7 +186,7 @@ def _relay(
     separator = b"\n" if media_type.startswith(NDJSON) else b"\n\n"
 
     async def frames() -> AsyncGenerator[bytes, None]:
-        numbers = _Numbers()
+        numbers = _Numbers(chat=keep is not None)
         kept = False
         pending = opened.first
         try:
@@ -225,17 +228,24 @@ def _relay(
 
 
 class _Numbers:
-    """Token counts and the finish reason, read from the relayed frames that carry them, and a
-    Responses API stream's whole response at its end."""
+    """Token counts and the finish reason, read from the relayed frames that carry them, and the whole
+    answer at the end: a Responses API stream's response, or (`chat`) a chat stream's completion."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, chat: bool = False) -> None:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.response: dict[str, Any] | None = None
+        self._chunks = ChunkAssembler() if chat else None
 
     def feed(self, frames: bytes) -> None:
         for line in frames.split(b"\n"):
             data = line[5:] if line.startswith(b"data:") else line if line.startswith(b"{") else b""  # SSE, NDJSON
+            if self._chunks is not None:
+                if data.strip() == b"[DONE]":
+                    self.response = self._chunks.completion() or self.response
+                elif b'"chat.completion.chunk"' in data:
+                    with suppress(msgspec.DecodeError):
+                        self._chunks.feed(msgspec.json.decode(data))
             if not any(marker in data for marker in (b'"usage"', b"reason", b"eval_count")):
                 continue
             try:

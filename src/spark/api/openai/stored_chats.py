@@ -90,3 +90,57 @@ def _message(message: Any, message_id: str) -> dict[str, Any]:
         texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
         content = "".join(texts) if texts else None
     return {**message, "id": message_id, "content": content, "name": message.get("name"), "content_parts": parts}
+
+
+class ChunkAssembler:
+    """The `chat.completion` that a stream of `chat.completion.chunk` objects adds up to: what a fleet
+    central keeps of a streamed answer a node generated (`feed` each chunk, then `completion`)."""
+
+    def __init__(self) -> None:
+        self._head: dict[str, Any] | None = None
+        self._choices: dict[int, dict[str, Any]] = {}
+        self._usage: Any = None
+
+    def feed(self, chunk: Any) -> None:
+        """Take one decoded chunk (anything else is left aside)."""
+        if not isinstance(chunk, dict) or chunk.get("object") != "chat.completion.chunk":
+            return
+        if self._head is None:
+            self._head = {key: chunk.get(key) for key in ("id", "created", "model", "system_fingerprint")}
+        self._usage = chunk.get("usage") or self._usage
+        for part in chunk.get("choices") or ():
+            if not isinstance(part, dict):
+                continue
+            choice = self._choices.setdefault(
+                part.get("index", 0), {"content": [], "reasoning": [], "calls": {}, "finish_reason": None}
+            )
+            delta = part.get("delta") or {}
+            choice["content"].append(delta.get("content") or "")
+            choice["reasoning"].append(delta.get("reasoning_content") or "")
+            for call in delta.get("tool_calls") or ():
+                kept = choice["calls"].setdefault(call.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                function = call.get("function") or {}
+                kept["id"] = call.get("id") or kept["id"]
+                kept["name"] = function.get("name") or kept["name"]
+                kept["arguments"] += function.get("arguments") or ""
+            choice["finish_reason"] = part.get("finish_reason") or choice["finish_reason"]
+
+    def completion(self) -> dict[str, Any] | None:
+        """The whole answer, or None unless every choice finished."""
+        if self._head is None or not self._choices or any(c["finish_reason"] is None for c in self._choices.values()):
+            return None
+        choices = []
+        for index, choice in sorted(self._choices.items()):
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(choice["content"])}
+            if reasoning := "".join(choice["reasoning"]):
+                message["reasoning_content"] = reasoning
+            if calls := choice["calls"]:
+                message["content"] = message["content"] or None
+                message["tool_calls"] = [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for _, c in sorted(calls.items())
+                ]
+            choices.append(
+                {"message": message, "finish_reason": choice["finish_reason"], "index": index, "logprobs": None}
+            )
+        return {**self._head, "object": "chat.completion", "choices": choices, "usage": self._usage}

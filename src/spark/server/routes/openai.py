@@ -93,7 +93,7 @@ async def _generate(
     stream the chunks (`stream` makes a choice's encoder from the request id, model and creation
     time, and its `index` and `part`), or answer with one body. A node of the fleet that serves it
     gets the body whole and generates every choice. `keep` is given the whole answer's object, a
-    streamed one's before its last chunk, to store it (a stream a node generated is not kept)."""
+    streamed one's before its last chunk, to store it."""
     state, recorder = state_of(request), recorder_of(request.scope)
     request_id, created = request_ids(request.scope).id, int(time.time())
     generation = requests[0]
@@ -105,7 +105,8 @@ async def _generate(
         else:
             streams = [stream(request_id, generation.model, created, index=i, part=True) for i in range(len(requests))]
             encoder = ChoicesStream(streams, per_prompt)
-        if (routed := await routed_response(request, generation, stream=True, fail=encoder.fail)) is not None:
+        routed = await routed_response(request, generation, stream=True, fail=encoder.fail, keep=keep)
+        if routed is not None:
             return routed
         collecting = Collecting(encoder, len(requests)) if keep is not None else None
 

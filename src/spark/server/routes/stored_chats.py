@@ -4,8 +4,8 @@ read, updated, deleted and its messages listed.
 A chat completion made with `store: true` is kept for the key that made it
 (`spark.store.chats`, `chat_keeper`), unless the key is zero-retention or
 `response_retention_days` is 0, and for as long as that setting says. On a
-fleet, the server the client calls keeps it; a streamed answer a node
-generated is not kept.
+fleet, the server the client calls keeps it, a streamed answer that a node
+generated added up from its chunks.
 """
 
 from __future__ import annotations
