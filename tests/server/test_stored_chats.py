@@ -151,6 +151,8 @@ def test_a_zero_retention_key_stores_nothing(live: LiveServer, models: Models) -
         ("limit=many", "limit"),
         ("order=up", "order"),
         ("metadata[]=x", "metadata"),
+        ("&".join(f"metadata[k{i}]=v" for i in range(17)), "metadata"),
+        (f"metadata[{'k' * 65}]=v", "metadata"),
     ],
 )
 def test_a_bad_list_query_names_its_parameter(live: LiveServer, query: str, param: str) -> None:

@@ -28,7 +28,7 @@ class PageQuery(msgspec.Struct, frozen=True, kw_only=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE)] = 20
     order: Literal["asc", "desc"] = "asc"
     model: str | None = None
-    metadata: dict[str, str] = {}
+    metadata: Metadata = {}  # as many pairs as a completion can hold: 16
 
 
 class _Update(msgspec.Struct, frozen=True):
