@@ -1,5 +1,5 @@
-"""Every /v1, /api and /metrics route, with every method and with path variants sent raw over a socket
-(as `curl --path-as-is` would): without a credential, or with a wrong one, nothing is answered but a
+"""Every model route (/v1, Ollama's, llama-server's), /api and /metrics, with every method and with
+path variants sent raw over a socket (as `curl --path-as-is` would): without a credential, or with a wrong one, nothing is answered but a
 refusal; an API key never opens /api."""
 
 from __future__ import annotations
@@ -13,7 +13,21 @@ from server.helpers import LiveServer
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 REFUSED = {401, 403, 404, 405}
-GUARDED = ("/v1", "/api", "/metrics")
+# every model route: OpenAI's and Anthropic's, Ollama's, llama-server's at its own paths, reranking
+GUARDED = (
+    "/v1",
+    "/v2",
+    "/api",
+    "/metrics",
+    "/ollama/api",
+    "/completion",
+    "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/props",
+    "/rerank",
+)
 
 
 def raw_status(live: LiveServer, method: str, target: str, headers: dict[str, str] | None = None) -> int:
@@ -39,7 +53,7 @@ def raw_status(live: LiveServer, method: str, target: str, headers: dict[str, st
 
 
 def guarded_routes(live: LiveServer) -> list[str]:
-    """Every route path under /v1, /api and /metrics, path parameters filled in."""
+    """Every guarded route path, path parameters filled in."""
     paths = {re.sub(r"\{[^}]+\}", "x", route.path) for route in live.app.routes}
     return sorted(p for p in paths if p.startswith(GUARDED))
 
@@ -47,6 +61,7 @@ def guarded_routes(live: LiveServer) -> list[str]:
 def test_every_guarded_route_and_method_refuses_without_a_credential(live: LiveServer) -> None:
     routes = guarded_routes(live)
     assert len(routes) > 20 and "/api/keys" in routes and "/v1/chat/completions" in routes
+    assert {"/ollama/api/chat", "/completion", "/infill", "/tokenize", "/rerank", "/v2/rerank"} <= set(routes)
     wrong = [{}, {"Authorization": "Bearer sk-spark-wrong"}, {"x-api-key": "nope"}, {"Authorization": "Basic Og=="}]
     for path in routes:
         for method in METHODS:
