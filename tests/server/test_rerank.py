@@ -127,7 +127,10 @@ def test_the_wrong_kind_of_model_is_named(served: tuple[LiveServer, Rerankers]) 
     for model in (models.embed, models.chat):
         error = openai_error(http.post("/v1/rerank", json={"model": model, "query": "q", "documents": ["d"]}), 400)
         assert error["param"] == "model" and "not a reranking model" in error["message"]
-    # a reranker gives no embeddings
+    # a reranker generates no text, and gives no embeddings
+    chat = {"model": models.plain, "messages": [{"role": "user", "content": "hi"}]}
+    error = openai_error(http.post("/v1/chat/completions", json=chat), 400)
+    assert error["param"] == "model" and "reranking model (POST /v1/rerank)" in error["message"]
     error = openai_error(http.post("/v1/embeddings", json={"model": models.plain, "input": "x"}), 400)
     assert error["param"] == "model" and "/v1/rerank" in error["message"]
 

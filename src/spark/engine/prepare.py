@@ -103,10 +103,8 @@ class Preparer:
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
         """The prompt's tokens, its images (if any) and its text."""
         if self._embedding:
-            raise InvalidRequest(
-                f"{self._options.model_id} is an embedding model; it cannot generate text",
-                param="model",
-            )
+            kind = "a reranking model (POST /v1/rerank)" if self.ranks else "an embedding model"
+            raise InvalidRequest(f"{self._options.model_id} is {kind}; it cannot generate text", param="model")
         images: list[ImagePart] = []
         if isinstance(request, ChatRequest):
             text, images = self._render(request)
