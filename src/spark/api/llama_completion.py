@@ -114,16 +114,12 @@ def parse_infill(body: bytes, default_model: str, *, max_tokens_limit: int | Non
 def _call(
     wire: _Sampling, prompt: str | list[int], suffix: str | None, default_model: str, max_tokens_limit: int | None
 ) -> LlamaCompletionCall:
-    refuse(
-        wire.grammar is not None,
-        "grammar",
-        "'grammar' is not supported here: use /v1/chat/completions with 'response_format'.",
-    )
-    refuse(
-        wire.json_schema is not None,
-        "json_schema",
-        "'json_schema' is not supported here: use /v1/chat/completions with 'response_format'.",
-    )
+    for param in ("grammar", "json_schema"):
+        refuse(
+            getattr(wire, param) is not None,
+            param,
+            f"'{param}' is not supported here: use /v1/chat/completions with 'response_format'.",
+        )
     max_tokens = wire.n_predict if wire.n_predict >= 0 else None
     check_max_tokens(max_tokens, "n_predict", max_tokens_limit)
     bias = wire.logit_bias.items() if isinstance(wire.logit_bias, dict) else wire.logit_bias or ()

@@ -38,13 +38,12 @@ def ranks(model: Model) -> bool:
 _PLACES = re.compile(r"(\{query\}|\{document\})")
 
 
-def rerank_pair(model: Model, query: str, document: str) -> list[int]:
+def rerank_pair(model: Model, template: str | None, query: str, document: str) -> list[int]:
     """The tokens a reranker scores for `document` against `query`, as llama-server puts them: through
-    the model's rerank template where it has one (`{query}` and `{document}` in it), else
+    the model's rerank `template` where it has one (`{query}` and `{document}` in it), else
     BOS, query, EOS, SEP, document, EOS as the vocabulary adds each. The client's texts are never
     read as special tokens."""
     texts = {"{query}": query, "{document}": document}
-    template = model.chat_template("rerank")
     if template is not None:
         tokens = [
             t

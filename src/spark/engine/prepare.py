@@ -78,6 +78,7 @@ class Preparer:
         self._n_ctx = n_ctx
         self._embedding = options.embedding
         self.ranks = options.embedding and embeddings.ranks(model)  # a reranker: scores, not vectors
+        self._rerank_template = model.chat_template("rerank") if self.ranks else None
         self._projector = projector
         self.template = ChatTemplate(
             model.chat_template(),
@@ -344,7 +345,7 @@ class Preparer:
             param = f"documents[{i}]"
             if not isinstance(document, str):
                 raise InvalidRequest("a document must be a text", param=param)
-            tokens = embeddings.rerank_pair(self._model, request.query, document)
+            tokens = embeddings.rerank_pair(self._model, self._rerank_template, request.query, document)
             if len(tokens) > self._n_ctx:
                 raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
             inputs.append(tokens)

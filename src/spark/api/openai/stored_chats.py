@@ -61,11 +61,6 @@ def completion_object(completion: dict[str, Any], metadata: dict[str, str]) -> d
     return {**completion, "metadata": metadata}
 
 
-def completions_page_body(completions: list[dict[str, Any]], has_more: bool) -> bytes:
-    """A page of `completion_object`s."""
-    return page_body(completions, has_more)
-
-
 def messages_page_body(completion_id: str, messages: list[Any], query: PageQuery) -> bytes:
     """A page of the messages a stored completion answered, each with an id, as OpenAI lists them."""
     listed = [_message(message, f"{completion_id}-{i}") for i, message in enumerate(messages)]

@@ -5,10 +5,10 @@ from spark.server.routes.anthropic import ANTHROPIC_ROUTES
 from spark.server.routes.batches import BATCHES_ROUTES, MESSAGE_BATCHES_ROUTES
 from spark.server.routes.files import FILES_ROUTES
 from spark.server.routes.health import HEALTH_ROUTES
+from spark.server.routes.llama import LLAMA_ROUTES, TOKEN_ROUTES
 from spark.server.routes.models import MODEL_ROUTES
 from spark.server.routes.openai import OPENAI_ROUTES
 from spark.server.routes.rerank import RERANK_ROUTES
-from spark.server.routes.tokens import LLAMA_ROUTES, TOKEN_ROUTES
 
 __all__ = [
     "ANTHROPIC_ROUTES",

@@ -18,10 +18,10 @@ import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
+from spark.api.common import page_body
 from spark.api.openai import ChatCall
 from spark.api.openai.stored_chats import (
     completion_object,
-    completions_page_body,
     deleted_body,
     messages_page_body,
     parse_metadata_update,
@@ -50,7 +50,7 @@ async def list_chat_completions(request: Request[Any, Any, Any]) -> Response[Any
         model=query.model,
         metadata=query.metadata,
     )
-    return json_response(completions_page_body([completion_object(s.completion, s.metadata) for s in stored], more))
+    return json_response(page_body([completion_object(s.completion, s.metadata) for s in stored], more))
 
 
 @get("/chat/completions/{completion_id:str}")
