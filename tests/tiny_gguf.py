@@ -99,6 +99,11 @@ FIM_TOKENS = {
     "<|fim_suffix|>": "tokenizer.ggml.fim_suf_token_id",
     "<|fim_middle|>": "tokenizer.ggml.fim_mid_token_id",
 }
+# Repository-level FIM tokens, Qwen2.5-Coder's too (`write_tiny_llama(fim=True, fim_repo=True)`).
+FIM_REPO_TOKENS = {
+    "<|repo_name|>": "tokenizer.ggml.fim_rep_token_id",
+    "<|file_sep|>": "tokenizer.ggml.fim_sep_token_id",
+}
 # OpenAI's harmony format (gpt-oss); llama.cpp makes <|return|> and <|call|> end generation, not <|end|>.
 HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
 _FILLER = "<|unused_"
@@ -213,12 +218,14 @@ def _llama_writer(
     name: str,
     split_max_tensors: int = 0,
     fim: bool = False,
+    fim_repo: bool = False,
     add_bos: bool = False,
     harmony: bool = False,
 ) -> gguf.GGUFWriter:
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
-    specials = SPECIAL_TOKENS + (tuple(FIM_TOKENS) if fim else ()) + (HARMONY_TOKENS if harmony else ())
+    fim_tokens = {**(FIM_TOKENS if fim else {}), **(FIM_REPO_TOKENS if fim_repo else {})}
+    specials = SPECIAL_TOKENS + tuple(fim_tokens) + (HARMONY_TOKENS if harmony else ())
     tokens, types, merges, special = _bpe_vocab(vocab_size, specials)
     n_vocab = len(tokens)
 
@@ -245,7 +252,7 @@ def _llama_writer(
     w.add_eos_token_id(special["<|im_end|>"])
     w.add_pad_token_id(special["<|endoftext|>"])
     w.add_add_bos_token(add_bos)
-    for token, key in FIM_TOKENS.items() if fim else ():
+    for token, key in fim_tokens.items():
         w.add_uint32(key, special[token])
     if template is not None:
         w.add_chat_template(TEMPLATES.get(template, template))
@@ -296,11 +303,13 @@ def write_tiny_llama(
     weight_type: WeightType = "f32",
     name: str = "tiny-llama-random",
     fim: bool = False,
+    fim_repo: bool = False,
     add_bos: bool = False,
     harmony: bool = False,
 ) -> Path:
     """Write a tiny LLaMA. `template`: "chatml", "tools", a Jinja text, or None for none; `fim`:
-    with fill-in-the-middle tokens (`FIM_TOKENS`); `add_bos`: llama.cpp puts BOS before a prompt;
+    with fill-in-the-middle tokens (`FIM_TOKENS`), `fim_repo` with the repository ones too
+    (`FIM_REPO_TOKENS`); `add_bos`: llama.cpp puts BOS before a prompt;
     `harmony`: with gpt-oss's special tokens (`HARMONY_TOKENS`).
 
     The model never samples a control token, so generations run to max_tokens;
@@ -321,6 +330,7 @@ def write_tiny_llama(
         weight_type=weight_type,
         name=name,
         fim=fim,
+        fim_repo=fim_repo,
         add_bos=add_bos,
         harmony=harmony,
     )

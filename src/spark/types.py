@@ -175,6 +175,14 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     prediction: str | None = None
 
 
+class FileChunk(msgspec.Struct, frozen=True):
+    """A piece of another file of the project, context for filling in the middle (llama-server's
+    `input_extra`, which editor plugins fill with the code around the user's recent edits)."""
+
+    text: str
+    filename: str = "tmp"
+
+
 class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defaults=True):
     """Raw text completion (no chat template)."""
 
@@ -187,6 +195,8 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     logprobs: int | None = None  # as ChatRequest's
     # Fill in the middle: the answer is what goes between `prompt` and `suffix` (a code model's FIM tokens).
     suffix: str | None = None
+    # With `suffix`: other files' chunks, put before the prefix (the oldest left out when they do not fit).
+    files: tuple[FileChunk, ...] = ()
     # The prompt's text comes first in the answer (with its tokens' log probabilities when `logprobs` is set).
     echo: bool = False
 

@@ -135,10 +135,16 @@ def test_infill_fills_in_the_middle_as_a_suffix_does(fim_server: tuple[LiveServe
     live, model = fim_server
     prefix, line, suffix = "def add(a, b):\n", "    return ", "\n\nprint(add(1, 2))"
     body = {"model": model, "input_prefix": prefix, "prompt": line, "input_suffix": suffix, "n_predict": 6, **GREEDY}
-    middle = complete(live, {**body, "input_extra": [{"filename": "util.py", "text": "x = 1\n"}]}, "/infill")
+    middle = complete(live, body, "/infill")
     same = live.openai().completions.create(model=model, prompt=prefix + line, suffix=suffix, max_tokens=6, **GREEDY)  # type: ignore[call-overload]
     assert middle["content"] == same.choices[0].text and middle["tokens_evaluated"] == same.usage.prompt_tokens
     assert middle["tokens_predicted"] == 6 and middle["stop"] is True
+    # other files' chunks (llama.vscode's ring buffer) come before, between snippet markers on this model
+    extra = [{"filename": "util.py", "text": "x = 1\n"}, {"text": "y = 2\n"}]
+    snippets = "".join(f"\n\n--- snippet ---\n\n{chunk['text']}" for chunk in extra)
+    n_snippets = len(live.http().post("/tokenize", json={"model": model, "content": snippets}).json()["tokens"])
+    with_extra = complete(live, {**body, "input_extra": extra}, "/infill")
+    assert with_extra["tokens_evaluated"] == middle["tokens_evaluated"] + n_snippets
     pieces = streamed(live, {**body, "stream": True}, "/infill")
     assert "".join(p["content"] for p in pieces) == middle["content"] and pieces[-1]["stop"] is True
     # a cursor at the end of the file: an empty suffix still fills in the middle

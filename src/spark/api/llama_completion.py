@@ -35,6 +35,7 @@ from spark.types import (
     Done,
     Event,
     Failed,
+    FileChunk,
     PromptDone,
     SamplingParams,
     SlotInfo,
@@ -69,15 +70,10 @@ class _Wire(_Sampling, frozen=True, kw_only=True):
     prompt: str | list[int]
 
 
-class _Extra(msgspec.Struct, frozen=True):
-    text: str
-    filename: str = ""
-
-
 class _InfillWire(_Sampling, frozen=True, kw_only=True):
     input_prefix: str = ""
     input_suffix: str = ""
-    input_extra: list[_Extra] | None = None  # other files' chunks: read, not given to the model
+    input_extra: tuple[FileChunk, ...] = ()  # other files' chunks, put before the prefix
     prompt: str = ""  # the text after the middle token: the cursor's line so far
 
 
@@ -105,14 +101,20 @@ def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int |
 
 def parse_infill(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
     """Decode a `POST /infill` body: fill in the middle between `input_prefix` (then `prompt`, the
-    cursor's line so far) and `input_suffix`, with the model's FIM tokens. `input_extra` (chunks of
-    other files, which llama-server puts before them for models with repository tokens) is left out."""
+    cursor's line so far) and `input_suffix`, with the model's FIM tokens, after `input_extra` (chunks
+    of other files, the oldest left out when they do not fit)."""
     wire = decode_body(_infill_decoder, body)
-    return _call(wire, wire.input_prefix + wire.prompt, wire.input_suffix, default_model, max_tokens_limit)
+    prompt, files = wire.input_prefix + wire.prompt, wire.input_extra
+    return _call(wire, prompt, wire.input_suffix, default_model, max_tokens_limit, files)
 
 
 def _call(
-    wire: _Sampling, prompt: str | list[int], suffix: str | None, default_model: str, max_tokens_limit: int | None
+    wire: _Sampling,
+    prompt: str | list[int],
+    suffix: str | None,
+    default_model: str,
+    max_tokens_limit: int | None,
+    files: tuple[FileChunk, ...] = (),
 ) -> LlamaCompletionCall:
     for param in ("grammar", "json_schema"):
         refuse(
@@ -142,6 +144,7 @@ def _call(
         stream=wire.stream,
         logprobs=wire.n_probs or None,
         suffix=suffix,
+        files=files,
     )
     return LlamaCompletionCall(request, prompt if isinstance(prompt, str) else "", wire.n_probs)
 

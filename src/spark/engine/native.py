@@ -158,6 +158,9 @@ class Model:
         )
         # Fill-in-the-middle tokens (prefix, suffix, middle), None unless the vocabulary has all three.
         self.fim: tuple[int, int, int] | None = fim if min(fim) >= 0 else None
+        # Repository-level FIM (Qwen2.5-Coder's <|repo_name|> and <|file_sep|>): each None when absent.
+        self.fim_repo = _token_or_none(lc.llama_vocab_fim_rep(self.vocab))
+        self.fim_file = _token_or_none(lc.llama_vocab_fim_sep(self.vocab))
         # Per-token answers cached: these run once per generated token.
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -299,6 +302,10 @@ class Model:
         if self.ptr:
             lc.llama_model_free(self.ptr)
             self.ptr = None
+
+
+def _token_or_none(token: int) -> int | None:
+    return token if token >= 0 else None
 
 
 def _check_gguf(path: str) -> None:

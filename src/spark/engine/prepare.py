@@ -118,7 +118,7 @@ class Preparer:
         elif request.suffix is not None:
             if request.echo:
                 raise InvalidRequest("'echo' cannot go with 'suffix': the answer goes between two texts", param="echo")
-            return self._infill(request.prompt, request.suffix), None, request.prompt
+            return self._infill(request), None, request.prompt
         else:
             text = request.prompt
             param = "prompt"
@@ -155,9 +155,11 @@ class Preparer:
                 )
         return tokens
 
-    def _infill(self, prefix: str, suffix: str) -> list[int]:
+    def _infill(self, request: CompletionRequest) -> list[int]:
         """Fill in the middle, as llama-server's /infill: the prefix and the suffix after the model's
-        FIM tokens (prefix-suffix-middle order), the user's text never read as special tokens."""
+        FIM tokens (prefix-suffix-middle order), the user's text never read as special tokens. Other
+        files' chunks come first, in the repository form where the model has its tokens; the oldest
+        are left out when they do not fit beside the answer's room."""
         model = self._model
         if model.fim is None:
             raise InvalidRequest(
@@ -165,15 +167,35 @@ class Preparer:
                 "code model trained for it (e.g. Qwen2.5-Coder, StarCoder2, CodeLlama)",
                 param="suffix",
             )
+        assert isinstance(request.prompt, str) and request.suffix is not None
+
+        def text(s: str) -> list[int]:
+            return model.tokenize(s, add_special=False, parse_special=False)
+
         pre, suf, mid = model.fim
-        return [
-            *([model.bos] if model.add_bos and model.bos >= 0 else []),
-            pre,
-            *model.tokenize(prefix, add_special=False, parse_special=False),
-            suf,
-            *model.tokenize(suffix, add_special=False, parse_special=False),
-            mid,
+        bos = [model.bos] if model.add_bos and model.bos >= 0 else []
+        middle = [pre, *text(request.prompt), suf, *text(request.suffix), mid]
+        if not request.files:
+            return bos + middle
+        # Qwen2.5-Coder's repository form: <|repo_name|>name, then <|file_sep|>path and text per file
+        # and for the current one; a model without those tokens gets the chunks between plain markers.
+        header = [model.fim_repo, *text("myproject\n")] if model.fim_repo is not None else []
+        current = [model.fim_file, *text("filename\n")] if model.fim_file is not None else []
+        chunks = [
+            [model.fim_file, *text(f"{chunk.filename}\n"), *text(chunk.text)]
+            if model.fim_file is not None
+            else text(f"\n\n--- snippet ---\n\n{chunk.text}")
+            for chunk in request.files
         ]
+        answer = request.sampling.max_tokens if request.sampling.max_tokens is not None else self._n_ctx // 4
+        room = self._n_ctx - len(bos) - len(header) - len(current) - len(middle) - answer
+        kept: list[list[int]] = []
+        for chunk in reversed(chunks):  # the newest chunks are last: keep those
+            if len(chunk) > room:
+                break
+            kept.insert(0, chunk)
+            room -= len(chunk)
+        return bos + header + [t for chunk in kept for t in chunk] + current + middle
 
     def _render(self, request: ChatRequest) -> tuple[str, list[ImagePart]]:
         """The chat's prompt text, and its image parts in order."""
