@@ -27,6 +27,7 @@ from spark.types import (
     SamplingParams,
     SlotInfo,
     TextDelta,
+    Tool,
     ToolCall,
 )
 
@@ -324,6 +325,9 @@ def test_default_system_prompt_is_used_without_a_system_message(tiny_llama: Path
         # a developer message is a system message: the default one is not added
         assert n(Message("developer", "Hello world and more!"), hi) == n(Message("system", "Hello world and more!"), hi)
         assert n(Message("developer", "Hello world and more!"), hi) != n(hi)
+        # tools described in the system message (the template renders none) keep the default prompt
+        with_tools = e._prep.prompt(ChatRequest(model="tiny", messages=[hi], tools=[Tool("get_weather")]))[2]
+        assert with_tools.startswith("<|im_start|>system\nYou are a pirate.\n\nYou can call these tools")
 
 
 def test_a_last_assistant_message_is_the_start_of_the_answer(engine: Engine) -> None:

@@ -214,7 +214,9 @@ class Preparer:
         if prefill is not None:
             messages = messages[:-1]
         if not self.tools.renders_tools:
-            messages = describe_tools(messages, tools) if tools else calls_as_text(messages)
+            messages = (
+                describe_tools(messages, tools, self._options.system_prompt) if tools else calls_as_text(messages)
+            )
             tools = None
         elif not self.template.renders_calls:
             messages = calls_as_text(messages, self.tools.family)

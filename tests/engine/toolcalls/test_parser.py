@@ -170,6 +170,11 @@ def test_templates_without_tools_get_them_in_the_system_message() -> None:
     assert out.startswith("<|im_start|>system\nYou can call these tools")
     assert '"name": "add"' in out and '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}' in out
     assert "<|im_start|>tool\nsunny" in out
+    # the model's own system prompt still applies when the client sent none; the client's replaces it
+    default = ChatTemplate(tiny_gguf.CHATML_TEMPLATE).render(describe_tools(chat, TOOLS, "Answer briefly."))
+    assert default.startswith("<|im_start|>system\nAnswer briefly.\n\nYou can call these tools")
+    own = describe_tools([Message("system", "Be a pirate."), *chat], TOOLS, "Answer briefly.")
+    assert own[0].text().startswith("Be a pirate.\n\nYou can call these tools") and "briefly" not in own[0].text()
 
 
 GEMMA4 = (Path(__file__).parents[1] / "templates" / "gemma-4.jinja").read_text()

@@ -162,11 +162,13 @@ def new_call_id(family: Family) -> str:
     return "call_" + secrets.token_hex(12)
 
 
-def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
+def describe_tools(messages: list[Message], tools: list[Tool], default_system: str | None = None) -> list[Message]:
     """The conversation for a template that cannot render tools.
 
     The tools and the call format go into the system message; earlier calls
-    become the JSON text the model is asked to write.
+    become the JSON text the model is asked to write. Without a system message,
+    they follow the model's `default_system` prompt, which still applies: the
+    client sent none of its own.
     """
     listing = "\n".join(
         json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters}, ensure_ascii=False)
@@ -182,7 +184,7 @@ def describe_tools(messages: list[Message], tools: list[Tool]) -> list[Message]:
     if out and out[0].role in ("system", "developer"):
         out[0] = Message(out[0].role, f"{out[0].text()}\n\n{guide}")
     else:
-        out.insert(0, Message("system", guide))
+        out.insert(0, Message("system", f"{default_system}\n\n{guide}" if default_system else guide))
     return out
 
 
