@@ -199,6 +199,11 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     files: tuple[FileChunk, ...] = ()
     # The prompt's text comes first in the answer (with its tokens' log probabilities when `logprobs` is set).
     echo: bool = False
+    # Code completion in an editor (llama-server's `n_indent`, `t_max_predict_ms`): the answer ends at a
+    # line indented less than `min_indent` (after its first), or at a line break once `time_limit`
+    # seconds have passed since its first token.
+    min_indent: int = 0
+    time_limit: float | None = None
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):

@@ -87,6 +87,23 @@ def test_n_probs_and_logit_bias(live: LiveServer, models: Models) -> None:
         assert barred != probabilities[0]["token"]
 
 
+def test_n_indent_and_t_max_predict_ms_end_an_editors_completion(live: LiveServer, models: Models) -> None:
+    ids = live.http().post("/tokenize", json={"model": models.chat, "content": "\nx"}).json()["tokens"]
+    assert len(ids) == 2
+    # the model may write only line breaks and x's: any x that starts a line after the first is a dedent
+    only = {"logit_bias": {str(t): 100 for t in ids}, "n_predict": 200, "temperature": 1, "seed": 3}
+    free = complete(live, {"model": models.chat, "prompt": "def f():", **only})
+    assert free["stop_type"] == "limit" and free["tokens_predicted"] == 200 and "\nx" in free["content"]
+    cut = complete(live, {"model": models.chat, "prompt": "def f():", "n_indent": 1, **only})
+    assert cut["stop_type"] == "limit" and cut["tokens_predicted"] < 200
+    assert cut["content"] == free["content"][: free["content"].index("\nx", free["content"].index("\n")) + 1]
+    pieces = streamed(live, {"model": models.chat, "prompt": "def f():", "n_indent": 1, **only})
+    assert "".join(p["content"] for p in pieces) == cut["content"] and pieces[-1]["stop_type"] == "limit"
+    # after 1 ms, the answer ends at its next line break
+    late = complete(live, {"model": models.chat, "prompt": "def f():", "t_max_predict_ms": 1, **only})
+    assert late["stop_type"] == "limit" and late["tokens_predicted"] < 200 and "\n" in late["content"]
+
+
 def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:
     answer = complete(live, {"prompt": "Hi", "n_predict": 1})
     assert answer["model"] == live.state.library.get(live.state.settings.default_model).id
@@ -106,6 +123,8 @@ def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: 
         ({"prompt": "x", "stop": "no list"}, "stop"),
         ({"prompt": "x", "logit_bias": [["a", 1]]}, "logit_bias[0][0]"),
         ({"prompt": "x", "temperature": -1}, "temperature"),
+        ({"prompt": "x", "n_indent": -1}, "n_indent"),
+        ({"prompt": "x", "t_max_predict_ms": -5}, "t_max_predict_ms"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_parameter(

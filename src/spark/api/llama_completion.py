@@ -64,6 +64,9 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     n_probs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] = 0
     grammar: str | None = None
     json_schema: Any = None
+    # for code editors: end the answer at a line indented less, or at a line break after this long
+    n_indent: Annotated[int, msgspec.Meta(ge=0)] = 0
+    t_max_predict_ms: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: no limit
 
 
 class _Wire(_Sampling, frozen=True, kw_only=True):
@@ -145,6 +148,8 @@ def _call(
         logprobs=wire.n_probs or None,
         suffix=suffix,
         files=files,
+        min_indent=wire.n_indent,
+        time_limit=wire.t_max_predict_ms / 1000 or None,
     )
     return LlamaCompletionCall(request, prompt if isinstance(prompt, str) else "", wire.n_probs)
 

@@ -25,6 +25,7 @@ from spark.engine.drafting import Drafting
 from spark.engine.echo import PromptEcho
 from spark.engine.grammar import create_sampler
 from spark.engine.info import EngineInfo
+from spark.engine.line_limits import line_limits
 from spark.engine.logprobs import Logprobs
 from spark.engine.native import Batch, Context, Model
 from spark.engine.output import StopAtStrings, merged, parser_for
@@ -411,6 +412,7 @@ class Engine:
             logprobs=logprobs,
             echo=echo,
             prediction=job.prediction,
+            limits=line_limits(job.request),
         )
         self._n_active += 1
         try:
@@ -608,8 +610,10 @@ class Engine:
             gen.forced += gen.budget.after(piece, in_reasoning=gen.parser.in_reasoning)
         if gen.stops.stopped or gen.parser.complete:  # a whole call ends it: "tool_calls"
             self._finish(slot, "stop")
-        elif (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens) or (
-            len(slot.cached) + 1 >= self._n_ctx  # prompt + completion fill the slot's context
+        elif (
+            (gen.max_tokens is not None and gen.n_generated >= gen.max_tokens)
+            or len(slot.cached) + 1 >= self._n_ctx  # prompt + completion fill the slot's context
+            or (gen.limits is not None and gen.limits.ended)
         ):
             # Calls made whole by the last token allowed end the answer as calls.
             self._finish(slot, "stop" if gen.parser.call_ended else "length")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
 from spark.engine.echo import PromptEcho
+from spark.engine.line_limits import LineLimits
 from spark.engine.logprobs import Logprobs
 from spark.engine.output import OutputParser, StopAtStrings
 from spark.engine.reasoning import ThinkBudget
@@ -47,6 +48,7 @@ class Generation:
     echo: PromptEcho | None = None  # the prompt, sent back before the answer (a completion's echo)
     prediction: list[int] | None = None  # the predicted answer's tokens (OpenAI's Predicted Outputs)
     answer: list[int] = field(default_factory=list)  # the answer's tokens, kept with a prediction only
+    limits: LineLimits | None = None  # an editor's completion: ends at a dedent or after a time
 
     @property
     def prompt_done(self) -> bool:
@@ -54,6 +56,8 @@ class Generation:
 
     def output(self, events: Sequence[Event]) -> None:
         """Send the output events of the tokens so far, with their log probabilities if asked."""
+        if self.limits is not None:
+            events = self.limits.filter(list(events))
         for event in events if self.logprobs is None else self.logprobs.attach(events):
             self.emit(event)
 
