@@ -39,8 +39,12 @@ def test_after_the_time_limit_the_answer_ends_at_a_line_break() -> None:
     now[0] = 1.0
     assert text_of(limits, "b") == "b" and not limits.ended  # late, but no line break yet
     assert text_of(limits, "c\n") == "c\n" and limits.ended  # the piece with it is kept, as llama-server does
+    now[0] = 0.0
     early = LineLimits(0, 0.5, clock=lambda: now[0])
     assert not_ended(early, "a\n", "b\n")  # in time
+    now[0] = 1.0
+    assert not_ended(early, "c")  # late, after a line break that came in time: on to the next one
+    assert text_of(early, "d\ne") == "d\ne" and early.ended
 
 
 def test_only_completions_that_ask_get_limits() -> None:

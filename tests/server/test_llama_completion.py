@@ -104,6 +104,19 @@ def test_n_indent_and_t_max_predict_ms_end_an_editors_completion(live: LiveServe
     assert late["stop_type"] == "limit" and late["tokens_predicted"] < 200 and "\n" in late["content"]
 
 
+def test_response_fields_pick_the_answers_fields_by_path(live: LiveServer, models: Models) -> None:
+    # llama.vim asks for these and reads them under their paths
+    fields = ["content", "timings/prompt_n", "timings/predicted_ms", "truncated", "tokens_cached", "timings/nope"]
+    body = {"model": models.chat, "prompt": "Hi", "n_predict": 3, "response_fields": fields, **GREEDY}
+    answer = complete(live, body)
+    assert set(answer) == set(fields) - {"timings/nope"}
+    whole = complete(live, {**body, "response_fields": []})
+    assert answer["content"] == whole["content"] and answer["timings/predicted_ms"] > 0
+    assert answer["timings/prompt_n"] + whole["timings"]["cache_n"] >= whole["tokens_evaluated"]
+    assert answer["truncated"] is False and answer["tokens_cached"] == whole["tokens_cached"]
+    assert streamed(live, body)[-1].keys() == answer.keys()  # the last streamed object too
+
+
 def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:
     answer = complete(live, {"prompt": "Hi", "n_predict": 1})
     assert answer["model"] == live.state.library.get(live.state.settings.default_model).id

@@ -67,6 +67,7 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     # for code editors: end the answer at a line indented less, or at a line break after this long
     n_indent: Annotated[int, msgspec.Meta(ge=0)] = 0
     t_max_predict_ms: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: no limit
+    response_fields: tuple[str, ...] = ()  # the answer's fields to send, by path ("timings/prompt_n")
 
 
 class _Wire(_Sampling, frozen=True, kw_only=True):
@@ -92,6 +93,7 @@ class LlamaCompletionCall(msgspec.Struct, frozen=True):
     request: CompletionRequest
     prompt_text: str
     n_probs: int
+    response_fields: tuple[str, ...] = ()  # empty: all of them
 
 
 def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
@@ -151,7 +153,7 @@ def _call(
         min_indent=wire.n_indent,
         time_limit=wire.t_max_predict_ms / 1000 or None,
     )
-    return LlamaCompletionCall(request, prompt if isinstance(prompt, str) else "", wire.n_probs)
+    return LlamaCompletionCall(request, prompt if isinstance(prompt, str) else "", wire.n_probs, wire.response_fields)
 
 
 # --- answers ------------------------------------------------------------------------
@@ -242,6 +244,7 @@ class LlamaCompletionStream:
         self._prompt = call.prompt_text
         self._stream = call.request.stream
         self._with_probabilities = call.n_probs > 0
+        self._fields = call.response_fields
         self._clock = clock
         self._started = clock()
         self._slot = -1
@@ -324,5 +327,20 @@ class LlamaCompletionStream:
             ),
             completion_probabilities=self._probabilities if self._with_probabilities and not self._stream else None,
         )
-        body = _encoder.encode(final)
+        body = _encoder.encode(_picked(final, self._fields) if self._fields else final)
         return sse(body) if self._stream else body
+
+
+def _picked(final: _Final, paths: tuple[str, ...]) -> dict[str, Any]:
+    """The answer's fields at `paths` (keys joined by "/"), each under its path, as llama-server's
+    `response_fields` gives them (llama.vim reads "timings/prompt_n"); a path that is not there is left out."""
+    whole, out = msgspec.to_builtins(final), {}
+    for path in paths:
+        value: Any = whole
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out

@@ -12,7 +12,7 @@ from spark.types import CompletionRequest, Event, Request, TextDelta
 class LineLimits:
     """Ends the answer when a line after the first starts less indented than `min_indent` (spaces
     and tabs), its text cut before that line's first other character; or, once `seconds` have gone
-    by since the first token, as soon as the answer holds a line break."""
+    by since the first token, at the next token that writes a line break (kept)."""
 
     def __init__(self, min_indent: int, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> None:
         self._min_indent = min_indent
@@ -27,6 +27,7 @@ class LineLimits:
         """The events up to where the answer ends; none once it has."""
         if self._deadline is None and self._seconds is not None:
             self._deadline = self._clock() + self._seconds
+        self._line_break = False  # in these events' text
         out: list[Event] = []
         for event in events:
             if self.ended:
