@@ -19,7 +19,7 @@ def _call(**body: Any) -> Any:
 def test_the_body_becomes_a_raw_completion() -> None:
     call = _call(n_predict=5, stop=["\n"], temperature=0.5, seed=-1, logit_bias=[[3, False], [4, 2]], n_probs=3)
     request = call.request
-    assert (request.model, request.prompt, request.logprobs, call.prompt_text) == ("default-model", "Hi", 3, "Hi")
+    assert (request.model, request.prompt, request.logprobs, call.prompts) == ("default-model", "Hi", 3, ["Hi"])
     sampling = request.sampling
     assert (sampling.max_tokens, sampling.stop, sampling.temperature, sampling.seed) == (5, ["\n"], 0.5, None)
     assert sampling.logit_bias == {3: NEVER, 4: 2.0}
@@ -28,7 +28,12 @@ def test_the_body_becomes_a_raw_completion() -> None:
     assert _call(n_predict=-2).request.sampling.max_tokens is None
     assert _call(n_predict=0).request.sampling.max_tokens == 0
     tokens = _call(prompt=[1, 2, 3], model="m")
-    assert (tokens.request.prompt, tokens.request.model, tokens.prompt_text) == ([1, 2, 3], "m", "")
+    assert (tokens.request.prompt, tokens.request.model, tokens.prompts) == ([1, 2, 3], "m", [[1, 2, 3]])
+    # ids and texts mixed are one prompt (the request holds its ids until the route tokenizes the rest);
+    # a list of texts or of lists holds several
+    assert _call(prompt=[1, "a", 2]).prompts == [[1, "a", 2]] and _call(prompt=[1, "a", 2]).request.prompt == [1, 2]
+    assert _call(prompt=["a", "b"]).prompts == ["a", "b"] and _call(prompt=["a", "b"]).request.prompt == "a"
+    assert _call(prompt=[[1], "b", ["c", 2]]).prompts == [[1], "b", ["c", 2]]
     with pytest.raises(InvalidRequest) as too_many:
         _call(n_predict=1001)
     assert too_many.value.param == "n_predict"

@@ -117,6 +117,30 @@ def test_response_fields_pick_the_answers_fields_by_path(live: LiveServer, model
     assert streamed(live, body)[-1].keys() == answer.keys()  # the last streamed object too
 
 
+def test_several_prompts_are_answered_side_by_side(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "n_predict": 4, **GREEDY}
+    alone = [complete(live, {**body, "prompt": p})["content"] for p in ("Once upon a time", "The cat")]
+    ids = live.http().post("/tokenize", json={"model": models.chat, "content": "The cat"}).json()["tokens"]
+    answers: Any = complete(live, {**body, "prompt": ["Once upon a time", ids]})
+    assert [a["index"] for a in answers] == [0, 1] and [a["content"] for a in answers] == alone
+    assert answers[0]["prompt"] == "Once upon a time" and answers[1]["tokens_evaluated"] == len(ids)
+    # streamed: each object carries its prompt's index
+    objects = streamed(live, {**body, "prompt": ["Once upon a time", "The cat"]})
+    for index, text in enumerate(alone):
+        mine = [o for o in objects if o["index"] == index]
+        assert "".join(o["content"] for o in mine) == text and mine[-1]["stop"] is True
+    # a list of one prompt is answered alone, not as a list
+    assert complete(live, {**body, "prompt": ["The cat"]})["content"] == alone[1]
+
+
+def test_a_prompt_may_mix_token_ids_and_texts(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "n_predict": 4, **GREEDY}
+    text = complete(live, {**body, "prompt": "Once upon a time"})
+    ids = live.http().post("/tokenize", json={"model": models.chat, "content": " time"}).json()["tokens"]
+    mixed = complete(live, {**body, "prompt": ["Once upon a", *ids]})
+    assert (mixed["content"], mixed["tokens_evaluated"]) == (text["content"], text["tokens_evaluated"])
+
+
 def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:
     answer = complete(live, {"prompt": "Hi", "n_predict": 1})
     assert answer["model"] == live.state.library.get(live.state.settings.default_model).id
@@ -129,6 +153,12 @@ def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: 
         ({"prompt": "x", "json_schema": {"type": "object"}}, "json_schema"),
         ({"prompt": ""}, "prompt"),
         ({"prompt": []}, "prompt"),
+        ({"prompt": [1, [2]]}, "prompt[0]"),
+        ({"prompt": [["a", "b"]]}, "prompt[0]"),
+        ({"prompt": ["a", ""]}, "prompt[1]"),
+        ({"prompt": ["a", []]}, "prompt[1]"),
+        ({"prompt": ["a"] * 65}, "prompt"),
+        ({"prompt": [1, 10**9]}, "prompt"),
         ({"prompt": {"text": "x"}}, "prompt"),
         ({"prompt": "x", "n_predict": -3}, "n_predict"),
         ({"prompt": "x", "n_predict": 10**9}, "n_predict"),

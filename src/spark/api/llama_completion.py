@@ -70,8 +70,13 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     response_fields: tuple[str, ...] = ()  # the answer's fields to send, by path ("timings/prompt_n")
 
 
+# One prompt as llama-server takes it: a text, token ids, or both mixed ([12, " text", 34]).
+Prompt = str | list[int | str]
+MAX_PROMPTS = 64  # prompts of one request, each answered side by side
+
+
 class _Wire(_Sampling, frozen=True, kw_only=True):
-    prompt: str | list[int]
+    prompt: str | list[int | str | list[int | str]]  # one prompt, or several
 
 
 class _InfillWire(_Sampling, frozen=True, kw_only=True):
@@ -88,20 +93,47 @@ NEVER = -100.0  # a bias of `false`: as OpenAI's -100, the token is never chosen
 
 
 class LlamaCompletionCall(msgspec.Struct, frozen=True):
-    """A decoded `/completion` body: the request, and its prompt as text (empty for token ids)."""
+    """A decoded `/completion` or `/infill` body: the request for its first prompt and every prompt,
+    each answered as its own request. A mixed prompt's texts are the route's to tokenize (the request
+    holds its token ids alone until then)."""
 
     request: CompletionRequest
-    prompt_text: str
+    prompts: list[Prompt]
     n_probs: int
     response_fields: tuple[str, ...] = ()  # empty: all of them
 
 
 def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
     """Decode a `POST /completion` body (`n_predict` -1 or -2 is no limit but Spark's `max_tokens` cap;
-    0 only evaluates the prompt, caching it for the next request)."""
+    0 only evaluates the prompt, caching it for the next request). `prompt` is one prompt (a text,
+    token ids, or both mixed) or a list of them."""
     wire = decode_body(_decoder, body)
-    refuse(wire.prompt in ("", []), "prompt", "'prompt' must not be empty.")
-    return _call(wire, wire.prompt, None, default_model, max_tokens_limit)
+    prompts = _prompts(wire.prompt)
+    first = prompts[0] if isinstance(prompts[0], str) else [t for t in prompts[0] if isinstance(t, int)]
+    return _call(wire, first, prompts, default_model, max_tokens_limit)
+
+
+def _prompts(value: str | list[int | str | list[int | str]]) -> list[Prompt]:
+    """llama-server's forms: a text; a list of ids, or of ids and texts (one prompt); else a list of
+    prompts, each a text or a list holding ids."""
+    refuse(value in ("", []), "prompt", "'prompt' must not be empty.")
+    if isinstance(value, str):
+        return [value]
+    if not any(isinstance(p, list) for p in value) and any(isinstance(p, int) for p in value):
+        return [[p for p in value if not isinstance(p, list)]]
+    refuse(len(value) > MAX_PROMPTS, "prompt", f"'prompt' holds {len(value)} prompts: at most {MAX_PROMPTS}.")
+    prompts: list[Prompt] = []
+    for i, prompt in enumerate(value):
+        refuse(
+            isinstance(prompt, int)
+            or prompt in ("", [])
+            or (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)),
+            f"prompt[{i}]",
+            f"'prompt[{i}]' must be a text or a list holding token ids: 'prompt' holds several prompts.",
+        )
+        assert not isinstance(prompt, int)
+        prompts.append(prompt)
+    return prompts
 
 
 def parse_infill(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
@@ -109,16 +141,17 @@ def parse_infill(body: bytes, default_model: str, *, max_tokens_limit: int | Non
     cursor's line so far) and `input_suffix`, with the model's FIM tokens, after `input_extra` (chunks
     of other files, the oldest left out when they do not fit)."""
     wire = decode_body(_infill_decoder, body)
-    prompt, files = wire.input_prefix + wire.prompt, wire.input_extra
-    return _call(wire, prompt, wire.input_suffix, default_model, max_tokens_limit, files)
+    prompt = wire.input_prefix + wire.prompt
+    return _call(wire, prompt, [prompt], default_model, max_tokens_limit, wire.input_suffix, wire.input_extra)
 
 
 def _call(
     wire: _Sampling,
     prompt: str | list[int],
-    suffix: str | None,
+    prompts: list[Prompt],
     default_model: str,
     max_tokens_limit: int | None,
+    suffix: str | None = None,
     files: tuple[FileChunk, ...] = (),
 ) -> LlamaCompletionCall:
     for param in ("grammar", "json_schema"):
@@ -153,7 +186,7 @@ def _call(
         min_indent=wire.n_indent,
         time_limit=wire.t_max_predict_ms / 1000 or None,
     )
-    return LlamaCompletionCall(request, prompt if isinstance(prompt, str) else "", wire.n_probs, wire.response_fields)
+    return LlamaCompletionCall(request, prompts, wire.n_probs, wire.response_fields)
 
 
 # --- answers ------------------------------------------------------------------------
@@ -186,7 +219,7 @@ class _Timings(msgspec.Struct, frozen=True):
 
 class _Piece(msgspec.Struct, frozen=True, omit_defaults=True):
     content: str
-    index: int = 0
+    index: int  # always sent: several prompts stream side by side
     tokens: list[int] = []
     stop: bool = False
     id_slot: int = -1
@@ -237,11 +270,21 @@ def _probabilities(tokens: list[TokenLogprob]) -> list[_Probability]:
 
 class LlamaCompletionStream:
     """Writes one `/completion` answer as llama-server does: with `stream`, an SSE `data:` object per
-    piece of text and a last one with the counts; without, that last object alone, holding the text."""
+    piece of text and a last one with the counts; without, that last object alone, holding the text.
+    `request` is the call's request for one of its prompts (the first by default), `index` which."""
 
-    def __init__(self, call: LlamaCompletionCall, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._model = call.request.model
-        self._prompt = call.prompt_text
+    def __init__(
+        self,
+        call: LlamaCompletionCall,
+        request: CompletionRequest | None = None,
+        index: int = 0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        request = request or call.request
+        self._model = request.model
+        self._index = index
+        self._prompt = request.prompt if isinstance(request.prompt, str) else ""
         self._stream = call.request.stream
         self._with_probabilities = call.n_probs > 0
         self._fields = call.response_fields
@@ -275,6 +318,7 @@ class LlamaCompletionStream:
                 return b""
             piece = _Piece(
                 event.text,
+                index=self._index,
                 id_slot=self._slot,
                 tokens_predicted=self._predicted,
                 tokens_evaluated=self._cached + self._evaluated,
@@ -303,7 +347,7 @@ class LlamaCompletionStream:
         )
         final = _Final(
             content=text,
-            index=0,
+            index=self._index,
             tokens=[],
             id_slot=self._slot,
             stop=True,
@@ -329,6 +373,33 @@ class LlamaCompletionStream:
         )
         body = _encoder.encode(_picked(final, self._fields) if self._fields else final)
         return sse(body) if self._stream else body
+
+
+class LlamaCompletionStreams:
+    """Several prompts' answers as one SSE stream (each `LlamaCompletionStream` made with its index):
+    their objects as they come, each with its prompt's `index`. An error ends the whole stream."""
+
+    def __init__(self, streams: list[LlamaCompletionStream]) -> None:
+        self._streams = streams
+        self._failed = False
+
+    @property
+    def finished(self) -> bool:
+        return self._failed or all(s.finished for s in self._streams)
+
+    def feed(self, item: tuple[int, Event]) -> bytes:
+        """The SSE bytes for one event of prompt `index`."""
+        index, event = item
+        if self.finished:
+            return b""
+        self._failed = isinstance(event, Failed)
+        return self._streams[index].feed(event)
+
+    def fail(self, error: SparkError) -> bytes:
+        if self.finished:
+            return b""
+        self._failed = True
+        return self._streams[0].fail(error)
 
 
 def _picked(final: _Final, paths: tuple[str, ...]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from spark.types import (
 
 PING_SECONDS = 5.0  # Anthropic streams: a ping after this long without an event
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+T = TypeVar("T")
 
 
 def timed_out(timeout: float) -> RequestTimeout:
@@ -184,14 +185,7 @@ async def run_choices(
 ) -> list[ChatResult]:
     """The whole answers of a request's choices (OpenAI's `n`: one request each), generated side by
     side; the first error cancels them all."""
-    async with contextlib.AsyncExitStack() as stack:
-        generations = [
-            await stack.enter_async_context(
-                Generation(state, r, receive=receive if i == 0 else None, recorder=recorder, choice=i)
-            )
-            for i, r in enumerate(requests)
-        ]
-        return list(await asyncio.gather(*map(_collect, generations)))
+    return await _side_by_side(state, requests, receive, recorder, [_collect] * len(requests))
 
 
 async def _collect(generation: Generation) -> ChatResult:
@@ -203,21 +197,46 @@ async def _collect(generation: Generation) -> ChatResult:
 
 async def run_encoded(
     state: ServerState,
-    request: GenerationRequest,
-    encoder: StreamEncoder[Event],
+    requests: Sequence[GenerationRequest],
+    encoders: Sequence[StreamEncoder[Event]],
     receive: Receive,
     recorder: RequestRecorder | None = None,
-) -> bytes:
-    """What `encoder` writes for the whole answer to `request` (one body, for an encoder that
-    writes only at the end); the request's error is raised."""
-    out = b""
-    async with Generation(state, request, receive=receive, recorder=recorder) as generation:
-        while not encoder.finished:
-            event = await generation.next()
-            if isinstance(event, Failed):
-                raise from_info(event.error)
-            out += encoder.feed(event)
-    return out
+) -> list[bytes]:
+    """What each encoder writes for the whole answer to its request (one body each, for encoders that
+    write only at the end), generated side by side; the first error cancels them all and is raised."""
+
+    def encoded(encoder: StreamEncoder[Event]) -> Callable[[Generation], Awaitable[bytes]]:
+        async def run(generation: Generation) -> bytes:
+            out = b""
+            while not encoder.finished:
+                event = await generation.next()
+                if isinstance(event, Failed):
+                    raise from_info(event.error)
+                out += encoder.feed(event)
+            return out
+
+        return run
+
+    return await _side_by_side(state, requests, receive, recorder, [encoded(e) for e in encoders])
+
+
+async def _side_by_side(
+    state: ServerState,
+    requests: Sequence[GenerationRequest],
+    receive: Receive,
+    recorder: RequestRecorder | None,
+    readers: Sequence[Callable[[Generation], Awaitable[T]]],
+) -> list[T]:
+    """Each request's generation read by its reader, all at once (choice i for request i); leaving
+    closes them all, so the first error cancels the rest."""
+    async with contextlib.AsyncExitStack() as stack:
+        generations = [
+            await stack.enter_async_context(
+                Generation(state, r, receive=receive if i == 0 else None, recorder=recorder, choice=i)
+            )
+            for i, r in enumerate(requests)
+        ]
+        return list(await asyncio.gather(*(read(g) for read, g in zip(readers, generations, strict=True))))
 
 
 async def run_embeddings(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromQuery
 
@@ -23,14 +24,22 @@ from spark.api.llama import (
     props_body,
     tokens_body,
 )
-from spark.api.llama_completion import LlamaCompletionCall, LlamaCompletionStream, parse_completion, parse_infill
+from spark.api.llama_completion import (
+    LlamaCompletionCall,
+    LlamaCompletionStream,
+    LlamaCompletionStreams,
+    Prompt,
+    parse_completion,
+    parse_infill,
+)
 from spark.errors import InvalidRequest
 from spark.runners.options import context_window, parallel_slots
-from spark.server.generation import ask, run_encoded, stream_response
+from spark.server.generation import ask, run_encoded, stream_choices, stream_response
 from spark.server.recorder import recorder_of
 from spark.server.responses import json_response
 from spark.server.routing import routed_response
-from spark.server.state import state_of
+from spark.server.state import ServerState, state_of
+from spark.types import Tokenize
 
 
 @post("/tokenize", status_code=200)
@@ -107,13 +116,40 @@ async def infill(request: Request[Any, Any, Any]) -> Response[Any]:
 
 
 async def _complete(request: Request[Any, Any, Any], call: LlamaCompletionCall) -> Response[Any]:
+    """Each prompt answered as its own request, side by side: one answer alone, several as a JSON
+    array or one SSE stream whose objects carry their prompt's `index`, as llama-server answers."""
     state, recorder = state_of(request), recorder_of(request.scope)
-    generation, writer = call.request, LlamaCompletionStream(call)
-    if (routed := await routed_response(request, generation, stream=generation.stream, fail=writer.fail)) is not None:
+    stream = call.request.stream
+    if (
+        routed := await routed_response(request, call.request, stream=stream, fail=LlamaCompletionStream(call).fail)
+    ) is not None:
         return routed
-    if generation.stream:
-        return await stream_response(state, request.scope, generation, writer, recorder=recorder)
-    return json_response(await run_encoded(state, generation, writer, request.receive, recorder))
+    prompts = [await _tokens_of(state, call.request.model, p) for p in call.prompts]
+    generations = [msgspec.structs.replace(call.request, prompt=p) for p in prompts]
+    writers = [LlamaCompletionStream(call, g, i) for i, g in enumerate(generations)]
+    if stream and len(generations) == 1:
+        return await stream_response(state, request.scope, generations[0], writers[0], recorder=recorder)
+    if stream:
+        streams = LlamaCompletionStreams(writers)
+        return await stream_choices(state, request.scope, generations, streams, recorder=recorder)
+    bodies = await run_encoded(state, generations, writers, request.receive, recorder)
+    return json_response(bodies[0] if len(bodies) == 1 else b"[" + b",".join(bodies) + b"]")
+
+
+async def _tokens_of(state: ServerState, model: str, prompt: Prompt) -> str | list[int]:
+    """A prompt as the engine takes it: a mixed one's texts made tokens, special tokens read, the
+    model's BOS first where it adds one and the prompt starts with a text (as llama-server does)."""
+    if isinstance(prompt, str):
+        return prompt
+    if len(ids := [p for p in prompt if isinstance(p, int)]) == len(prompt):
+        return ids
+    tokens: list[int] = []
+    for i, part in enumerate(prompt):
+        if isinstance(part, int):
+            tokens.append(part)
+        else:
+            tokens += (await ask(state, Tokenize(model=model, content=part, add_special=i == 0))).tokens
+    return tokens
 
 
 TOKEN_ROUTES = [tokenize, detokenize, apply_template, props]

@@ -65,7 +65,7 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
         return await stream_response(
             state, request.scope, generation, writer, recorder=recorder, media_type=ollama.NDJSON
         )
-    body = await run_encoded(state, generation, writer, request.receive, recorder)
+    (body,) = await run_encoded(state, [generation], [writer], request.receive, recorder)
     return json_response(body.rstrip(b"\n"))
 
 
