@@ -204,6 +204,10 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     # seconds have passed since its first token.
     min_indent: int = 0
     time_limit: float | None = None
+    # The answer is constrained to a GBNF `grammar` (root rule "root"), or to JSON matching `json_schema`
+    # (llama-server's fields of the same names).
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):

@@ -12,12 +12,21 @@ import pytest
 import tiny_gguf
 from engine.helpers import Collector
 from spark.engine import Engine
-from spark.engine.grammar import create_sampler, schema_grammar
+from spark.engine.grammar import Grammar, create_sampler, schema_grammar
 from spark.engine.native import Model
-from spark.engine.output import PlainText, StructuredOutput, parser_for, plan_output
+from spark.engine.output import (
+    PLAIN,
+    OutputPlan,
+    PlainText,
+    StructuredOutput,
+    completion_plan,
+    parser_for,
+    plan_output,
+)
 from spark.engine.reasoning import ThinkSyntax
 from spark.engine.sampling import SamplerChain, resolve
 from spark.engine.toolcalls import HERMES_OPEN, tool_syntax
+from spark.errors import InvalidRequest
 from spark.types import (
     ChatRequest,
     CompletionRequest,
@@ -168,6 +177,23 @@ def test_completions_are_never_parsed(engine: Engine) -> None:
     )
     c.wait()
     assert all(isinstance(e, TextDelta) for e in c.events[2:-1])
+
+
+def test_a_completion_takes_the_clients_grammar_or_schema() -> None:
+    def plan(**fields: object) -> OutputPlan:
+        return completion_plan(CompletionRequest(model="m", prompt="p", **fields))  # type: ignore[arg-type]
+
+    assert plan() == PLAIN
+    assert plan(grammar='root ::= "a"').grammar == Grammar('root ::= "a"', "grammar")
+    schema = plan(json_schema={"type": "boolean"}).grammar
+    assert schema is not None and schema.param == "json_schema" and "true" in schema.text
+    for bad in ('root ::= ( "a"', "root ::= x", 'main ::= "a"', "root ::= root"):  # llama.cpp refuses each
+        with pytest.raises(InvalidRequest) as info:
+            plan(grammar=bad)
+        assert info.value.param == "grammar"
+    with pytest.raises(InvalidRequest) as refused:
+        plan(json_schema={"not": {}})
+    assert refused.value.param == "json_schema"
 
 
 def test_tiny_fixture_models_are_the_families_we_think(tiny_llama_tools: Path, tiny_llama: Path) -> None:

@@ -117,6 +117,17 @@ def test_response_fields_pick_the_answers_fields_by_path(live: LiveServer, model
     assert streamed(live, body)[-1].keys() == answer.keys()  # the last streamed object too
 
 
+def test_a_grammar_or_a_json_schema_constrains_the_answer(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "prompt": "Answer:", "n_predict": 40, **GREEDY}
+    answer = complete(live, {**body, "grammar": 'root ::= ("yes" | "no") "."'})
+    assert answer["content"] in ("yes.", "no.") and answer["stop_type"] == "eos"
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    assert isinstance(json.loads(complete(live, {**body, "json_schema": schema})["content"])["ok"], bool)
+    assert complete(live, {**body, "json_schema": {}})["content"].startswith("{")  # any object (maybe cut short)
+    streamed_text = "".join(p["content"] for p in streamed(live, {**body, "grammar": 'root ::= "a"+ "b"'}))
+    assert streamed_text.rstrip("b").strip("a") == "" and streamed_text.endswith("b")
+
+
 def test_several_prompts_are_answered_side_by_side(live: LiveServer, models: Models) -> None:
     body = {"model": models.chat, "n_predict": 4, **GREEDY}
     alone = [complete(live, {**body, "prompt": p})["content"] for p in ("Once upon a time", "The cat")]
@@ -149,8 +160,12 @@ def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: 
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"prompt": "x", "grammar": 'root ::= "a"'}, "grammar"),
-        ({"prompt": "x", "json_schema": {"type": "object"}}, "json_schema"),
+        ({"prompt": "x", "grammar": 'root ::= ( "a"'}, "grammar"),
+        ({"prompt": "x", "grammar": "root ::= other"}, "grammar"),
+        ({"prompt": "x", "grammar": 'start ::= "a"'}, "grammar"),
+        ({"prompt": "x", "grammar": 'root ::= "a"', "json_schema": {}}, "grammar"),
+        ({"prompt": "x", "json_schema": {"not": {"type": "string"}}}, "json_schema"),
+        ({"prompt": "x", "json_schema": "object"}, "json_schema"),
         ({"prompt": ""}, "prompt"),
         ({"prompt": []}, "prompt"),
         ({"prompt": [1, [2]]}, "prompt[0]"),
@@ -207,6 +222,8 @@ def test_infill_fills_in_the_middle_as_a_suffix_does(fim_server: tuple[LiveServe
     n_snippets = len(live.http().post("/tokenize", json={"model": model, "content": snippets}).json()["tokens"])
     with_extra = complete(live, {**body, "input_extra": extra}, "/infill")
     assert with_extra["tokens_evaluated"] == middle["tokens_evaluated"] + n_snippets
+    # a grammar holds the middle too
+    assert complete(live, {**body, "grammar": 'root ::= "a + b"'}, "/infill")["content"] == "a + b"
     pieces = streamed(live, {**body, "stream": True}, "/infill")
     assert "".join(p["content"] for p in pieces) == middle["content"] and pieces[-1]["stop"] is True
     # a cursor at the end of the file: an empty suffix still fills in the middle

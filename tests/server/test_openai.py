@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -78,6 +80,24 @@ def test_logprobs_through_the_sdk(live: LiveServer, models: Models) -> None:
     assert columns is not None and len(columns.tokens) == len(columns.token_logprobs) == 8
     assert columns.text_offset[0] == len("Once upon") and "".join(columns.tokens) == legacy.choices[0].text
     assert all(len(top) == 1 for top in columns.top_logprobs)
+
+
+def test_completions_take_llama_servers_grammar_and_json_schema(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    asked: Any = {"model": models.chat, "prompt": "Answer:", "max_tokens": 30, "temperature": 0}
+    constrained = client.completions.create(**asked, extra_body={"grammar": 'root ::= ("yes" | "no") "!"'})
+    assert constrained.choices[0].text in ("yes!", "no!") and constrained.choices[0].finish_reason == "stop"
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    as_json = client.completions.create(**asked, extra_body={"json_schema": schema})
+    assert isinstance(json.loads(as_json.choices[0].text)["ok"], bool)
+    for extra, param in (({"grammar": "root ::= ("}, "grammar"), ({"json_schema": {"not": {}}}, "json_schema")):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(**asked, extra_body=extra)
+        assert info.value.body["param"] == param  # type: ignore[index]
+    both = {"grammar": 'root ::= "a"', "json_schema": {}}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(**asked, extra_body=both)
+    assert info.value.body["param"] == "grammar"  # type: ignore[index]
 
 
 def test_a_suffix_fills_in_the_middle(fim_server: tuple[LiveServer, str], live: LiveServer, models: Models) -> None:

@@ -62,8 +62,8 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     # llama-server's forms: [[token, bias], ...] (false: never that token) or {"token": bias}
     logit_bias: list[tuple[int, float | bool]] | dict[int, float | bool] | None = None
     n_probs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] = 0
-    grammar: str | None = None
-    json_schema: Any = None
+    grammar: str | None = None  # GBNF, its root rule "root"
+    json_schema: dict[str, Any] | None = None  # {}: any JSON object
     # for code editors: end the answer at a line indented less, or at a line break after this long
     n_indent: Annotated[int, msgspec.Meta(ge=0)] = 0
     t_max_predict_ms: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: no limit
@@ -154,12 +154,6 @@ def _call(
     suffix: str | None = None,
     files: tuple[FileChunk, ...] = (),
 ) -> LlamaCompletionCall:
-    for param in ("grammar", "json_schema"):
-        refuse(
-            getattr(wire, param) is not None,
-            param,
-            f"'{param}' is not supported here: use /v1/chat/completions with 'response_format'.",
-        )
     max_tokens = wire.n_predict if wire.n_predict >= 0 else None
     check_max_tokens(max_tokens, "n_predict", max_tokens_limit)
     bias = wire.logit_bias.items() if isinstance(wire.logit_bias, dict) else wire.logit_bias or ()
@@ -185,6 +179,8 @@ def _call(
         files=files,
         min_indent=wire.n_indent,
         time_limit=wire.t_max_predict_ms / 1000 or None,
+        grammar=wire.grammar,
+        json_schema=wire.json_schema,
     )
     return LlamaCompletionCall(request, prompts, wire.n_probs, wire.response_fields)
 

@@ -14,12 +14,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from spark.engine.grammar import Grammar, Rules, SchemaConverter, finish
+from spark.engine.grammar import (
+    Grammar,
+    GrammarError,
+    Rules,
+    SchemaConverter,
+    check_gbnf,
+    finish,
+    schema_grammar,
+)
 from spark.engine.harmony import HarmonyParser, harmony_grammar, opened_final
 from spark.engine.reasoning import Part, ThinkSplitter, ThinkSyntax, think_prefix
 from spark.engine.text import StopStrings
 from spark.engine.toolcalls import ToolCallParser, ToolSyntax, call_rule, lazy_grammar
-from spark.types import ChatRequest, Event, ReasoningDelta, TextDelta, ToolCallDelta
+from spark.errors import InvalidRequest
+from spark.types import ChatRequest, CompletionRequest, Event, ReasoningDelta, TextDelta, ToolCallDelta
 
 
 class OutputParser(Protocol):
@@ -136,6 +145,23 @@ PLAIN = OutputPlan()
 def tools_enabled(request: ChatRequest) -> bool:
     """Whether the request's tools are offered to the model (not when tool_choice is "none")."""
     return bool(request.tools) and (request.tool_choice is None or request.tool_choice.mode != "none")
+
+
+def completion_plan(request: CompletionRequest) -> OutputPlan:
+    """The plan for a raw completion: free text, or the client's GBNF grammar or JSON schema.
+    Raises `InvalidRequest` naming the field for a grammar llama.cpp would refuse or a schema the
+    grammar cannot enforce."""
+    if request.grammar is not None and request.json_schema is not None:
+        raise InvalidRequest("'grammar' and 'json_schema' both constrain the answer: send one of them", param="grammar")
+    if request.grammar is not None:
+        try:
+            check_gbnf(request.grammar)
+        except GrammarError as e:
+            raise InvalidRequest(f"invalid grammar: {e}", param="grammar") from None
+        return OutputPlan(grammar=Grammar(request.grammar, "grammar"))
+    if request.json_schema is not None:
+        return OutputPlan(grammar=schema_grammar(request.json_schema or None, param="json_schema"))
+    return PLAIN
 
 
 def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, tools: ToolSyntax) -> OutputPlan:

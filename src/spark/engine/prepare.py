@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from spark.engine import embeddings, harmony
 from spark.engine.native import Model
-from spark.engine.output import PLAIN, OutputPlan, plan_output, tools_enabled
+from spark.engine.output import OutputPlan, completion_plan, plan_output, tools_enabled
 from spark.engine.reasoning import think_syntax
 from spark.engine.sampling import resolve
 from spark.engine.template import ChatTemplate
@@ -303,7 +303,11 @@ class Preparer:
                 self._n_ctx,
                 min_tokens=0 if isinstance(request, CompletionRequest) else 1,
             )
-            plan = plan_output(request, text, self.think, self.tools) if isinstance(request, ChatRequest) else PLAIN
+            plan = (
+                plan_output(request, text, self.think, self.tools)
+                if isinstance(request, ChatRequest)
+                else completion_plan(request)
+            )
             prediction = self._prediction(request)
         except BaseException:
             if media is not None:

@@ -243,6 +243,9 @@ class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     suffix: str | None = None
     best_of: int | None = None
     logprobs: TopLogprobs | None = None  # the legacy form: how many alternatives per token
+    # llama-server's extensions: the answer constrained to GBNF, or to JSON matching a schema
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
 
 
 class EmbeddingBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -372,6 +375,8 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         logprobs=wire.logprobs,
         suffix=wire.suffix or None,  # an empty suffix asks for a plain completion, as OpenAI's
         echo=bool(wire.echo),
+        grammar=wire.grammar,
+        json_schema=wire.json_schema,
     )
     return CompletionCall(request, _include_usage(wire), n, prompts if len(prompts) > 1 else [])
 
