@@ -27,6 +27,9 @@ from spark.errors import InvalidRequest
         ('root ::= "a"\nroot ::= "b"\n', "defined twice"),
         ("root ::= <think>\n", "token references"),
         ("root ::= ( [a-z]{0,50} ){0,50}\n", "more than 2000 rules"),
+        # a client's own grammar (raw completions' `grammar`) may be built to exhaust a recursive checker
+        ("root ::= " + "(" * 65 + '"a"' + ")" * 65 + "\n", "nested more than 64 deep"),
+        ("".join(f'r{i} ::= r{i + 1} "a"\n' for i in range(5000)) + 'r5000 ::= "a"\nroot ::= r0\n', "too deeply"),
     ],
 )
 def test_check_gbnf_refuses_what_llama_cpp_would_refuse_or_misread(text: str, why: str) -> None:

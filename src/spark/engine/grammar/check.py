@@ -14,6 +14,7 @@ from typing import Any
 from spark.engine.grammar.errors import GrammarError
 
 MAX_REPEAT = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
+MAX_NESTING = 64  # groups within groups: a client's grammar is checked by recursion, as llama.cpp parses it
 
 # An item of a parsed sequence: what it is, and whether it may match nothing.
 _Item = tuple[str, Any, bool]  # ("ref", name, nullable) | ("term", None, nullable) | ("group", alts, nullable)
@@ -28,6 +29,7 @@ class _GbnfParser:
         self.rules: dict[str, list[list[_Item]]] = {}
         self.refs: set[str] = set()
         self.symbols = 0  # rules llama.cpp creates (names, groups, repetitions): bounds nested repeats
+        self.depth = 0  # groups open at the current position
 
     def fail(self, why: str) -> GrammarError:
         line = self.src.count("\n", 0, self.pos) + 1
@@ -153,7 +155,11 @@ class _GbnfParser:
                 self.space(True)
                 before = self.symbols
                 self.symbols += 1
+                self.depth += 1
+                if self.depth > MAX_NESTING:
+                    raise self.fail(f"groups nested more than {MAX_NESTING} deep")
                 alts = self.alternates(nested=True)
+                self.depth -= 1
                 n_prev = max(1, self.symbols - before)
                 if self.peek() != ")":
                     raise self.fail("expecting ')'")
@@ -258,6 +264,9 @@ def check_gbnf(text: str, root: str = "root") -> None:
                 visit(nxt)
         state[name] = 2
 
-    for name in p.rules:
-        if name not in state:
-            visit(name)
+    try:
+        for name in p.rules:
+            if name not in state:
+                visit(name)
+    except RecursionError:  # a chain of thousands of rules, each the next one's first item
+        raise GrammarError("the grammar's rules refer to each other too deeply") from None
