@@ -129,6 +129,7 @@ class ResponseFormat(msgspec.Struct, frozen=True, omit_defaults=True):
 
     type: Literal["text", "json_object", "json_schema"] = "text"
     schema: dict[str, Any] | None = None
+    param: str = "response_format"  # the request field it came from, named by errors about it
 
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high", "xhigh", "max"]
@@ -173,6 +174,8 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     # Text the answer is expected to repeat mostly (OpenAI's Predicted Outputs, e.g. the code being
     # edited): speculative decoding drafts from it, and usage counts how much of it the answer kept.
     prediction: str | None = None
+    # The client's own GBNF grammar (llama-server's `grammar`, root rule "root") holds the whole answer.
+    grammar: str | None = None
 
 
 class FileChunk(msgspec.Struct, frozen=True):

@@ -276,7 +276,7 @@ def test_disable_parallel_tool_use(choice: dict, parallel: bool) -> None:
 def test_structured_output() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     assert parse(output_config={"format": {"type": "json_schema", "schema": schema}}).response_format == ResponseFormat(
-        "json_schema", schema
+        "json_schema", schema, param="output_config.format"
     )
 
 

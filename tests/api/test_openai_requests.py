@@ -423,6 +423,13 @@ def test_response_formats_and_reasoning() -> None:
         response_format={"type": "json_schema", "json_schema": {"name": "x"}}
     ).request.response_format == ResponseFormat("json_object")
     assert chat(response_format={"type": "text"}).request.response_format is None
+    # llama-server's `json_schema` extension ({}: any object), named in errors about it
+    assert chat(json_schema=schema).request.response_format == ResponseFormat("json_schema", schema, "json_schema")
+    assert chat(json_schema={}).request.response_format == ResponseFormat("json_object", param="json_schema")
+    with pytest.raises(InvalidRequest) as both:
+        chat(json_schema=schema, response_format={"type": "json_object"})
+    assert both.value.param == "json_schema"
+    assert chat(grammar='root ::= "a"').request.grammar == 'root ::= "a"'
     assert chat(reasoning_effort="none").request.reasoning == Reasoning(enabled=False)
     assert chat(reasoning_effort="high").request.reasoning == Reasoning(effort="high")
 

@@ -100,6 +100,29 @@ def test_completions_take_llama_servers_grammar_and_json_schema(live: LiveServer
     assert info.value.body["param"] == "grammar"  # type: ignore[index]
 
 
+def test_chat_takes_llama_servers_grammar_and_json_schema(live: LiveServer, models: Models) -> None:
+    client = live.openai()
+    asked: Any = {"model": models.chat, "messages": CHAT, "max_tokens": 30, "temperature": 0}
+    held = client.chat.completions.create(**asked, extra_body={"grammar": 'root ::= "maybe" "!"?'})
+    assert held.choices[0].message.content in ("maybe", "maybe!")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    as_json = client.chat.completions.create(**asked, extra_body={"json_schema": schema})
+    assert isinstance(json.loads(as_json.choices[0].message.content or "")["ok"], bool)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for extra, param in (
+        ({"grammar": "root ::= ("}, "grammar"),
+        ({"grammar": 'root ::= "a"', "tools": tools}, "grammar"),
+        ({"json_schema": {"not": {}}}, "json_schema"),  # named as the client sent it
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
+            "response_format",
+        ),
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(**asked, extra_body=extra)
+        assert info.value.body["param"] == param  # type: ignore[index]
+
+
 def test_a_suffix_fills_in_the_middle(fim_server: tuple[LiveServer, str], live: LiveServer, models: Models) -> None:
     fim, model = fim_server
     asked = {"prompt": "def add(a, b):\n    return ", "max_tokens": 6, "seed": 2}

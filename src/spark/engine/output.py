@@ -147,6 +147,16 @@ def tools_enabled(request: ChatRequest) -> bool:
     return bool(request.tools) and (request.tool_choice is None or request.tool_choice.mode != "none")
 
 
+def client_grammar(text: str) -> Grammar:
+    """A client's GBNF grammar (its `grammar` field), checked: `InvalidRequest` naming `grammar` for
+    one llama.cpp would refuse."""
+    try:
+        check_gbnf(text)
+    except GrammarError as e:
+        raise InvalidRequest(f"invalid grammar: {e}", param="grammar") from None
+    return Grammar(text, "grammar")
+
+
 def completion_plan(request: CompletionRequest) -> OutputPlan:
     """The plan for a raw completion: free text, or the client's GBNF grammar or JSON schema.
     Raises `InvalidRequest` naming the field for a grammar llama.cpp would refuse or a schema the
@@ -154,11 +164,7 @@ def completion_plan(request: CompletionRequest) -> OutputPlan:
     if request.grammar is not None and request.json_schema is not None:
         raise InvalidRequest("'grammar' and 'json_schema' both constrain the answer: send one of them", param="grammar")
     if request.grammar is not None:
-        try:
-            check_gbnf(request.grammar)
-        except GrammarError as e:
-            raise InvalidRequest(f"invalid grammar: {e}", param="grammar") from None
-        return OutputPlan(grammar=Grammar(request.grammar, "grammar"))
+        return OutputPlan(grammar=client_grammar(request.grammar))
     if request.json_schema is not None:
         return OutputPlan(grammar=schema_grammar(request.json_schema or None, param="json_schema"))
     return PLAIN
@@ -181,7 +187,14 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
     harmony = tools.family == "harmony"
     thinking = request.reasoning is None or request.reasoning.enabled
     grammar: Grammar | None = None
-    if harmony:
+    if request.grammar is not None:
+        if offered or json_out:
+            raise InvalidRequest(
+                "'grammar' holds the whole answer: it cannot go with tools or a JSON response_format",
+                param="grammar",
+            )
+        grammar = client_grammar(request.grammar)
+    elif harmony:
         opened = opened_final(prompt)
         if not opened:
             grammar = harmony_grammar(
@@ -191,6 +204,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
                 schema=fmt.schema if fmt is not None and fmt.type == "json_schema" else None,
                 json_out=json_out,
                 think=thinking,
+                format_param=fmt.param if fmt is not None else "response_format",
             )
     elif forced or json_out:
         rules = Rules()
@@ -205,12 +219,12 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
             assert fmt is not None
             schema = fmt.schema if fmt.type == "json_schema" else None
             alts.append(
-                SchemaConverter(rules, schema, "response_format").rule(schema, "json")
+                SchemaConverter(rules, schema, fmt.param).rule(schema, "json")
                 if schema is not None
                 else rules.primitive("object")
             )
         body = alts[0] if len(alts) == 1 else f"( {' | '.join(alts)} )"
-        param = "tool_choice" if forced else "response_format"
+        param = "tool_choice" if forced else fmt.param if fmt is not None else "response_format"
         grammar = finish(rules, f"{prefix} {body}".strip(), param)
     elif offered and request.tools is not None:
         grammar = lazy_grammar(tools, request.tools, parallel=parallel)

@@ -273,7 +273,7 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         response_format=(
-            ResponseFormat("json_schema", wire.output_config.format.schema)
+            ResponseFormat("json_schema", wire.output_config.format.schema, param="output_config.format")
             if wire.output_config and wire.output_config.format
             else None
         ),

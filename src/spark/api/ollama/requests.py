@@ -321,9 +321,9 @@ def _sampling(options: Options | None, max_tokens_limit: int | None) -> Sampling
 
 def _format(wire: Format | None) -> ResponseFormat | None:
     if wire == "json":
-        return ResponseFormat("json_object")
+        return ResponseFormat("json_object", param="format")
     if isinstance(wire, dict):
-        return ResponseFormat("json_schema", wire)
+        return ResponseFormat("json_schema", wire, param="format")
     return None  # "" or none: free text
 
 

@@ -230,6 +230,9 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     prediction: Prediction | None = None
     store: bool | None = None
     metadata: Metadata | None = None
+    # llama-server's extensions: the answer held to a GBNF grammar, or to JSON matching a schema
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
 
 
 TokenArrays = list[str | int | list[int]]
@@ -332,10 +335,11 @@ def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch
         keep_alive=keep_alive_seconds(wire.keep_alive),
         tool_choice=tool_choice,
         parallel_tool_calls=wire.parallel_tool_calls is not False,
-        response_format=_response_format(wire.response_format),
+        response_format=_response_format(wire),
         reasoning=_reasoning(wire),
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
         prediction=_prediction(wire.prediction),
+        grammar=wire.grammar,
     )
     return ChatCall(request, _include_usage(wire), n, bool(wire.store), wire.metadata or {})
 
@@ -492,10 +496,16 @@ def _tool_choice(wire: str | NamedToolChoice | None) -> ToolChoice | None:
     return ToolChoice(wire)  # type: ignore[arg-type]  # the Literal checked by msgspec
 
 
-def _response_format(wire: _Format | None) -> ResponseFormat | None:
-    if isinstance(wire, JSONSchemaFormat) and wire.json_schema.schema is not None:
-        return ResponseFormat("json_schema", wire.json_schema.schema)
-    if isinstance(wire, (JSONObjectFormat, JSONSchemaFormat)):
+def _response_format(wire: ChatBody) -> ResponseFormat | None:
+    """`response_format`, or llama-server's `json_schema` (`{}`: any JSON object)."""
+    fmt = wire.response_format
+    if wire.json_schema is not None:
+        refuse(fmt is not None, "json_schema", "'json_schema' and 'response_format' cannot both be sent.")
+        schema = wire.json_schema or None
+        return ResponseFormat("json_schema" if schema else "json_object", schema, param="json_schema")
+    if isinstance(fmt, JSONSchemaFormat) and fmt.json_schema.schema is not None:
+        return ResponseFormat("json_schema", fmt.json_schema.schema)
+    if isinstance(fmt, (JSONObjectFormat, JSONSchemaFormat)):
         return ResponseFormat("json_object")
     return None  # text: no constraint
 

@@ -294,9 +294,9 @@ def _tool_choice(wire: str | NamedFunctionChoice | None) -> ToolChoice | None:
 def _response_format(wire: TextOptions | None) -> ResponseFormat | None:
     form = wire.format if wire is not None else None
     if isinstance(form, JSONSchemaFormat):
-        return ResponseFormat("json_schema", form.schema)
+        return ResponseFormat("json_schema", form.schema, param="text.format")
     if isinstance(form, JSONObjectFormat):
-        return ResponseFormat("json_object")
+        return ResponseFormat("json_object", param="text.format")
     return None
 
 
