@@ -27,10 +27,6 @@ class _DetokenizeWire(msgspec.Struct, frozen=True):
     model: NonEmptyStr | None = None
 
 
-class _Named(msgspec.Struct, frozen=True):
-    model: NonEmptyStr | None = None
-
-
 class _Piece(msgspec.Struct, frozen=True):
     id: int
     piece: str | list[int]  # the text, or its bytes where they are no whole UTF-8 text
@@ -38,7 +34,6 @@ class _Piece(msgspec.Struct, frozen=True):
 
 _tokenize_decoder = msgspec.json.Decoder(_TokenizeWire)
 _detokenize_decoder = msgspec.json.Decoder(_DetokenizeWire)
-_named_decoder = msgspec.json.Decoder(_Named)
 _encoder = msgspec.json.Encoder()
 
 
@@ -62,11 +57,7 @@ def parse_detokenize(body: bytes, default_model: str) -> Detokenize:
 
 def parse_apply_template(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> RenderPrompt:
     """Decode a `POST /apply-template` body: a chat completion body, its `model` optional."""
-    if decode_body(_named_decoder, body).model is None:
-        fields = msgspec.json.decode(body)
-        if isinstance(fields, dict):
-            body = _encoder.encode({**fields, "model": default_model})
-    return RenderPrompt(parse_chat(body, max_tokens_limit=max_tokens_limit).request)
+    return RenderPrompt(parse_chat(body, default_model=default_model, max_tokens_limit=max_tokens_limit).request)
 
 
 def tokens_body(answer: Answer, *, with_pieces: bool) -> bytes:

@@ -176,10 +176,13 @@ class StreamOptions(msgspec.Struct, frozen=True):
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 
 
+MaxTokens = Annotated[int, msgspec.Meta(ge=-1)]  # -1: llama-server's "no limit" (then the server's cap)
+
+
 class _SamplingBody(LlamaSampling, frozen=True, kw_only=True):
     """Fields that chat and text completions share (llama-server's extensions included)."""
 
-    model: NonEmptyStr
+    model: NonEmptyStr | None = None  # left out (llama-server's clients): the server's default model
     temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
     top_p: Probability | None = None
     top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
@@ -211,8 +214,8 @@ class Prediction(msgspec.Struct, frozen=True):
 
 class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
-    max_tokens: PositiveInt | None = None
-    max_completion_tokens: PositiveInt | None = None
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # None: true, as OpenAI's default
@@ -241,7 +244,7 @@ TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
 
 class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     prompt: str | TokenArrays
-    max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None  # 0 only with echo: the prompt scored
+    max_tokens: Annotated[int, msgspec.Meta(ge=-1)] | None = None  # 0 only with echo: the prompt scored
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
@@ -298,7 +301,9 @@ def _choices(n: int | None) -> int:
     return n or 1
 
 
-def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch = NO_FETCH) -> ChatCall:
+def parse_chat(
+    body: bytes, *, default_model: str | None = None, max_tokens_limit: int | None = None, fetch: Fetch = NO_FETCH
+) -> ChatCall:
     """Decode a `POST /v1/chat/completions` body.
 
     `max_tokens_limit` is the most tokens the server lets one request ask for.
@@ -319,6 +324,8 @@ def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch
     # max_completion_tokens replaced max_tokens in OpenAI's API; it wins when both are sent.
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
     max_param = "max_completion_tokens" if wire.max_completion_tokens is not None else "max_tokens"
+    refuse(max_tokens == 0, max_param, f"'{max_param}' must be at least 1 (-1: no limit but the server's).")
+    max_tokens = None if max_tokens == -1 else max_tokens  # llama-server's clients' "no limit"
     check_max_tokens(max_tokens, max_param, max_tokens_limit)
 
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
@@ -327,7 +334,7 @@ def parse_chat(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch
     check_tool_choice(tool_choice, tools)
 
     request = ChatRequest(
-        model=wire.model,
+        model=_model(wire, default_model),
         messages=[_message(m, f"messages[{i}]", fetch) for i, m in enumerate(wire.messages)],
         sampling=_sampling(wire, max_tokens),
         stream=bool(wire.stream),
@@ -351,12 +358,15 @@ def _prediction(wire: Prediction | None) -> str | None:
     return text or None
 
 
-def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> CompletionCall:
-    """Decode a `POST /v1/completions` body (text or token-id prompts, one or a batch; max_tokens defaults to 16)."""
+def parse_completion(
+    body: bytes, *, default_model: str | None = None, max_tokens_limit: int | None = None
+) -> CompletionCall:
+    """Decode a `POST /v1/completions` body (text or token-id prompts, one or a batch; max_tokens defaults to 16,
+    -1 is no limit but the server's)."""
     wire = decode_body(_completion_decoder, body)
     n = _choices(wire.n)
     refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
-    max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
+    max_tokens = 16 if wire.max_tokens is None else None if wire.max_tokens == -1 else wire.max_tokens
     refuse(
         max_tokens == 0 and not wire.echo,
         "max_tokens",
@@ -371,7 +381,7 @@ def parse_completion(body: bytes, *, max_tokens_limit: int | None = None) -> Com
         f"'prompt' holds {len(prompts)} prompts for {n} choices each: at most {MAX_GENERATIONS} answers per request.",
     )
     request = CompletionRequest(
-        model=wire.model,
+        model=_model(wire, default_model),
         prompt=prompts[0],
         sampling=_sampling(wire, max_tokens),
         stream=bool(wire.stream),
@@ -404,6 +414,14 @@ def parse_embeddings(body: bytes) -> EmbeddingCall:
         generative=False,  # OpenAI's embeddings come from embedding models: a chat model's are a poor stand-in
     )
     return EmbeddingCall(request, wire.encoding_format)
+
+
+def _model(wire: _SamplingBody, default_model: str | None) -> str:
+    """The model named, else the server's default (llama-server's clients name none)."""
+    model = wire.model or default_model
+    refuse(model is None, "model", "Missing required parameter: 'model'.")
+    assert model is not None
+    return model
 
 
 def _include_usage(wire: _SamplingBody) -> bool:

@@ -51,7 +51,13 @@ from spark.types import ChatRequest, ChatResult, CompletionRequest
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    call = await parse_with_images(request, parse_chat, await request.body(), max_tokens_limit=state.max_tokens_limit)
+    call = await parse_with_images(
+        request,
+        parse_chat,
+        await request.body(),
+        default_model=state.settings.default_model,
+        max_tokens_limit=state.max_tokens_limit,
+    )
     return await _generate(
         request,
         choice_requests(call.request, call.n),
@@ -65,7 +71,9 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/completions", status_code=200)
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    call = parse_completion(await request.body(), max_tokens_limit=state.max_tokens_limit)
+    call = parse_completion(
+        await request.body(), default_model=state.settings.default_model, max_tokens_limit=state.max_tokens_limit
+    )
     requests = choice_requests(call.request, call.n, call.prompts)
     # where each answer's text offsets begin: after its prompt's text, unless the answer echoes it
     offsets = [len(r.prompt) if isinstance(r.prompt, str) and not r.echo else 0 for r in requests]
