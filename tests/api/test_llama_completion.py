@@ -27,6 +27,13 @@ def test_the_body_becomes_a_raw_completion() -> None:
     assert _call().request.sampling.max_tokens is None  # -1: Spark's cap applies
     assert _call(n_predict=-2).request.sampling.max_tokens is None
     assert _call(n_predict=0).request.sampling.max_tokens == 0
+    # llama-server's aliases, read when n_predict is not sent
+    assert _call(max_tokens=7).request.sampling.max_tokens == 7
+    assert _call(max_completion_tokens=8).request.sampling.max_tokens == 8
+    assert _call(n_predict=3, max_tokens=7).request.sampling.max_tokens == 3
+    with pytest.raises(InvalidRequest) as aliased:
+        _call(max_tokens=1001)
+    assert aliased.value.param == "max_tokens"
     tokens = _call(prompt=[1, 2, 3], model="m")
     assert (tokens.request.prompt, tokens.request.model, tokens.prompts) == ([1, 2, 3], "m", [[1, 2, 3]])
     # ids and texts mixed are one prompt (the request holds its ids until the route tokenizes the rest);

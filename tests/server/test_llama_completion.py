@@ -124,6 +124,11 @@ def test_a_grammar_or_a_json_schema_constrains_the_answer(live: LiveServer, mode
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     assert isinstance(json.loads(complete(live, {**body, "json_schema": schema})["content"])["ok"], bool)
     assert complete(live, {**body, "json_schema": {}})["content"].startswith("{")  # any object (maybe cut short)
+    # an empty grammar is none (SillyTavern sends "" when it has no grammar), as llama-server reads it
+    assert (
+        complete(live, {**body, "grammar": "", "n_predict": 5})["content"]
+        == complete(live, {**body, "n_predict": 5})["content"]
+    )
     streamed_text = "".join(p["content"] for p in streamed(live, {**body, "grammar": 'root ::= "a"+ "b"'}))
     assert streamed_text.rstrip("b").strip("a") == "" and streamed_text.endswith("b")
 
@@ -150,6 +155,49 @@ def test_a_prompt_may_mix_token_ids_and_texts(live: LiveServer, models: Models) 
     ids = live.http().post("/tokenize", json={"model": models.chat, "content": " time"}).json()["tokens"]
     mixed = complete(live, {**body, "prompt": ["Once upon a", *ids]})
     assert (mixed["content"], mixed["tokens_evaluated"]) == (text["content"], text["tokens_evaluated"])
+
+
+def test_a_front_ends_whole_body_is_answered(live: LiveServer, models: Models) -> None:
+    # as SillyTavern sends it to llama-server: its fields for every backend, an empty grammar, pairs of
+    # logit biases, max_tokens beside n_predict
+    body = {
+        "prompt": "User: Tell me a story.\nAssistant:",
+        "max_new_tokens": 6,
+        "max_tokens": 6,
+        "n_predict": 6,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "typical_p": 1,
+        "sampler_seed": -1,
+        "min_p": 0.05,
+        "repetition_penalty": 1.1,
+        "repeat_penalty": 1.1,
+        "top_k": 40,
+        "add_bos_token": True,
+        "dry_allowed_length": 2,
+        "dry_multiplier": 0,
+        "dry_base": 1.75,
+        "dry_sequence_breakers": ["\n", ":"],
+        "dry_penalty_last_n": 0,
+        "stop": ["\nUser:"],
+        "samplers": ["penalties", "dry", "top_k", "top_p", "min_p", "temperature"],
+        "ban_eos_token": False,
+        "stopping_strings": ["\nUser:"],
+        "mirostat": 0,
+        "tfs_z": 1,
+        "repeat_last_n": 0,
+        "ignore_eos": False,
+        "grammar": "",
+        "cache_prompt": True,
+        "dynatemp_range": 0,
+        "logit_bias": [],
+        "n_probs": 0,
+        "min_keep": 0,
+        "xtc_probability": 0,
+        "stream": False,
+    }
+    answer = complete(live, {**body, "model": models.chat})
+    assert answer["tokens_predicted"] == 6 and answer["stop_type"] == "limit"
 
 
 def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:

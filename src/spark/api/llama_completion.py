@@ -50,7 +50,10 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     """What `/completion` and `/infill` share: all but the prompt."""
 
     model: NonEmptyStr | None = None
-    n_predict: Annotated[int, msgspec.Meta(ge=-2)] = -1  # -1 and -2: until the end (or Spark's cap)
+    n_predict: Annotated[int, msgspec.Meta(ge=-2)] | None = None  # -1, -2 (or unset): until the end (or Spark's cap)
+    # llama-server's aliases of n_predict, read when it is not sent
+    max_tokens: Annotated[int, msgspec.Meta(ge=-2)] | None = None
+    max_completion_tokens: Annotated[int, msgspec.Meta(ge=-2)] | None = None
     stream: bool = False
     stop: StopList | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
@@ -89,6 +92,7 @@ class _InfillWire(_Sampling, frozen=True, kw_only=True):
 _decoder = msgspec.json.Decoder(_Wire)
 _infill_decoder = msgspec.json.Decoder(_InfillWire)
 _encoder = msgspec.json.Encoder()
+_N_PREDICT = ("n_predict", "max_tokens", "max_completion_tokens")  # the first one sent counts
 NEVER = -100.0  # a bias of `false`: as OpenAI's -100, the token is never chosen
 
 
@@ -154,8 +158,10 @@ def _call(
     suffix: str | None = None,
     files: tuple[FileChunk, ...] = (),
 ) -> LlamaCompletionCall:
-    max_tokens = wire.n_predict if wire.n_predict >= 0 else None
-    check_max_tokens(max_tokens, "n_predict", max_tokens_limit)
+    param = next((name for name in _N_PREDICT if getattr(wire, name) is not None), "n_predict")
+    asked: int | None = getattr(wire, param)
+    max_tokens = asked if asked is not None and asked >= 0 else None
+    check_max_tokens(max_tokens, param, max_tokens_limit)
     bias = wire.logit_bias.items() if isinstance(wire.logit_bias, dict) else wire.logit_bias or ()
     sampling = SamplingParams(
         **wire.llama_sampling(),
@@ -179,7 +185,7 @@ def _call(
         files=files,
         min_indent=wire.n_indent,
         time_limit=wire.t_max_predict_ms / 1000 or None,
-        grammar=wire.grammar,
+        grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
         json_schema=wire.json_schema,
     )
     return LlamaCompletionCall(request, prompts, wire.n_probs, wire.response_fields)

@@ -346,7 +346,7 @@ def parse_chat(
         reasoning=_reasoning(wire),
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
         prediction=_prediction(wire.prediction),
-        grammar=wire.grammar,
+        grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
     )
     return ChatCall(request, _include_usage(wire), n, bool(wire.store), wire.metadata or {})
 
@@ -389,7 +389,7 @@ def parse_completion(
         logprobs=wire.logprobs,
         suffix=wire.suffix or None,  # an empty suffix asks for a plain completion, as OpenAI's
         echo=bool(wire.echo),
-        grammar=wire.grammar,
+        grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
         json_schema=wire.json_schema,
     )
     return CompletionCall(request, _include_usage(wire), n, prompts if len(prompts) > 1 else [])
