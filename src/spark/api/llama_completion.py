@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
@@ -124,7 +124,7 @@ def _prompts(value: str | list[int | str | list[int | str]]) -> list[Prompt]:
     if isinstance(value, str):
         return [value]
     if not any(isinstance(p, list) for p in value) and any(isinstance(p, int) for p in value):
-        return [[p for p in value if not isinstance(p, list)]]
+        return [cast(list[int | str], value)]  # ids, or ids and texts mixed: one prompt
     refuse(len(value) > MAX_PROMPTS, "prompt", f"'prompt' holds {len(value)} prompts: at most {MAX_PROMPTS}.")
     prompts: list[Prompt] = []
     for i, prompt in enumerate(value):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -204,20 +205,18 @@ async def run_encoded(
 ) -> list[bytes]:
     """What each encoder writes for the whole answer to its request (one body each, for encoders that
     write only at the end), generated side by side; the first error cancels them all and is raised."""
+    readers = [functools.partial(_encoded, encoder) for encoder in encoders]
+    return await _side_by_side(state, requests, receive, recorder, readers)
 
-    def encoded(encoder: StreamEncoder[Event]) -> Callable[[Generation], Awaitable[bytes]]:
-        async def run(generation: Generation) -> bytes:
-            out = b""
-            while not encoder.finished:
-                event = await generation.next()
-                if isinstance(event, Failed):
-                    raise from_info(event.error)
-                out += encoder.feed(event)
-            return out
 
-        return run
-
-    return await _side_by_side(state, requests, receive, recorder, [encoded(e) for e in encoders])
+async def _encoded(encoder: StreamEncoder[Event], generation: Generation) -> bytes:
+    out = b""
+    while not encoder.finished:
+        event = await generation.next()
+        if isinstance(event, Failed):
+            raise from_info(event.error)
+        out += encoder.feed(event)
+    return out
 
 
 async def _side_by_side(
