@@ -44,6 +44,7 @@ StopList = Annotated[list[NonEmptyStr], msgspec.Meta(max_length=MAX_STOP_SEQUENC
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 LastN = Annotated[int, msgspec.Meta(ge=-1)]  # a look-back window: -1 is the whole context, 0 off
+TokenArrays = list[str | int | list[int]]  # texts and token arrays, or one token array (see prompt_list)
 
 ImageFetcher = Callable[[str, str], ImagePart]
 """Resolves a remote image: called with (url, param), returns the image or raises a
@@ -327,6 +328,21 @@ def refuse(condition: bool, param: str, message: str) -> None:
     """`InvalidRequest` naming `param` when `condition` holds."""
     if condition:
         raise InvalidRequest(message, param=param)
+
+
+def prompt_list(value: str | TokenArrays, param: str) -> list[str | list[int]]:
+    """OpenAI's prompt or input forms as a list: a string, a token array, or a list of strings and
+    token arrays."""
+    if isinstance(value, str):
+        return [value]
+    if value and all(isinstance(v, int) for v in value):
+        return [value]  # type: ignore[list-item]  # checked: all int
+    refuse(
+        any(isinstance(v, int) for v in value),
+        param,
+        f"'{param}' mixes token ids with texts or token arrays: send one token array, or a list of them.",
+    )
+    return value  # type: ignore[return-value]  # checked: no int
 
 
 def keep_alive_seconds(value: float | str | None) -> float | None:

@@ -1,4 +1,5 @@
-"""llama-server's own routes: `POST /tokenize`, `/detokenize`, `/apply-template` and `GET /props`.
+"""llama-server's own routes: `POST /tokenize`, `/detokenize`, `/apply-template`, `/embedding` and
+`GET /props`.
 
 Bodies as llama-server takes them, plus Spark's `model` (the server's default model when it is
 left out: llama-server serves one model, so its clients name none); answers in llama-server's
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 import msgspec
 
-from spark.api.common import NonEmptyStr, decode_body
+from spark.api.common import NonEmptyStr, TokenArrays, decode_body, prompt_list, refuse
 from spark.api.openai import parse_chat
-from spark.types import Answer, Detokenize, RenderPrompt, SamplingParams, Tokenize
+from spark.types import Answer, Detokenize, EmbeddingRequest, EmbeddingResult, RenderPrompt, SamplingParams, Tokenize
 
 
 class _TokenizeWire(msgspec.Struct, frozen=True):
@@ -27,6 +28,18 @@ class _DetokenizeWire(msgspec.Struct, frozen=True):
     model: NonEmptyStr | None = None
 
 
+class _EmbeddingWire(msgspec.Struct, frozen=True):
+    content: str | TokenArrays | None = None
+    input: str | TokenArrays | None = None  # as `content`; llama-server reads it first
+    model: NonEmptyStr | None = None
+    embd_normalize: int = 2
+
+
+class _Embedding(msgspec.Struct, frozen=True):
+    index: int
+    embedding: list[list[float]]  # one vector: the input's, pooled
+
+
 class _Piece(msgspec.Struct, frozen=True):
     id: int
     piece: str | list[int]  # the text, or its bytes where they are no whole UTF-8 text
@@ -34,6 +47,7 @@ class _Piece(msgspec.Struct, frozen=True):
 
 _tokenize_decoder = msgspec.json.Decoder(_TokenizeWire)
 _detokenize_decoder = msgspec.json.Decoder(_DetokenizeWire)
+_embedding_decoder = msgspec.json.Decoder(_EmbeddingWire)
 _encoder = msgspec.json.Encoder()
 
 
@@ -58,6 +72,27 @@ def parse_detokenize(body: bytes, default_model: str) -> Detokenize:
 def parse_apply_template(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> RenderPrompt:
     """Decode a `POST /apply-template` body: a chat completion body, its `model` optional."""
     return RenderPrompt(parse_chat(body, default_model=default_model, max_tokens_limit=max_tokens_limit).request)
+
+
+def parse_embedding(body: bytes, default_model: str) -> EmbeddingRequest:
+    """Decode a `POST /embedding` body: `input` or `content`, a text, token ids, or a list of them.
+    A chat model embeds too (its last hidden states pooled by mean), as llama-server started with
+    `--embeddings` does; vectors are normalized as its default `embd_normalize` 2 (Euclidean) does."""
+    wire = decode_body(_embedding_decoder, body)
+    param = "input" if wire.input is not None else "content"
+    value = wire.input if wire.input is not None else wire.content
+    refuse(value is None, "content", "'content' (or 'input') must be given.")
+    refuse(wire.embd_normalize != 2, "embd_normalize", "'embd_normalize' can only be 2 (Euclidean) here.")
+    assert value is not None
+    inputs = prompt_list(value, param)
+    refuse(not inputs or not all(inputs), param, f"'{param}' must not be empty or hold empty entries.")
+    return EmbeddingRequest(model=wire.model or default_model, input=inputs, generative=True)
+
+
+def embedding_body(result: EmbeddingResult) -> bytes:
+    """llama-server's answer: each input's index and its vector (in a list, as the route also gives
+    a vector per token for models that pool nothing)."""
+    return _encoder.encode([_Embedding(i, [vector]) for i, vector in enumerate(result.vectors)])
 
 
 def tokens_body(answer: Answer, *, with_pieces: bool) -> bytes:

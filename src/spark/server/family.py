@@ -23,6 +23,7 @@ _OPENAI_PATHS = (
     "/rerank",
     "/completion",
     "/infill",
+    "/embedding",
     "/tokenize",
     "/detokenize",
     "/apply-template",

@@ -17,6 +17,7 @@ from spark.api.common import (
     PositiveInt,
     Probability,
     StopList,
+    TokenArrays,
     check_max_tokens,
     check_tool_choice,
     check_tools,
@@ -26,6 +27,7 @@ from spark.api.common import (
     joined,
     json_arguments,
     keep_alive_seconds,
+    prompt_list,
     refuse,
 )
 from spark.api.documents import file_parts
@@ -238,7 +240,6 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     json_schema: dict[str, Any] | None = None
 
 
-TokenArrays = list[str | int | list[int]]
 TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
 
 
@@ -373,7 +374,7 @@ def parse_completion(
         "'max_tokens' must be at least 1 (0 only with echo, to score the prompt without an answer).",
     )
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
-    prompts = _prompts(wire.prompt, "prompt")
+    prompts = prompt_list(wire.prompt, "prompt")
     refuse(not prompts, "prompt", "'prompt' must not be an empty list.")
     refuse(
         len(prompts) * n > MAX_GENERATIONS,
@@ -398,7 +399,7 @@ def parse_completion(
 def parse_embeddings(body: bytes) -> EmbeddingCall:
     """Decode a `POST /v1/embeddings` body: a string, a token array, or a non-empty list of them."""
     wire = decode_body(_embedding_decoder, body)
-    inputs = _prompts(wire.input, "input")
+    inputs = prompt_list(wire.input, "input")
     refuse(not inputs, "input", "'input' must not be an empty list.")
     for i, item in enumerate(inputs):
         refuse(
@@ -552,18 +553,3 @@ def _reasoning(wire: ChatBody) -> Reasoning | None:
     if effort == "none" or effort == "minimal":  # noqa: PLR1714 (`in` would not narrow the Literal for mypy)
         return Reasoning(enabled=False)
     return Reasoning(effort=effort)
-
-
-def _prompts(value: str | TokenArrays, param: str) -> list[str | list[int]]:
-    """OpenAI's prompt or input forms as a list: a string, a token array, or a list of strings and
-    token arrays."""
-    if isinstance(value, str):
-        return [value]
-    if value and all(isinstance(v, int) for v in value):
-        return [value]  # type: ignore[list-item]  # checked: all int
-    refuse(
-        any(isinstance(v, int) for v in value),
-        param,
-        f"'{param}' mixes token ids with texts or token arrays: send one token array, or a list of them.",
-    )
-    return value  # type: ignore[return-value]  # checked: no int

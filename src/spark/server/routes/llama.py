@@ -1,5 +1,5 @@
 """llama-server's own routes, at its paths: `POST /tokenize`, `/detokenize`, `/apply-template` and
-`GET /props` (`TOKEN_ROUTES`), and `POST /completion` and `/infill` (`LLAMA_ROUTES`).
+`GET /props` (`TOKEN_ROUTES`), and `POST /completion`, `/infill` and `/embedding` (`LLAMA_ROUTES`).
 
 They need an API key like every model route. The token routes are not written to the request log
 (clients such as chat front ends call them as a user types); a completion is, as on /v1. A model
@@ -17,8 +17,10 @@ from litestar.params import FromQuery
 import spark
 from spark.api.llama import (
     content_body,
+    embedding_body,
     parse_apply_template,
     parse_detokenize,
+    parse_embedding,
     parse_tokenize,
     prompt_body,
     props_body,
@@ -34,7 +36,7 @@ from spark.api.llama_completion import (
 )
 from spark.errors import InvalidRequest
 from spark.runners.options import context_window, parallel_slots
-from spark.server.generation import ask, run_encoded, stream_choices, stream_response
+from spark.server.generation import ask, run_embeddings, run_encoded, stream_choices, stream_response
 from spark.server.recorder import recorder_of
 from spark.server.responses import json_response
 from spark.server.routing import routed_response
@@ -115,6 +117,18 @@ async def infill(request: Request[Any, Any, Any]) -> Response[Any]:
         raise InvalidRequest(e.message, param="input_suffix") from None
 
 
+@post(["/embedding", "/embeddings"], status_code=200)
+async def embedding(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The vectors of `content` (or `input`) on `model` (the default model when none is named), as
+    llama-server answers them."""
+    state = state_of(request)
+    question = parse_embedding(await request.body(), state.settings.default_model)
+    if (routed := await routed_response(request, question)) is not None:
+        return routed
+    result = await run_embeddings(state, question, request.receive, recorder_of(request.scope))
+    return json_response(embedding_body(result))
+
+
 async def _complete(request: Request[Any, Any, Any], call: LlamaCompletionCall) -> Response[Any]:
     """Each prompt answered as its own request, side by side: one answer alone, several as a JSON
     array or one SSE stream whose objects carry their prompt's `index`, as llama-server answers."""
@@ -153,4 +167,4 @@ async def _tokens_of(state: ServerState, model: str, prompt: Prompt) -> str | li
 
 
 TOKEN_ROUTES = [tokenize, detokenize, apply_template, props]
-LLAMA_ROUTES = [completion, infill]
+LLAMA_ROUTES = [completion, infill, embedding]
