@@ -114,6 +114,8 @@ def openai_bases(t: Target) -> list[tuple[str, dict[str, Any]]]:
         ("/completion", {"model": t.chat, "prompt": "hi", "n_predict": 2, "n_probs": 1}),
         ("/completion", {"model": t.chat, "prompt": [1, 2], "n_predict": 2, "stream": True}),
         ("/infill", {"model": t.chat, "input_prefix": "a", "input_suffix": "b", "n_predict": 2}),
+        ("/completion", {"model": t.chat, "prompt": ["a", [1, "b"]], "n_predict": 2, "grammar": 'root ::= "x"'}),
+        ("/embedding", {"model": t.embed, "content": ["a", "b"]}),
         ("/v1/rerank", {"model": t.embed, "query": "q", "documents": ["d", {"text": "e"}], "top_n": 1}),
         ("/v1/responses", {"model": t.chat, "input": [USER], "max_output_tokens": 2}),
         ("/v1/responses", {"model": t.chat, "input": "hi", "max_output_tokens": 2, "stream": True}),
