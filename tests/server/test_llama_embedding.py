@@ -39,6 +39,8 @@ def test_vectors_come_as_llama_server_gives_them(live: LiveServer, models: Model
         ({"content": [1, "a"]}, "content"),
         ({"content": "a", "embd_normalize": 0}, "embd_normalize"),
         ({"content": 5}, "content"),
+        ({"content": [[10**9]]}, "content"),  # the engine's error, named as the client sent it
+        ({"input": [[10**9]]}, "input"),
     ],
 )
 def test_bad_bodies_are_a_400_naming_the_field(

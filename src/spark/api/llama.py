@@ -74,8 +74,9 @@ def parse_apply_template(body: bytes, default_model: str, *, max_tokens_limit: i
     return RenderPrompt(parse_chat(body, default_model=default_model, max_tokens_limit=max_tokens_limit).request)
 
 
-def parse_embedding(body: bytes, default_model: str) -> EmbeddingRequest:
-    """Decode a `POST /embedding` body: `input` or `content`, a text, token ids, or a list of them.
+def parse_embedding(body: bytes, default_model: str) -> tuple[EmbeddingRequest, str]:
+    """Decode a `POST /embedding` body: the request, and which field held its texts (`input` or
+    `content`: a text, token ids, or a list of them).
     A chat model embeds too (its last hidden states pooled by mean), as llama-server started with
     `--embeddings` does; vectors are normalized as its default `embd_normalize` 2 (Euclidean) does."""
     wire = decode_body(_embedding_decoder, body)
@@ -86,7 +87,7 @@ def parse_embedding(body: bytes, default_model: str) -> EmbeddingRequest:
     assert value is not None
     inputs = prompt_list(value, param)
     refuse(not inputs or not all(inputs), param, f"'{param}' must not be empty or hold empty entries.")
-    return EmbeddingRequest(model=wire.model or default_model, input=inputs, generative=True)
+    return EmbeddingRequest(model=wire.model or default_model, input=inputs, generative=True), param
 
 
 def embedding_body(result: EmbeddingResult) -> bytes:

@@ -122,10 +122,17 @@ async def embedding(request: Request[Any, Any, Any]) -> Response[Any]:
     """The vectors of `content` (or `input`) on `model` (the default model when none is named), as
     llama-server answers them."""
     state = state_of(request)
-    question = parse_embedding(await request.body(), state.settings.default_model)
+    question, field = parse_embedding(await request.body(), state.settings.default_model)
     if (routed := await routed_response(request, question)) is not None:
         return routed
-    result = await run_embeddings(state, question, request.receive, recorder_of(request.scope))
+    try:
+        result = await run_embeddings(state, question, request.receive, recorder_of(request.scope))
+    except InvalidRequest as e:  # the engine names the texts `input`; the client may have sent `content`
+        if field == "input" or e.param is None or not e.param.startswith("input"):
+            raise
+        raise InvalidRequest(
+            e.message.replace("'input'", "'content'"), param=field + e.param.removeprefix("input")
+        ) from None
     return json_response(embedding_body(result))
 
 
