@@ -284,5 +284,9 @@ def test_infill_on_a_model_without_fim_tokens_names_the_suffix(live: LiveServer,
     response = live.http().post("/infill", json={"model": models.chat, "input_prefix": "a", "input_suffix": "b"})
     error = openai_error(response, 400)
     assert error["param"] == "input_suffix" and "fill-in-the-middle" in error["message"]
+    assert "SPARK_DEFAULT_MODEL" not in error["message"]
+    # an editor names no model: the default model answers, and the error says how to make it a code model
+    unnamed = openai_error(live.http().post("/infill", json={"input_prefix": "a", "input_suffix": "b"}), 400)
+    assert unnamed["param"] == "input_suffix" and "set SPARK_DEFAULT_MODEL to a code model" in unnamed["message"]
     bad = live.http().post("/infill", json={"model": models.chat, "input_extra": [{"name": "x"}]})
     assert openai_error(bad, 400)["param"].startswith("input_extra")

@@ -114,7 +114,12 @@ async def infill(request: Request[Any, Any, Any]) -> Response[Any]:
     except InvalidRequest as e:  # the engine names the suffix as OpenAI's completions call it
         if e.param != "suffix":
             raise
-        raise InvalidRequest(e.message, param="input_suffix") from None
+        hint = (
+            "; editors send no model, so the default model answers: set SPARK_DEFAULT_MODEL to a code model"
+            if call.request.model == state.settings.default_model
+            else ""
+        )
+        raise InvalidRequest(e.message + hint, param="input_suffix") from None
 
 
 @post(["/embedding", "/embeddings"], status_code=200)
