@@ -149,6 +149,19 @@ def test_several_prompts_are_answered_side_by_side(live: LiveServer, models: Mod
     assert complete(live, {**body, "prompt": ["The cat"]})["content"] == alone[1]
 
 
+def test_n_cmpl_answers_each_prompt_several_times(live: LiveServer, models: Models) -> None:
+    body = {"model": models.chat, "prompt": "Once", "n_predict": 4, "temperature": 1, "seed": 5}
+    answers: Any = complete(live, {**body, "n_cmpl": 2})
+    # the i-th answer samples with seed + i, as OpenAI's `n` choices do
+    alone = [complete(live, {**body, "seed": seed})["content"] for seed in (5, 6)]
+    assert [a["index"] for a in answers] == [0, 1] and [a["content"] for a in answers] == alone
+    assert [a["content"] for a in complete(live, {**body, "n": 2})] == alone  # its alias
+    two_prompts: Any = complete(live, {**body, "prompt": ["Once", "Twice"], "n_cmpl": 2})
+    assert len(two_prompts) == 4 and two_prompts[1]["content"] == alone[1] and two_prompts[2]["prompt"] == "Twice"
+    error = openai_error(live.http().post("/completion", json={**body, "prompt": ["a"] * 33, "n_cmpl": 2}), 400)
+    assert error["param"] == "n_cmpl"
+
+
 def test_a_prompt_may_mix_token_ids_and_texts(live: LiveServer, models: Models) -> None:
     body = {"model": models.chat, "n_predict": 4, **GREEDY}
     text = complete(live, {**body, "prompt": "Once upon a time"})

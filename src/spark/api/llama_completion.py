@@ -20,6 +20,7 @@ import msgspec
 from spark.api.common import (
     LlamaSampling,
     NonEmptyStr,
+    PositiveInt,
     Probability,
     StopList,
     check_max_tokens,
@@ -71,11 +72,13 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     n_indent: Annotated[int, msgspec.Meta(ge=0)] = 0
     t_max_predict_ms: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: no limit
     response_fields: tuple[str, ...] = ()  # the answer's fields to send, by path ("timings/prompt_n")
+    n_cmpl: PositiveInt | None = None  # answers per prompt (`n` is its alias)
+    n: PositiveInt | None = None
 
 
 # One prompt as llama-server takes it: a text, token ids, or both mixed ([12, " text", 34]).
 Prompt = str | list[int | str]
-MAX_PROMPTS = 64  # prompts of one request, each answered side by side
+MAX_PROMPTS = 64  # answers of one request (prompts x n_cmpl), generated side by side
 
 
 class _Wire(_Sampling, frozen=True, kw_only=True):
@@ -105,6 +108,7 @@ class LlamaCompletionCall(msgspec.Struct, frozen=True):
     prompts: list[Prompt]
     n_probs: int
     response_fields: tuple[str, ...] = ()  # empty: all of them
+    n: int = 1  # answers per prompt (llama-server's `n_cmpl`), each prompt's in a row
 
 
 def parse_completion(body: bytes, default_model: str, *, max_tokens_limit: int | None = None) -> LlamaCompletionCall:
@@ -188,7 +192,13 @@ def _call(
         grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
         json_schema=wire.json_schema,
     )
-    return LlamaCompletionCall(request, prompts, wire.n_probs, wire.response_fields)
+    n = wire.n_cmpl or wire.n or 1
+    refuse(
+        len(prompts) * n > MAX_PROMPTS,
+        "n_cmpl",
+        f"{len(prompts)} prompts x {n} answers each is more than {MAX_PROMPTS} answers in one request.",
+    )
+    return LlamaCompletionCall(request, prompts, wire.n_probs, wire.response_fields, n)
 
 
 # --- answers ------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromQuery
 
 import spark
+from spark.api.common import choice_requests
 from spark.api.llama import (
     content_body,
     embedding_body,
@@ -115,7 +115,7 @@ async def infill(request: Request[Any, Any, Any]) -> Response[Any]:
         if e.param != "suffix":
             raise
         hint = (
-            "; editors send no model, so the default model answers: set SPARK_DEFAULT_MODEL to a code model"
+            "; editors that name no model get the default model: set SPARK_DEFAULT_MODEL to a code model"
             if call.request.model == state.settings.default_model
             else ""
         )
@@ -142,8 +142,9 @@ async def embedding(request: Request[Any, Any, Any]) -> Response[Any]:
 
 
 async def _complete(request: Request[Any, Any, Any], call: LlamaCompletionCall) -> Response[Any]:
-    """Each prompt answered as its own request, side by side: one answer alone, several as a JSON
-    array or one SSE stream whose objects carry their prompt's `index`, as llama-server answers."""
+    """Each prompt answered as its own request (`n_cmpl` of them each), side by side: one answer
+    alone, several as a JSON array or one SSE stream whose objects carry their `index`, as
+    llama-server answers."""
     state, recorder = state_of(request), recorder_of(request.scope)
     stream = call.request.stream
     if (
@@ -151,7 +152,7 @@ async def _complete(request: Request[Any, Any, Any], call: LlamaCompletionCall) 
     ) is not None:
         return routed
     prompts = [await _tokens_of(state, call.request.model, p) for p in call.prompts]
-    generations = [msgspec.structs.replace(call.request, prompt=p) for p in prompts]
+    generations = choice_requests(call.request, call.n, prompts)  # each prompt's n answers in a row
     writers = [LlamaCompletionStream(call, g, i) for i, g in enumerate(generations)]
     if stream and len(generations) == 1:
         return await stream_response(state, request.scope, generations[0], writers[0], recorder=recorder)
