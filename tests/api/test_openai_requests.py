@@ -270,7 +270,7 @@ def test_file_parts_are_read_as_their_name_and_text() -> None:
         ({"model": ""}, "model"),
         ({"model": None}, "model"),  # no default model given to the parser
         ({"max_tokens": 0}, "max_tokens"),
-        ({"max_tokens": -2}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),  # llama-server's "no limit": OpenAI's routes keep OpenAI's bounds
         ({"max_completion_tokens": 0}, "max_completion_tokens"),
         ({"n": 17}, "n"),
         ({"n": 0}, "n"),
@@ -418,14 +418,12 @@ def test_parallel_tool_calls_default_to_true_as_openai(sent: dict, parallel: boo
     assert chat(tools=tools, **sent).request.parallel_tool_calls is parallel
 
 
-def test_llama_server_clients_may_leave_out_the_model_and_send_max_tokens_minus_1() -> None:
-    # llama.vscode's chat edit sends no model and "max_tokens": -1 (no limit)
-    sent = body(messages=USER, max_tokens=-1, model=None)
-    call = api.parse_chat(sent, default_model="the-default", max_tokens_limit=500)
-    assert call.request.model == "the-default" and call.request.sampling.max_tokens is None
+def test_llama_server_clients_may_leave_out_the_model() -> None:
+    # llama.vim's and llama.vscode's chat requests name no model
+    call = api.parse_chat(body(messages=USER, model=None), default_model="the-default", max_tokens_limit=500)
+    assert call.request.model == "the-default"
     assert api.parse_chat(body(messages=USER, model="named"), default_model="d").request.model == "named"
-    completion = api.parse_completion(body(prompt="x", max_tokens=-1, model=None), default_model="d")
-    assert completion.request.model == "d" and completion.request.sampling.max_tokens is None
+    assert api.parse_completion(body(prompt="x", model=None), default_model="d").request.model == "d"
 
 
 def test_response_formats_and_reasoning() -> None:

@@ -178,9 +178,6 @@ class StreamOptions(msgspec.Struct, frozen=True):
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 
 
-MaxTokens = Annotated[int, msgspec.Meta(ge=-1)]  # -1: llama-server's "no limit" (then the server's cap)
-
-
 class _SamplingBody(LlamaSampling, frozen=True, kw_only=True):
     """Fields that chat and text completions share (llama-server's extensions included)."""
 
@@ -216,8 +213,8 @@ class Prediction(msgspec.Struct, frozen=True):
 
 class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     messages: Annotated[list[WireMessage], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
-    max_tokens: MaxTokens | None = None
-    max_completion_tokens: MaxTokens | None = None
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # None: true, as OpenAI's default
@@ -245,7 +242,7 @@ TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
 
 class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     prompt: str | TokenArrays
-    max_tokens: Annotated[int, msgspec.Meta(ge=-1)] | None = None  # 0 only with echo: the prompt scored
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None  # 0 only with echo: the prompt scored
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
@@ -325,8 +322,6 @@ def parse_chat(
     # max_completion_tokens replaced max_tokens in OpenAI's API; it wins when both are sent.
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
     max_param = "max_completion_tokens" if wire.max_completion_tokens is not None else "max_tokens"
-    refuse(max_tokens == 0, max_param, f"'{max_param}' must be at least 1 (-1: no limit but the server's).")
-    max_tokens = None if max_tokens == -1 else max_tokens  # llama-server's clients' "no limit"
     check_max_tokens(max_tokens, max_param, max_tokens_limit)
 
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
@@ -362,12 +357,11 @@ def _prediction(wire: Prediction | None) -> str | None:
 def parse_completion(
     body: bytes, *, default_model: str | None = None, max_tokens_limit: int | None = None
 ) -> CompletionCall:
-    """Decode a `POST /v1/completions` body (text or token-id prompts, one or a batch; max_tokens defaults to 16,
-    -1 is no limit but the server's)."""
+    """Decode a `POST /v1/completions` body (text or token-id prompts, one or a batch; max_tokens defaults to 16)."""
     wire = decode_body(_completion_decoder, body)
     n = _choices(wire.n)
     refuse(wire.best_of not in (None, 1), "best_of", "'best_of' must be 1 on this server.")
-    max_tokens = 16 if wire.max_tokens is None else None if wire.max_tokens == -1 else wire.max_tokens
+    max_tokens = 16 if wire.max_tokens is None else wire.max_tokens
     refuse(
         max_tokens == 0 and not wire.echo,
         "max_tokens",
