@@ -51,6 +51,7 @@ def gguf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tiny_gguf.write_tiny_llama(out / "tiny-llama-tools.gguf", template="tools")
     tiny_gguf.write_tiny_bert(out / "tiny-bert-embed.gguf")
     tiny_gguf.write_tiny_mmproj(out / "tiny-mmproj-mlp.gguf")
+    tiny_gguf.write_tiny_lora(out / "tiny-lora.gguf")
     return out
 
 
@@ -80,6 +81,12 @@ def tiny_bert(gguf_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mmproj(gguf_dir: Path) -> Path:
     return gguf_dir / "tiny-mmproj-mlp.gguf"
+
+
+@pytest.fixture(scope="session")
+def tiny_lora(gguf_dir: Path) -> Path:
+    """A random LoRA adapter for `tiny_llama` that changes what it answers."""
+    return gguf_dir / "tiny-lora.gguf"
 
 
 @pytest.fixture(scope="session")

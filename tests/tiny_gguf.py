@@ -648,3 +648,34 @@ def png_declaring(width: int, height: int) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     crc = struct.pack(">I", zlib.crc32(b"IHDR" + header) & 0xFFFFFFFF)
     return png[:16] + header + crc + png[33:]
+
+
+def write_tiny_lora(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 4,
+    rank: int = 4,
+    architecture: str = "llama",
+    name: str = "tiny-lora-random",
+) -> Path:
+    """Write a random LoRA adapter (llama.cpp's GGUF adapter format) for `write_tiny_llama`'s model
+    of the same shape: low-rank deltas on every layer's attention query and output. Its deltas are
+    large enough to change what the model answers."""
+    path = Path(path)
+    rng = np.random.default_rng(seed + 3)
+    head_dim = n_embd // n_head
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_name(name)
+    w.add_type(gguf.GGUFType.ADAPTER)
+    w.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
+    for i in range(n_layer):
+        for part, n_in, n_out in (("attn_q", n_embd, n_head * head_dim), ("attn_output", n_head * head_dim, n_embd)):
+            # ggml's shapes: A is (n_in, rank), B is (rank, n_out); numpy's are reversed
+            w.add_tensor(f"blk.{i}.{part}.weight.lora_a", (rng.standard_normal((rank, n_in)) * 0.5).astype(np.float32))
+            w.add_tensor(f"blk.{i}.{part}.weight.lora_b", (rng.standard_normal((n_out, rank)) * 0.5).astype(np.float32))
+    _finish(w)
+    return path

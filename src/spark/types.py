@@ -422,6 +422,13 @@ class EmbeddingResult(msgspec.Struct, frozen=True):
 DRAFT_VOCAB_SLACK = 128
 
 
+class LoraAdapter(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A LoRA adapter (llama.cpp's GGUF adapter file) applied to a model's weights, at `scale`."""
+
+    path: str
+    scale: float = 1.0
+
+
 class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     """Everything a runner needs to load one model (decided by the placement)."""
 
@@ -445,3 +452,4 @@ class LoadOptions(msgspec.Struct, frozen=True, omit_defaults=True):
     speculative: bool = True  # draft tokens (by n-gram lookup, or with the draft model) and verify them in the batch
     draft_path: str | None = None  # a smaller model of the same vocabulary that drafts, instead of n-gram lookup
     flash_attention: FlashAttention = "auto"  # llama.cpp's flash-attention kernel (auto: llama.cpp decides)
+    lora: list[LoraAdapter] = []  # adapters applied to the weights, in order

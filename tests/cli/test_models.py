@@ -19,6 +19,7 @@ from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNot
 from spark.library import BUNDLED_ID, Library
 from spark.library.bundled import BUNDLED_SETTINGS
 from spark.settings import load_settings
+from spark.types import LoraAdapter
 
 runner = CliRunner()
 
@@ -220,6 +221,23 @@ def test_attach_a_projector_later(tiny_llama: Path, tiny_mmproj: Path) -> None:
     assert isinstance(not_a_projector.exception, ModelFileError), not_a_projector.output
     unknown = spark("attach", "nope", str(tiny_mmproj))
     assert isinstance(unknown.exception, ModelNotFound)
+
+
+def test_attach_and_detach_a_lora_adapter(tiny_llama: Path, tiny_lora: Path, tiny_mmproj: Path) -> None:
+    model = Library(load_settings()).add_local(tiny_llama).id
+    attached = spark("attach", model, str(tiny_lora), "--scale", "0.5")
+    assert attached.exit_code == 0, attached.output
+    assert f"Attached LoRA adapter {tiny_lora} to {model} at scale 0.5" in attached.output
+    assert Library(load_settings()).get(model).lora == [LoraAdapter(path=str(tiny_lora), scale=0.5)]
+    assert f"{tiny_lora} (scale 0.5)" in spark("show", model).output
+    scaled_projector = spark("attach", model, str(tiny_mmproj), "--scale", "2")
+    assert isinstance(scaled_projector.exception, InvalidRequest), scaled_projector.output
+
+    detached = spark("detach", model)
+    assert detached.exit_code == 0 and f"Took 1 LoRA adapter(s) off {model}" in detached.output
+    assert Library(load_settings()).get(model).lora == []
+    again = spark("detach", model)
+    assert again.exit_code != 0 and "has no LoRA adapter" in again.output
 
 
 def test_pulling_an_embedding_model_or_a_reranker_says_how_to_use_it(tmp_path: Path, tiny_bert: Path) -> None:

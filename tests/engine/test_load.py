@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 import pytest
 
 import tiny_gguf
 from engine.helpers import Collector
 from spark.engine import Engine
 from spark.errors import ModelFileError, RunnerFailed
-from spark.types import CompletionRequest, Done, FlashAttention, LoadOptions, SamplingParams
+from spark.types import CompletionRequest, Done, FlashAttention, LoadOptions, LoraAdapter, SamplingParams
 
 KVType = Literal["f16", "q8_0", "q4_0"]
 
@@ -71,3 +72,38 @@ def test_flash_attention(
         assert isinstance(answer.wait(), Done) and answer.text
     said = [m for r in caplog.records if re.search(r"flash_attn +=|Flash Attention (en|dis)abled", m := r.getMessage())]
     assert said and said[-1].endswith("enabled" if enabled else "disabled"), said
+
+
+def _greedy(options: LoadOptions, prompt: str = "Hello there") -> str:
+    with Engine(options) as e:
+        answer = Collector()
+        sampling = SamplingParams(max_tokens=8, temperature=0.0)
+        e.submit("r", CompletionRequest(model="t", prompt=prompt, sampling=sampling), answer)
+        assert isinstance(answer.wait(), Done)
+    return answer.text
+
+
+def test_lora_adapters_change_the_answer_by_their_scale(tiny_llama: Path, tiny_lora: Path, tmp_path: Path) -> None:
+    """An adapter applies to every decode at its scale: scale 0 answers as the plain model, the
+    adapter at 1 and at 0.5 each answer otherwise; two adapters apply together."""
+    options = LoadOptions(model_id="t", path=str(tiny_llama), n_threads=1, n_ctx=256)
+    plain = _greedy(options)
+    with_lora = [
+        _greedy(msgspec.structs.replace(options, lora=[LoraAdapter(path=str(tiny_lora), scale=s)]))
+        for s in (0.0, 1.0, 0.5)
+    ]
+    assert with_lora[0] == plain
+    assert with_lora[1] != plain and with_lora[2] != plain and with_lora[1] != with_lora[2]
+    other = tiny_gguf.write_tiny_lora(tmp_path / "other.gguf", seed=5)
+    both = [LoraAdapter(path=str(tiny_lora)), LoraAdapter(path=str(other), scale=0.0)]
+    assert _greedy(msgspec.structs.replace(options, lora=both)) == with_lora[1]
+
+
+def test_a_lora_adapter_llama_cpp_refuses_fails_the_load(tiny_llama: Path, tmp_path: Path) -> None:
+    wide = tiny_gguf.write_tiny_lora(tmp_path / "wide.gguf", n_embd=128)  # made for another shape
+    options = LoadOptions(
+        model_id="t", path=str(tiny_llama), n_threads=1, n_ctx=256, lora=[LoraAdapter(path=str(wide))]
+    )
+    with pytest.raises(ModelFileError, match=f"could not load the LoRA adapter {wide}") as e:
+        Engine(options)
+    assert e.value.param == "lora"

@@ -15,7 +15,7 @@ from spark.engine import Engine
 from spark.engine.slots import common_prefix
 from spark.engine.snapshot_disk import SUFFIX, DiskSnapshots, file_name, read_entry
 from spark.engine.snapshots import Snapshot
-from spark.types import CompletionRequest, Done, LoadOptions, SamplingParams, SlotInfo
+from spark.types import CompletionRequest, Done, LoadOptions, LoraAdapter, SamplingParams, SlotInfo
 
 P_A = "Numbers 0 1 2 3 4 5 6 7 8 9 and some words about a first topic"
 P_B = "Completely different text that pushes the other one out"
@@ -106,8 +106,14 @@ def test_a_reloaded_model_restores_from_disk(tiny_llama: Path, folder: Path, col
 
 @pytest.mark.parametrize(
     "change",
-    ["kv_type", "n_ctx", "flash_attention", "model file"],
-    ids=["kv type", "context per slot", "flash attention (V transposed without it)", "changed model file"],
+    ["kv_type", "n_ctx", "flash_attention", "lora", "model file"],
+    ids=[
+        "kv type",
+        "context per slot",
+        "flash attention (V transposed without it)",
+        "a LoRA adapter",
+        "changed model file",
+    ],
 )
 def test_another_layout_never_restores(folder: Path, tmp_path: Path, change: str) -> None:
     model = tiny_gguf.write_tiny_llama(tmp_path / "model.gguf", n_head=2)  # heads of 32: a q8_0 cache fits
@@ -119,6 +125,8 @@ def test_another_layout_never_restores(folder: Path, tmp_path: Path, change: str
         extra["n_ctx"] = 256
     elif change == "flash_attention":
         extra["flash_attention"] = "off"
+    elif change == "lora":
+        extra["lora"] = [LoraAdapter(path=str(tiny_gguf.write_tiny_lora(tmp_path / "lora.gguf", n_head=2)))]
     else:
         st = model.stat()
         os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # rewritten, say

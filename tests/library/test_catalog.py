@@ -16,7 +16,7 @@ from spark.library.bundled import BUNDLED_SETTINGS, EARLIER_BUNDLED_SETTINGS
 from spark.library.catalog import _BUNDLED_REMOVED
 from spark.settings import load_settings
 from spark.store import get_meta
-from spark.types import SamplingParams
+from spark.types import LoraAdapter, SamplingParams
 
 
 @pytest.fixture
@@ -226,6 +226,56 @@ def test_attach_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path, tmp
     lib.remove("tiny-llama-chatml")
     assert tiny_mmproj.is_file() and tiny_llama.is_file()
     assert not (lib.models_dir / "tiny-llama-chatml").exists()
+
+
+def test_attach_lora_adapters(lib: Library, tiny_llama: Path, tiny_lora: Path, tmp_path: Path) -> None:
+    lib.add_local(tiny_llama)
+    plain = tiny_llama.stat().st_size
+    entry = lib.attach("tiny-llama-chatml", tiny_lora)
+    assert entry.lora == [LoraAdapter(path=str(tiny_lora), scale=1.0)]
+    assert entry.size_bytes == plain + tiny_lora.stat().st_size
+    # the same file again changes its scale; another one goes after it
+    second = shutil.copyfile(tiny_lora, tmp_path / "second-lora.gguf")
+    lib.attach("tiny-llama-chatml", second, scale=0.5)
+    entry = lib.attach_adapter("tiny-llama-chatml", tiny_lora, scale=-0.25)
+    assert entry.lora == [LoraAdapter(path=str(second), scale=0.5), LoraAdapter(path=str(tiny_lora), scale=-0.25)]
+    assert entry.size_bytes == plain + 2 * tiny_lora.stat().st_size
+    # a copy of the model keeps them; taking them off the original leaves the copy's
+    assert lib.copy("tiny-llama-chatml", "tuned").lora == entry.lora
+    plain_entry, paths = lib.detach_adapters("tiny-llama-chatml")
+    assert plain_entry.lora == [] and plain_entry.size_bytes == plain
+    assert paths == (str(second), str(tiny_lora))
+    assert lib.get("tuned").lora == entry.lora
+    assert lib.sharing("tuned") == ("tiny-llama-chatml",)
+    # a copied adapter is Spark's own: it goes with the model that uses it, the user's file stays
+    copied = lib.attach("tuned", tiny_lora, copy=True).lora[-1]
+    assert Path(copied.path).parent == lib.models_dir / "tuned"
+    lib.remove("tuned")
+    assert not Path(copied.path).exists() and tiny_lora.is_file() and second.is_file()
+
+
+def test_lora_adapters_are_checked(
+    lib: Library, tiny_llama: Path, tiny_lora: Path, tiny_mmproj: Path, tmp_path: Path
+) -> None:
+    lib.add_local(tiny_llama)
+    with pytest.raises(ModelFileError, match="a LoRA adapter, not a model") as e:
+        lib.add_local(tiny_lora)
+    assert e.value.param == "path"
+    with pytest.raises(ModelFileError, match="not a LoRA adapter") as e:
+        lib.attach_adapter("tiny-llama-chatml", tiny_mmproj)
+    assert e.value.param == "lora"
+    other = tiny_gguf.write_tiny_lora(tmp_path / "qwen-lora.gguf", architecture="qwen2")
+    with pytest.raises(ModelFileError, match="for qwen2 models, not for tiny-llama-chatml") as e:
+        lib.attach("tiny-llama-chatml", other)
+    for scale in (float("nan"), 1000.0):
+        with pytest.raises(InvalidRequest, match="scale must be between") as e:
+            lib.attach("tiny-llama-chatml", tiny_lora, scale=scale)
+        assert e.value.param == "scale"
+    with pytest.raises(InvalidRequest, match="a scale applies to LoRA adapters only"):
+        lib.attach("tiny-llama-chatml", tiny_mmproj, scale=0.5)
+    with pytest.raises(ModelFileError, match="no such file"):
+        lib.attach("tiny-llama-chatml", tmp_path / "missing.gguf")
+    assert lib.get("tiny-llama-chatml").lora == []
 
 
 def test_add_with_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path) -> None:

@@ -19,7 +19,7 @@ from spark.placement.estimate import (
     model_shape,
     swa_layers,
 )
-from spark.types import LoadOptions
+from spark.types import LoadOptions, LoraAdapter
 
 
 def shape(**over: object) -> ModelShape:
@@ -229,6 +229,22 @@ def test_projector_is_its_file_plus_compute(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest) as e:
         estimate_load(shape(), LoadOptions(model_id="m", path="m", mmproj_path=str(tmp_path / "nope")))
     assert e.value.param == "mmproj_path"
+
+
+def test_lora_adapters_are_their_files(tmp_path: Path) -> None:
+    adapters = [tmp_path / "a.gguf", tmp_path / "b.gguf"]
+    for i, path in enumerate(adapters, 1):
+        path.write_bytes(b"\0" * (i * MIB))
+    lora = [LoraAdapter(path=str(p)) for p in adapters]
+    est = estimate_load(shape(), LoadOptions(model_id="m", path="m.gguf", n_ctx=1024, lora=lora))
+    plain = estimate_load(shape(), LoadOptions(model_id="m", path="m.gguf", n_ctx=1024))
+    assert est.adapter_bytes == 3 * MIB and est.total_bytes - plain.total_bytes == 3 * MIB
+    assert "LoRA adapters 3.0" in est.describe()
+    assert est.for_layers(-1)[0] - plain.for_layers(-1)[0] == 3 * MIB  # beside the first layers, on the GPU
+    missing = [LoraAdapter(path=str(tmp_path / "nope"))]
+    with pytest.raises(InvalidRequest, match="cannot read the LoRA adapter") as e:
+        estimate_load(shape(), LoadOptions(model_id="m", path="m", lora=missing))
+    assert e.value.param == "lora"
 
 
 def test_compute_buffer_grows_with_context_and_micro_batch() -> None:

@@ -312,6 +312,7 @@ def show(
         ("chat template", f"yes ({len(i.chat_template or '')} chars: {first_line}...)" if i.chat_template else "no"),
         ("tool calling", "yes" if i.supports_tools else "no"),
         ("vision projector", e.mmproj_path or "none"),
+        ("LoRA adapters", "\n".join(f"{a.path} (scale {a.scale:g})" for a in e.lora) or "none"),
         ("files", "\n".join(e.shards)),
         ("source", e.source),
         ("owned by spark", "yes (deleted by spark rm)" if e.owned else "no (spark rm keeps the file)"),
@@ -336,19 +337,38 @@ def show(
 
 def attach(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
-    projector: Annotated[Path, typer.Argument(help="Vision projector file (mmproj-*.gguf).", show_default=False)],
+    file: Annotated[
+        Path, typer.Argument(help="A vision projector (mmproj-*.gguf) or a LoRA adapter (GGUF).", show_default=False)
+    ],
+    scale: Annotated[
+        float | None, typer.Option("--scale", help="How strongly a LoRA adapter applies.  [default: 1.0]")
+    ] = None,
     copy: Annotated[
         bool,
-        typer.Option(
-            "--copy",
-            help="Copy the projector into Spark's models folder instead of using it in place.",
-        ),
+        typer.Option("--copy", help="Copy the file into Spark's models folder instead of using it in place."),
     ] = False,
 ) -> None:
-    """Attach a vision projector to a model, so that it reads images."""
+    """Attach a vision projector (the model reads images) or a LoRA adapter (applied to its weights;
+    `spark cp` the model first to keep the plain one)."""
     with Library(load_settings()) as lib:
-        entry = lib.attach_projector(get_installed(lib, model).id, projector, copy=copy)
-    Console().print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
+        entry = lib.attach(get_installed(lib, model).id, file, scale=scale, copy=copy)
+    adapter = next((a for a in entry.lora if Path(a.path).name == file.name), None)  # a copy keeps the name
+    if adapter is not None:
+        done = f"Attached LoRA adapter {adapter.path} to {entry.id} at scale {adapter.scale:g}"
+        Console().print(f"{done}: it answers with it from its next load.", highlight=False)
+    else:
+        Console().print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
+
+
+def detach(
+    model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
+) -> None:
+    """Take a model's LoRA adapters off (Spark's own copies of them are deleted)."""
+    with Library(load_settings()) as lib:
+        entry, paths = lib.detach_adapters(get_installed(lib, model).id)
+    if not paths:
+        raise typer.BadParameter(f"{entry.id} has no LoRA adapter", param_hint="MODEL")
+    Console().print(f"Took {len(paths)} LoRA adapter(s) off {entry.id}: {', '.join(paths)}", highlight=False)
 
 
 def cp(

@@ -149,6 +149,7 @@ class Engine:
             flash_attention=options.flash_attention,
             embedding=options.embedding,
             mean_pooling=mean_pooling,
+            lora=options.lora,
         )
         # Rejected draft tokens must leave the cache: a recurrent state cannot drop them.
         if options.speculative and not options.embedding and model.can_trim:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 from spark.engine.bindings import bindings_version, lc
 from spark.errors import ModelFileError, RunnerFailed
+from spark.types import LoraAdapter
 from spark.units import format_bytes
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ _GGML_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: loggi
 _EXPECTED = ("llama_init_from_model: model default pooling_type is",)
 # A llama.cpp sampler as the bindings hand it out (typed for checkers only).
 SamplerPointer: TypeAlias = "lc.llama_sampler_p"
+AdapterPointer: TypeAlias = "ctypes._Pointer[ctypes.c_void_p]"  # a llama.cpp LoRA adapter
 _DRY_PROTOTYPES = 8  # DRY samplers kept per model, one per parameter set
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -136,6 +138,7 @@ class Model:
         self.ptr = ptr
         self.vocab = lc.llama_model_get_vocab(ptr)
         self._dry: dict[tuple[object, ...], SamplerPointer] = {}  # DRY prototypes, see dry_sampler
+        self._adapters: dict[str, AdapterPointer] = {}  # LoRA adapters by path, freed with the model
         self._dry_lock = threading.Lock()
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_embd = lc.llama_model_n_embd(ptr)
@@ -294,6 +297,19 @@ class Model:
             clone: SamplerPointer = lc.llama_sampler_clone(proto)
             return clone
 
+    def adapter(self, path: str) -> AdapterPointer:
+        """The LoRA adapter at `path`, loaded once for this model; `ModelFileError` when llama.cpp
+        refuses it (no adapter, or one made for another architecture or shape)."""
+        if (loaded := self._adapters.get(path)) is not None:
+            return loaded
+        _llama_log.clear_errors()
+        ptr = lc.llama_adapter_lora_init(self.ptr, os.fsencode(path))
+        if not ptr:
+            why = _llama_log.recent_errors() or "not a LoRA adapter for this model"
+            raise ModelFileError(f"llama.cpp could not load the LoRA adapter {path}: {why}", param="lora")
+        self._adapters[path] = ptr = cast(AdapterPointer, ptr)
+        return ptr
+
     def close(self) -> None:
         with self._dry_lock:
             for proto in self._dry.values():
@@ -339,11 +355,13 @@ class Context:
         flash_attention: str,
         embedding: bool,
         mean_pooling: bool = False,
+        lora: Sequence[LoraAdapter] = (),
     ) -> None:
         """Create the context; raises `RunnerFailed` when it cannot be created (e.g. out of memory).
 
         `mean_pooling` pools embeddings by mean; otherwise as the model says. `flash_attention`
-        is auto (llama.cpp decides), on or off.
+        is auto (llama.cpp decides), on or off. `lora` adapters apply to every decode, at their scales
+        (`ModelFileError` for one llama.cpp cannot load).
         """
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -367,6 +385,16 @@ class Context:
         self.ptr = ctypes.c_void_p(ptr)
         self._memory = lc.llama_get_memory(ptr)
         self.n_batch: int = lc.llama_n_batch(ptr)
+        if lora:
+            try:
+                handles = (lc.llama_adapter_lora_p_ctypes * len(lora))(*(model.adapter(a.path) for a in lora))
+            except ModelFileError:
+                self.close()
+                raise
+            scales = (ctypes.c_float * len(lora))(*(a.scale for a in lora))
+            if lc.llama_set_adapters_lora(ptr, handles, len(lora), scales) != 0:
+                self.close()
+                raise RunnerFailed("llama.cpp could not apply the LoRA adapters")
 
     def keep(self, seq: int, n: int) -> bool:
         """Cut sequence `seq` to its first `n` positions.

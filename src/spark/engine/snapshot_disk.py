@@ -36,7 +36,7 @@ from typing import BinaryIO
 from spark.engine.native import runtime_version
 from spark.engine.slots import common_prefix
 from spark.engine.snapshots import Snapshot, extends
-from spark.types import LoadOptions
+from spark.types import LoadOptions, LoraAdapter
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,20 @@ _MAX_TOKENS = 1 << 24
 MAX_PENDING_BYTES = 1 << 30
 
 
-def layout_identity(model_path: str, *, kv_type: str, n_ctx_per_slot: int, flash_attention: str, runtime: str) -> str:
+def layout_identity(
+    model_path: str,
+    *,
+    kv_type: str,
+    n_ctx_per_slot: int,
+    flash_attention: str,
+    runtime: str,
+    lora: Sequence[LoraAdapter] = (),
+) -> str:
     """What a KV state depends on besides its tokens, as JSON text.
 
     `runtime` names the llama.cpp build (its state format may change between versions);
-    without flash attention (`flash_attention`: auto, on, off) llama.cpp stores the V cache transposed.
+    without flash attention (`flash_attention`: auto, on, off) llama.cpp stores the V cache transposed;
+    `lora` adapters change every key and value they touch.
     """
     path = Path(model_path).resolve()
     st = path.stat()
@@ -74,6 +83,8 @@ def layout_identity(model_path: str, *, kv_type: str, n_ctx_per_slot: int, flash
     }
     if flash_attention != "auto":  # named only when set, so that snapshots from before the setting still match
         identity["flash_attention"] = flash_attention
+    if lora:  # likewise named only when there are some
+        identity["lora"] = [[str(Path(a.path).resolve()), a.scale] for a in lora]
     return json.dumps(identity, sort_keys=True)
 
 
@@ -389,5 +400,6 @@ def disk_store(options: LoadOptions, n_ctx_per_slot: int) -> DiskSnapshots | Non
         n_ctx_per_slot=n_ctx_per_slot,
         flash_attention=options.flash_attention,
         runtime=runtime_version(),
+        lora=options.lora,
     )
     return DiskSnapshots(Path(options.snapshot_dir), identity, options.snapshot_disk_bytes)

@@ -10,6 +10,7 @@ ever deleted.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import time
@@ -39,7 +40,7 @@ from spark.library.naming import (
 )
 from spark.settings import Settings
 from spark.store import Database, ModelRecord, ModelTable, get_meta, set_meta
-from spark.types import DRAFT_VOCAB_SLACK
+from spark.types import DRAFT_VOCAB_SLACK, LoraAdapter
 
 # meta key set when the user removes the bundled model, so it is not re-added
 _BUNDLED_REMOVED = "library.bundled_removed"
@@ -103,11 +104,9 @@ class Library:
         source_path = _existing_file(path)
         shards = shard_paths(source_path)
         info = read_gguf_info(source_path)
-        if info.is_projector:
-            raise ModelFileError(
-                f"{source_path} is a vision projector (mmproj), not a model; attach it to a model instead",
-                param="path",
-            )
+        if info.is_projector or info.is_adapter:
+            kind = "a vision projector (mmproj)" if info.is_projector else "a LoRA adapter"
+            raise ModelFileError(f"{source_path} is {kind}, not a model; attach it to a model instead", param="path")
         new_id = (
             check_model_id(model_id.strip().lower(), "model_id")
             if model_id
@@ -184,8 +183,8 @@ class Library:
     def sharing(self, model_id: str) -> tuple[str, ...]:
         """The other installed models that use any of this model's files (its copies, its original)."""
         record = self._record(model_id)
-        mine = {p for p in (*record.shards, record.mmproj_path) if p}
-        return tuple(sorted(r.id for r in self.table.all() if r.id != record.id and mine & {*r.shards, r.mmproj_path}))
+        mine = _files(record)
+        return tuple(sorted(r.id for r in self.table.all() if r.id != record.id and mine & _files(r)))
 
     # --- changing -----------------------------------------------------------
     def update_settings(self, model_id: str, settings: ModelSettings) -> ModelEntry:
@@ -227,6 +226,59 @@ class Library:
             self._delete_unused([old])
         return _entry(updated)
 
+    def attach(self, model_id: str, path: str | Path, *, scale: float | None = None, copy: bool = False) -> ModelEntry:
+        """Attach the file at `path` to the model: a LoRA adapter (at `scale`, default 1) with
+        `attach_adapter`, else a vision projector with `attach_projector`."""
+        if read_gguf_info(_existing_file(path)).is_adapter:
+            return self.attach_adapter(model_id, path, scale=1.0 if scale is None else scale, copy=copy)
+        if scale is not None:
+            raise InvalidRequest(f"{path} is no LoRA adapter: a scale applies to LoRA adapters only", param="scale")
+        return self.attach_projector(model_id, path, copy=copy)
+
+    def attach_adapter(self, model_id: str, path: str | Path, *, scale: float = 1.0, copy: bool = False) -> ModelEntry:
+        """Apply the LoRA adapter at `path` to the model's weights at `scale` (after those already
+        attached; the same file again changes its scale). With `copy` the file is copied into the
+        model's folder and owned by Spark. Make a copy of the model first (`copy`) to keep the plain one."""
+        if not math.isfinite(scale) or not -100 <= scale <= 100:
+            raise InvalidRequest(f"scale must be between -100 and 100, not {scale}", param="scale")
+        adapter = _existing_file(path)
+        info = read_gguf_info(adapter)
+        if not info.is_adapter:
+            raise ModelFileError(f"{adapter} is not a LoRA adapter file", param="lora")
+        record = self._record(model_id)
+        architecture = _entry(record).info.architecture
+        if info.architecture != architecture:
+            raise ModelFileError(
+                f"{adapter} is a LoRA adapter for {info.architecture} models, not for {record.id} ({architecture})",
+                param="lora",
+            )
+        if copy:
+            folder = self.owned_dir(record.id)
+            ensure_free_space(self.models_dir, adapter.stat().st_size, f"copying {adapter.name}", ModelFileError)
+            folder.mkdir(parents=True, exist_ok=True)
+            adapter = _copy_into(adapter, folder)
+        with self.db.transaction():
+            record = self._record(model_id)
+            lora = [a for a in record.lora if a["path"] != str(adapter)] + [{"path": str(adapter), "scale": scale}]
+            updated = msgspec.structs.replace(
+                record, lora=lora, size_bytes=record.size_bytes + _added_size(record, adapter)
+            )
+            self.table.update(updated)
+        return _entry(updated)
+
+    def detach_adapters(self, model_id: str) -> tuple[ModelEntry, tuple[str, ...]]:
+        """Take every LoRA adapter off the model; the entry and the files it used. Spark's own copies
+        (in the model's folder) are deleted once no model uses them."""
+        with self.db.transaction():
+            record = self._record(model_id)
+            paths = tuple(a["path"] for a in record.lora)
+            updated = msgspec.structs.replace(
+                record, lora=[], size_bytes=record.size_bytes - sum(_size(Path(p)) for p in paths)
+            )
+            self.table.update(updated)
+        self._delete_unused([Path(p) for p in paths if _is_inside(Path(p), self.owned_dir(record.id))])
+        return _entry(updated), paths
+
     def remove(self, model_id: str) -> None:
         """Forget the model and delete the files Spark owns that no other model uses (a copy's); a
         user's own files are kept. A model that drafts for another is kept (`InvalidRequest`) until
@@ -244,6 +296,7 @@ class Library:
         owned = [Path(shard) for shard in record.shards] if record.owned else []
         if record.mmproj_path and record.mmproj_owned:
             owned.append(Path(record.mmproj_path))
+        owned += [Path(a["path"]) for a in record.lora if _is_inside(Path(a["path"]), self.owned_dir(record.id))]
         self._delete_unused(owned)
         folder = self.owned_dir(record.id)
         shared = any(_is_inside(Path(p), folder) for p in self._used_paths())
@@ -307,7 +360,7 @@ class Library:
 
     def _used_paths(self) -> set[str]:
         """The files the installed models use (copies share their original's)."""
-        return {p for r in self.table.all() for p in (*r.shards, r.mmproj_path) if p}
+        return {p for r in self.table.all() for p in _files(r)}
 
     def _delete_unused(self, paths: Sequence[Path]) -> None:
         """Delete those of Spark's own files `paths` that no installed model uses, and their folder
@@ -377,6 +430,7 @@ def _entry(record: ModelRecord) -> ModelEntry:
         shards=record.shards,
         mmproj_path=record.mmproj_path,
         mmproj_owned=record.mmproj_owned,
+        lora=[LoraAdapter(path=a["path"], scale=a["scale"]) for a in record.lora],
         size_bytes=record.size_bytes,
         info=msgspec.convert(record.info, GGUFInfo),
         settings=msgspec.convert(record.settings, ModelSettings, strict=False),  # JSON keys are text
@@ -384,6 +438,16 @@ def _entry(record: ModelRecord) -> ModelEntry:
         owned=record.owned,
         added_at=record.added_at,
     )
+
+
+def _files(record: ModelRecord) -> set[str]:
+    """Every file `record` uses: its shards, projector and LoRA adapters."""
+    return {p for p in (*record.shards, record.mmproj_path, *(a["path"] for a in record.lora)) if p}
+
+
+def _added_size(record: ModelRecord, adapter: Path) -> int:
+    """What attaching `adapter` adds to the model's size (nothing when it is attached already)."""
+    return 0 if any(a["path"] == str(adapter) for a in record.lora) else adapter.stat().st_size
 
 
 def _existing_file(path: str | Path) -> Path:

@@ -9,7 +9,7 @@ import msgspec
 
 from spark.errors import InvalidRequest
 from spark.library.metadata import GGUFInfo
-from spark.types import FlashAttention, SamplingParams
+from spark.types import FlashAttention, LoraAdapter, SamplingParams
 
 
 class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -40,6 +40,7 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     owned: bool  # the model files live in Spark's models folder and go away with `remove`
     added_at: float  # Unix time
     mmproj_owned: bool = False  # the projector file is Spark's own copy
+    lora: list[LoraAdapter] = []  # LoRA adapters applied to the weights, in order
 
 
 # (field, lowest, highest) for sampling values that have a sensible range

@@ -27,6 +27,7 @@ context parameters `spark.engine` creates: one KV stream per slot
 - Host buffers: the logits (or, for embeddings, per-token embeddings and
   logits) output buffer, the vocabulary (about 320 bytes per token plus 2 MiB
   for the tokenizer) and llama.cpp's fixed cost (4 MiB: backend, thread pool).
+- LoRA adapters: their files' size (llama.cpp reads their tensors into memory).
 - The runner process itself and, when a vision projector is attached, its
   file plus its compute. The projector's compute depends on the image size its
   header declares, which is not read here: a quarter of the file, at least
@@ -226,6 +227,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     host_bytes: int  # output buffer, vocabulary, llama.cpp's fixed cost
     projector_bytes: int = 0  # vision projector weights and compute
     draft_bytes: int = 0  # the draft model: weights, its KV cache and buffers (beside the projector)
+    adapter_bytes: int = 0  # LoRA adapters' weights (beside the projector)
     runtime_bytes: int = RUNNER_BYTES  # the runner process
     gpu_context_bytes: int = GPU_CONTEXT_BYTES  # per GPU in use
     measured_extra_bytes: int = 0  # host memory an earlier run measured beyond the estimate (in host_bytes)
@@ -249,7 +251,12 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def total_bytes(self) -> int:
         """Everything, with the model on the CPU."""
-        return self.weights_bytes + self.kv_bytes + self.buffers_bytes + self.projector_bytes + self.draft_bytes
+        return self.weights_bytes + self.kv_bytes + self.buffers_bytes + self._extras_bytes
+
+    @property
+    def _extras_bytes(self) -> int:
+        """What goes beside the model's first layers: projector, draft model, adapters."""
+        return self.projector_bytes + self.draft_bytes + self.adapter_bytes
 
     def for_layers(self, n_gpu_layers: int) -> tuple[int, int]:
         """(GPU bytes, CPU bytes) with `n_gpu_layers` offloaded to one GPU (-1: all)."""
@@ -303,9 +310,9 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
             gpus[k] += self.compute_bytes + self.gpu_context_bytes
         cpu += self.compute_bytes if not used or None in where else self.host_compute_bytes
         if used:
-            gpus[used[0]] += self.projector_bytes + self.draft_bytes
+            gpus[used[0]] += self._extras_bytes
         else:
-            cpu += self.projector_bytes + self.draft_bytes
+            cpu += self._extras_bytes
         return gpus, cpu
 
     def with_measurement(self, measured_host_bytes: int) -> MemoryEstimate:
@@ -336,6 +343,8 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
             parts.append(f"vision projector {fmt(self.projector_bytes)}")
         if self.draft_bytes:
             parts.append(f"draft model {fmt(self.draft_bytes)}")
+        if self.adapter_bytes:
+            parts.append(f"LoRA adapters {fmt(self.adapter_bytes)}")
         return f"needs {fmt(self.total_bytes)} {name} ({' + '.join(parts)})"
 
 
@@ -433,16 +442,10 @@ def estimate_memory(
 
 
 def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
-    """`estimate_memory` for a runner's `LoadOptions` (reads the projector's file size and the draft
-    model's header)."""
-    mmproj = 0
-    if options.mmproj_path:
-        try:
-            mmproj = Path(options.mmproj_path).stat().st_size
-        except OSError as e:
-            raise InvalidRequest(
-                f"cannot read the vision projector {options.mmproj_path}: {e.strerror or e}", param="mmproj_path"
-            ) from None
+    """`estimate_memory` for a runner's `LoadOptions` (reads the projector's and adapters' file sizes
+    and the draft model's header)."""
+    mmproj = _file_size(options.mmproj_path, "the vision projector", "mmproj_path") if options.mmproj_path else 0
+    adapters = sum(_file_size(a.path, "the LoRA adapter", "lora") for a in options.lora)
     estimate = estimate_memory(
         shape,
         n_ctx=options.n_ctx,
@@ -453,6 +456,8 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
         embedding=options.embedding,
         mmproj_bytes=mmproj,
     )
+    if adapters:
+        estimate = msgspec.structs.replace(estimate, adapter_bytes=adapters)
     if not options.draft_path:
         return estimate
     # the draft model runs in the same process, with a context of the same slots and length
@@ -465,3 +470,10 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
         n_batch=options.n_batch,
     )
     return msgspec.structs.replace(estimate, draft_bytes=draft.total_bytes - draft.runtime_bytes)
+
+
+def _file_size(path: str, what: str, param: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError as e:
+        raise InvalidRequest(f"cannot read {what} {path}: {e.strerror or e}", param=param) from None

@@ -34,6 +34,7 @@ def load_options(entry: ModelEntry, settings: Settings, draft: ModelEntry | None
         flash_attention=flash_attention,
         embedding=entry.info.is_embedding,
         mmproj_path=entry.mmproj_path,
+        lora=entry.lora,
         system_prompt=entry.settings.system_prompt,
         sampling=_default_sampling(entry.settings.sampling, settings),
         snapshot_ram_bytes=settings.snapshot_ram_bytes,

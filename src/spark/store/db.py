@@ -208,6 +208,10 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX chat_completions_owner ON chat_completions (owner, created_at)",
         "CREATE INDEX chat_completions_created_at ON chat_completions (created_at)",
     ),
+    (
+        # LoRA adapters attached to a model, a JSON list of {"path", "scale"} (spark.library)
+        "ALTER TABLE models ADD COLUMN lora TEXT NOT NULL DEFAULT '[]'",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

@@ -19,6 +19,7 @@ _COLUMNS = (
     "shards",
     "mmproj_path",
     "mmproj_owned",
+    "lora",
     "size_bytes",
     "info",
     "settings",
@@ -26,7 +27,7 @@ _COLUMNS = (
     "owned",
     "added_at",
 )
-_JSON_COLUMNS = ("shards", "info", "settings")
+_JSON_COLUMNS = ("shards", "lora", "info", "settings")
 
 
 class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +37,7 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     mmproj_path: str | None
     mmproj_owned: bool
     size_bytes: int
+    lora: list[dict[str, Any]] = []  # LoRA adapters: {"path", "scale"}
     info: dict[str, Any]
     settings: dict[str, Any]
     source: str
@@ -55,6 +57,7 @@ def _from_row(row: sqlite3.Row) -> ModelRecord:
         shards=msgspec.json.decode(row["shards"]),
         mmproj_path=row["mmproj_path"],
         mmproj_owned=bool(row["mmproj_owned"]),
+        lora=msgspec.json.decode(row["lora"]),
         size_bytes=row["size_bytes"],
         info=msgspec.json.decode(row["info"]),
         settings=msgspec.json.decode(row["settings"]),
