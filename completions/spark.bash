@@ -3,7 +3,7 @@
 _spark() {
   local cur="${COMP_WORDS[COMP_CWORD]}" cmd="${COMP_WORDS[1]}" path opts=""
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui" -- "$cur")); return
+    COMPREPLY=($(compgen -W "attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui" -- "$cur")); return
   fi
   path="$cmd"
   case "$cmd" in
@@ -19,8 +19,9 @@ _spark() {
       path="$cmd ${COMP_WORDS[2]}";;
   esac
   case "$path" in
-    "attach") opts="--copy --help";;
+    "attach") opts="--scale --copy --help";;
     "cp") opts="--help";;
+    "detach") opts="--help";;
     "doctor") opts="--json --self-test --no-self-test --help";;
     "keys create") opts="--zero-retention --help";;
     "keys list") opts="--help";;
@@ -50,7 +51,7 @@ _spark() {
     COMPREPLY=($(compgen -W "$opts" -- "$cur")); return
   fi
   case "$path" in
-    "attach"|"rm"|"run"|"show"|"stop") COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;
+    "attach"|"detach"|"rm"|"run"|"show"|"stop") COMPREPLY=($(compgen -W "$(spark ls --quiet 2>/dev/null)" -- "$cur"));;
   esac
 }
 complete -o default -F _spark spark

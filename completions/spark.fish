@@ -2,22 +2,23 @@
 
 complete -c spark -f
 function __spark_models; spark ls --quiet 2>/dev/null; end
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a attach -d 'Attach a vision projector to a model, so that it reads images.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a cp -d 'Copy a model under another id: the same files, settings of its own (another...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a doctor -d 'Check this machine and Sparks setup: build, GPUs, memory, folders, server,...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a ls -d 'List installed models (this machines local library; no server needed).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a nodes -d 'Manage the fleets nodes: other Spark servers this one (the central) routes...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a rm -d 'Remove models from this machines local library, deleting the files Spark...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a show -d 'Show a models metadata, files, projector and settings (from this machines...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp doctor keys log ls nodes ps pull rm run search serve show stop tui' -a tui -d 'Watch and run the server in the terminal: runners, memory, live requests,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a attach -d 'Attach a vision projector (the model reads images) or a LoRA adapter (applied...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a cp -d 'Copy a model under another id: the same files, settings of its own (another...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a detach -d 'Take a models LoRA adapters off (Sparks own copies of them are deleted).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a doctor -d 'Check this machine and Sparks setup: build, GPUs, memory, folders, server,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a ls -d 'List installed models (this machines local library; no server needed).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a nodes -d 'Manage the fleets nodes: other Spark servers this one (the central) routes...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a ps -d 'Show the models the running server has loaded: device, memory, slots, queue,...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a pull -d 'Download a GGUF model from Hugging Face (or add a local file) to the library.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a rm -d 'Remove models from this machines local library, deleting the files Spark...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a run -d 'Run a model: answer PROMPT, or chat interactively.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a search -d 'Search Hugging Face for GGUF models, most downloaded first.'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a serve -d 'Start the API server (OpenAI and Anthropic APIs under /v1).'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a show -d 'Show a models metadata, files, projector and settings (from this machines...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a stop -d 'Unload MODEL from the running server now (requests still running on it end...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a tui -d 'Watch and run the server in the terminal: runners, memory, live requests,...'
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a create
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a list
 complete -c spark -n '__fish_seen_subcommand_from keys; and not __fish_seen_subcommand_from create list rename revoke' -a rename
@@ -28,10 +29,13 @@ complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_sub
 complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a pull
 complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a rm
 complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a undrain
-complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy the projector into Sparks models folder instead of using it in place.'
+complete -c spark -n '__fish_seen_subcommand_from attach' -l scale -r -d 'How strongly a LoRA adapter applies.  [default: 1.0]'
+complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy the file into Sparks models folder instead of using it in place.'
 complete -c spark -n '__fish_seen_subcommand_from attach' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from attach' -a '(__spark_models)'
 complete -c spark -n '__fish_seen_subcommand_from cp' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from detach' -l help -d 'Show help and exit'
+complete -c spark -n '__fish_seen_subcommand_from detach' -a '(__spark_models)'
 complete -c spark -n '__fish_seen_subcommand_from doctor' -l json -d 'Print the findings as JSON (for bug reports).'
 complete -c spark -n '__fish_seen_subcommand_from doctor' -l self-test -d 'Load a model and generate a few tokens (about 2 s).'
 complete -c spark -n '__fish_seen_subcommand_from doctor' -l no-self-test -d 'Load a model and generate a few tokens (about 2 s).'

@@ -422,7 +422,7 @@ class EmbeddingResult(msgspec.Struct, frozen=True):
 DRAFT_VOCAB_SLACK = 128
 
 
-class LoraAdapter(msgspec.Struct, frozen=True, omit_defaults=True):
+class LoraAdapter(msgspec.Struct, frozen=True):
     """A LoRA adapter (llama.cpp's GGUF adapter file) applied to a model's weights, at `scale`."""
 
     path: str

@@ -19,7 +19,7 @@ CHAT = [{"role": "user", "content": "hello"}]
 
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_mmproj: Path
+    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, tiny_mmproj: Path, tiny_lora: Path
 ) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     home = tmp_path_factory.mktemp("library-home")
     settings = server_settings(home, SPARK_ADMIN_PASSWORD=PASSWORD)
@@ -33,7 +33,9 @@ def served(
             "spare": lib.add_local(dotted, model_id="spare", copy=True).id,
             "tuned": lib.add_local(tiny_llama, model_id="tuned").id,
             "guarded": lib.add_local(tiny_llama, model_id="guarded").id,
+            "adapted": lib.add_local(tiny_llama, model_id="adapted").id,
         }
+        lib.attach("adapted", tiny_lora)
     with live_server(settings) as live:
         yield live, models
 
@@ -73,6 +75,37 @@ def test_list_shows_every_installed_model_and_which_are_loaded(live: LiveServer,
     assert listed["tiny-vision"]["vision"] is True and listed["tiny-vision"]["mmproj_path"].endswith("mmproj-mlp.gguf")
     assert chat_model["vision"] is False and chat_model["embedding"] is False
     assert models["dotted"] == "qwen2.5-tiny.q8_0"  # dots kept in ids
+
+
+def greedy(live: LiveServer, model: str) -> str:
+    body = {"model": model, "prompt": "Hello there", "max_tokens": 8, "temperature": 0}
+    response = live.http().post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    return str(response.json()["choices"][0]["text"])
+
+
+def test_a_model_with_a_lora_adapter_answers_with_it(live: LiveServer, models: dict[str, str], tiny_lora: Path) -> None:
+    """The adapter reaches the runner: the adapted model answers otherwise than the plain one, the
+    admin API shows it with its memory, and one attached while the model is loaded (by the CLI, on
+    the same library) applies from the next request, which loads the model again."""
+    plain, adapted = greedy(live, models["chat"]), greedy(live, models["adapted"])
+    assert adapted != plain
+    listed = {m["id"]: m for m in admin(live).get("/api/models").json()}
+    assert listed["adapted"]["lora"] == [{"path": str(tiny_lora), "scale": 1.0}]
+    assert listed[models["chat"]]["lora"] == []
+    shown = admin(live).get("/api/models/adapted").json()
+    assert shown["model"]["lora"] == [{"path": str(tiny_lora), "scale": 1.0}]
+    assert shown["memory"]["adapter_bytes"] == tiny_lora.stat().st_size
+    assert "LoRA adapters" in shown["memory"]["arithmetic"]
+
+    with Library(live.settings) as lib:
+        lib.attach("guarded", tiny_lora)
+    try:
+        assert greedy(live, "guarded") == adapted
+    finally:
+        with Library(live.settings) as lib:
+            lib.detach_adapters("guarded")
+    assert greedy(live, "guarded") == plain
 
 
 def test_show_has_files_settings_and_where_it_would_go(live: LiveServer, models: dict[str, str]) -> None:

@@ -206,6 +206,7 @@ MODELS = [
         "quantization": "Q4_1",
         "size_bytes": 94 * MiB,
         "context_length": 8192,
+        "lora": [{"path": "/home/me/adapters/smollm2-sql.gguf", "scale": 1.0}],
         "loaded": True,
     },
     {

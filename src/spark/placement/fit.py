@@ -34,6 +34,7 @@ class Fit(msgspec.Struct, frozen=True, kw_only=True):
     buffers_bytes: int
     projector_bytes: int = 0
     draft_bytes: int = 0  # the draft model, its cache and buffers
+    adapter_bytes: int = 0  # LoRA adapters
     device_bytes: dict[str, int] = {}  # what it would take on each device
     arithmetic: str  # `needs 1.1 GiB (weights ...); cpu, 1.1 GiB of 12.0 GiB free`, or the refusal
 
@@ -82,6 +83,7 @@ def _fit(
         buffers_bytes=estimate.buffers_bytes,
         projector_bytes=estimate.projector_bytes,
         draft_bytes=estimate.draft_bytes,
+        adapter_bytes=estimate.adapter_bytes,
         device_bytes=device_bytes or {},
         arithmetic=arithmetic,
     )

@@ -111,6 +111,13 @@ class Memory(msgspec.Struct, frozen=True):
     devices: list[Device] = []
 
 
+class Adapter(msgspec.Struct, frozen=True, kw_only=True):
+    """A LoRA adapter applied to a model."""
+
+    path: str
+    scale: float = 1.0
+
+
 class Model(msgspec.Struct, frozen=True, kw_only=True):
     """`GET /api/models`: one installed model."""
 
@@ -123,6 +130,7 @@ class Model(msgspec.Struct, frozen=True, kw_only=True):
     embedding: bool = False
     rerank: bool = False
     vision: bool = False
+    lora: list[Adapter] = []
     loaded: bool = False
     source: str = ""
 

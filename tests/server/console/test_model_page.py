@@ -116,3 +116,18 @@ def test_removing_a_model_that_is_gone_says_so(console: LiveServer) -> None:
 def test_screenshots_of_a_model_page_with_its_forms(browser: Any, console: LiveServer) -> None:
     for shot in screenshot(browser, console, "/models/tiny-chat", "model-tiny"):
         assert shot.stat().st_size > 5_000
+
+
+def test_a_models_lora_adapters_are_listed_with_their_memory(
+    browser: Any, page: Any, console: LiveServer, tiny_llama: Path, tiny_lora: Path
+) -> None:
+    with Library(console.settings) as library:
+        library.add_local(tiny_llama, model_id="tiny-tuned")
+        library.attach("tiny-tuned", tiny_lora, scale=0.75)
+    sign_in(page, console, "/models/tiny-tuned")
+    files = page.locator("section", has=page.get_by_role("heading", name="Files")).inner_text()
+    assert f"{tiny_lora} (LoRA adapter, scale 0.75)" in files
+    memory = page.locator("section", has=page.get_by_role("heading", name="Memory on this machine")).inner_text()
+    assert "LoRA adapters" in memory
+    for shot in screenshot(browser, console, "/models/tiny-tuned", "model-lora"):
+        assert shot.stat().st_size > 5_000

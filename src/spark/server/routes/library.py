@@ -30,7 +30,7 @@ from spark.server.responses import json_response
 from spark.server.routes.hub import HUB_ROUTES
 from spark.server.routes.pulls import PULL_ROUTES
 from spark.server.state import ServerState, state_of
-from spark.types import FlashAttention, SamplingParams
+from spark.types import FlashAttention, LoraAdapter, SamplingParams
 from spark.units import parse_duration
 
 _encode = msgspec.json.Encoder().encode
@@ -43,12 +43,13 @@ class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
     architecture: str
     parameters: int
     quantization: str
-    size_bytes: int  # model files plus projector
+    size_bytes: int  # model files plus projector and LoRA adapters
     context_length: int  # training context (0: the file does not say)
     embedding: bool
     rerank: bool  # an embedding model that scores query-document pairs (POST /v1/rerank)
     vision: bool  # a projector is attached
     mmproj_path: str | None
+    lora: list[LoraAdapter]  # adapters applied to its weights, in order
     loaded: bool
     source: str
     owned: bool  # its files are Spark's own and go with it
@@ -111,6 +112,7 @@ def _summary(entry: ModelEntry, loaded: set[str]) -> ModelSummary:
         rerank=info.is_reranker,
         vision=entry.mmproj_path is not None,
         mmproj_path=entry.mmproj_path,
+        lora=entry.lora,
         loaded=entry.id in loaded,
         source=entry.source,
         owned=entry.owned,

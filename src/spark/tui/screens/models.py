@@ -142,6 +142,7 @@ class ModelsView(View):
 
 def _model_cells(m: wire.Model) -> list[str | Text]:
     kind = "rerank" if m.rerank else "embed" if m.embedding else "vision" if m.vision else m.architecture
+    kind += "+lora" if m.lora else ""
     return [
         m.id,
         kind,
