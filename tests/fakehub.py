@@ -274,6 +274,7 @@ def hub_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         "f16": tiny_gguf.write_tiny_llama(out / "f16.gguf", weight_type="f16"),
         "tools": tiny_gguf.write_tiny_llama(out / "tools.gguf", template="tools", weight_type="q8_0"),
         "mmproj": tiny_gguf.write_tiny_mmproj(out / "mmproj.gguf"),
+        "lora": tiny_gguf.write_tiny_lora(out / "lora.gguf"),
     }
     data = {k: p.read_bytes() for k, p in files.items()}
     for i, shard in enumerate(tiny_gguf.write_tiny_llama_split(out / "split.gguf", weight_type="q8_0"), 1):
@@ -326,6 +327,7 @@ def standard_repos(hub: FakeHub, files: dict[str, bytes]) -> None:
         downloads=10_000,
     )
     hub.add_repo("tiny/Broken-GGUF", {"Broken-Q4_K_M.gguf": files["truncated"]}, downloads=1)
+    hub.add_repo("tiny/TinyLlama-SQL-LoRA-GGUF", {"TinyLlama-SQL-LoRA-F32.gguf": files["lora"]}, downloads=1)
     hub.add_repo("private/Secret-GGUF", {"Secret-Q4_0.gguf": files["q8_0"]}, token="hf_secret")
 
 

@@ -197,6 +197,13 @@ def test_broken_file_on_the_hub_is_not_registered(lib: Library) -> None:
     assert _files(lib, "broken-q4_k_m") == []
 
 
+def test_a_lora_adapter_on_the_hub_is_not_registered_as_a_model(lib: Library) -> None:
+    with pytest.raises(DownloadError, match="is a LoRA adapter, not a model: .*spark attach MODEL FILE"):
+        pull(lib, "tiny/TinyLlama-SQL-LoRA-GGUF")
+    assert not lib.exists("tinyllama-sql-lora-f32")
+    assert _files(lib, "tinyllama-sql-lora-f32") == []
+
+
 def test_id_taken_by_another_model(lib: Library, tmp_path: Path, hub_files: dict[str, bytes]) -> None:
     local = tmp_path / "TinyLlama-Q8_0.gguf"
     local.write_bytes(hub_files["q8_0"])

@@ -244,12 +244,21 @@ def _download_and_register(
                 os.replace(part_path(dest), dest)
 
         shards = dests[: len(plan.files)]
+        problem = None
         try:
             info = read_gguf_info(shards[0])
         except ModelFileError as e:
+            problem = f"the downloaded file is not a usable model: {e.message}"
+        else:
+            if info.is_adapter:
+                problem = (
+                    f"{plan.files[0].path} is a LoRA adapter, not a model: download it and attach it to its "
+                    "model with `spark attach MODEL FILE`"
+                )
+        if problem is not None:
             for d in dests:
                 d.unlink(missing_ok=True)
-            raise DownloadError(f"the downloaded file is not a usable model: {e.message}") from None
+            raise DownloadError(problem)
         mmproj = dests[-1] if plan.mmproj else None
         if mmproj is not None and not _is_projector(mmproj):
             mmproj.unlink(missing_ok=True)  # a file named like a projector that is none: leave it out
