@@ -660,10 +660,12 @@ def write_tiny_lora(
     rank: int = 4,
     architecture: str = "llama",
     name: str = "tiny-lora-random",
+    token_embd: int = 0,
 ) -> Path:
     """Write a random LoRA adapter (llama.cpp's GGUF adapter format) for `write_tiny_llama`'s model
-    of the same shape: low-rank deltas on every layer's attention query and output. Its deltas are
-    large enough to change what the model answers."""
+    of the same shape: low-rank deltas on every layer's attention query and output, and with
+    `token_embd` (the vocabulary's size) on the token embeddings. Its deltas are large enough to
+    change what the model answers."""
     path = Path(path)
     rng = np.random.default_rng(seed + 3)
     head_dim = n_embd // n_head
@@ -677,5 +679,8 @@ def write_tiny_lora(
             # ggml's shapes: A is (n_in, rank), B is (rank, n_out); numpy's are reversed
             w.add_tensor(f"blk.{i}.{part}.weight.lora_a", (rng.standard_normal((rank, n_in)) * 0.5).astype(np.float32))
             w.add_tensor(f"blk.{i}.{part}.weight.lora_b", (rng.standard_normal((n_out, rank)) * 0.5).astype(np.float32))
+    if token_embd:  # llama.cpp takes this pair flipped: A is (rank, n_vocab), B (rank, n_embd)
+        w.add_tensor("token_embd.weight.lora_a", (rng.standard_normal((token_embd, rank)) * 0.5).astype(np.float32))
+        w.add_tensor("token_embd.weight.lora_b", (rng.standard_normal((n_embd, rank)) * 0.5).astype(np.float32))
     _finish(w)
     return path

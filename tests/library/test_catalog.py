@@ -267,6 +267,15 @@ def test_lora_adapters_are_checked(
     other = tiny_gguf.write_tiny_lora(tmp_path / "qwen-lora.gguf", architecture="qwen2")
     with pytest.raises(ModelFileError, match="for qwen2 models, not for tiny-llama-chatml") as e:
         lib.attach("tiny-llama-chatml", other)
+    wide = tiny_gguf.write_tiny_lora(tmp_path / "wide-lora.gguf", n_embd=128)
+    with pytest.raises(
+        ModelFileError,
+        match="does not fit tiny-llama-chatml: its blk.0.attn_q.weight is made for a weight of another shape",
+    ):
+        lib.attach("tiny-llama-chatml", wide)
+    deep = tiny_gguf.write_tiny_lora(tmp_path / "deep-lora.gguf", n_layer=3)
+    with pytest.raises(ModelFileError, match="the model has no tensor blk.2.attn_q.weight"):
+        lib.attach("tiny-llama-chatml", deep)
     for scale in (float("nan"), 1000.0):
         with pytest.raises(InvalidRequest, match="scale must be between") as e:
             lib.attach("tiny-llama-chatml", tiny_lora, scale=scale)

@@ -12,7 +12,7 @@ import pytest
 
 import tiny_gguf
 from spark.errors import ModelFileError
-from spark.library.metadata import read_gguf_info, read_remote_gguf_info
+from spark.library.metadata import adapter_mismatch, read_gguf_info, read_remote_gguf_info
 
 
 def test_tiny_llama(tiny_llama: Path) -> None:
@@ -196,3 +196,23 @@ def test_remote_file_that_is_no_gguf_is_refused(tiny_llama: Path) -> None:
     short = tiny_llama.read_bytes()[:100]
     with pytest.raises(ModelFileError, match="header is longer than 100 bytes"):
         read_remote_gguf_info(lambda n: short[:n], "cut.gguf", 1_000_000, first_read=64)
+
+
+def test_adapter_mismatch_finds_what_llama_cpp_would_refuse(tiny_llama: Path, tmp_path: Path) -> None:
+    """The shapes llama.cpp checks when it loads an adapter (`llama_adapter_lora_init`), from the
+    headers: A (n_in, rank) and B (rank, n_out), flipped for the token embeddings."""
+    fits = tiny_gguf.write_tiny_lora(tmp_path / "fits.gguf", token_embd=512)
+    assert read_gguf_info(fits).is_adapter and adapter_mismatch(fits, tiny_llama) is None
+    cases = {
+        "wide": ({"n_embd": 128}, "its blk.0.attn_q.weight is made for a weight of another shape"),
+        "deep": ({"n_layer": 3}, "the model has no tensor blk.2.attn_q.weight"),
+        "vocab": ({"token_embd": 513}, "its token_embd.weight is made for a weight of another shape"),
+    }
+    for name, (shape, why) in cases.items():
+        assert adapter_mismatch(tiny_gguf.write_tiny_lora(tmp_path / f"{name}.gguf", **shape), tiny_llama) == why
+    half = gguf.GGUFWriter(str(tmp_path / "half.gguf"), "llama")
+    half.add_type(gguf.GGUFType.ADAPTER)
+    half.add_tensor("blk.0.attn_q.weight.lora_a", np.zeros((4, 64), dtype=np.float32))
+    tiny_gguf._finish(half)
+    assert adapter_mismatch(tmp_path / "half.gguf", tiny_llama) == "its blk.0.attn_q.weight lacks lora_a or lora_b"
+    assert not read_gguf_info(tiny_llama).is_adapter

@@ -30,7 +30,7 @@ from spark.library.bundled import (
 )
 from spark.library.disk import ensure_free_space
 from spark.library.entry import ModelEntry, ModelSettings, check_model_settings
-from spark.library.metadata import GGUFInfo, read_gguf_info
+from spark.library.metadata import GGUFInfo, adapter_mismatch, read_gguf_info
 from spark.library.naming import (
     MODEL_ID_RE,
     check_model_id,
@@ -252,6 +252,8 @@ class Library:
                 f"{adapter} is a LoRA adapter for {info.architecture} models, not for {record.id} ({architecture})",
                 param="lora",
             )
+        if (why := adapter_mismatch(adapter, record.path)) is not None:
+            raise ModelFileError(f"{adapter} does not fit {record.id}: {why} (made for another model?)", param="lora")
         if copy:
             folder = self.owned_dir(record.id)
             ensure_free_space(self.models_dir, adapter.stat().st_size, f"copying {adapter.name}", ModelFileError)

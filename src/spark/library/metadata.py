@@ -10,6 +10,7 @@ and every bounds problem is reported as a `ModelFileError`.
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import struct
@@ -89,7 +90,7 @@ class GGUFInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Tensor(msgspec.Struct, frozen=True):
     name: str
-    n_dims: int
+    shape: tuple[int, ...]  # ggml's order: ne0 (a row's length) first
     n_elements: int
     type_id: int
     offset: int  # from the start of the data section
@@ -236,10 +237,8 @@ def _parse(buf: bytes | mmap.mmap, path: str | Path, size: int) -> _Header:
         n_dims = cur.unpack("I")
         if n_dims > 8:
             raise ModelFileError(f"{path} is corrupt: tensor {name} has {n_dims} dimensions")
-        n_elements = 1
-        for _ in range(n_dims):
-            n_elements *= cur.unpack("Q")
-        tensors.append(_Tensor(name, n_dims, n_elements, cur.unpack("I"), cur.unpack("Q")))
+        shape = tuple(cur.unpack("Q") for _ in range(n_dims))
+        tensors.append(_Tensor(name, shape, math.prod(shape), cur.unpack("I"), cur.unpack("Q")))
 
     alignment = fields.get("general.alignment", ggml.DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0:
@@ -326,6 +325,33 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
     return _info([_read_header(p) for p in shards], path)
 
 
+def adapter_mismatch(adapter: str | Path, model: str | Path) -> str | None:
+    """Why the LoRA adapter at `adapter` cannot apply to the model at `model` (a tensor the model
+    lacks or holds in another size, as llama.cpp finds when it loads them), from the headers alone;
+    None when it fits."""
+    base = {t.name: t.shape for p in shard_paths(Path(model)) for t in _read_header(p).tensors}
+    pairs: dict[str, dict[str, tuple[int, ...]]] = {}
+    for t in _read_header(Path(adapter)).tensors:
+        name, _, part = t.name.rpartition(".")
+        if part in ("lora_a", "lora_b"):
+            pairs.setdefault(name, {})[part] = (*t.shape, 1, 1)
+    for name, parts in pairs.items():
+        if name not in base:
+            return f"the model has no tensor {name}"
+        if len(parts) < 2:
+            return f"its {name} lacks lora_a or lora_b"
+        a, b, (n_in, n_out, *_) = parts["lora_a"], parts["lora_b"], (*base[name], 1)
+        # ggml's shapes, as llama.cpp checks them: A is (n_in, rank) and B (rank, n_out), except for
+        # the token embeddings, whose pair is flipped
+        if name == "token_embd.weight":
+            fits = (b[1], a[1]) == (n_in, n_out)
+        else:
+            fits = (a[0], b[1]) == (n_in, n_out) and a[1] == b[0]
+        if not fits:
+            return f"its {name} is made for a weight of another shape"
+    return None
+
+
 def read_remote_gguf_info(
     read_start: Callable[[int], bytes], name: str, size: int, *, first_read: int = FIRST_REMOTE_READ
 ) -> GGUFInfo:
@@ -372,7 +398,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
             nbytes = _tensor_bytes(t, header)
             params += t.n_elements
             total += nbytes
-            if t.n_dims >= 2:
+            if len(t.shape) >= 2:
                 weights[_type_name(t.type_id)] += nbytes
             if t.name.startswith("token_embd."):
                 embedding += nbytes
