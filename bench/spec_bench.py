@@ -6,7 +6,7 @@
                                [--quantize q4_0|q8_0|f16] [--predict]
                                [--llama-server /tmp/llama-peer/build/bin/llama-server]
 
-Three workloads, one streamed greedy chat completion each:
+Three workloads, one streamed greedy chat completion each (the same system prompt and no DRY for every server):
   code   rewrite a given ~300-token code block with one change (copies most of its prompt)
   quote  answer by quoting a given paragraph (copies a part of its prompt)
   chat   free chat (copies nothing: speculation must not cost)
@@ -57,6 +57,10 @@ import httpx
 
 LLAMA_SERVER = Path("/tmp/llama-peer/build/bin/llama-server")
 CONTEXT = 4096
+# Every server answers with this system prompt (the bundled model's) and greedy sampling without DRY:
+# the bundled model's own DRY would penalise the very copying these workloads measure, and Spark's
+# defaults are not llama-server's, so each gets the same request.
+SYSTEM = "You are a helpful assistant. Keep your answers short and to the point. Answer in English."
 
 CODE = '''def parse_config(path):
     """Read a key=value configuration file into a dict."""
@@ -202,9 +206,10 @@ class Server:
             max_tokens = 4
         body = {
             "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
             "max_tokens": max_tokens,
             "temperature": 0,
+            "dry_multiplier": 0,
             "stream": True,
             "stream_options": {"include_usage": True},
         }

@@ -28,12 +28,11 @@ import statistics
 import time
 from pathlib import Path
 
-from spec_bench import WORKLOADS, smollm2
+from spec_bench import SYSTEM, WORKLOADS, smollm2
 
 from spark.engine import Engine
 from spark.engine.native import Batch, Context, Model
 from spark.engine.speculative import MAX_DRAFT, DecodeCosts, NgramDrafter
-from spark.library.bundled import BUNDLED_SETTINGS
 from spark.types import ChatRequest, Done, Event, Failed, LoadOptions, Message, SamplingParams, TextDelta
 
 SIZES = range(1, MAX_DRAFT + 2)
@@ -141,7 +140,7 @@ def main() -> None:
         n_threads=args.threads,
         speculative=False,
         flash_attention=args.flash_attention,
-        system_prompt=None if args.model else BUNDLED_SETTINGS.system_prompt,
+        system_prompt=SYSTEM,  # and greedy without DRY, as spec_bench asks every server
     )
     workloads = args.only.split(",")
     with Engine(options) as engine:
