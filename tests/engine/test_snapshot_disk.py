@@ -137,6 +137,23 @@ def test_another_layout_never_restores(folder: Path, tmp_path: Path, change: str
     assert len({f.parent for f in files(folder)}) == 2  # each layout its own folder
 
 
+def test_a_conversation_of_a_model_with_a_lora_adapter_restores_until_the_adapter_changes(
+    folder: Path, tmp_path: Path
+) -> None:
+    model = tiny_gguf.write_tiny_llama(tmp_path / "model.gguf", n_head=2)
+    adapter = tiny_gguf.write_tiny_lora(tmp_path / "lora.gguf", n_head=2)
+    lora = [LoraAdapter(path=str(adapter))]
+    n_a = leave_a_on_disk(model, folder, lora=lora)
+    with Engine(options(model, folder, lora=lora)) as e:
+        c = run(e, complete(P_C, 12), "c")
+    assert slot_info(c).cache == "disk" and slot_info(c).cached_tokens == n_a
+    st = adapter.stat()
+    os.utime(adapter, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # another adapter in its place
+    with Engine(options(model, folder, lora=lora)) as e:
+        again = run(e, complete(P_C, 12), "again")
+    assert slot_info(again).cache == "none"
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garble"])
 def test_a_corrupt_snapshot_is_ignored_and_removed(tiny_llama: Path, folder: Path, cold_c: str, damage: str) -> None:
     leave_a_on_disk(tiny_llama, folder)

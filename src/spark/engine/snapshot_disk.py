@@ -71,21 +71,27 @@ def layout_identity(
     `lora` adapters change every key and value they touch.
     """
     path = Path(model_path).resolve()
-    st = path.stat()
+    size, mtime_ns = _file_version(path)
     identity: dict[str, object] = {
         "format": FORMAT_VERSION,
         "runtime": runtime,
         "model": str(path),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
+        "size": size,
+        "mtime_ns": mtime_ns,
         "kv_type": kv_type,
         "n_ctx_per_slot": n_ctx_per_slot,
     }
     if flash_attention != "auto":  # named only when set, so that snapshots from before the setting still match
         identity["flash_attention"] = flash_attention
-    if lora:  # likewise named only when there are some
-        identity["lora"] = [[str(Path(a.path).resolve()), a.scale] for a in lora]
+    if lora:  # likewise named only when there are some, each as the model file is
+        identity["lora"] = [[str(Path(a.path).resolve()), a.scale, *_file_version(a.path)] for a in lora]
     return json.dumps(identity, sort_keys=True)
+
+
+def _file_version(path: str | Path) -> tuple[int, int]:
+    """A file's size and modification time: another file written in its place differs."""
+    st = Path(path).stat()
+    return st.st_size, st.st_mtime_ns
 
 
 @dataclass(slots=True, eq=False)
