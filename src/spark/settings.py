@@ -178,9 +178,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         FlashAttention,
         _doc(
             "Flash attention (llama.cpp's kernel): auto (llama.cpp decides: on for the CPU and CUDA, as "
-            "llama-server), on or off. On the CPU, off decodes faster once a conversation holds more than a "
-            "few hundred tokens and verifies speculative drafts for much less, for a larger compute buffer "
-            "(the attention scores) and slightly different numerics. A quantized KV cache needs it. "
+            "llama-server), on or off. On the CPU which is faster depends on the processor: off may decode "
+            "and verify speculative drafts faster deep in a conversation (thousands of tokens) and read "
+            "prompts slower, for a larger compute buffer (the attention scores) and slightly different "
+            "numerics; try both on your own work. A quantized KV cache needs it on. "
             "A model's own setting overrides it (models loaded from then on)."
         ),
     ] = "auto"
