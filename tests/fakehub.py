@@ -275,6 +275,7 @@ def hub_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         "tools": tiny_gguf.write_tiny_llama(out / "tools.gguf", template="tools", weight_type="q8_0"),
         "mmproj": tiny_gguf.write_tiny_mmproj(out / "mmproj.gguf"),
         "lora": tiny_gguf.write_tiny_lora(out / "lora.gguf"),
+        "lora_wide": tiny_gguf.write_tiny_lora(out / "lora-wide.gguf", n_embd=128),
     }
     data = {k: p.read_bytes() for k, p in files.items()}
     for i, shard in enumerate(tiny_gguf.write_tiny_llama_split(out / "split.gguf", weight_type="q8_0"), 1):
@@ -328,6 +329,7 @@ def standard_repos(hub: FakeHub, files: dict[str, bytes]) -> None:
     )
     hub.add_repo("tiny/Broken-GGUF", {"Broken-Q4_K_M.gguf": files["truncated"]}, downloads=1)
     hub.add_repo("tiny/TinyLlama-SQL-LoRA-GGUF", {"TinyLlama-SQL-LoRA-F32.gguf": files["lora"]}, downloads=1)
+    hub.add_repo("tiny/Wide-LoRA-GGUF", {"Wide-LoRA-F32.gguf": files["lora_wide"]}, downloads=1)
     hub.add_repo("private/Secret-GGUF", {"Secret-Q4_0.gguf": files["q8_0"]}, token="hf_secret")
 
 

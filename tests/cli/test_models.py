@@ -240,6 +240,18 @@ def test_attach_and_detach_a_lora_adapter(tiny_llama: Path, tiny_lora: Path, tin
     assert again.exit_code != 0 and "has no LoRA adapter" in again.output
 
 
+def test_attach_a_lora_adapter_from_the_hub(fake_hub: FakeHub, tiny_llama: Path) -> None:
+    model = Library(load_settings()).add_local(tiny_llama).id
+    attached = spark("attach", model, "tiny/TinyLlama-SQL-LoRA-GGUF", "--scale", "0.25")
+    assert attached.exit_code == 0, attached.output
+    assert "pulling tiny/TinyLlama-SQL-LoRA-GGUF/TinyLlama-SQL-LoRA-F32.gguf" in attached.output
+    assert "Attached LoRA adapter" in attached.output and "at scale 0.25" in attached.output
+    (adapter,) = Library(load_settings()).get(model).lora
+    assert Path(adapter.path).name == "TinyLlama-SQL-LoRA-F32.gguf" and Path(adapter.path).is_file()
+    a_model = spark("attach", model, "tiny/TinyLlama-GGUF:Q8_0")
+    assert isinstance(a_model.exception, DownloadError) and "not a LoRA adapter" in str(a_model.exception)
+
+
 def test_pulling_an_embedding_model_or_a_reranker_says_how_to_use_it(tmp_path: Path, tiny_bert: Path) -> None:
     assert "Use it with POST /v1/embeddings." in spark("pull", str(tiny_bert)).output
     reranker = tiny_gguf.write_tiny_bert(tmp_path / "tiny-rerank.gguf", pooling=gguf.PoolingType.RANK)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fakehub import FakeHub
-from spark.errors import DownloadError, InvalidRequest
-from spark.library import DownloadProgress, Hub, Library, PullPlan, pull
+from spark.errors import DownloadError, InvalidRequest, ModelFileError
+from spark.library import DownloadProgress, Hub, Library, PullPlan, pull, pull_adapter
 from spark.settings import load_settings
 
 
@@ -202,6 +202,33 @@ def test_a_lora_adapter_on_the_hub_is_not_registered_as_a_model(lib: Library) ->
         pull(lib, "tiny/TinyLlama-SQL-LoRA-GGUF")
     assert not lib.exists("tinyllama-sql-lora-f32")
     assert _files(lib, "tinyllama-sql-lora-f32") == []
+
+
+def test_a_lora_adapter_on_the_hub_is_downloaded_into_the_models_folder_and_attached(
+    lib: Library, fake_hub: FakeHub, tiny_lora: Path
+) -> None:
+    model = pull(lib, "tiny/TinyLlama-GGUF:Q8_0").entry.id
+    plans: list[PullPlan] = []
+    entry = pull_adapter(lib, model, "tiny/TinyLlama-SQL-LoRA-GGUF", scale=0.5, on_plan=plans.append)
+    (adapter,) = entry.lora
+    assert Path(adapter.path) == lib.owned_dir(model) / "TinyLlama-SQL-LoRA-F32.gguf" and adapter.scale == 0.5
+    assert [f.path for f in plans[0].files] == ["TinyLlama-SQL-LoRA-F32.gguf"]
+    lib.detach_adapters(model)
+    assert not Path(adapter.path).exists()
+    # a local file is attached where it is, as `Library.attach_adapter` does
+    assert pull_adapter(lib, model, str(tiny_lora)).lora[0].path == str(tiny_lora)
+
+
+def test_a_model_or_an_adapter_for_another_model_is_not_attached_from_the_hub(lib: Library, fake_hub: FakeHub) -> None:
+    model = pull(lib, "tiny/TinyLlama-GGUF:Q8_0").entry.id
+    before = _files(lib, model)
+    with pytest.raises(DownloadError, match="TinyLlama-F16.gguf is not a LoRA adapter"):
+        pull_adapter(lib, model, "tiny/TinyLlama-GGUF:F16")
+    (read,) = fake_hub.file_requests("TinyLlama-F16.gguf")  # its header only
+    assert "bytes=0-" in {k.lower(): v for k, v in read.items()}.get("range", "")
+    with pytest.raises(ModelFileError, match="does not fit"):
+        pull_adapter(lib, model, "tiny/Wide-LoRA-GGUF")  # downloaded, checked, refused
+    assert _files(lib, model) == before and lib.get(model).lora == []
 
 
 def test_id_taken_by_another_model(lib: Library, tmp_path: Path, hub_files: dict[str, bytes]) -> None:

@@ -23,9 +23,10 @@ from rich.progress import (
 from rich.table import Table
 
 from spark.errors import DownloadError, ModelNotFound, SparkError
-from spark.library import DownloadProgress, Hub, HubSpec, Library, ModelEntry, PullPlan, parse_pull_spec
+from spark.library import DownloadProgress, Hub, HubSpec, Library, ModelEntry, PullPlan, parse_pull_spec, pull_adapter
 from spark.library import pull as pull_model
 from spark.library.jobs import FINISHED_STATES, PullJob
+from spark.library.metadata import read_gguf_info
 from spark.settings import load_settings
 from spark.units import format_bytes
 
@@ -338,26 +339,46 @@ def show(
 def attach(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
     file: Annotated[
-        Path, typer.Argument(help="A vision projector (mmproj-*.gguf) or a LoRA adapter (GGUF).", show_default=False)
+        str,
+        typer.Argument(
+            help="A vision projector (mmproj-*.gguf) or a LoRA adapter: a local GGUF file, or one on "
+            "Hugging Face (org/repo, org/repo:QUANT, org/repo/file.gguf).",
+            show_default=False,
+        ),
     ],
     scale: Annotated[
         float | None, typer.Option("--scale", help="How strongly a LoRA adapter applies.  [default: 1.0]")
     ] = None,
     copy: Annotated[
         bool,
-        typer.Option("--copy", help="Copy the file into Spark's models folder instead of using it in place."),
+        typer.Option("--copy", help="Copy a local file into Spark's models folder instead of using it in place."),
     ] = False,
 ) -> None:
     """Attach a vision projector (the model reads images) or a LoRA adapter (applied to its weights;
     `spark cp` the model first to keep the plain one)."""
-    with Library(load_settings()) as lib:
-        entry = lib.attach(get_installed(lib, model).id, file, scale=scale, copy=copy)
-    adapter = next((a for a in entry.lora if Path(a.path).name == file.name), None)  # a copy keeps the name
-    if adapter is not None:
+    console = Console()
+    settings = load_settings()
+    with Library(settings) as lib:
+        model_id = get_installed(lib, model).id
+        local = Path(file).expanduser()
+        if not local.exists() and _is_hub_spec(file, None, settings.hf_endpoint):
+            with _PullProgress(console) as progress:
+                entry = pull_adapter(
+                    lib,
+                    model_id,
+                    file,
+                    scale=scale,
+                    progress=progress.update,
+                    on_plan=lambda plan: console.print(plan.describe(), highlight=False),
+                )
+        else:
+            entry = lib.attach(model_id, local, scale=scale, copy=copy)
+    if not local.exists() or read_gguf_info(local).is_adapter:
+        adapter = entry.lora[-1]  # the one attached last, the same file again included
         done = f"Attached LoRA adapter {adapter.path} to {entry.id} at scale {adapter.scale:g}"
-        Console().print(f"{done}: it answers with it from its next load.", highlight=False)
+        console.print(f"{done}: it answers with it from its next load.", highlight=False)
     else:
-        Console().print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
+        console.print(f"Attached {entry.mmproj_path} to {entry.id}: it reads images now.", highlight=False)
 
 
 def detach(

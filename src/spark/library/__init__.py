@@ -19,7 +19,7 @@ from spark.library.entry import (
 from spark.library.hub import Hub, HubFile, HubModel
 from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.library.naming import check_model_id, model_id_from_filename
-from spark.library.pulling import PullPlan, PullResult, plan_pull, pull, run_pull
+from spark.library.pulling import PullPlan, PullResult, plan_pull, pull, pull_adapter, run_pull
 from spark.library.spec import HubSpec, LocalSpec, parse_pull_spec
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "parse_pull_spec",
     "plan_pull",
     "pull",
+    "pull_adapter",
     "read_gguf_info",
     "run_pull",
 ]

@@ -9,6 +9,7 @@ the front end's business.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
@@ -17,13 +18,13 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 
-from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound
+from spark.errors import DownloadError, InvalidRequest, ModelFileError, ModelNotFound, SparkError
 from spark.library.catalog import Library
 from spark.library.disk import ensure_free_space
-from spark.library.download import ProgressFn, download_file, open_client, part_path
+from spark.library.download import ProgressFn, download_file, open_client, part_path, read_start
 from spark.library.entry import ModelEntry
 from spark.library.hub import Hub, HubFile
-from spark.library.metadata import read_gguf_info
+from spark.library.metadata import read_gguf_info, read_remote_gguf_info
 from spark.library.naming import (
     QUANT_PREFERENCE,
     is_projector_filename,
@@ -218,31 +219,8 @@ def run_pull(library: Library, hub: Hub, plan: PullPlan, *, progress: ProgressFn
 def _download_and_register(
     library: Library, hub: Hub, plan: PullPlan, folder: Path, progress: ProgressFn | None
 ) -> ModelEntry:
-    wanted = [*plan.files, *([plan.mmproj] if plan.mmproj else [])]
-    dests = [folder / PurePosixPath(f.path).name for f in wanted]
     with _pull_lock(folder, plan.model_id):
-        # files finished and renamed by an earlier pull that stopped before registering
-        done = [d.exists() and d.stat().st_size == f.size for f, d in zip(wanted, dests, strict=True)]
-        remaining = sum(
-            max(0, (f.size or 0) - _size(part_path(d))) for f, d, ok in zip(wanted, dests, done, strict=True) if not ok
-        )
-        ensure_free_space(folder, remaining, f"{plan.repo}/{plan.files[0].path}")
-        with open_client(hub.headers()) as client:
-            for f, dest, ok in zip(wanted, dests, done, strict=True):
-                if ok:
-                    continue
-                download_file(
-                    client,
-                    hub.file_url(plan.repo, plan.revision, f.path),
-                    dest,
-                    size=f.size,
-                    sha256=f.sha256,
-                    progress=progress,
-                )
-        for dest in dests:
-            if part_path(dest).exists():
-                os.replace(part_path(dest), dest)
-
+        dests = _download(hub, plan, folder, progress)
         shards = dests[: len(plan.files)]
         problem = None
         try:
@@ -272,6 +250,76 @@ def _download_and_register(
             mmproj=mmproj,
             mmproj_owned=mmproj is not None,
         )
+
+
+def _download(hub: Hub, plan: PullPlan, folder: Path, progress: ProgressFn | None) -> list[Path]:
+    """Download the plan's files (projector last) into `folder`, resuming, verified; their paths.
+    Call with the folder's `_pull_lock` held."""
+    wanted = [*plan.files, *([plan.mmproj] if plan.mmproj else [])]
+    dests = [folder / PurePosixPath(f.path).name for f in wanted]
+    # files finished and renamed by an earlier pull that stopped before registering
+    done = [d.exists() and d.stat().st_size == f.size for f, d in zip(wanted, dests, strict=True)]
+    remaining = sum(
+        max(0, (f.size or 0) - _size(part_path(d))) for f, d, ok in zip(wanted, dests, done, strict=True) if not ok
+    )
+    ensure_free_space(folder, remaining, f"{plan.repo}/{plan.files[0].path}")
+    with open_client(hub.headers()) as client:
+        for f, dest, ok in zip(wanted, dests, done, strict=True):
+            if ok:
+                continue
+            download_file(
+                client,
+                hub.file_url(plan.repo, plan.revision, f.path),
+                dest,
+                size=f.size,
+                sha256=f.sha256,
+                progress=progress,
+            )
+    for dest in dests:
+        if part_path(dest).exists():
+            os.replace(part_path(dest), dest)
+    return dests
+
+
+def pull_adapter(
+    library: Library,
+    model_id: str,
+    spec: str,
+    *,
+    scale: float | None = None,
+    progress: ProgressFn | None = None,
+    on_plan: Callable[[PullPlan], None] | None = None,
+    hub: Hub | None = None,
+) -> ModelEntry:
+    """Attach the LoRA adapter `spec` names to the model (`Library.attach_adapter`): a local file, or
+    a file on the Hub (org/repo[:QUANT] or org/repo/file.gguf), downloaded into the model's folder
+    (Spark's own: it goes when the adapter is detached or the model removed)."""
+    hub = hub or Hub(library.settings)
+    parsed = parse_pull_spec(spec, endpoint=hub.endpoint)
+    scale = 1.0 if scale is None else scale
+    if isinstance(parsed, LocalSpec):
+        return library.attach_adapter(model_id, parsed.path, scale=scale)
+    model_id = library.get(model_id).id
+    plan = msgspec.structs.replace(plan_pull(hub, parsed), model_id=model_id, mmproj=None)
+    first = plan.files[0]
+    with open_client(hub.headers()) as client:  # its header first: no model is downloaded for nothing
+        url, name = hub.file_url(plan.repo, plan.revision, first.path), PurePosixPath(first.path).name
+        info = read_remote_gguf_info(lambda n: read_start(client, url, n, name), name, first.size or 0)
+    if not info.is_adapter or len(plan.files) > 1:
+        raise DownloadError(f"{plan.repo}/{first.path} is not a LoRA adapter (a model? pull it with `spark pull`)")
+    if on_plan:
+        on_plan(plan)
+    folder = library.owned_dir(model_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    with _pull_lock(folder, model_id):
+        (path,) = _download(hub, plan, folder, progress)
+        try:
+            return library.attach_adapter(model_id, path, scale=scale)
+        except SparkError:
+            path.unlink(missing_ok=True)  # not an adapter for this model: nothing of it stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            raise
 
 
 # --- choosing files -----------------------------------------------------------
