@@ -13,7 +13,7 @@ import pytest
 from fakehub import FakeHub
 from server.helpers import LiveServer, live_server, openai_error, server_settings, wait_for
 from spark.events import PULL_FINISHED, PULL_PROGRESS
-from spark.library import Library
+from spark.library import BUNDLED_ID, Library
 from spark.settings import Settings
 
 PASSWORD = "pull-admin-password"
@@ -162,6 +162,49 @@ def test_cancelling_a_pull_leaves_nothing_registered(
     assert model_files(settings) == []  # no partial file left either
 
 
+LORA = "TinyLlama-SQL-LoRA-F32.gguf"
+
+
+def test_a_lora_adapter_job_downloads_into_the_models_folder_and_attaches_it(
+    live: LiveServer, settings: Settings, fake_hub: FakeHub, hub_files: dict[str, bytes]
+) -> None:
+    with admin(live) as client:
+        model = finished(client, start(client, "tiny/TinyLlama-GGUF:Q8_0")["id"])["model"]
+        job = start(client, "tiny/TinyLlama-SQL-LoRA-GGUF", attach_to=model.upper(), scale=0.5)
+        assert job["attach_to"] == model and job["scale"] == 0.5
+        done = finished(client, job["id"])
+        assert done["state"] == "done", done
+        assert done["model"] == model and done["files"] == [LORA]
+        assert done["bytes_done"] == done["bytes_total"] == len(hub_files["lora"])
+        shown = client.get(f"/api/models/{model}").json()["model"]
+        assert shown["lora"] == [{"path": str(settings.models_dir / model / LORA), "scale": 0.5}]
+        assert model_files(settings) == [f"{model}/{Q8}", f"{model}/{LORA}"]
+
+        # a model is refused from its header; an adapter for another model once downloaded
+        failed = finished(client, start(client, "tiny/TinyLlama-GGUF:F16", attach_to=model)["id"])
+        assert failed["state"] == "failed" and "is not a LoRA adapter" in failed["error"]
+        failed = finished(client, start(client, "tiny/Wide-LoRA-GGUF", attach_to=model)["id"])
+        assert failed["state"] == "failed" and "does not fit" in failed["error"]
+
+        detached = client.delete(f"/api/models/{model}/lora")
+        assert detached.status_code == 200, detached.text
+        assert detached.json()["lora"] == []
+    assert model_files(settings) == [f"{model}/{Q8}"]
+
+
+def test_a_cancelled_lora_adapter_job_leaves_the_model_as_it_was(
+    live: LiveServer, settings: Settings, fake_hub: FakeHub, hub_files: dict[str, bytes]
+) -> None:
+    fake_hub.throttle[LORA] = len(hub_files["lora"]) // 10
+    with admin(live) as client:
+        model = finished(client, start(client, "tiny/TinyLlama-GGUF:Q8_0")["id"])["model"]
+        job = start(client, "tiny/TinyLlama-SQL-LoRA-GGUF", attach_to=model)
+        wait_for(lambda: client.get(f"/api/pulls/{job['id']}").json()["bytes_done"] > 0, 30, "the download")
+        assert client.delete(f"/api/pulls/{job['id']}").json()["state"] == "cancelled"
+        assert client.get(f"/api/models/{model}").json()["model"]["lora"] == []
+    assert model_files(settings) == [f"{model}/{Q8}"]
+
+
 def test_progress_events_are_throttled(live: LiveServer, fake_hub: FakeHub, hub_files: dict[str, bytes]) -> None:
     fake_hub.throttle[Q8] = len(hub_files["q8_0"]) // 2  # two seconds, about forty chunks
     sub = live.state.events
@@ -249,6 +292,9 @@ def test_a_pull_without_disk_space_fails_before_downloading(
         ({"spec": "org/repo", "quant": "Q4 K M"}, "quant"),
         ({"spec": "org/repo:Q8_0", "quant": "Q4_0"}, "quant"),
         ({"spec": "org/repo", "extra": 1}, "extra"),
+        ({"spec": "org/repo", "attach_to": "no-such-model"}, "attach_to"),
+        ({"spec": "org/repo", "attach_to": 3}, "attach_to"),
+        ({"spec": "org/repo", "attach_to": BUNDLED_ID, "scale": 1000}, "scale"),
     ],
 )
 def test_bad_pull_requests_are_refused_naming_the_field(live: LiveServer, body: dict[str, Any], param: str) -> None:

@@ -239,8 +239,7 @@ class Library:
         """Apply the LoRA adapter at `path` to the model's weights at `scale` (after those already
         attached; the same file again changes its scale). With `copy` the file is copied into the
         model's folder and owned by Spark. Make a copy of the model first (`copy`) to keep the plain one."""
-        if not math.isfinite(scale) or not -100 <= scale <= 100:
-            raise InvalidRequest(f"scale must be between -100 and 100, not {scale}", param="scale")
+        check_scale(scale)
         adapter = _existing_file(path)
         info = read_gguf_info(adapter)
         if not info.is_adapter:
@@ -440,6 +439,12 @@ def _entry(record: ModelRecord) -> ModelEntry:
         owned=record.owned,
         added_at=record.added_at,
     )
+
+
+def check_scale(scale: float) -> None:
+    """Refuse a LoRA adapter's scale that is no number between -100 and 100 (`InvalidRequest`)."""
+    if not math.isfinite(scale) or not -100 <= scale <= 100:
+        raise InvalidRequest(f"scale must be between -100 and 100, not {scale}", param="scale")
 
 
 def _files(record: ModelRecord) -> set[str]:

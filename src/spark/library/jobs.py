@@ -31,10 +31,10 @@ import msgspec
 
 from spark.errors import InvalidRequest, PullNotFound, SparkError
 from spark.events import PULL_FINISHED, PULL_PROGRESS, EventBus
-from spark.library.catalog import Library
-from spark.library.download import DownloadProgress
+from spark.library.catalog import Library, check_scale
+from spark.library.download import DownloadProgress, part_path
 from spark.library.hub import Hub
-from spark.library.pulling import PullPlan, installed_for, plan_pull, run_pull
+from spark.library.pulling import PullPlan, installed_for, plan_pull, pull_adapter, run_pull
 from spark.library.spec import LocalSpec, parse_pull_spec
 from spark.store.pulls import PullTable
 
@@ -68,6 +68,8 @@ class PullJob(msgspec.Struct, frozen=True, kw_only=True):
     eta_seconds: float | None = None
     error: str | None = None  # why it failed
     already_installed: bool = False  # done at once: the model was installed already
+    attach_to: str | None = None  # a LoRA adapter for this installed model, not a model
+    scale: float | None = None  # the adapter's scale (None: 1)
     created_at: float
     updated_at: float
     finished_at: float | None = None
@@ -120,8 +122,12 @@ class PullJobs:
                 self._launch(run)
 
     # --- public API ---------------------------------------------------------
-    def start(self, spec: str, quant: str | None = None) -> PullJob:
-        """Start pulling `spec` (a Hub repository, file or URL); the job, queued, at once.
+    def start(
+        self, spec: str, quant: str | None = None, *, attach_to: str | None = None, scale: float | None = None
+    ) -> PullJob:
+        """Start pulling `spec` (a Hub repository, file or URL); the job, queued, at once. With
+        `attach_to`, `spec` is a LoRA adapter for that installed model, attached at `scale` once
+        downloaded (`pull_adapter`).
 
         The same spec asked again while its job runs answers that job. `InvalidRequest`
         (param `spec` or `quant`) for something that is not a Hub spec.
@@ -135,6 +141,11 @@ class PullJobs:
                 "add a local file with `spark pull PATH` on the server's machine",
                 param="spec",
             )
+        if attach_to is not None:
+            if not self._library.exists(attach_to):
+                raise InvalidRequest(f"attach_to: no installed model is named '{attach_to}'", param="attach_to")
+            attach_to = self._library.get(attach_to).id
+            check_scale(1.0 if scale is None else scale)
         if self._stopping.is_set():
             raise SparkError("the server is shutting down and starts no new pulls")
         now = time.time()
@@ -142,13 +153,16 @@ class PullJobs:
             id="pull_" + secrets.token_hex(6),
             spec=spec.strip(),
             quant=parsed.quant,
+            attach_to=attach_to,
+            scale=scale,
             created_at=now,
             updated_at=now,
         )
         run = _Run(job)
         with self._lock:
             for other in self._runs.values():
-                if other.job.state in ACTIVE_STATES and (other.job.spec, other.job.quant) == (job.spec, job.quant):
+                same = (other.job.spec, other.job.quant, other.job.attach_to) == (job.spec, job.quant, attach_to)
+                if other.job.state in ACTIVE_STATES and same:
                     return other.job
             self._runs[job.id] = run
         self._save(run)
@@ -213,6 +227,9 @@ class PullJobs:
             parsed = parse_pull_spec(run.job.spec, quant=run.job.quant, endpoint=hub.endpoint)
             if isinstance(parsed, LocalSpec):  # refused by `start`; only a hand-edited database has one
                 raise InvalidRequest("the server pulls models from the Hub only", param="spec")
+            if run.job.attach_to is not None:
+                self._attach(run, hub)
+                return
             plan = plan_pull(hub, parsed)
             self._check_stop(run)
             existing = installed_for(self._library, plan)
@@ -236,6 +253,33 @@ class PullJobs:
             self._finish(run, "failed", error=f"unexpected error: {type(e).__name__}: {e}")
         finally:
             self._slots.release()
+
+    def _attach(self, run: _Run, hub: Hub) -> None:
+        """Download the job's LoRA adapter into its model's folder and attach it."""
+        assert run.job.attach_to is not None
+        planned: list[PullPlan] = []
+
+        def on_plan(plan: PullPlan) -> None:
+            planned.append(plan)
+            self._planned(run, plan)
+
+        try:
+            pull_adapter(
+                self._library,
+                run.job.attach_to,
+                run.job.spec,
+                scale=run.job.scale,
+                progress=lambda p: self._progress(run, p),
+                on_plan=on_plan,
+                hub=hub,
+            )
+        except _Stop:
+            if run.cancel.is_set() and planned:  # the partial file goes; the model and its other files stay
+                folder = self._library.owned_dir(planned[0].model_id)
+                part_path(folder / PurePosixPath(planned[0].files[0].path).name).unlink(missing_ok=True)
+            raise
+        self._update(run, bytes_done=run.job.bytes_total or run.job.bytes_done)
+        self._finish(run, "done")
 
     def _check_stop(self, run: _Run) -> None:
         if run.cancel.is_set() or self._stopping.is_set():

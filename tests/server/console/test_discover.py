@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +84,42 @@ def test_a_download_can_be_cancelled(page: Any, discover: LiveServer, hub: FakeH
     finally:
         del hub.throttle[F16]
     assert "tinyllama-f16" not in {m.id for m in discover.state.library.list()}
+
+
+def test_a_lora_adapter_from_the_hub_is_attached_on_the_model_page_and_taken_off(
+    page: Any, browser: Any, discover: LiveServer, tiny_llama: Path
+) -> None:
+    discover.state.library.add_local(tiny_llama, model_id="tiny-tuned")
+    sign_in(page, discover, "/models/tiny-tuned")
+    section = page.locator("section", has=page.get_by_role("heading", name="LoRA adapters"))
+    assert "None: it answers with its own weights" in section.inner_text()
+    page.get_by_label("Adapter").fill("tiny/TinyLlama-GGUF:F16")  # a model, not an adapter
+    page.get_by_role("button", name="Attach adapter").click()
+    page.get_by_text("Downloading tiny/TinyLlama-GGUF:F16").wait_for()
+    page.get_by_label("Scale").fill("lots")
+    page.get_by_label("Adapter").fill("tiny/TinyLlama-SQL-LoRA-GGUF")
+    page.get_by_role("button", name="Attach adapter").click()
+    assert "scale must be a number" in page.get_by_role("alert").inner_text()
+
+    page.get_by_label("Scale").fill("0.5")
+    page.get_by_label("Adapter").fill("tiny/TinyLlama-SQL-LoRA-GGUF")
+    page.get_by_role("button", name="Attach adapter").click()
+    page.get_by_text("Downloading tiny/TinyLlama-SQL-LoRA-GGUF").wait_for()
+    page.goto(f"{discover.url}/discover")
+    done = page.locator("li.pull[data-state=done]", has_text="LoRA adapter tiny/TinyLlama-SQL-LoRA-GGUF for tiny-tuned")
+    done.wait_for(timeout=30_000)
+    failed = page.locator("li.pull[data-state=failed]", has_text="tiny/TinyLlama-GGUF:F16 for tiny-tuned")
+    assert "is not a LoRA adapter" in failed.inner_text()
+    done.get_by_role("link", name="tiny-tuned").click()
+    page.wait_for_url("**/models/tiny-tuned")
+    section = page.locator("section", has=page.get_by_role("heading", name="LoRA adapters"))
+    assert "TinyLlama-SQL-LoRA-F32.gguf at scale 0.5" in section.inner_text()
+    for shot in screenshot(browser, discover, "/models/tiny-tuned", "model-lora-attached"):
+        assert shot.stat().st_size > 5_000
+
+    page.get_by_role("button", name="Take the adapters off").click()
+    page.get_by_text("The adapters are off").wait_for()
+    assert discover.state.library.get("tiny-tuned").lora == []
 
 
 def test_hub_errors_and_bad_repositories_are_shown(discover: LiveServer) -> None:

@@ -1,7 +1,9 @@
-"""The Models pages: the library, and one model with its memory estimate, its settings, copy and removal.
+"""The Models pages: the library, and one model with its memory estimate, its settings, LoRA adapters,
+copy and removal.
 
 They draw `GET /api/models` and `GET /api/models/{id}`, and change a model
-with `PATCH /api/models/{id}/settings`, `POST /api/models/{id}/copy` and
+with `PATCH /api/models/{id}/settings`, `POST /api/pulls` (an adapter, `attach_to`),
+`DELETE /api/models/{id}/lora`, `POST /api/models/{id}/copy` and
 `DELETE /api/models/{id}`, called in process (spark.server.console.inprocess).
 """
 
@@ -124,6 +126,34 @@ async def copy_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -
     return _go_to(request, f"/models/{quote(copied.body['id'], safe='')}")
 
 
+@post("/models/{model_id:str}/lora", media_type=MediaType.HTML, status_code=200)
+async def attach_adapter(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
+    """Download a LoRA adapter from the Hub and attach it (`POST /api/pulls` with `attach_to`)."""
+    _, form = await require_change(request)
+    spec, scale = form.get("spec", "").strip(), form.get("scale", "").strip()
+    body: dict[str, Any] = {"spec": spec, "attach_to": model_id}
+    if scale:
+        try:
+            body["scale"] = float(scale)
+        except ValueError:
+            return await _model(request, model_id, error=f"scale must be a number, not {scale!r}", status_code=400)
+    started = await call_api(request, "POST", "/api/pulls", body=body)
+    if not started.ok:
+        return await _model(request, model_id, error=started.error, status_code=started.status)
+    message = f"Downloading {spec}: it is attached once complete (see Discover)."
+    return await _model(request, model_id, message=message)
+
+
+@post("/models/{model_id:str}/lora/remove", media_type=MediaType.HTML, status_code=200)
+async def detach_adapters(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
+    """Take the model's LoRA adapters off (`DELETE /api/models/{id}/lora`)."""
+    _, _ = await require_change(request)
+    detached = await call_api(request, "DELETE", f"/api/models/{model_id}/lora")
+    if not detached.ok:
+        return await _model(request, model_id, error=detached.error, status_code=detached.status)
+    return await _model(request, model_id, message="The adapters are off: it answers with its own weights.")
+
+
 def _go_to(request: Request[Any, Any, Any], url: str) -> Response[Any]:
     """After a change: htmx follows HX-Redirect, a plain form a 303."""
     if request.headers.get("hx-request"):
@@ -141,4 +171,13 @@ async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str])
     return _go_to(request, "/models")
 
 
-PAGE_ROUTES = [index, models_page, model_page, change_model_settings, copy_model, remove_model]
+PAGE_ROUTES = [
+    index,
+    models_page,
+    model_page,
+    change_model_settings,
+    attach_adapter,
+    detach_adapters,
+    copy_model,
+    remove_model,
+]

@@ -186,6 +186,14 @@ async def copy_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -
     return json_response(_encode(_summary(copied, _loaded_ids(state))))
 
 
+@delete("/models/{model_id:str}/lora", status_code=200)
+async def detach_adapters(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+    """Take the model's LoRA adapters off (the files Spark downloaded for it go); the model as it is then."""
+    state = state_of(request)
+    entry, _ = await asyncio.to_thread(state.library.detach_adapters, model_id)
+    return json_response(_encode(_summary(entry, _loaded_ids(state))))
+
+
 @patch("/models/{model_id:str}/settings")
 async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
     state = state_of(request)
@@ -236,4 +244,13 @@ def _seconds(value: float | str | None) -> float | None:
         ) from None
 
 
-LIBRARY_ROUTES = [list_models, show_model, remove_model, copy_model, change_settings, *HUB_ROUTES, *PULL_ROUTES]
+LIBRARY_ROUTES = [
+    list_models,
+    show_model,
+    remove_model,
+    copy_model,
+    detach_adapters,
+    change_settings,
+    *HUB_ROUTES,
+    *PULL_ROUTES,
+]

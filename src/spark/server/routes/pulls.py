@@ -21,10 +21,13 @@ from spark.server.state import state_of
 
 
 class PullRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """`spec`: org/repo, org/repo:QUANT, org/repo/file.gguf or a Hub URL; `quant` narrows a repository."""
+    """`spec`: org/repo, org/repo:QUANT, org/repo/file.gguf or a Hub URL; `quant` narrows a repository;
+    `attach_to`: the installed model `spec`'s LoRA adapter is for, applied at `scale` (default 1)."""
 
     spec: str
     quant: str | None = None
+    attach_to: str | None = None
+    scale: float | None = None
 
 
 _decoder = msgspec.json.Decoder(PullRequest)
@@ -35,7 +38,7 @@ _encode = msgspec.json.Encoder().encode
 async def start_pull(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode_body(_decoder, await request.body())
     jobs = state_of(request).pulls
-    job = await asyncio.to_thread(jobs.start, body.spec, body.quant)
+    job = await asyncio.to_thread(jobs.start, body.spec, body.quant, attach_to=body.attach_to, scale=body.scale)
     return Response(_encode(job), status_code=202, media_type="application/json")
 
 
