@@ -244,6 +244,16 @@ PULLS = [
         "created_at": NOW - 40,
     },
     {
+        "id": "pull_5a11",
+        "spec": "me/SmolLM2-SQL-LoRA-GGUF",
+        "state": "done",
+        "model": "smollm2-135m-instruct-q4_1",
+        "attach_to": "smollm2-135m-instruct-q4_1",
+        "bytes_done": 9 * MiB,
+        "bytes_total": 9 * MiB,
+        "created_at": NOW - 300,
+    },
+    {
         "id": "pull_0b2c",
         "spec": "tiny/Nope-GGUF",
         "state": "failed",

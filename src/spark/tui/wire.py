@@ -154,6 +154,7 @@ class PullJob(msgspec.Struct, frozen=True, kw_only=True):
     rate: float | None = None
     eta_seconds: float | None = None
     error: str | None = None
+    attach_to: str | None = None  # a LoRA adapter for this model
     created_at: float = 0.0
 
 

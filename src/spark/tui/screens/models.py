@@ -157,4 +157,5 @@ def _pull_cells(j: wire.PullJob) -> list[str | Text]:
     state = Text(j.error[:40], "red") if j.error else text.state(j.state)
     rate = f"{text.size(int(j.rate))}/s" if j.rate else "-"
     eta = f"{j.eta_seconds:.0f}s" if j.eta_seconds is not None and j.state in RUNNING else "-"
-    return [j.model or j.spec, text.pull_progress(j), state, rate, eta]
+    name = f"{j.spec} (LoRA for {j.attach_to})" if j.attach_to else j.model or j.spec
+    return [name, text.pull_progress(j), state, rate, eta]
