@@ -126,7 +126,9 @@ def test_a_models_lora_adapters_are_listed_with_their_memory(
         library.attach("tiny-tuned", tiny_lora, scale=0.75)
     sign_in(page, console, "/models/tiny-tuned")
     files = page.locator("section", has=page.get_by_role("heading", name="Files")).inner_text()
-    assert f"{tiny_lora} (LoRA adapter, scale 0.75)" in files
+    assert f"{tiny_lora} (LoRA adapter)" in files
+    adapters = page.locator("section", has=page.get_by_role("heading", name="LoRA adapters")).inner_text()
+    assert f"{tiny_lora} at scale 0.75" in adapters
     memory = page.locator("section", has=page.get_by_role("heading", name="Memory on this machine")).inner_text()
     assert "LoRA adapters" in memory
     for shot in screenshot(browser, console, "/models/tiny-tuned", "model-lora"):

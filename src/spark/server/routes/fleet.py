@@ -66,7 +66,7 @@ async def node_pull(request: Request[Any, Any, Any]) -> Response[bytes]:
     """On a node: start a pull its central asked for."""
     state = _from_central(request)
     body = decode_body(_pull, await request.body())
-    job = await asyncio.to_thread(state.pulls.start, body.spec, body.quant)
+    job = await asyncio.to_thread(body.start, state.pulls)
     return Response(_encode(job), status_code=202, media_type="application/json")
 
 

@@ -16,6 +16,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
 from spark.api.common import decode_body
+from spark.library.jobs import PullJob, PullJobs
 from spark.server.responses import json_response
 from spark.server.state import state_of
 
@@ -29,6 +30,10 @@ class PullRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     attach_to: str | None = None
     scale: float | None = None
 
+    def start(self, jobs: PullJobs) -> PullJob:
+        """Start this pull as a job of `jobs` (blocking: call it in a thread)."""
+        return jobs.start(self.spec, self.quant, attach_to=self.attach_to, scale=self.scale)
+
 
 _decoder = msgspec.json.Decoder(PullRequest)
 _encode = msgspec.json.Encoder().encode
@@ -38,7 +43,7 @@ _encode = msgspec.json.Encoder().encode
 async def start_pull(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode_body(_decoder, await request.body())
     jobs = state_of(request).pulls
-    job = await asyncio.to_thread(jobs.start, body.spec, body.quant, attach_to=body.attach_to, scale=body.scale)
+    job = await asyncio.to_thread(body.start, jobs)
     return Response(_encode(job), status_code=202, media_type="application/json")
 
 
