@@ -230,6 +230,7 @@ def test_attach_and_detach_a_lora_adapter(tiny_llama: Path, tiny_lora: Path, tin
     assert f"Attached LoRA adapter {tiny_lora} to {model} at scale 0.5" in attached.output
     assert Library(load_settings()).get(model).lora == [LoraAdapter(path=str(tiny_lora), scale=0.5)]
     assert f"{tiny_lora} (scale 0.5)" in spark("show", model).output
+    assert f"{model} (+LoRA)" in spark("ls").output
     scaled_projector = spark("attach", model, str(tiny_mmproj), "--scale", "2")
     assert isinstance(scaled_projector.exception, InvalidRequest), scaled_projector.output
 

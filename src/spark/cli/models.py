@@ -270,7 +270,7 @@ def list_models(
         )
         kind = next((label for flag, label in kinds if flag), "")
         table.add_row(
-            e.id + kind,
+            e.id + kind + (" (+LoRA)" if e.lora else ""),
             format_bytes(e.size_bytes),
             e.info.quantization,
             format_count(e.info.parameter_count),
