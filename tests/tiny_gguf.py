@@ -661,11 +661,12 @@ def write_tiny_lora(
     architecture: str = "llama",
     name: str = "tiny-lora-random",
     token_embd: int = 0,
+    invocation: list[int] | None = None,
 ) -> Path:
     """Write a random LoRA adapter (llama.cpp's GGUF adapter format) for `write_tiny_llama`'s model
     of the same shape: low-rank deltas on every layer's attention query and output, and with
     `token_embd` (the vocabulary's size) on the token embeddings. Its deltas are large enough to
-    change what the model answers."""
+    change what the model answers. `invocation` makes it an activated LoRA with those invocation tokens."""
     path = Path(path)
     rng = np.random.default_rng(seed + 3)
     head_dim = n_embd // n_head
@@ -674,6 +675,8 @@ def write_tiny_lora(
     w.add_type(gguf.GGUFType.ADAPTER)
     w.add_string(gguf.Keys.Adapter.TYPE, "lora")
     w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
+    if invocation is not None:
+        w.add_array("adapter.alora.invocation_tokens", invocation)
     for i in range(n_layer):
         for part, n_in, n_out in (("attn_q", n_embd, n_head * head_dim), ("attn_output", n_head * head_dim, n_embd)):
             # ggml's shapes: A is (n_in, rank), B is (rank, n_out); numpy's are reversed

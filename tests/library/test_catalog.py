@@ -276,6 +276,9 @@ def test_lora_adapters_are_checked(
     deep = tiny_gguf.write_tiny_lora(tmp_path / "deep-lora.gguf", n_layer=3)
     with pytest.raises(ModelFileError, match="the model has no tensor blk.2.attn_q.weight"):
         lib.attach("tiny-llama-chatml", deep)
+    activated = tiny_gguf.write_tiny_lora(tmp_path / "alora.gguf", invocation=[10, 20])
+    with pytest.raises(ModelFileError, match="is an activated LoRA"):
+        lib.attach("tiny-llama-chatml", activated)
     for scale in (float("nan"), 1000.0):
         with pytest.raises(InvalidRequest, match="scale must be between") as e:
             lib.attach("tiny-llama-chatml", tiny_lora, scale=scale)

@@ -244,6 +244,12 @@ class Library:
         info = read_gguf_info(adapter)
         if not info.is_adapter:
             raise ModelFileError(f"{adapter} is not a LoRA adapter file", param="lora")
+        if info.activated:
+            raise ModelFileError(
+                f"{adapter} is an activated LoRA (aLoRA), meant to apply only from its invocation tokens on; "
+                "Spark applies an adapter to every token",
+                param="lora",
+            )
         record = self._record(model_id)
         architecture = _entry(record).info.architecture
         if info.architecture != architecture:

@@ -76,6 +76,7 @@ class GGUFInfo(msgspec.Struct, frozen=True, kw_only=True):
     is_reranker: bool = False  # an embedding model whose head scores query-document pairs (rank pooling)
     is_projector: bool = False
     is_adapter: bool = False  # a LoRA adapter for models of `architecture`, not a model
+    activated: bool = False  # an activated LoRA (aLoRA): meant to apply only from its invocation tokens on
     # tensor bytes, for memory estimates
     embedding_bytes: int = 0  # token_embd
     output_bytes: int = 0  # output head and its norm (0 + norm when tied to the embeddings)
@@ -453,6 +454,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
         is_reranker=pooling == RANK_POOLING,
         is_projector=arch in PROJECTOR_ARCHITECTURES,
         is_adapter=fields.get("general.type") == "adapter" and fields.get("adapter.type") == "lora",
+        activated="adapter.alora.invocation_tokens" in fields,
         embedding_bytes=embedding,
         output_bytes=output,
         layer_bytes=layers,
