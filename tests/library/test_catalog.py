@@ -252,6 +252,13 @@ def test_attach_lora_adapters(lib: Library, tiny_llama: Path, tiny_lora: Path, t
     assert Path(copied.path).parent == lib.models_dir / "tuned"
     lib.remove("tuned")
     assert not Path(copied.path).exists() and tiny_lora.is_file() and second.is_file()
+    # a copy of a model shares its adapter: the file goes with the last model that uses it
+    copied = lib.attach("tiny-llama-chatml", tiny_lora, copy=True).lora[-1]
+    lib.copy("tiny-llama-chatml", "tuned-too")
+    lib.remove("tiny-llama-chatml")
+    assert Path(copied.path).is_file()
+    lib.remove("tuned-too")
+    assert not Path(copied.path).exists() and not (lib.models_dir / "tiny-llama-chatml").exists()
 
 
 def test_lora_adapters_are_checked(

@@ -275,7 +275,7 @@ class Library:
 
     def detach_adapters(self, model_id: str) -> tuple[ModelEntry, tuple[str, ...]]:
         """Take every LoRA adapter off the model; the entry and the files it used. Spark's own copies
-        (in the model's folder) are deleted once no model uses them."""
+        (in its models folder) are deleted once no model uses them."""
         with self.db.transaction():
             record = self._record(model_id)
             paths = tuple(a["path"] for a in record.lora)
@@ -283,7 +283,7 @@ class Library:
                 record, lora=[], size_bytes=record.size_bytes - sum(_size(Path(p)) for p in paths)
             )
             self.table.update(updated)
-        self._delete_unused([Path(p) for p in paths if _is_inside(Path(p), self.owned_dir(record.id))])
+        self._delete_unused([Path(p) for p in paths])  # Spark's own (in its models folder) and unused only
         return _entry(updated), paths
 
     def remove(self, model_id: str) -> None:
@@ -303,7 +303,7 @@ class Library:
         owned = [Path(shard) for shard in record.shards] if record.owned else []
         if record.mmproj_path and record.mmproj_owned:
             owned.append(Path(record.mmproj_path))
-        owned += [Path(a["path"]) for a in record.lora if _is_inside(Path(a["path"]), self.owned_dir(record.id))]
+        owned += [Path(a["path"]) for a in record.lora]  # a user's own file is outside the models folder: kept
         self._delete_unused(owned)
         folder = self.owned_dir(record.id)
         shared = any(_is_inside(Path(p), folder) for p in self._used_paths())
