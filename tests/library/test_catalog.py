@@ -248,8 +248,11 @@ def test_attach_lora_adapters(lib: Library, tiny_llama: Path, tiny_lora: Path, t
     assert lib.get("tuned").lora == entry.lora
     assert lib.sharing("tuned") == ("tiny-llama-chatml",)
     # a copied adapter is Spark's own: it goes with the model that uses it, the user's file stays
-    copied = lib.attach("tuned", tiny_lora, copy=True).lora[-1]
+    tuned = lib.attach("tuned", tiny_lora, copy=True)  # instead of the file it copies
+    copied = tuned.lora[-1]
     assert Path(copied.path).parent == lib.models_dir / "tuned"
+    assert [a.path for a in tuned.lora] == [str(second), copied.path]
+    assert tuned.size_bytes == plain + 2 * tiny_lora.stat().st_size
     lib.remove("tuned")
     assert not Path(copied.path).exists() and tiny_lora.is_file() and second.is_file()
     # a copy of a model shares its adapter: the file goes with the last model that uses it

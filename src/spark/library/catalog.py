@@ -16,7 +16,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import msgspec
 
@@ -259,16 +259,20 @@ class Library:
             )
         if (why := adapter_mismatch(adapter, record.path)) is not None:
             raise ModelFileError(f"{adapter} does not fit {record.id}: {why} (made for another model?)", param="lora")
+        same = {str(adapter)}  # the file, and its copy: attached again, either replaces the other
         if copy:
             folder = self.owned_dir(record.id)
             ensure_free_space(self.models_dir, adapter.stat().st_size, f"copying {adapter.name}", ModelFileError)
             folder.mkdir(parents=True, exist_ok=True)
             adapter = _copy_into(adapter, folder)
+            same.add(str(adapter))
         with self.db.transaction():
             record = self._record(model_id)
-            lora = [a for a in record.lora if a["path"] != str(adapter)] + [{"path": str(adapter), "scale": scale}]
+            kept = [a for a in record.lora if a["path"] not in same]
             updated = msgspec.structs.replace(
-                record, lora=lora, size_bytes=record.size_bytes + _added_size(record, adapter)
+                record,
+                lora=[*kept, {"path": str(adapter), "scale": scale}],
+                size_bytes=record.size_bytes - _size_of(record.lora, same) + adapter.stat().st_size,
             )
             self.table.update(updated)
         return _entry(updated)
@@ -458,9 +462,9 @@ def _files(record: ModelRecord) -> set[str]:
     return {p for p in (*record.shards, record.mmproj_path, *(a["path"] for a in record.lora)) if p}
 
 
-def _added_size(record: ModelRecord, adapter: Path) -> int:
-    """What attaching `adapter` adds to the model's size (nothing when it is attached already)."""
-    return 0 if any(a["path"] == str(adapter) for a in record.lora) else adapter.stat().st_size
+def _size_of(lora: list[dict[str, Any]], paths: set[str]) -> int:
+    """The size of those of the adapters `lora` whose file is one of `paths`."""
+    return sum(_size(Path(a["path"])) for a in lora if a["path"] in paths)
 
 
 def _existing_file(path: str | Path) -> Path:
