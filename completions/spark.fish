@@ -29,7 +29,7 @@ complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_sub
 complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a pull
 complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a rm
 complete -c spark -n '__fish_seen_subcommand_from nodes; and not __fish_seen_subcommand_from add drain ls pull rm undrain' -a undrain
-complete -c spark -n '__fish_seen_subcommand_from attach' -l scale -r -d 'How strongly a LoRA adapter applies.  [default: 1.0]'
+complete -c spark -n '__fish_seen_subcommand_from attach' -l scale -r -d 'How strongly a LoRA adapter applies (1 when not given).'
 complete -c spark -n '__fish_seen_subcommand_from attach' -l copy -d 'Copy a local file into Sparks models folder instead of using it in place.'
 complete -c spark -n '__fish_seen_subcommand_from attach' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from attach' -a '(__spark_models)'

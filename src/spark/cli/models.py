@@ -347,7 +347,7 @@ def attach(
         ),
     ],
     scale: Annotated[
-        float | None, typer.Option("--scale", help="How strongly a LoRA adapter applies.  [default: 1.0]")
+        float | None, typer.Option("--scale", help="How strongly a LoRA adapter applies (1 when not given).")
     ] = None,
     copy: Annotated[
         bool,
