@@ -67,6 +67,28 @@ def test_partial_migration_resumes_from_user_version(tmp_path: Path) -> None:
     db.close()
 
 
+def test_models_stored_before_lora_adapters_read_with_none(tmp_path: Path) -> None:
+    path = tmp_path / "spark.db"
+    conn = sqlite3.connect(path)
+    before = next(i for i, steps in enumerate(MIGRATIONS) if any("ADD COLUMN lora" in s for s in steps))
+    for steps in MIGRATIONS[:before]:  # the schema before `models.lora`
+        for statement in steps:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {before}")
+    row = _record()
+    conn.execute(
+        "INSERT INTO models (id, path, shards, mmproj_path, mmproj_owned, size_bytes, info, settings, source, owned,"
+        " added_at) VALUES (?, ?, '[]', NULL, 0, 1, '{}', '{}', ?, 0, 1.5)",
+        (row.id, row.path, row.source),
+    )
+    conn.commit()
+    conn.close()
+    db = Database(path)
+    stored = ModelTable(db).get(row.id)
+    assert stored is not None and stored.lora == []
+    db.close()
+
+
 def test_database_from_newer_spark_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "spark.db"
     conn = sqlite3.connect(path)
