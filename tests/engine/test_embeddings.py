@@ -19,6 +19,7 @@ from spark.types import (
     Embeddings,
     Failed,
     LoadOptions,
+    LoraAdapter,
     Message,
     SamplingParams,
     SlotInfo,
@@ -137,6 +138,19 @@ def test_minilm_similar_sentences_are_closer(minilm: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_generative_models_lora_adapters_shape_its_vectors(tiny_llama: Path, tiny_lora: Path) -> None:
+    def vector(scale: float | None) -> list[float]:
+        lora = [] if scale is None else [LoraAdapter(path=str(tiny_lora), scale=scale)]
+        with Engine(LoadOptions(model_id="m", path=str(tiny_llama), n_threads=1, n_ctx=256, lora=lora)) as e:
+            out = embed(e, ["The cat sat on the mat."])
+        assert isinstance(out, Embeddings)
+        return out.vectors[0]
+
+    plain = vector(None)
+    assert np.allclose(vector(0.0), plain, atol=1e-5)
+    assert not np.allclose(vector(1.0), plain, atol=1e-2)
+
+
 def test_a_generative_model_embeds_and_its_slots_keep_their_caches(smollm2: Path) -> None:
     options = LoadOptions(model_id="smollm2", path=str(smollm2), n_threads=1, n_ctx=1024, n_parallel=2)
     with Engine(options) as e:

@@ -82,6 +82,7 @@ def own_context(
         flash_attention=options.flash_attention,
         embedding=True,
         mean_pooling=pools_by_mean(model),
+        lora=options.lora,  # the model's adapters shape its vectors too
     )
     try:
         yield ctx, Batch(n)
