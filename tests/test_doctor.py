@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -131,6 +132,27 @@ def test_memory_says_the_largest_model_that_fits_and_which_do_not(tiny_llama: Pa
         assert checks["memory"].status == "warn"
         assert checks["models"].status == "warn" and "tiny" in checks["models"].message
         assert "fits on cpu" not in checks
+
+
+def test_a_model_whose_file_or_adapter_is_gone_is_named_with_the_fix(
+    tiny_llama: Path, tiny_lora: Path, tmp_path: Path
+) -> None:
+    settings = load_settings()
+    roomy = [Device(id="cpu", kind="cpu", name="CPU RAM", total_bytes=2**34, free_bytes=2**33)]
+    moved = shutil.copyfile(tiny_llama, tmp_path / "moved.gguf")
+    adapter = shutil.copyfile(tiny_lora, tmp_path / "adapter.gguf")
+    with _library_with(tiny_llama) as library:
+        library.add_local(moved, model_id="moved")
+        library.attach("tiny", adapter)
+        assert not any(name.startswith("model ") for name in by_name(check_memory(settings, roomy, library)))
+        moved.unlink()
+        adapter.unlink()
+        checks = by_name(check_memory(settings, roomy, library))
+    assert checks["model moved"].status == "warn" and str(moved) in checks["model moved"].message
+    assert checks["model moved"].fix == "put it back, or `spark rm moved` and pull it again"
+    assert "its LoRA adapter" in checks["model tiny"].message and checks["model tiny"].fix.endswith(
+        "`spark detach tiny`"
+    )
 
 
 def test_secrets_readable_by_others_fail_with_the_chmod(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -225,7 +225,22 @@ def check_memory(settings: Settings, devices: list[Device], library: Library) ->
         yield _warn("disk", disk, "free disk space or set SPARK_HOME to a larger disk")
     else:
         yield _ok("disk", disk)
-    yield from _largest_fits(settings, devices, library.list())
+    models = library.list()
+    yield from _missing_files(models)
+    yield from _largest_fits(settings, devices, models)
+
+
+def _missing_files(models: list[ModelEntry]) -> Iterator[Check]:
+    """Installed models whose files are gone (moved or deleted): each fails at its first request."""
+    for entry in models:
+        adapters = [a.path for a in entry.lora if not Path(a.path).is_file()]
+        files = [p for p in (*entry.shards, entry.mmproj_path) if p and not Path(p).is_file()]
+        if files:
+            fix = f"put it back, or `spark rm {entry.id}` and pull it again"
+            yield _warn(f"model {entry.id}", f"its file {', '.join(files)} is missing", fix)
+        elif adapters:
+            fix = f"put it back, or `spark detach {entry.id}`"
+            yield _warn(f"model {entry.id}", f"its LoRA adapter {', '.join(adapters)} is missing", fix)
 
 
 def _largest_fits(settings: Settings, devices: list[Device], models: list[ModelEntry]) -> Iterator[Check]:
