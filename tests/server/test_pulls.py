@@ -195,7 +195,7 @@ def test_a_lora_adapter_job_downloads_into_the_models_folder_and_attaches_it(
 def test_a_cancelled_lora_adapter_job_leaves_the_model_as_it_was(
     live: LiveServer, settings: Settings, fake_hub: FakeHub, hub_files: dict[str, bytes]
 ) -> None:
-    fake_hub.throttle[LORA] = len(hub_files["lora"]) // 10
+    fake_hub.throttle[LORA] = len(hub_files["lora"]) // 3  # about three seconds
     with admin(live) as client:
         model = finished(client, start(client, "tiny/TinyLlama-GGUF:Q8_0")["id"])["model"]
         job = start(client, "tiny/TinyLlama-SQL-LoRA-GGUF", attach_to=model)
