@@ -16,7 +16,7 @@ from litestar import MediaType, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect
 
-from spark.server.console.inprocess import call_api
+from spark.server.console.inprocess import ApiAnswer, call_api
 from spark.server.console.render import SECURITY_HEADERS, render
 from spark.server.console.signin import require_change, require_session
 from spark.types import FlashAttention
@@ -107,13 +107,10 @@ async def change_model_settings(request: Request[Any, Any, Any], model_id: FromP
     """Save the model's own settings (`PATCH /api/models/{id}/settings`); the page again, with the outcome."""
     _, form = await require_change(request)
     changed = await call_api(request, "PATCH", f"/api/models/{model_id}/settings", body=_settings_change(form))
-    if not changed.ok:
-        return await _model(request, model_id, error=changed.error, status_code=changed.status)
-    result = changed.body
     message = "Saved."
-    if result["reload_needed"]:
-        message += f" The loaded runner reloads on its next request ({result['changes']})."
-    return await _model(request, model_id, message=message)
+    if changed.ok and changed.body["reload_needed"]:
+        message += f" The loaded runner reloads on its next request ({changed.body['changes']})."
+    return await _outcome(request, model_id, changed, message)
 
 
 @post("/models/{model_id:str}/copy", media_type=MediaType.HTML, status_code=200)
@@ -138,10 +135,9 @@ async def attach_adapter(request: Request[Any, Any, Any], model_id: FromPath[str
         except ValueError:
             return await _model(request, model_id, error=f"scale must be a number, not {scale!r}", status_code=400)
     started = await call_api(request, "POST", "/api/pulls", body=body)
-    if not started.ok:
-        return await _model(request, model_id, error=started.error, status_code=started.status)
-    message = f"Downloading {spec}: it is attached once complete (see Discover)."
-    return await _model(request, model_id, message=message)
+    return await _outcome(
+        request, model_id, started, f"Downloading {spec}: it is attached once complete (see Discover)."
+    )
 
 
 @post("/models/{model_id:str}/lora/remove", media_type=MediaType.HTML, status_code=200)
@@ -149,9 +145,14 @@ async def detach_adapters(request: Request[Any, Any, Any], model_id: FromPath[st
     """Take the model's LoRA adapters off (`DELETE /api/models/{id}/lora`)."""
     _, _ = await require_change(request)
     detached = await call_api(request, "DELETE", f"/api/models/{model_id}/lora")
-    if not detached.ok:
-        return await _model(request, model_id, error=detached.error, status_code=detached.status)
-    return await _model(request, model_id, message="The adapters are off: it answers with its own weights.")
+    return await _outcome(request, model_id, detached, "The adapters are off: it answers with its own weights.")
+
+
+async def _outcome(request: Request[Any, Any, Any], model_id: str, answer: ApiAnswer, message: str) -> Response[Any]:
+    """The model's page again after a change: with the API's error, else with `message`."""
+    if not answer.ok:
+        return await _model(request, model_id, error=answer.error, status_code=answer.status)
+    return await _model(request, model_id, message=message)
 
 
 def _go_to(request: Request[Any, Any, Any], url: str) -> Response[Any]:
