@@ -9,6 +9,7 @@ with `PATCH /api/models/{id}/settings`, `POST /api/pulls` (an adapter, `attach_t
 
 from __future__ import annotations
 
+import math
 from typing import Any, get_args
 from urllib.parse import quote
 
@@ -133,6 +134,8 @@ async def attach_adapter(request: Request[Any, Any, Any], model_id: FromPath[str
         try:
             body["scale"] = float(scale)
         except ValueError:
+            body["scale"] = math.nan
+        if not math.isfinite(body["scale"]):  # JSON has no such number: it would arrive as null
             return await _model(request, model_id, error=f"scale must be a number, not {scale!r}", status_code=400)
     started = await call_api(request, "POST", "/api/pulls", body=body)
     return await _outcome(
