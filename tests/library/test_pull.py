@@ -198,7 +198,8 @@ def test_broken_file_on_the_hub_is_not_registered(lib: Library) -> None:
 
 
 def test_a_lora_adapter_on_the_hub_is_not_registered_as_a_model(lib: Library) -> None:
-    with pytest.raises(DownloadError, match="is a LoRA adapter, not a model: .*spark attach MODEL FILE"):
+    attach = "spark attach MODEL tiny/TinyLlama-SQL-LoRA-GGUF/TinyLlama-SQL-LoRA-F32.gguf"
+    with pytest.raises(DownloadError, match=f"is a LoRA adapter, not a model: attach it to its model with `{attach}`"):
         pull(lib, "tiny/TinyLlama-SQL-LoRA-GGUF")
     assert not lib.exists("tinyllama-sql-lora-f32")
     assert _files(lib, "tinyllama-sql-lora-f32") == []

@@ -230,8 +230,8 @@ def _download_and_register(
         else:
             if info.is_adapter:
                 problem = (
-                    f"{plan.files[0].path} is a LoRA adapter, not a model: download it and attach it to its "
-                    "model with `spark attach MODEL FILE`"
+                    f"{plan.files[0].path} is a LoRA adapter, not a model: attach it to its model with "
+                    f"`spark attach MODEL {plan.repo}/{plan.files[0].path}`"
                 )
         if problem is not None:
             for d in dests:
