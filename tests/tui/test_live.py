@@ -140,7 +140,7 @@ async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
         assert any("id" in n.message and served.chat in n.message for n in app._notifications)
         await pilot.press("y", *"tiny-copy", "enter")
         await until(pilot, lambda: "tiny-copy" in keys(app, "models"), "the copy")
-        assert "tiny-copy" in {m.id for m in served.live.library_entries()} if False else True
+        assert served.live.state.library.get("tiny-copy").path == served.live.state.library.get("tinyllama-q8_0").path
         models.move_cursor(row=keys(app, "models").index("tinyllama-q8_0"))
         await pilot.press("d")
         await pilot.press("y")
@@ -151,6 +151,27 @@ async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
         await pilot.press("y")
         await until(pilot, lambda: "tiny-copy" not in keys(app, "models"), "the copy's removal")
         assert any(n.message == "Removed tiny-copy and its files." for n in app._notifications)
+
+
+async def test_a_lora_adapter_from_the_hub_is_attached_and_taken_off(served: Served) -> None:
+    app = app_for(served.live.url)
+    library = served.live.state.library
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: served.chat in keys(app, "models"), "the library")
+        table(app, "models").move_cursor(row=keys(app, "models").index(served.chat))
+        await pilot.press("a", *"tiny/TinyLlama-SQL-LoRA-GGUF lots", "enter")
+        await until(pilot, lambda: any("must be a number" in n.message for n in app._notifications), "the refusal")
+        await pilot.press("a", *"tiny/TinyLlama-SQL-LoRA-GGUF 0.5", "enter")
+        await until(pilot, lambda: "llama+lora" in cells(app, "models", served.chat), "the adapter", 30)
+        (adapter,) = library.get(served.chat).lora
+        assert adapter.scale == 0.5 and adapter.path.endswith("TinyLlama-SQL-LoRA-F32.gguf")
+        (job,) = [j for j in app.screen.jobs if j.attach_to == served.chat]
+        assert cells(app, "pulls", job.id)[0].startswith("tiny/TinyLlama-SQL-LoRA-GGUF (LoRA for")  # cut at 80 wide
+        await pilot.press("x")
+        await pilot.press("y")
+        await until(pilot, lambda: "llama+lora" not in cells(app, "models", served.chat), "the adapter off")
+        assert library.get(served.chat).lora == []
 
 
 async def test_create_and_revoke_a_key(served: Served) -> None:

@@ -172,8 +172,16 @@ class AdminAPI:
         body = {"id": new_id}
         return msgspec.json.decode(await self._call("POST", _path("models", model, "copy"), body=body), type=wire.Model)
 
-    async def start_pull(self, spec: str) -> wire.PullJob:
-        return msgspec.json.decode(await self._call("POST", _path("pulls"), body={"spec": spec}), type=wire.PullJob)
+    async def start_pull(self, spec: str, *, attach_to: str | None = None, scale: float | None = None) -> wire.PullJob:
+        """Pull `spec` from the Hub: a model, or (`attach_to`) a LoRA adapter for that model, at `scale`."""
+        body: dict[str, Any] = {"spec": spec}
+        if attach_to is not None:
+            body.update(attach_to=attach_to, scale=scale)
+        return msgspec.json.decode(await self._call("POST", _path("pulls"), body=body), type=wire.PullJob)
+
+    async def detach_adapters(self, model: str) -> wire.Model:
+        """Take `model`'s LoRA adapters off."""
+        return msgspec.json.decode(await self._call("DELETE", _path("models", model, "lora")), type=wire.Model)
 
     async def cancel_pull(self, job_id: str) -> wire.PullJob:
         return msgspec.json.decode(await self._call("DELETE", _path("pulls", job_id)), type=wire.PullJob)

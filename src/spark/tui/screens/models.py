@@ -30,6 +30,8 @@ class ModelsView(View):
         Binding("y", "copy", "Copy"),
         Binding("d,delete", "remove", "Remove"),
         Binding("c", "cancel", "Cancel pull"),
+        Binding("a", "attach", "Attach LoRA", show=False),
+        Binding("x", "detach", "Detach LoRA", show=False),
     ]
 
     def __init__(self) -> None:
@@ -114,6 +116,35 @@ class ModelsView(View):
     async def _copy(self, model: str, new_id: str) -> None:
         copied = await self.spark.api.copy_model(model, new_id)
         self.spark.notify(f"Copied {model} to {copied.id}.")
+
+    def action_attach(self) -> None:
+        if (model := self._selected()) is None:
+            return
+
+        def attach(answer: Answer | None) -> None:
+            if answer is not None:
+                self.spark.run_action_worker(lambda: self._attach_adapter(model, answer.text), "attach")
+
+        question = f"Attach a LoRA adapter from the Hugging Face Hub to {model} (then a scale, if not 1)"
+        self.spark.push_screen(AskDialog(question, "org/repo or org/repo/file.gguf, e.g. me/sql-lora-GGUF 0.5"), attach)
+
+    async def _attach_adapter(self, model: str, text: str) -> None:
+        spec, _, scale = text.partition(" ")
+        try:
+            value = float(scale) if scale.strip() else None
+        except ValueError:
+            self.spark.notify(f"The scale must be a number, not {scale.strip()!r}.", severity="error")
+            return
+        job = await self.spark.api.start_pull(spec, attach_to=model, scale=value)
+        self.spark.notify(f"Pulling {job.spec} for {model}…")
+
+    def action_detach(self) -> None:
+        if (model := self._selected()) is not None:
+            self.confirm(f"Take the LoRA adapters off {model}?", lambda: self._detach_adapters(model), "detach")
+
+    async def _detach_adapters(self, model: str) -> None:
+        await self.spark.api.detach_adapters(model)
+        self.spark.notify(f"{model} answers with its own weights now.")
 
     def action_remove(self) -> None:
         if (model := self._selected()) is None:
