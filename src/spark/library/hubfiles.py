@@ -10,16 +10,13 @@ the rest (quantizations differ a little from layer to layer).
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 import msgspec
 
 from spark.errors import DownloadError, ModelFileError
-from spark.library.download import open_client, read_start
 from spark.library.hub import Hub, HubFile
-from spark.library.metadata import GGUFInfo, read_remote_gguf_info
+from spark.library.metadata import GGUFInfo
 from spark.library.naming import is_projector_filename
-from spark.library.pulling import Variant, default_variant, group_variants, pick_projector
+from spark.library.pulling import Variant, default_variant, group_variants, pick_projector, remote_info
 
 
 class RepoModels(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,10 +48,7 @@ def read_repo(hub: Hub, repo: str, revision: str = "main") -> RepoModels:
     chosen = default if len(default.files) == 1 and default.files[0].size else min(singles, key=_size, default=default)
     first = chosen.files[0]
     try:
-        with open_client(hub.headers()) as client:
-            url = hub.file_url(repo, revision, first.path)
-            name = PurePosixPath(first.path).name
-            info = read_remote_gguf_info(lambda n: read_start(client, url, n, name), name, first.size or 0)
+        info = remote_info(hub, repo, revision, first)
     except (DownloadError, ModelFileError) as e:
         return RepoModels(
             repo=repo,

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from spark.errors import InvalidRequest, PullNotFound, SparkError
+from spark.errors import InvalidRequest, ModelNotFound, PullNotFound, SparkError
 from spark.events import PULL_FINISHED, PULL_PROGRESS, EventBus
 from spark.library.catalog import Library, check_scale
 from spark.library.download import DownloadProgress, part_path
@@ -142,9 +142,12 @@ class PullJobs:
                 param="spec",
             )
         if attach_to is not None:
-            if not self._library.exists(attach_to):
-                raise InvalidRequest(f"attach_to: no installed model is named '{attach_to}'", param="attach_to")
-            attach_to = self._library.get(attach_to).id
+            try:
+                attach_to = self._library.get(attach_to).id
+            except ModelNotFound:
+                raise InvalidRequest(
+                    f"attach_to: no installed model is named '{attach_to}'", param="attach_to"
+                ) from None
             check_scale(1.0 if scale is None else scale)
         if self._stopping.is_set():
             raise SparkError("the server is shutting down and starts no new pulls")

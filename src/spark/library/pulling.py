@@ -24,7 +24,7 @@ from spark.library.disk import ensure_free_space
 from spark.library.download import ProgressFn, download_file, open_client, part_path, read_start
 from spark.library.entry import ModelEntry
 from spark.library.hub import Hub, HubFile
-from spark.library.metadata import read_gguf_info, read_remote_gguf_info
+from spark.library.metadata import GGUFInfo, read_gguf_info, read_remote_gguf_info
 from spark.library.naming import (
     QUANT_PREFERENCE,
     is_projector_filename,
@@ -281,6 +281,13 @@ def _download(hub: Hub, plan: PullPlan, folder: Path, progress: ProgressFn | Non
     return dests
 
 
+def remote_info(hub: Hub, repo: str, revision: str, file: HubFile) -> GGUFInfo:
+    """The metadata in the header of a GGUF file on the Hub, read without downloading the file."""
+    with open_client(hub.headers()) as client:
+        url, name = hub.file_url(repo, revision, file.path), PurePosixPath(file.path).name
+        return read_remote_gguf_info(lambda n: read_start(client, url, n, name), name, file.size or 0)
+
+
 def pull_adapter(
     library: Library,
     model_id: str,
@@ -302,9 +309,7 @@ def pull_adapter(
     model_id = library.get(model_id).id
     plan = msgspec.structs.replace(plan_pull(hub, parsed), model_id=model_id, mmproj=None)
     first = plan.files[0]
-    with open_client(hub.headers()) as client:  # its header first: no model is downloaded for nothing
-        url, name = hub.file_url(plan.repo, plan.revision, first.path), PurePosixPath(first.path).name
-        info = read_remote_gguf_info(lambda n: read_start(client, url, n, name), name, first.size or 0)
+    info = remote_info(hub, plan.repo, plan.revision, first)  # its header first: no model is downloaded for nothing
     if not info.is_adapter or len(plan.files) > 1:
         raise DownloadError(f"{plan.repo}/{first.path} is not a LoRA adapter (a model? pull it with `spark pull`)")
     if on_plan:

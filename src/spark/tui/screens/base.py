@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from spark.tui.client import AdminAPI, APIError
-from spark.tui.screens.dialogs import ConfirmDialog
+from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog
 from spark.tui.widgets import NavBar, StatusLine
 
 if TYPE_CHECKING:
@@ -57,6 +57,15 @@ class View(Screen[None]):
 
     async def reload(self, api: AdminAPI) -> None:
         """Fetch what the view shows and draw it (`ServerDown` / `APIError` go to the app)."""
+
+    def ask(self, dialog: AskDialog, work: Callable[[Answer], Awaitable[None]], what: str) -> None:
+        """Show `dialog`; with an answer, run `work(answer)` in the app's action worker (`what` names it in errors)."""
+
+        def answered(answer: Answer | None) -> None:
+            if answer is not None:
+                self.spark.run_action_worker(lambda: work(answer), what)
+
+        self.spark.push_screen(dialog, answered)
 
     def confirm(self, question: str, work: Callable[[], Awaitable[None]], what: str) -> None:
         """Ask `question`; on yes, run `work` in the app's action worker (`what` names it in errors)."""

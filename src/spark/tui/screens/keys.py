@@ -48,13 +48,8 @@ class KeysView(View):
         self.filter = text_line
 
     def action_create(self) -> None:
-        def create(answer: Answer | None) -> None:
-            if answer is not None:
-                self.spark.run_action_worker(lambda: self._create(answer), "create key")
-
-        self.spark.push_screen(
-            AskDialog("New API key: its name", "e.g. laptop", option="zero retention (log no content)"), create
-        )
+        dialog = AskDialog("New API key: its name", "e.g. laptop", option="zero retention (log no content)")
+        self.ask(dialog, self._create, "create key")
 
     async def _create(self, answer: Answer) -> None:
         created = await self.spark.api.create_key(answer.text, zero_retention=answer.option)

@@ -13,7 +13,7 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
-from spark.tui.screens.dialogs import Answer, AskDialog
+from spark.tui.screens.dialogs import AskDialog
 from spark.tui.widgets import Table, set_text
 
 RUNNING = ("queued", "downloading", "verifying")
@@ -71,16 +71,10 @@ class ModelsView(View):
         return model
 
     def action_pull(self) -> None:
-        def start(answer: Answer | None) -> None:
-            if answer is not None:
-                self.spark.run_action_worker(lambda: self._pull(answer.text), "pull")
-
-        self.spark.push_screen(
-            AskDialog(
-                "Pull a model from the Hugging Face Hub", "org/repo[:quant], e.g. unsloth/Qwen3-0.6B-GGUF:Q4_K_M"
-            ),
-            start,
+        dialog = AskDialog(
+            "Pull a model from the Hugging Face Hub", "org/repo[:quant], e.g. unsloth/Qwen3-0.6B-GGUF:Q4_K_M"
         )
+        self.ask(dialog, lambda answer: self._pull(answer.text), "pull")
 
     async def _pull(self, spec: str) -> None:
         job = await self.spark.api.start_pull(spec)
@@ -104,29 +98,19 @@ class ModelsView(View):
         self.spark.notify(f"Unloaded {model}." if stopped else f"{model} was not loaded.")
 
     def action_copy(self) -> None:
-        if (model := self._selected()) is None:
-            return
-
-        def copy(answer: Answer | None) -> None:
-            if answer is not None:
-                self.spark.run_action_worker(lambda: self._copy(model, answer.text), "copy")
-
-        self.spark.push_screen(AskDialog(f"Copy {model} as (the same files, its own settings)", "new model id"), copy)
+        if (model := self._selected()) is not None:
+            dialog = AskDialog(f"Copy {model} as (the same files, its own settings)", "new model id")
+            self.ask(dialog, lambda answer: self._copy(model, answer.text), "copy")
 
     async def _copy(self, model: str, new_id: str) -> None:
         copied = await self.spark.api.copy_model(model, new_id)
         self.spark.notify(f"Copied {model} to {copied.id}.")
 
     def action_attach(self) -> None:
-        if (model := self._selected()) is None:
-            return
-
-        def attach(answer: Answer | None) -> None:
-            if answer is not None:
-                self.spark.run_action_worker(lambda: self._attach_adapter(model, answer.text), "attach")
-
-        question = f"Attach a LoRA adapter from the Hugging Face Hub to {model} (then a scale, if not 1)"
-        self.spark.push_screen(AskDialog(question, "org/repo or org/repo/file.gguf, e.g. me/sql-lora-GGUF 0.5"), attach)
+        if (model := self._selected()) is not None:
+            question = f"Attach a LoRA adapter from the Hugging Face Hub to {model} (then a scale, if not 1)"
+            dialog = AskDialog(question, "org/repo or org/repo/file.gguf, e.g. me/sql-lora-GGUF 0.5")
+            self.ask(dialog, lambda answer: self._attach_adapter(model, answer.text), "attach")
 
     async def _attach_adapter(self, model: str, text: str) -> None:
         spec, _, scale = text.partition(" ")
