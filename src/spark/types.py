@@ -176,6 +176,9 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     prediction: str | None = None
     # The client's own GBNF grammar (llama-server's `grammar`, root rule "root") holds the whole answer.
     grammar: str | None = None
+    # llama-server's per-request `lora`: the scale of each of the model's adapters by its index
+    # (those not named apply at 0). None: at the scales they were attached with.
+    lora: dict[int, float] | None = None
 
 
 class FileChunk(msgspec.Struct, frozen=True):
@@ -211,6 +214,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     # (llama-server's fields of the same names).
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    lora: dict[int, float] | None = None  # as ChatRequest's
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
@@ -420,6 +424,9 @@ class EmbeddingResult(msgspec.Struct, frozen=True):
 # How far a draft model's vocabulary size may differ from its target's: vocabularies padded to
 # different sizes still draft (llama.cpp's rule); the tokens they share must be the same.
 DRAFT_VOCAB_SLACK = 128
+
+
+MAX_LORA_SCALE = 100.0  # an adapter's scale lies within plus or minus this
 
 
 class LoraAdapter(msgspec.Struct, frozen=True):

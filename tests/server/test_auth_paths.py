@@ -27,6 +27,7 @@ GUARDED = (
     "/detokenize",
     "/apply-template",
     "/props",
+    "/lora-adapters",
     "/rerank",
 )
 

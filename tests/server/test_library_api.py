@@ -77,8 +77,8 @@ def test_list_shows_every_installed_model_and_which_are_loaded(live: LiveServer,
     assert models["dotted"] == "qwen2.5-tiny.q8_0"  # dots kept in ids
 
 
-def greedy(live: LiveServer, model: str) -> str:
-    body = {"model": model, "prompt": "Hello there", "max_tokens": 8, "temperature": 0}
+def greedy(live: LiveServer, model: str, **extra: Any) -> str:
+    body = {"model": model, "prompt": "Hello there", "max_tokens": 8, "temperature": 0, **extra}
     response = live.http().post("/v1/completions", json=body)
     assert response.status_code == 200, response.text
     return str(response.json()["choices"][0]["text"])
@@ -106,6 +106,51 @@ def test_a_model_with_a_lora_adapter_answers_with_it(live: LiveServer, models: d
         with Library(live.settings) as lib:
             lib.detach_adapters("guarded")
     assert greedy(live, "guarded") == plain
+
+
+def test_a_request_s_lora_scales_apply_to_it_alone(live: LiveServer, models: dict[str, str], tiny_lora: Path) -> None:
+    """llama-server's per-request `lora` on its routes and OpenAI's: the adapter at 0 answers as
+    the plain model, at its attached scale as the adapted one; `GET /lora-adapters` names the ids."""
+    plain, adapted = greedy(live, models["chat"]), greedy(live, models["adapted"])
+    assert greedy(live, "adapted", lora=[{"id": 0, "scale": 0.0}]) == plain
+    assert greedy(live, "adapted", lora=[{"id": 0, "scale": 1.0}]) == adapted
+    assert greedy(live, "adapted", lora=[]) == plain  # an adapter not named applies at 0
+    half = greedy(live, "adapted", lora=[{"id": 0, "scale": 0.5}])
+    assert half not in (plain, adapted)
+    body = {"model": "adapted", "prompt": "Hello there", "n_predict": 8, "temperature": 0}
+    assert live.http().post("/completion", json={**body, "lora": [{"id": 0, "scale": 0.5}]}).json()["content"] == half
+    chat = {"model": "adapted", "messages": CHAT, "max_tokens": 8, "temperature": 0}
+    answers = [
+        live.http().post("/v1/chat/completions", json={**chat, **lora}).json()["choices"][0]["message"]["content"]
+        for lora in ({}, {"lora": [{"id": 0, "scale": 0}]})
+    ]
+    assert answers[0] != answers[1]
+
+    listed = live.http().get("/lora-adapters", params={"model": "adapted"})
+    assert listed.json() == [{"id": 0, "path": tiny_lora.name, "scale": 1.0}]  # the file's name, never its path
+    assert live.http().get("/lora-adapters", params={"model": models["chat"]}).json() == []
+    refused = openai_error(live.http().post("/lora-adapters", json=[{"id": 0, "scale": 0.5}]), 403)
+    assert "spark attach" in refused["message"] and "'lora'" in refused["message"]
+
+
+@pytest.mark.parametrize(
+    ("lora", "param", "says"),
+    [
+        ([{"id": 1, "scale": 1.0}], "lora", "adapter id 1, but this model has adapters 0 to 0"),
+        ([{"id": -1, "scale": 1.0}], "lora[0].id", ">= 0"),
+        ([{"id": 0, "scale": 101}], "lora[0].scale", "<= 100.0"),
+        ([{"id": 0}], "lora[0].scale", "Missing"),
+        ("0:1", "lora", "array"),
+    ],
+)
+def test_bad_lora_is_a_400_naming_it(live: LiveServer, lora: Any, param: str, says: str) -> None:
+    for path, body in (
+        ("/v1/completions", {"prompt": "Hello", "max_tokens": 2}),
+        ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2}),
+        ("/completion", {"prompt": "Hello", "n_predict": 2}),
+    ):
+        error = openai_error(live.http().post(path, json={**body, "model": "adapted", "lora": lora}), 400)
+        assert error["param"] == param and says in error["message"], (path, error)
 
 
 def test_show_has_files_settings_and_where_it_would_go(live: LiveServer, models: dict[str, str]) -> None:

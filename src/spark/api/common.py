@@ -18,7 +18,17 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from spark.errors import InvalidRequest, SettingsError
-from spark.types import ChatRequest, CompletionRequest, ContentPart, ImagePart, TextPart, Tool, ToolChoice, Usage
+from spark.types import (
+    MAX_LORA_SCALE,
+    ChatRequest,
+    CompletionRequest,
+    ContentPart,
+    ImagePart,
+    TextPart,
+    Tool,
+    ToolChoice,
+    Usage,
+)
 from spark.units import parse_duration
 
 # OpenAI's metadata: 16 pairs at most, keys up to 64 characters and values up to 512
@@ -100,6 +110,18 @@ class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
     def llama_sampling(self) -> dict[str, Any]:
         """These fields as `SamplingParams` keywords."""
         return {f: getattr(self, f) for f in LlamaSampling.__struct_fields__}
+
+
+class LoraScale(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One entry of llama-server's per-request `lora`: an adapter of the model by its index."""
+
+    id: Annotated[int, msgspec.Meta(ge=0)]
+    scale: Annotated[float, msgspec.Meta(ge=-MAX_LORA_SCALE, le=MAX_LORA_SCALE)]
+
+
+def lora_scales(wire: list[LoraScale] | None) -> dict[int, float] | None:
+    """A request's `lora` as `ChatRequest.lora` takes it (the last entry of an id wins)."""
+    return None if wire is None else {entry.id: entry.scale for entry in wire}
 
 
 # --- decoding -----------------------------------------------------------------

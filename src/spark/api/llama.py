@@ -8,11 +8,23 @@ shapes. `/apply-template` takes a chat completion body and answers the prompt it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import msgspec
 
 from spark.api.common import NonEmptyStr, TokenArrays, decode_body, prompt_list, refuse
 from spark.api.openai import parse_chat
-from spark.types import Answer, Detokenize, EmbeddingRequest, EmbeddingResult, RenderPrompt, SamplingParams, Tokenize
+from spark.types import (
+    Answer,
+    Detokenize,
+    EmbeddingRequest,
+    EmbeddingResult,
+    LoraAdapter,
+    RenderPrompt,
+    SamplingParams,
+    Tokenize,
+)
 
 
 class _TokenizeWire(msgspec.Struct, frozen=True):
@@ -157,3 +169,15 @@ def props_body(
     settings = _Settings(context_window, params if isinstance(params, dict) else {})
     modalities = _Modalities(vision=vision)
     return _encoder.encode(_Props(model, settings, slots, chat_template or "", modalities, f"spark {version}"))
+
+
+class _LoraAdapter(msgspec.Struct, frozen=True):
+    id: int
+    path: str
+    scale: float
+
+
+def lora_adapters_body(adapters: Sequence[LoraAdapter]) -> bytes:
+    """`GET /lora-adapters`: the model's adapters by id, each at the scale it was attached with, and
+    its file's name only (llama-server's shape)."""
+    return _encoder.encode([_LoraAdapter(i, Path(a.path).name, a.scale) for i, a in enumerate(adapters)])

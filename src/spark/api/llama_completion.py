@@ -19,12 +19,14 @@ import msgspec
 
 from spark.api.common import (
     LlamaSampling,
+    LoraScale,
     NonEmptyStr,
     PositiveInt,
     Probability,
     StopList,
     check_max_tokens,
     decode_body,
+    lora_scales,
     refuse,
     sse,
 )
@@ -68,6 +70,7 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     n_probs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] = 0
     grammar: str | None = None  # GBNF, its root rule "root"
     json_schema: dict[str, Any] | None = None  # {}: any JSON object
+    lora: list[LoraScale] | None = None  # the model's LoRA adapters at other scales
     # for code editors: end the answer at a line indented less, or at a line break after this long
     n_indent: Annotated[int, msgspec.Meta(ge=0)] = 0
     t_max_predict_ms: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: no limit
@@ -191,6 +194,7 @@ def _call(
         time_limit=wire.t_max_predict_ms / 1000 or None,
         grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
         json_schema=wire.json_schema,
+        lora=lora_scales(wire.lora),
     )
     n = wire.n_cmpl or wire.n or 1
     refuse(

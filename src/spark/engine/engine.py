@@ -20,6 +20,7 @@ from typing import Self
 import psutil
 
 from spark.engine import embeddings
+from spark.engine.adapters import AdapterTurns
 from spark.engine.draft_model import DraftModel
 from spark.engine.drafting import Drafting
 from spark.engine.echo import PromptEcho
@@ -167,6 +168,7 @@ class Engine:
                     flash_attention=options.flash_attention,
                 )
             self._drafting = Drafting(draft_model, per_slot)
+        self._lora = AdapterTurns(model, self._ctx, options.lora)
         self._batch = Batch(self._ctx.n_batch)
         self._prompt_budget = self._batch.capacity
         self._slots = [Slot(i) for i in range(self._n_slots)]
@@ -296,8 +298,7 @@ class Engine:
             try:
                 for job in cancelled_jobs:
                     usage = Usage(prompt_tokens=len(job.prompt) if isinstance(job, GenerationJob) else 0)
-                    if isinstance(job, GenerationJob) and job.media is not None:
-                        job.media.close()
+                    job.close()
                     _safe_emit(job.emit, Done("cancelled", usage), job.request_id)
                 for slot in self._slots:
                     if slot.work is not None and slot.work.request_id in cancels:
@@ -319,8 +320,7 @@ class Engine:
             queued = list(self._queue)
             self._queue.clear()
         for job in queued:
-            if isinstance(job, GenerationJob) and job.media is not None:
-                job.media.close()
+            job.close()
             _safe_emit(job.emit, Failed(gone), job.request_id)
         for slot in self._slots:
             if slot.work is not None:
@@ -363,12 +363,12 @@ class Engine:
         prompt = job.prompt
         logprobs = None if job.request.logprobs is None else Logprobs(self._model, job.request.logprobs)
         echo = None if job.echo is None else PromptEcho(*job.echo, prompt=prompt, logprobs=logprobs)
-        slot, n_keep = pick_slot(free, prompt)
+        slot, n_keep = pick_slot(free, prompt, job.lora)
         # An echo's log probabilities need logits at every prompt position, which no cache holds:
         # nothing is reused (limit 0), but what the slot loses is saved as for any prompt.
         whole = echo is not None and echo.needs_logits
         limit = 0 if whole else job.media.first_image if job.media is not None else len(prompt)
-        reuse = self._snapshots.use(self._ctx, slot, free, prompt, limit)
+        reuse = self._snapshots.use(self._ctx, slot, free, prompt, limit, job.lora)
         n_keep = 0 if whole else reuse.n_tokens if reuse is not None else n_keep
         # Re-evaluate at least the last prompt token: its logits start the generation.
         n_keep = min(n_keep, len(prompt) - 1)
@@ -378,6 +378,7 @@ class Engine:
             self._ctx.forget(slot.id)
             n_keep = 0
         del slot.cached[n_keep:]
+        slot.lora = job.lora
         # The cache now holds this request's tokens only: private (never on disk) exactly when it is.
         slot.private = job.request.zero_retention
         params, plan = job.params, job.plan
@@ -385,8 +386,7 @@ class Engine:
             grammar = create_sampler(self._model, plan.grammar) if plan.grammar is not None else None
             sampler = SamplerChain(params, self._model, grammar)
         except Exception as e:
-            if job.media is not None:
-                job.media.close()
+            job.close()
             _safe_emit(job.emit, Failed(as_spark_error(e, "the engine").info()), job.request_id)
             return
         sampler.see_prompt(prompt)
@@ -433,7 +433,8 @@ class Engine:
         """Build one batch from all active slots, decode it, sample."""
         batch = self._batch
         batch.clear()
-        generating = [s for s in self._slots if s.work is not None and s.work.token >= 0]
+        lora = self._lora.turn(self._slots)  # one set of LoRA scales per batch
+        generating = [s for s in self._slots if s.work is not None and s.work.token >= 0 and s.lora == lora]
         chunks: list[tuple[Slot, int]] = []
         spare = min(batch.capacity - len(generating), MAX_BATCH_DRAFT)
         drafting = self._drafting
@@ -455,7 +456,7 @@ class Engine:
             gen = slot.work
             if budget <= 0:
                 break
-            if gen is None or gen.prompt_done:
+            if gen is None or gen.prompt_done or slot.lora != lora:
                 continue
             if gen.media is not None and not self._evaluate_images(slot, gen):
                 continue
@@ -665,9 +666,7 @@ class Engine:
         assert gen is not None
         slot.work = None
         slot.last_used = time.monotonic()
-        gen.sampler.close()
-        if gen.media is not None:
-            gen.media.close()
+        gen.close()
         self._n_active -= 1
         self._progress += 1
         return gen

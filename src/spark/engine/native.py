@@ -387,14 +387,18 @@ class Context:
         self.n_batch: int = lc.llama_n_batch(ptr)
         if lora:
             try:
-                handles = (lc.llama_adapter_lora_p_ctypes * len(lora))(*(model.adapter(a.path) for a in lora))
-            except ModelFileError:
+                self.set_adapters(model, lora)
+            except BaseException:
                 self.close()
                 raise
-            scales = (ctypes.c_float * len(lora))(*(a.scale for a in lora))
-            if lc.llama_set_adapters_lora(ptr, handles, len(lora), scales) != 0:
-                self.close()
-                raise RunnerFailed("llama.cpp could not apply the LoRA adapters")
+
+    def set_adapters(self, model: Model, lora: Sequence[LoraAdapter]) -> None:
+        """Apply these adapters of `model`, at their scales, to the decodes from now on (in place
+        of those before; llama.cpp does nothing when they are the same)."""
+        handles = (lc.llama_adapter_lora_p_ctypes * len(lora))(*(model.adapter(a.path) for a in lora))
+        scales = (ctypes.c_float * len(lora))(*(a.scale for a in lora))
+        if lc.llama_set_adapters_lora(self.ptr, handles, len(lora), scales) != 0:
+            raise RunnerFailed("llama.cpp could not apply the LoRA adapters")
 
     def keep(self, seq: int, n: int) -> bool:
         """Cut sequence `seq` to its first `n` positions.

@@ -11,10 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from spark.engine import embeddings, harmony
+from spark.engine.adapters import request_scales
 from spark.engine.native import Model
 from spark.engine.output import OutputPlan, completion_plan, plan_output, tools_enabled
 from spark.engine.reasoning import think_syntax
 from spark.engine.sampling import resolve
+from spark.engine.slots import Scales
 from spark.engine.template import ChatTemplate
 from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
 from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
@@ -54,6 +56,12 @@ class GenerationJob:
     media: PromptMedia | None  # the prompt's images, if it has any
     echo: tuple[str, int] | None = None  # echo: the prompt's text, where its tokens start (after an added BOS)
     prediction: list[int] | None = None  # the tokens of a chat's predicted answer
+    lora: Scales | None = None  # the request's own LoRA scales (None: as attached)
+
+    def close(self) -> None:
+        """Free the prompt's images, for a job that ends before it runs."""
+        if self.media is not None:
+            self.media.close()
 
 
 @dataclass(slots=True, eq=False)
@@ -64,6 +72,9 @@ class EmbeddingJob:
     request: EmbeddingRequest
     emit: Emit
     inputs: list[list[int]]  # tokens of each input text
+
+    def close(self) -> None:
+        """Nothing to free (`GenerationJob.close`'s counterpart)."""
 
 
 Job = GenerationJob | EmbeddingJob
@@ -309,11 +320,12 @@ class Preparer:
                 else completion_plan(request)
             )
             prediction = self._prediction(request)
+            lora = request_scales(self._options.lora, request.lora)
         except BaseException:
             if media is not None:
                 media.close()
             raise
-        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed, prediction)
+        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed, prediction, lora)
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not (self._embedding or request.generative):

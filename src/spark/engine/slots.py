@@ -17,6 +17,8 @@ from spark.engine.text import TextStream
 from spark.engine.vision import PromptMedia
 from spark.types import Event, Usage
 
+Scales = tuple[float, ...]  # LoRA scales, one per adapter of the model (see `adapters`)
+
 
 @dataclass(slots=True, eq=False)
 class Generation:
@@ -61,6 +63,12 @@ class Generation:
         for event in events if self.logprobs is None else self.logprobs.attach(events):
             self.emit(event)
 
+    def close(self) -> None:
+        """Free what the request holds in llama.cpp: its sampler, its images."""
+        self.sampler.close()
+        if self.media is not None:
+            self.media.close()
+
     def usage(self) -> Usage:
         kept = 0 if self.prediction is None else predicted_tokens_kept(self.prediction, self.answer)
         return Usage(
@@ -91,6 +99,7 @@ class Slot:
     `private`: the cache holds part of a zero-retention conversation (never
     written to disk). `persisted`: the tokens of its cache last written to
     disk (or restored from there); the cache needs writing while they differ.
+    `lora`: the LoRA scales its cache was computed under (None: as attached).
     """
 
     id: int
@@ -99,6 +108,7 @@ class Slot:
     work: Generation | None = None
     private: bool = False
     persisted: list[int] = field(default_factory=list)
+    lora: Scales | None = None
 
 
 _PREFIX_CHUNK = 256  # tokens compared at once by common_prefix
@@ -117,8 +127,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def pick_slot(free: list[Slot], prompt: Sequence[int]) -> tuple[Slot, int]:
-    """The free slot for `prompt` and how many of its tokens that slot already holds.
+def shared(slot: Slot, prompt: Sequence[int], lora: Scales | None = None) -> int:
+    """How many of `prompt`'s first tokens the slot's cache holds for a request under `lora`."""
+    return common_prefix(slot.cached, prompt) if slot.lora == lora else 0
+
+
+def pick_slot(free: list[Slot], prompt: Sequence[int], lora: Scales | None = None) -> tuple[Slot, int]:
+    """The free slot for `prompt` (under LoRA scales `lora`) and how many of its tokens that slot
+    already holds.
 
     The slot sharing the longest prefix wins where that prefix is at least
     half of the prompt (a regenerated answer, the next turn: llama-server's
@@ -129,10 +145,10 @@ def pick_slot(free: list[Slot], prompt: Sequence[int]) -> tuple[Slot, int]:
     best: Slot | None = None
     best_len = 0
     for slot in free:
-        n = common_prefix(slot.cached, prompt)
+        n = shared(slot, prompt, lora)
         if n > best_len and (2 * n >= len(prompt) or 2 * n >= len(slot.cached)):
             best, best_len = slot, n
     if best is None:
         best = min(free, key=lambda s: s.last_used)
-        best_len = common_prefix(best.cached, prompt)
+        best_len = shared(best, prompt, lora)
     return best, best_len

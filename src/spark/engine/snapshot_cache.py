@@ -11,7 +11,8 @@ the disk store (`snapshot_disk`), called from the decode loop:
   changed and RAM snapshots not yet on disk are handed to the disk writer, so
   a runner that crashes later still leaves them behind; at close, the rest.
 
-Zero-retention conversations (`private`) never reach the disk store.
+Zero-retention conversations (`private`) never reach the disk store. Caches under a request's
+own LoRA scales (`Slot.lora`) are never saved: every snapshot holds the attached scales' cache.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from spark.engine import snapshots
 from spark.engine.native import Context
-from spark.engine.slots import Slot, common_prefix
+from spark.engine.slots import Scales, Slot, shared
 from spark.engine.snapshot_disk import DiskEntry, DiskSnapshots
 from spark.engine.snapshots import Snapshot, SnapshotStore
 from spark.types import CacheSource
@@ -51,19 +52,22 @@ class SnapshotCache:
     def enabled(self) -> bool:
         return self.ram.budget > 0 or self.disk is not None
 
-    def use(self, ctx: Context, slot: Slot, free: list[Slot], prompt: Sequence[int], limit: int) -> Reuse | None:
+    def use(
+        self, ctx: Context, slot: Slot, free: list[Slot], prompt: Sequence[int], limit: int, lora: Scales | None = None
+    ) -> Reuse | None:
         """Save what `slot` would lose to `prompt`, and restore a snapshot that serves it better.
 
         `limit`: how much of the prompt a snapshot may serve (up to its first
-        image). Returns None when nothing was restored (the slot is then as it
-        was). A failed save, load or restore only costs the reuse.
+        image); none serves a prompt under LoRA scales `lora`. Returns None when
+        nothing was restored (the slot is then as it was). A failed save, load
+        or restore only costs the reuse.
         """
         if not self.enabled:
             return None
-        prefix = prompt[:limit]
+        prefix = prompt[:limit] if lora is None else []
         in_ram, n_ram = self.ram.best(prefix)
         on_disk, n_disk = self.disk.best(prefix) if self.disk is not None else (None, 0)
-        n_free = max(common_prefix(s.cached, prompt) for s in free)
+        n_free = max(shared(s, prompt) for s in free)
         chosen: Snapshot | DiskEntry | None = None
         n_snap = 0
         if in_ram is not None and n_ram >= n_disk and n_ram > n_free:
@@ -75,9 +79,9 @@ class SnapshotCache:
             loses = len(slot.cached) > 0 and not snapshots.extends(chosen.tokens, slot.cached)
         else:
             # A prompt the cache holds whole is a retry: only the answer it replaces is lost.
-            shared = common_prefix(slot.cached, prompt)
-            loses = shared < len(slot.cached) and shared < len(prompt)
-        if loses:
+            held = shared(slot, prompt, lora)
+            loses = held < len(slot.cached) and held < len(prompt)
+        if loses and slot.lora is None:  # a cache under other LoRA scales serves no snapshot's request
             saved = snapshots.save(ctx, slot.id, slot.cached, private=slot.private)
             if saved is not None:
                 saved.on_disk = slot.persisted == slot.cached
@@ -144,4 +148,10 @@ class SnapshotCache:
 
 
 def _slot_unsaved(slot: Slot) -> bool:
-    return slot.work is None and not slot.private and bool(slot.cached) and slot.cached != slot.persisted
+    return (
+        slot.work is None
+        and not slot.private
+        and slot.lora is None
+        and bool(slot.cached)
+        and slot.cached != slot.persisted
+    )

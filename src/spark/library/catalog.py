@@ -40,7 +40,7 @@ from spark.library.naming import (
 )
 from spark.settings import Settings
 from spark.store import Database, ModelRecord, ModelTable, get_meta, set_meta
-from spark.types import DRAFT_VOCAB_SLACK, LoraAdapter
+from spark.types import DRAFT_VOCAB_SLACK, MAX_LORA_SCALE, LoraAdapter
 
 # meta key set when the user removes the bundled model, so it is not re-added
 _BUNDLED_REMOVED = "library.bundled_removed"
@@ -453,7 +453,7 @@ def _entry(record: ModelRecord) -> ModelEntry:
 
 def check_scale(scale: float) -> None:
     """Refuse a LoRA adapter's scale that is no number between -100 and 100 (`InvalidRequest`)."""
-    if not math.isfinite(scale) or not -100 <= scale <= 100:
+    if not math.isfinite(scale) or not -MAX_LORA_SCALE <= scale <= MAX_LORA_SCALE:
         raise InvalidRequest(f"scale must be between -100 and 100, not {scale}", param="scale")
 
 

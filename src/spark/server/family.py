@@ -28,6 +28,7 @@ _OPENAI_PATHS = (
     "/detokenize",
     "/apply-template",
     "/props",
+    "/lora-adapters",
 )
 
 

@@ -11,6 +11,7 @@ from spark.api.common import (
     NO_FETCH,
     Fetch,
     LlamaSampling,
+    LoraScale,
     Metadata,
     NonEmptyStr,
     PositiveFloat,
@@ -27,6 +28,7 @@ from spark.api.common import (
     joined,
     json_arguments,
     keep_alive_seconds,
+    lora_scales,
     prompt_list,
     refuse,
 )
@@ -232,9 +234,11 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     prediction: Prediction | None = None
     store: bool | None = None
     metadata: Metadata | None = None
-    # llama-server's extensions: the answer held to a GBNF grammar, or to JSON matching a schema
+    # llama-server's extensions: the answer held to a GBNF grammar, or to JSON matching a schema;
+    # the model's LoRA adapters at other scales
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    lora: list[LoraScale] | None = None
 
 
 TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
@@ -247,9 +251,11 @@ class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     suffix: str | None = None
     best_of: int | None = None
     logprobs: TopLogprobs | None = None  # the legacy form: how many alternatives per token
-    # llama-server's extensions: the answer constrained to GBNF, or to JSON matching a schema
+    # llama-server's extensions: the answer constrained to GBNF, or to JSON matching a schema;
+    # the model's LoRA adapters at other scales
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    lora: list[LoraScale] | None = None
 
 
 class EmbeddingBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -343,6 +349,7 @@ def parse_chat(
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
         prediction=_prediction(wire.prediction),
         grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
+        lora=lora_scales(wire.lora),
     )
     return ChatCall(request, _include_usage(wire), n, bool(wire.store), wire.metadata or {})
 
@@ -386,6 +393,7 @@ def parse_completion(
         echo=bool(wire.echo),
         grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
         json_schema=wire.json_schema,
+        lora=lora_scales(wire.lora),
     )
     return CompletionCall(request, _include_usage(wire), n, prompts if len(prompts) > 1 else [])
 

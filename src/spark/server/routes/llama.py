@@ -1,5 +1,5 @@
 """llama-server's own routes, at its paths: `POST /tokenize`, `/detokenize`, `/apply-template` and
-`GET /props` (`TOKEN_ROUTES`), and `POST /completion`, `/infill` and `/embedding` (`LLAMA_ROUTES`).
+`GET /props`, `/lora-adapters` (`TOKEN_ROUTES`), and `POST /completion`, `/infill` and `/embedding` (`LLAMA_ROUTES`).
 
 They need an API key like every model route. The token routes are not written to the request log
 (clients such as chat front ends call them as a user types); a completion is, as on /v1. A model
@@ -18,6 +18,7 @@ from spark.api.common import choice_requests
 from spark.api.llama import (
     content_body,
     embedding_body,
+    lora_adapters_body,
     parse_apply_template,
     parse_detokenize,
     parse_embedding,
@@ -34,7 +35,7 @@ from spark.api.llama_completion import (
     parse_completion,
     parse_infill,
 )
-from spark.errors import InvalidRequest
+from spark.errors import Forbidden, InvalidRequest
 from spark.runners.options import context_window, parallel_slots
 from spark.server.generation import ask, run_embeddings, run_encoded, stream_choices, stream_response
 from spark.server.recorder import recorder_of
@@ -92,6 +93,23 @@ async def props(request: Request[Any, Any, Any], model: FromQuery[str | None] = 
             vision=entry.info.has_vision,
             version=spark.__version__,
         )
+    )
+
+
+@get("/lora-adapters")
+async def lora_adapters(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Response[Any]:
+    """The LoRA adapters of `model` (the default model when none is named), the ids a request's
+    `lora` names them by."""
+    state = state_of(request)
+    return json_response(lora_adapters_body(state.library.get(model or state.settings.default_model).lora))
+
+
+@post("/lora-adapters", status_code=200)
+async def set_lora_adapters() -> None:
+    """llama-server sets its adapters' scales for every request here; in Spark that is the admin's."""
+    raise Forbidden(
+        "the scales a model's LoRA adapters are attached with are the admin's to set "
+        "(spark attach MODEL ADAPTER --scale S); send 'lora' with a request for other scales in that request"
     )
 
 
@@ -179,5 +197,5 @@ async def _tokens_of(state: ServerState, model: str, prompt: Prompt) -> str | li
     return tokens
 
 
-TOKEN_ROUTES = [tokenize, detokenize, apply_template, props]
+TOKEN_ROUTES = [tokenize, detokenize, apply_template, props, lora_adapters, set_lora_adapters]
 LLAMA_ROUTES = [completion, infill, embedding]
