@@ -13,7 +13,7 @@ import pytest
 import tiny_gguf
 from engine.helpers import Collector
 from spark.engine import Engine
-from spark.engine.adapters import AdapterTurns, request_scales
+from spark.engine.adapters import TURN_STEPS, AdapterTurns, request_scales
 from spark.engine.native import Context, Model
 from spark.engine.slots import Slot
 from spark.errors import InvalidRequest
@@ -140,9 +140,12 @@ def test_the_sets_of_busy_slots_take_turns() -> None:
     slots = [Slot(i) for i in range(4)]
     for slot, lora in zip(slots, [None, (0.5,), None, (0.0,)], strict=True):
         slot.lora, slot.work = lora, cast(Any, object())
-    assert [turns.turn(slots) for _ in range(4)] == [(0.5,), (0.0,), None, (0.5,)]
-    assert ctx.applied == [[0.5], [0.0], [1.0], [0.5]]
-    slots[1].work = slots[3].work = None  # only the attached set is busy: it stays, applied once
-    assert [turns.turn(slots) for _ in range(3)] == [None, None, None]
-    assert ctx.applied[-1] == [1.0] and len(ctx.applied) == 5
-    assert turns.turn([Slot(0)]) is None  # nothing busy: nothing changes
+    steps = [turns.turn(slots) for _ in range(3 * TURN_STEPS + 1)]
+    assert steps == [None] * TURN_STEPS + [(0.5,)] * TURN_STEPS + [(0.0,)] * TURN_STEPS + [None]
+    assert ctx.applied == [[0.5], [0.0], [1.0]]  # once per turn
+    slots[1].work = slots[3].work = None  # only the attached set is busy: it stays
+    assert [turns.turn(slots) for _ in range(2 * TURN_STEPS)] == [None] * 2 * TURN_STEPS
+    assert len(ctx.applied) == 3
+    slots[1].work = cast(Any, object())  # another set comes: its turn once this one's is over
+    assert [turns.turn(slots) for _ in range(TURN_STEPS)][-1] == (0.5,) and ctx.applied[-1] == [0.5]
+    assert turns.turn([Slot(0)]) == (0.5,)  # nothing busy: nothing changes

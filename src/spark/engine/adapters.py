@@ -29,6 +29,11 @@ def request_scales(adapters: Sequence[LoraAdapter], asked: dict[int, float] | No
     return None if scales == tuple(a.scale for a in adapters) else scales
 
 
+# Steps one set of scales decodes before the next set's turn: each change of scales costs llama.cpp
+# a new reservation of its compute graphs (milliseconds), a few steps in a row share it.
+TURN_STEPS = 4
+
+
 class AdapterTurns:
     """Applies to the context the scales of the slots each decode step serves."""
 
@@ -37,14 +42,19 @@ class AdapterTurns:
         self._ctx = ctx
         self._adapters = adapters
         self._applied: Scales | None = None  # the context is created with the attached scales
+        self._steps = 0  # steps decoded under them in a row
 
     def turn(self, slots: Sequence[Slot]) -> Scales | None:
-        """The scales of this step's batch, now applied: the next set after the last step's among
-        the busy slots' sets, so that each set gets its turn."""
+        """The scales of this step's batch, now applied: the last step's for `TURN_STEPS` steps in a
+        row, then the next set among the busy slots' sets, so that each set gets its turn."""
         sets = list(dict.fromkeys(s.lora for s in slots if s.work is not None))
         if not sets:
             return self._applied
+        if self._applied in sets and self._steps < TURN_STEPS:
+            self._steps += 1
+            return self._applied
         chosen = sets[(sets.index(self._applied) + 1) % len(sets) if self._applied in sets else 0]
+        self._steps = 1
         if chosen != self._applied:
             scales = chosen if chosen is not None else [a.scale for a in self._adapters]
             self._ctx.set_adapters(
