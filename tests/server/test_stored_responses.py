@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from server.helpers import LiveServer, Models, openai_error
+from server.helpers import LiveServer, Models, openai_error, wait_for
 from spark.store.db import Database
 from spark.store.keys import KeyTable
 
@@ -56,6 +56,36 @@ def test_a_streamed_response_is_stored_before_it_ends(live: LiveServer, models: 
     assert kept.model_dump() == final.model_dump() and kept.store is True
     then = client.responses.create(model=models.chat, previous_response_id=final.id, input="more", max_output_tokens=2)
     assert then.previous_response_id == final.id
+
+
+def test_a_streamed_response_can_be_read_while_it_streams(live: LiveServer, models: Models) -> None:
+    """Its id comes with the first event: read then, it is `in_progress` with its output so far,
+    for its own key only, and cannot be streamed again (it is no background response). Its
+    client gone, the answer stops unstored and reads as none; one not stored never reads."""
+    client = live.openai()
+    other = _client(live, KeyTable(Database(live.settings.db_path)).create("onlooker")[1])
+    with client.responses.stream(model=models.slow, input="hi", max_output_tokens=4000) as stream:
+        response_id = ""
+        for event in stream:
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.type == "response.output_text.delta":
+                break
+        during = client.responses.retrieve(response_id)
+        assert during.status == "in_progress" and during.output_text
+        assert during.output[0].status == "in_progress"  # type: ignore[union-attr]
+        later = client.responses.retrieve(response_id)
+        assert later.output_text.startswith(during.output_text)
+        with pytest.raises(openai.NotFoundError):
+            other.responses.retrieve(response_id)
+        error = openai_error(live.http().get(f"/v1/responses/{response_id}?stream=true"), 400)
+        assert error["param"] == "stream"
+    wait_for(lambda: live.http().get(f"/v1/responses/{response_id}").status_code == 404, 10, "the response to go")
+
+    with client.responses.stream(model=models.chat, input="hi", max_output_tokens=40, store=False) as stream:
+        created = next(e for e in stream if e.type == "response.created")
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(created.response.id)  # type: ignore[union-attr]
 
 
 def test_retrieve_list_input_items_and_delete(live: LiveServer, models: Models) -> None:

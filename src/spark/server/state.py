@@ -16,6 +16,7 @@ from spark.fleet.report import Capacity, Checksums, DecodeRates, capacity
 from spark.library import Library
 from spark.library.jobs import PullJobs
 from spark.runners.scheduler import Scheduler
+from spark.server.answering import Answering
 from spark.server.background import STOPPED_MESSAGE, BackgroundRuns
 from spark.server.batches import BatchRunner
 from spark.server.draining import Drain
@@ -68,6 +69,7 @@ class ServerState:
         self.batches = BatchTable(self.db)  # Batch APIs
         self.batch_runner = BatchRunner(self.batches, self.files, lambda: self.settings.parallel)
         self.background = BackgroundRuns()  # background Responses API answers, running or just ended
+        self.answering = Answering()  # streamed Responses API answers, until they are stored
         self.responses.end_unfinished(STOPPED_MESSAGE)  # those a previous run of the server left running
         # retention 0 keeps no request log: nothing is written at all
         self.request_log = (

@@ -103,6 +103,8 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
 
     async def answer(asked: ChatRequest) -> Response[Any]:
         if asked.stream:
+            if store and keep is not None:  # its id is the client's from the first event: it may ask for it
+                state.answering.add(encoder, owner(request))
 
             async def before_end() -> None:
                 if keep is not None and encoder.final is not None:
@@ -137,13 +139,18 @@ async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[An
 
 @get("/responses/{response_id:str}")
 async def get_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[Any]:
-    """A stored response, as it was answered; a background one as it stands, or (`stream=true`)
-    its events again, from the one after `starting_after`, followed until it ends."""
+    """A stored response, as it was answered; a background one, or one still streaming, as it
+    stands; or (`stream=true`) a background one's events again, from the one after
+    `starting_after`, followed until it ends."""
     query = parse_retrieve_query(request.query_params)
-    stored = await _stored(request, response_id)
-    run = state_of(request).background.get(response_id)
+    state = state_of(request)
+    live = state.answering.snapshot(response_id, owner(request))  # streamed, not stored yet
+    if live is not None and not query.stream:
+        return json_response(live)
+    stored = None if live is not None else await _stored(request, response_id)
+    run = state.background.get(response_id)
     if query.stream:
-        if not stored.response.get("background"):
+        if stored is None or not stored.response.get("background"):
             raise InvalidRequest("Only a background response can be streamed again.", param="stream")
         if run is None:
             raise InvalidRequest(
@@ -152,6 +159,7 @@ async def get_response(request: Request[Any, Any, Any], response_id: FromPath[st
                 param="stream",
             )
         return _event_stream(run.follow(query.starting_after))
+    assert stored is not None
     if run is not None:
         snapshot = run.snapshot()
         if not run.done and msgspec.json.decode(snapshot).get("status") in _RUNNING:
