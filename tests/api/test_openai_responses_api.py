@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import zlib
 from typing import Any
 
 import msgspec
@@ -12,6 +13,8 @@ from openai.types.responses import Response
 
 from spark.api.common import finish_reason_in, usage_in
 from spark.api.openai import ResponseStream, parse_responses, response_body
+from spark.api.openai.responses_api import compacted_body, parse_compact
+from spark.api.openai.responses_api.requests import COMPACT_PROMPT
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
@@ -380,3 +383,80 @@ def test_item_references_are_replaced_by_the_items_they_name() -> None:
             find,
         )
     assert refused.value.param == "input[1].id"
+
+
+# --- compaction ----------------------------------------------------------------
+
+
+def test_compact_asks_the_model_to_sum_the_whole_conversation_up() -> None:
+    earlier = [
+        {"type": "message", "role": "user", "content": "My name is Ada."},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello Ada."}]},
+    ]
+    body = {"model": "m", "instructions": "Be terse.", "input": [{"role": "user", "content": "I like tea."}]}
+    call = parse_compact(json.dumps(body).encode(), earlier=earlier, earlier_param="previous_response_id")
+    roles = [(m.role, m.content) for m in call.request.messages]
+    assert roles == [
+        ("system", "Be terse."),
+        ("user", "My name is Ada."),
+        ("assistant", "Hello Ada."),
+        ("user", "I like tea."),
+        ("user", COMPACT_PROMPT),
+    ]
+    # the compacted output keeps every user message, as given, each with its text as a part
+    assert [m["content"] for m in call.user_items] == [
+        [{"type": "input_text", "text": "My name is Ada."}],
+        [{"type": "input_text", "text": "I like tea."}],
+    ]
+    only = parse_compact(b'{"model": "m", "input": "hi"}')
+    assert only.user_items == [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "hi"}, "model"),
+        ({"model": "m"}, "input"),
+        ({"model": "m", "input": []}, "input"),
+        ({"model": "m", "input": [{"type": "compaction"}]}, "input[0].encrypted_content"),
+        ({"model": "m", "input": [{"type": "bogus"}]}, "input[0].type"),
+    ],
+)
+def test_a_bad_compact_body_names_its_parameter(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse_compact(json.dumps(body).encode())
+    assert e.value.param == param
+
+
+def test_a_compaction_item_reads_back_as_its_summary() -> None:
+    request_id = "abc123"
+    usage = Usage(prompt_tokens=40, completion_tokens=12)
+    user = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    body = msgspec.json.decode(compacted_body(request_id, 7, user, "Ada likes tea. Left: the parser.", usage))
+    assert body["object"] == "response.compaction" and body["id"] == "resp_abc123" and body["created_at"] == 7
+    assert body["output"][:-1] == user and body["usage"]["output_tokens"] == 12
+    item = body["output"][-1]
+    assert item["type"] == "compaction" and item["id"].startswith("cmp_")
+    assert "Ada" not in item["encrypted_content"]  # opaque to the client
+    later = parse(input=[*body["output"], {"role": "user", "content": "And now?"}])
+    summary = later.request.messages[1]
+    assert summary.role == "user" and str(summary.content).endswith("Ada likes tea. Left: the parser.")
+    assert [m.content for m in later.request.messages] == ["hi", summary.content, "And now?"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "garbage",
+        "spark-compaction-1:!!!",
+        "spark-compaction-1:" + base64.urlsafe_b64encode(b"not zlib").decode(),
+        base64.urlsafe_b64encode(zlib.compress(b"no prefix")).decode(),
+        "spark-compaction-1:" + base64.urlsafe_b64encode(zlib.compress(b"\xff\xfe")).decode(),
+        "spark-compaction-1:" + base64.urlsafe_b64encode(zlib.compress(b"x" * (2 << 20))).decode(),  # a bomb
+        "spark-compaction-1:" + base64.urlsafe_b64encode(zlib.compress(b"cut")[:-3]).decode(),
+    ],
+)
+def test_a_compaction_no_spark_server_made_is_refused(content: str) -> None:
+    with pytest.raises(InvalidRequest, match="not a compaction this server made") as e:
+        parse(input=[{"type": "compaction", "encrypted_content": content}])
+    assert e.value.param == "input[0].encrypted_content"

@@ -11,6 +11,7 @@ import pytest
 
 from server.helpers import LiveServer, Models, openai_error
 from spark.library.bundled import BUNDLED_SETTINGS
+from spark.server.admin_auth import read_admin_token
 
 SMOLLM2 = "smollm2-135m-instruct-q4_1"
 
@@ -200,3 +201,59 @@ def test_json_schema_format(live: LiveServer, models: Models) -> None:
     value = json.loads(response.output_text)
     assert set(value) == {"n"} and 0 <= value["n"] <= 9
     assert response.text is not None and response.text.format.type == "json_schema"  # type: ignore[union-attr]
+
+
+def test_compact_sums_a_stored_conversation_up_into_one_item(live: LiveServer, models: Models) -> None:
+    """`client.responses.compact` on a stored conversation: its user messages, then one compaction
+    item; a later request that sends them reads the item as the model's summary; the request is logged."""
+    client = live.openai()
+    first = client.responses.create(model=models.chat, input="My name is Ada.", max_output_tokens=4)
+    raw = client.responses.with_raw_response.compact(
+        model=models.chat, previous_response_id=first.id, input=[{"role": "user", "content": "I like tea."}]
+    )
+    compacted = raw.parse()
+    assert compacted.object == "response.compaction" and compacted.id.startswith("resp_")
+    *users, item = [i.model_dump(exclude_none=True, warnings=False) for i in compacted.output]
+    assert [u["content"][0]["text"] for u in users] == ["My name is Ada.", "I like tea."]
+    assert item["type"] == "compaction" and item["encrypted_content"]
+    assert (
+        0 < compacted.usage.output_tokens <= 512 // 4 and compacted.usage.input_tokens > 0
+    )  # a quarter of the context
+
+    summary = client.responses.create(model=models.chat, input=[*users, item, {"role": "user", "content": "Go on."}])
+    assert summary.status in ("completed", "incomplete")
+    # what the model read in place of the item: a message saying it is the earlier conversation's summary
+    counted = client.responses.input_tokens.count(model=models.chat, input=[*users, item]).input_tokens
+    assert counted > client.responses.input_tokens.count(model=models.chat, input=users).input_tokens
+    logged = live.http(key=read_admin_token(live.settings)).get(f"/api/requests/{raw.headers['x-request-id']}")
+    assert logged.status_code == 200, logged.text
+    assert logged.json()["route"] == "/v1/responses/compact" and logged.json()["completion_tokens"] > 0
+
+
+def test_compact_sums_up_what_fits_of_a_conversation_longer_than_the_context(live: LiveServer, models: Models) -> None:
+    turns = [{"role": "user", "content": f"Fact {i}: " + "tea and biscuits " * 20} for i in range(12)]
+    compacted = live.openai().responses.compact(model=models.chat, input=turns)  # type: ignore[arg-type]
+    assert len(compacted.output) == 13 and compacted.output[-1].type == "compaction"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"input": "hi"}, 400, "model"),
+        ({"model": "chat"}, 400, "input"),
+        (
+            {"model": "chat", "input": [{"type": "compaction", "encrypted_content": "x"}]},
+            400,
+            "input[0].encrypted_content",
+        ),
+        ({"model": "chat", "previous_response_id": "resp_nope"}, 400, "previous_response_id"),
+        ({"model": "nope", "input": "hi"}, 404, "model"),
+    ],
+)
+def test_a_bad_compact_request_is_an_openai_error(
+    live: LiveServer, models: Models, body: dict[str, Any], status: int, param: str
+) -> None:
+    if body.get("model") == "chat":
+        body = {**body, "model": models.chat}
+    error = openai_error(live.http().post("/v1/responses/compact", json=body), status)
+    assert error["param"] == param

@@ -1,6 +1,6 @@
-"""OpenAI's Responses API: `POST /v1/responses`, `/v1/responses/input_tokens`, and the stored
-responses: `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`,
-`POST /v1/responses/{id}/cancel`.
+"""OpenAI's Responses API: `POST /v1/responses`, `/v1/responses/input_tokens` and
+`/v1/responses/compact`, and the stored responses: `GET` and `DELETE /v1/responses/{id}`,
+`GET /v1/responses/{id}/input_items`, `POST /v1/responses/{id}/cancel`.
 
 An answer made with `store` (OpenAI's default) is kept in the database for the
 key that made it (`spark.store.responses`), unless the key is zero-retention or
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -32,6 +32,7 @@ from litestar.response import Stream
 from litestar.types import Scope
 
 from spark.api.openai import ResponsesCall, ResponseStream, input_tokens_body, parse_responses, response_body
+from spark.api.openai.responses_api import compacted_body, parse_compact
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
@@ -56,6 +57,7 @@ from spark.errors import (
     SparkError,
     from_info,
 )
+from spark.runners.options import context_window
 from spark.server.auth import api_key_of, owner
 from spark.server.background import KEPT_SECONDS, STOPPED_MESSAGE, BackgroundRun
 from spark.server.errors import internal_error, log_unexpected
@@ -74,6 +76,7 @@ from spark.types import ChatRequest, Failed
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 _OWN_BODY = "spark.responses.own_body"
 _RUNNING = ("queued", "in_progress")
+T = TypeVar("T")
 
 
 @post("/responses", status_code=200)
@@ -87,7 +90,7 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
     own = continuation(await request.body())
     store = _stores(request, own)
-    call, body = await _parse(request, own, max_tokens_limit=state.max_tokens_limit, store=store)
+    call, body = await _parse(request, own, parse_responses, max_tokens_limit=state.max_tokens_limit, store=store)
     echo, generation = call.echo, call.request
     if echo.background:
         return await _in_background(request, own, call, store=store)
@@ -131,10 +134,36 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
 async def responses_input_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     """How many tokens a Responses request's input makes for its model (as Anthropic's count_tokens)."""
     state = state_of(request)
-    call, body = await _parse(request, continuation(await request.body()))
+    call, body = await _parse(request, continuation(await request.body()), parse_responses)
     if (routed := await routed_response(request, call.request, body=body)) is not None:
         return routed
     return json_response(input_tokens_body(await count_tokens(state, call.request, recorder_of(request.scope))))
+
+
+@post("/responses/compact", status_code=200)
+async def compact(request: Request[Any, Any, Any]) -> Response[Any]:
+    """A conversation summed up (`client.responses.compact`): its user messages, then one
+    `compaction` item that a later request's input reads back in place of the rest. The summary
+    holds at most a quarter of the model's context; a conversation longer than the context is
+    summed up from its latest turns that fit."""
+    with _prompt_named_input():
+        state = state_of(request)
+        call, body = await _parse(request, continuation(await request.body()), parse_compact)
+        if (routed := await routed_response(request, call.request, body=body)) is not None:
+            return routed  # (a node caps the summary by its own context)
+        # A summary the conversation can go on from: at most a quarter of the context.
+        window = context_window(state.library.get(call.request.model), state.settings)
+        asked = msgspec.structs.replace(
+            call.request, sampling=msgspec.structs.replace(call.request.sampling, max_tokens=max(window // 4, 1))
+        )
+        recorder = recorder_of(request.scope)
+        try:
+            result = await run_chat(state, asked, request.receive, recorder)
+        except ContextLengthExceeded as e:
+            result = await run_chat(state, await fitted(state, asked, e, recorder), request.receive, recorder)
+        summary = result.text or result.reasoning  # a thinking model may have said it all while thinking
+        request_id = request_ids(request.scope).id
+        return json_response(compacted_body(request_id, int(time.time()), call.user_items, summary, result.usage))
 
 
 @get("/responses/{response_id:str}")
@@ -202,6 +231,7 @@ async def delete_response(request: Request[Any, Any, Any], response_id: FromPath
 RESPONSES_ROUTES = [
     responses,
     responses_input_tokens,
+    compact,
     get_response,
     cancel_response,
     response_input_items,
@@ -317,14 +347,14 @@ def _stores(request: Request[Any, Any, Any], own: Continuation) -> bool:
     )
 
 
-async def _parse(request: Request[Any, Any, Any], own: Continuation, **options: Any) -> tuple[ResponsesCall, bytes]:
-    """The request read with the conversation it continues (`previous_response_id` or
-    `conversation`) before its input, and the body a fleet node is sent: the whole conversation."""
+async def _parse(
+    request: Request[Any, Any, Any], own: Continuation, parse: Callable[..., T], **options: Any
+) -> tuple[T, bytes]:
+    """The request read (by `parse`) with the conversation it continues (`previous_response_id`
+    or `conversation`) before its input, and the body a fleet node is sent: the whole conversation."""
     body = await _own_body(request)
     earlier = earlier_items(await _stored_items(request, own))
-    call = await parse_with_images(
-        request, parse_responses, body, earlier=earlier, earlier_param=own.continued, **options
-    )
+    call = await parse_with_images(request, parse, body, earlier=earlier, earlier_param=own.continued, **options)
     routable = state_of(request).fleet.has_nodes()  # the whole body is written only for a node
     return call, with_history(body, earlier) if routable else body
 

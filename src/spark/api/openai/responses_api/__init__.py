@@ -10,10 +10,22 @@ input, and the request is then read like any other.
 
 `requests` reads bodies into `spark.types.ChatRequest` (and what the answer
 echoes); `objects` writes the response object and the stream's events;
+`POST /v1/responses/compact` sums a conversation up into one `compaction` item
+(`parse_compact`, `compacted_body`), which a later request's input reads back;
 `stored` continues a stored conversation and writes the stored-response routes' bodies.
 """
 
-from spark.api.openai.responses_api.objects import ResponseStream, input_tokens_body, response_body
-from spark.api.openai.responses_api.requests import Echo, ResponsesCall, parse_responses
+from spark.api.openai.responses_api.objects import ResponseStream, compacted_body, input_tokens_body, response_body
+from spark.api.openai.responses_api.requests import CompactCall, Echo, ResponsesCall, parse_compact, parse_responses
 
-__all__ = ["Echo", "ResponseStream", "ResponsesCall", "input_tokens_body", "parse_responses", "response_body"]
+__all__ = [
+    "CompactCall",
+    "Echo",
+    "ResponseStream",
+    "ResponsesCall",
+    "compacted_body",
+    "input_tokens_body",
+    "parse_compact",
+    "parse_responses",
+    "response_body",
+]

@@ -12,7 +12,7 @@ from spark.api.common import (
     sse,
 )
 from spark.api.openai.responses import OVERLOADED_STATUS, ContentLogprob, content_logprobs, error_body
-from spark.api.openai.responses_api.requests import Echo
+from spark.api.openai.responses_api.requests import Echo, compaction_item
 from spark.errors import SparkError, from_info
 from spark.types import (
     ChatResult,
@@ -163,6 +163,25 @@ class _InputTokens(msgspec.Struct, frozen=True):
 def input_tokens_body(input_tokens: int) -> bytes:
     """`{"object": "response.input_tokens", "input_tokens": n}` for `POST /v1/responses/input_tokens`."""
     return msgspec.json.encode(_InputTokens(input_tokens))
+
+
+def compacted_body(request_id: str, created: int, user_items: list[Any], summary: str, usage: Usage) -> bytes:
+    """`POST /v1/responses/compact`'s `response.compaction` object: the conversation's user
+    messages, then one compaction item carrying the summary of the whole."""
+    compaction = {
+        "id": _item_id("cmp", request_id, len(user_items)),
+        "type": "compaction",
+        "encrypted_content": compaction_item(summary),
+    }
+    return msgspec.json.encode(
+        {
+            "id": response_id(request_id),
+            "object": "response.compaction",
+            "created_at": created,
+            "output": [*user_items, compaction],
+            "usage": _usage(usage),
+        }
+    )
 
 
 def response_body(request_id: str, model: str, created: int, result: ChatResult, echo: Echo) -> bytes:

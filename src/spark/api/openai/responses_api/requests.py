@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -104,6 +106,7 @@ class InputItem(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str | None = None  # function_call
     output: str | list[ContentIn] | None = None  # function_call_output
     summary: list[SummaryText] | None = None  # reasoning
+    encrypted_content: str | None = None  # compaction (a reasoning item's is not read)
 
 
 class FunctionToolDef(msgspec.Struct, frozen=True, kw_only=True):
@@ -239,10 +242,7 @@ def parse_responses(
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
 
-    messages = [Message("system", wire.instructions)] if wire.instructions else []
-    own = [InputItem(role="user", content=wire.input)] if isinstance(wire.input, str) else wire.input
-    named = [(earlier_param, item) for item in _earlier(earlier, earlier_param)]
-    messages += _messages([*named, *((f"input[{i}]", item) for i, item in enumerate(own))], fetch)
+    messages = _conversation(wire.instructions, wire.input, earlier, earlier_param, fetch)
     stop = [wire.stop] if isinstance(wire.stop, str) else wire.stop
     request = ChatRequest(
         model=wire.model,
@@ -266,6 +266,85 @@ def parse_responses(
         logprobs=(wire.top_logprobs or 0) if _INCLUDE_LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
     )
     return ResponsesCall(request, _echo(wire, store))
+
+
+class CompactBody(msgspec.Struct, frozen=True, kw_only=True):
+    model: NonEmptyStr
+    input: str | Annotated[list[InputItem], msgspec.Meta(max_length=MAX_MESSAGES)] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    keep_alive: float | str | None = None
+
+
+_compact_decoder = msgspec.json.Decoder(CompactBody)
+
+# What the model is asked after the conversation. Small models write a summary for these words and
+# drift (or answer the last message instead) with longer instructions.
+COMPACT_PROMPT = "Summarize our conversation so far."
+_COMPACTION_PREFIX = "spark-compaction-1:"
+_COMPACTION_INTRO = "A summary of the conversation before this point, which was compacted into it:\n\n"
+MAX_SUMMARY_BYTES = 1 << 20
+
+
+class CompactCall(msgspec.Struct, frozen=True):
+    """A decoded `POST /v1/responses/compact` body: the request that writes the summary, and the
+    user messages of the conversation (as JSON items) that the compacted output keeps."""
+
+    request: ChatRequest
+    user_items: list[Any]
+
+
+def parse_compact(
+    body: bytes, *, earlier: Sequence[Any] = (), earlier_param: str = "input", fetch: Fetch = NO_FETCH
+) -> CompactCall:
+    """Decode a `POST /v1/responses/compact` body: the conversation (a stored one first, as in
+    `parse_responses`), asked to be summed up."""
+    wire = decode_body(_compact_decoder, body)
+    own = msgspec.json.decode(body).get("input")
+    refuse(not earlier and not own, "input", "There is nothing to compact: send 'input' or 'previous_response_id'.")
+    messages = _conversation(wire.instructions, wire.input or [], earlier, earlier_param, fetch)
+    request = ChatRequest(
+        model=wire.model,
+        messages=[*messages, Message("user", COMPACT_PROMPT)],
+        keep_alive=keep_alive_seconds(wire.keep_alive),
+    )
+    items = [*earlier, *([{"role": "user", "content": own}] if isinstance(own, str) else own or [])]
+    return CompactCall(request, [_as_message(i) for i in items if _is_user_message(i)])
+
+
+def compaction_item(summary: str) -> str:
+    """A compaction item's `encrypted_content` for `summary`: opaque to clients, read back by any
+    Spark server (it keeps nothing: the summary travels in the item)."""
+    return _COMPACTION_PREFIX + base64.urlsafe_b64encode(zlib.compress(summary.encode())).decode()
+
+
+def _summary(encrypted: str | None, where: str) -> str:
+    """The summary a compaction item carries; `InvalidRequest` naming its `encrypted_content` for
+    one no Spark server made."""
+    param = f"{where}.encrypted_content"
+    refuse(encrypted is None, param, f"Missing required parameter: '{param}'.")
+    assert encrypted is not None
+    try:
+        unzip = zlib.decompressobj()
+        text = unzip.decompress(base64.urlsafe_b64decode(encrypted.removeprefix(_COMPACTION_PREFIX)), MAX_SUMMARY_BYTES)
+        if not encrypted.startswith(_COMPACTION_PREFIX) or unzip.unconsumed_tail or not unzip.eof:
+            raise ValueError(encrypted[:20])
+        return text.decode()
+    except (ValueError, zlib.error):
+        raise InvalidRequest(
+            f"'{param}' is not a compaction this server made (from POST /v1/responses/compact).", param=param
+        ) from None
+
+
+def _is_user_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type", "message") == "message" and item.get("role") == "user"
+
+
+def _as_message(item: dict[str, Any]) -> dict[str, Any]:
+    """A user message item as the compacted output lists it (a string content as one text part)."""
+    content = item.get("content")
+    parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+    return {**item, "type": "message", "role": "user", "content": parts}
 
 
 def conversation_id(wire: str | ConversationRef) -> str:
@@ -312,6 +391,16 @@ def check_items(items: list[InputItem], field: str, fetch: Fetch) -> None:
     """Raise `InvalidRequest` naming the item (`field[i]`) unless `items` could be a request's
     `input` (the Conversations API checks the items it keeps this way)."""
     _messages([(f"{field}[{i}]", item) for i, item in enumerate(items)], fetch)
+
+
+def _conversation(
+    instructions: str | None, own: str | list[InputItem], earlier: Sequence[Any], earlier_param: str, fetch: Fetch
+) -> list[Message]:
+    """The chat messages of a request: its instructions, the `earlier` items it continues, its input."""
+    messages = [Message("system", instructions)] if instructions else []
+    items = [InputItem(role="user", content=own)] if isinstance(own, str) else own
+    named = [(earlier_param, item) for item in _earlier(earlier, earlier_param)]
+    return messages + _messages([*named, *((f"input[{i}]", item) for i, item in enumerate(items))], fetch)
 
 
 def _earlier(items: Sequence[Any], param: str) -> list[InputItem]:
@@ -375,6 +464,8 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
                 if last.content or last.tool_calls:
                     messages.append(Message("assistant", None))
                 messages[-1] = msgspec.structs.replace(messages[-1], reasoning_content=thought)
+        elif item.type == "compaction":  # the conversation before it, summed up
+            messages.append(Message("user", _COMPACTION_INTRO + _summary(item.encrypted_content, where)))
         elif item.type == "item_reference":
             raise InvalidRequest(
                 f"'{where}': an item reference is read in a request's 'input' only: send the item itself here.",
@@ -383,7 +474,7 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
         else:
             raise InvalidRequest(
                 f"Input item type '{item.type}' is not supported by this server: send messages, "
-                "function_call and function_call_output items.",
+                "function_call, function_call_output, reasoning and compaction items.",
                 param=f"{where}.type",
             )
     return messages
