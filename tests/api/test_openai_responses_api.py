@@ -434,11 +434,12 @@ def test_a_compaction_item_reads_back_as_its_summary() -> None:
     user = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
     body = msgspec.json.decode(compacted_body(request_id, 7, user, "Ada likes tea. Left: the parser.", usage))
     assert body["object"] == "response.compaction" and body["id"] == "resp_abc123" and body["created_at"] == 7
-    assert body["output"][:-1] == user and body["usage"]["output_tokens"] == 12
+    assert body["output"][:-1] == [{"id": "msg_abc12300", **user[0], "status": "completed"}]
+    assert body["usage"]["output_tokens"] == 12
     item = body["output"][-1]
     assert item["type"] == "compaction" and item["id"].startswith("cmp_")
     assert "Ada" not in item["encrypted_content"]  # opaque to the client
-    later = parse(input=[*body["output"], {"role": "user", "content": "And now?"}])
+    later = parse(input=[*body["output"], {"role": "user", "content": "And now?"}])  # sent back whole
     summary = later.request.messages[1]
     assert summary.role == "user" and str(summary.content).endswith("Ada likes tea. Left: the parser.")
     assert [m.content for m in later.request.messages] == ["hi", summary.content, "And now?"]

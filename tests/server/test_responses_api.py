@@ -36,6 +36,74 @@ def test_response_object(live: LiveServer, models: Models) -> None:
     assert response.tool_choice == "auto" and response.tools == [] and response.store is True
 
 
+# What the Open Responses specification requires of a response object (its ResponseResource),
+# each with the JSON types it allows.
+REQUIRED_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "object": (str,),
+    "created_at": (int,),
+    "completed_at": (int, type(None)),
+    "status": (str,),
+    "incomplete_details": (dict, type(None)),
+    "model": (str,),
+    "previous_response_id": (str, type(None)),
+    "instructions": (str, list, type(None)),
+    "output": (list,),
+    "error": (dict, type(None)),
+    "tools": (list,),
+    "tool_choice": (str, dict),
+    "truncation": (str,),
+    "parallel_tool_calls": (bool,),
+    "text": (dict,),
+    "top_p": (int, float),
+    "presence_penalty": (int, float),
+    "frequency_penalty": (int, float),
+    "top_logprobs": (int,),
+    "temperature": (int, float),
+    "reasoning": (dict, type(None)),
+    "user": (str, type(None)),
+    "usage": (dict, type(None)),
+    "max_output_tokens": (int, type(None)),
+    "max_tool_calls": (int, type(None)),
+    "store": (bool,),
+    "background": (bool,),
+    "service_tier": (str,),
+    "metadata": (dict,),
+    "safety_identifier": (str, type(None)),
+    "prompt_cache_key": (str, type(None)),
+}
+
+
+def check_response_object(response: dict[str, Any]) -> None:
+    wrong = {
+        k: response.get(k, "missing")
+        for k, types in REQUIRED_FIELDS.items()
+        if not isinstance(response.get(k, ...), types)
+    }
+    assert not wrong, wrong
+
+
+def test_the_response_object_has_every_field_the_open_responses_spec_requires(live: LiveServer) -> None:
+    """Sampling parameters are the ones the answer was made with (the request's, the model's own
+    defaults, Spark's): numbers, never null; what a local server has no use for is echoed."""
+    body = {"model": SMOLLM2, "input": "Say hello.", "user": "u1", "prompt_cache_key": "k", "max_tool_calls": 2}
+    made = live.http().post("/v1/responses", json=body).json()
+    check_response_object(made)
+    assert made["completed_at"] >= made["created_at"] and made["service_tier"] == "default"
+    assert (made["temperature"], made["top_p"]) == (BUNDLED_SETTINGS.sampling.temperature, 0.95)
+    assert (made["presence_penalty"], made["frequency_penalty"], made["top_logprobs"]) == (0.0, 0.0, 0)
+    assert (made["user"], made["prompt_cache_key"], made["max_tool_calls"]) == ("u1", "k", 2)
+    asked = {**body, "temperature": 0.5, "top_p": 0.5, "presence_penalty": 0.25, "stream": True}
+    with live.http() as http, http.stream("POST", "/v1/responses", json=asked) as stream:
+        events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: ")]
+    for event in events:
+        if "response" in event:
+            check_response_object(event["response"])
+    final = events[-1]["response"]
+    assert (final["temperature"], final["top_p"], final["presence_penalty"]) == (0.5, 0.5, 0.25)
+    assert events[0]["response"]["completed_at"] is None and final["completed_at"] is not None
+
+
 def test_input_tokens_counts_what_a_response_reads(live: LiveServer, models: Models) -> None:
     client = live.openai()
     asked = {

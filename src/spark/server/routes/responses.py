@@ -32,7 +32,7 @@ from litestar.response import Stream
 from litestar.types import Scope
 
 from spark.api.openai import ResponsesCall, ResponseStream, input_tokens_body, parse_responses, response_body
-from spark.api.openai.responses_api import compacted_body, parse_compact
+from spark.api.openai.responses_api import compacted_body, parse_compact, used_sampling
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
@@ -71,7 +71,7 @@ from spark.server.routing import Keep, routed_response
 from spark.server.state import ServerState, state_of
 from spark.server.truncation import fitted
 from spark.store.responses import StoredResponse
-from spark.types import ChatRequest, Failed
+from spark.types import DEFAULT_SAMPLING, ChatRequest, Failed, SamplingParams
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 _OWN_BODY = "spark.responses.own_body"
@@ -91,6 +91,7 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     own = continuation(await request.body())
     store = _stores(request, own)
     call, body = await _parse(request, own, parse_responses, max_tokens_limit=state.max_tokens_limit, store=store)
+    call = msgspec.structs.replace(call, echo=used_sampling(call.echo, _sampling_used(state, call.request)))
     echo, generation = call.echo, call.request
     if echo.background:
         return await _in_background(request, own, call, store=store)
@@ -332,6 +333,14 @@ def _prompt_named_input() -> Iterator[None]:
         yield
     except ContextLengthExceeded as e:
         raise e.named("input") from None
+
+
+def _sampling_used(state: ServerState, asked: ChatRequest) -> SamplingParams:
+    """The sampling an answer to `asked` is made with: the request's, over the model's own defaults
+    (where this server has the model; a node that answers writes its own), over Spark's."""
+    library = state.library
+    own = library.get(asked.model).settings.sampling if library.exists(asked.model) else SamplingParams()
+    return asked.sampling.merged_over(own).merged_over(DEFAULT_SAMPLING)
 
 
 def _routed_here(request: Request[Any, Any, Any]) -> bool:

@@ -16,7 +16,14 @@ echoes); `objects` writes the response object and the stream's events;
 """
 
 from spark.api.openai.responses_api.objects import ResponseStream, compacted_body, input_tokens_body, response_body
-from spark.api.openai.responses_api.requests import CompactCall, Echo, ResponsesCall, parse_compact, parse_responses
+from spark.api.openai.responses_api.requests import (
+    CompactCall,
+    Echo,
+    ResponsesCall,
+    parse_compact,
+    parse_responses,
+    used_sampling,
+)
 
 __all__ = [
     "CompactCall",
@@ -28,4 +35,5 @@ __all__ = [
     "parse_compact",
     "parse_responses",
     "response_body",
+    "used_sampling",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -117,9 +118,11 @@ def _usage(usage: Usage) -> _Usage:
 
 
 def _encode_response(response: _Response) -> bytes:
-    """The response object: Echo's fields are written at the top level, as OpenAI writes them."""
+    """The response object: Echo's fields are written at the top level, as OpenAI writes them;
+    `completed_at` is now for an answer that ended whole or cut short."""
     fields = msgspec.to_builtins(response)
     fields.update(fields.pop("echo"))
+    fields["completed_at"] = int(time.time()) if response.status in ("completed", "incomplete") else None
     return msgspec.json.encode(fields)
 
 
@@ -167,7 +170,9 @@ def input_tokens_body(input_tokens: int) -> bytes:
 
 def compacted_body(request_id: str, created: int, user_items: list[Any], summary: str, usage: Usage) -> bytes:
     """`POST /v1/responses/compact`'s `response.compaction` object: the conversation's user
-    messages, then one compaction item carrying the summary of the whole."""
+    messages (each with an id: its own, or one made here), then one compaction item carrying the
+    summary of the whole."""
+    users = [{"id": _item_id("msg", request_id, i), **item, "status": "completed"} for i, item in enumerate(user_items)]
     compaction = {
         "id": _item_id("cmp", request_id, len(user_items)),
         "type": "compaction",
@@ -178,7 +183,7 @@ def compacted_body(request_id: str, created: int, user_items: list[Any], summary
             "id": response_id(request_id),
             "object": "response.compaction",
             "created_at": created,
-            "output": [*user_items, compaction],
+            "output": [*users, compaction],
             "usage": _usage(usage),
         }
     )

@@ -180,6 +180,14 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     include: list[str] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     keep_alive: float | str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    # echoed only: a local server has one tier, no abuse monitoring, and caches every prompt
+    max_tool_calls: PositiveInt | None = None
+    user: str | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
 
 _decoder = msgspec.json.Decoder(ResponsesBody)
@@ -203,6 +211,26 @@ class Echo(msgspec.Struct, frozen=True):
     store: bool  # whether the answer is stored
     truncation: str  # "auto": a conversation too long for the context loses its oldest turns
     background: bool  # answered after the request returns; retrieved, followed or cancelled by id
+    top_logprobs: int
+    presence_penalty: float | None
+    frequency_penalty: float | None
+    max_tool_calls: int | None
+    user: str | None
+    safety_identifier: str | None
+    prompt_cache_key: str | None
+    service_tier: str = "default"
+
+
+def used_sampling(echo: Echo, used: SamplingParams) -> Echo:
+    """`echo` with the sampling parameters the answer is made with (the request's, else the
+    model's defaults, else Spark's), as OpenAI's response object gives them: numbers, never null."""
+    return msgspec.structs.replace(
+        echo,
+        temperature=used.temperature,
+        top_p=used.top_p,
+        presence_penalty=used.presence_penalty,
+        frequency_penalty=used.frequency_penalty,
+    )
 
 
 class ResponsesCall(msgspec.Struct, frozen=True):
@@ -252,6 +280,8 @@ def parse_responses(
             temperature=wire.temperature,
             top_p=wire.top_p,
             top_k=wire.top_k,
+            presence_penalty=wire.presence_penalty,
+            frequency_penalty=wire.frequency_penalty,
             seed=wire.seed,
             max_tokens=wire.max_output_tokens,
             stop=stop or None,
@@ -545,4 +575,11 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         store=store,
         truncation=wire.truncation or "disabled",
         background=bool(wire.background),
+        top_logprobs=wire.top_logprobs or 0,
+        presence_penalty=wire.presence_penalty,
+        frequency_penalty=wire.frequency_penalty,
+        max_tool_calls=wire.max_tool_calls,
+        user=wire.user,
+        safety_identifier=wire.safety_identifier,
+        prompt_cache_key=wire.prompt_cache_key,
     )
