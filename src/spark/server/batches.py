@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from litestar.types import ASGIApp, Message
+from litestar.types import ASGIApp
 
 from spark.api.openai.batches import result_line
+from spark.server import in_process
 from spark.server.request_ids import BATCH_STATE, REQUEST_ID_HEADER
 from spark.store.batches import UNFINISHED, Batch, BatchItem, BatchTable
 from spark.store.files import FileTable, StoredFile
@@ -105,47 +106,14 @@ class BatchRunner:
         """The app's answer to one request of `batch`: status, request id and body. The request's
         x-request-id is the batch's id and its place in it, so the log shows where it came from."""
         assert self._app is not None, "attach() first"
-        body = item.body
-        scope: dict[str, Any] = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": batch.endpoint,
-            "raw_path": batch.endpoint.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (REQUEST_ID_HEADER.encode(), f"{batch.id}:{item.seq}".encode()),
-            ]
-            + ([(b"anthropic-version", b"2023-06-01")] if batch.api == "anthropic" else []),
-            "client": ("127.0.0.1", 0),
-            "server": ("127.0.0.1", 0),
-            "state": {BATCH_STATE: batch.owner},
-        }
-        sent = False
-        answer: dict[str, Any] = {"status": 500, "headers": [], "body": []}
-
-        async def receive() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await stop.wait()  # the batch was cancelled: as a client hanging up
-            return {"type": "http.disconnect"}
-
-        async def send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                answer["status"], answer["headers"] = message["status"], message.get("headers", [])
-            elif message["type"] == "http.response.body":
-                answer["body"].append(message.get("body", b""))
-
-        await self._app(scope, receive, send)  # type: ignore[arg-type]
-        headers = {name.decode().lower(): value.decode() for name, value in answer["headers"]}
-        return answer["status"], headers.get(REQUEST_ID_HEADER), b"".join(answer["body"])
+        headers = [(REQUEST_ID_HEADER.encode(), f"{batch.id}:{item.seq}".encode())]
+        if batch.api == "anthropic":
+            headers.append((b"anthropic-version", b"2023-06-01"))
+        # a cancelled batch hangs up on its requests, as a client would
+        reply = await in_process.post(
+            self._app, batch.endpoint, item.body, headers=headers, state={BATCH_STATE: batch.owner}, hang_up=stop
+        )
+        return reply.status, reply.headers.get(REQUEST_ID_HEADER.lower()), b"".join(reply.body)
 
     def _finish(self, batch_id: str, cancelled: bool) -> None:
         """The batch's end: its unanswered requests cancelled, OpenAI's output and error files written."""

@@ -42,6 +42,7 @@ from spark.server.request_ids import request_ids
 from spark.server.responses import json_response
 from spark.server.routes.conversations import CONVERSATIONS_ROUTES
 from spark.server.routes.responses import RESPONSES_ROUTES
+from spark.server.routes.responses_socket import RESPONSES_SOCKET_ROUTES
 from spark.server.routes.stored_chats import STORED_CHAT_ROUTES, chat_keeper
 from spark.server.routing import Keep, routed_response
 from spark.server.state import state_of
@@ -152,6 +153,7 @@ OPENAI_ROUTES = [
     chat_completions,
     *STORED_CHAT_ROUTES,
     *RESPONSES_ROUTES,
+    *RESPONSES_SOCKET_ROUTES,
     *CONVERSATIONS_ROUTES,
     completions,
     embeddings,
