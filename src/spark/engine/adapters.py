@@ -2,8 +2,8 @@
 set the context decodes under at each step.
 
 A KV cache holds keys and values computed under one set of scales. So a batch holds slots of
-one set only (the sets of the active slots take turns, step by step), and a slot's cache serves
-only a request of its own set. A set other than the attached one is `Scales` (one per adapter); None stands for
+one set only (the sets of the active slots take turns), and a slot's cache serves only a request
+of its own set. A set other than the attached one is `Scales` (one per adapter); None stands for
 the scales the adapters were attached with, the only caches that become snapshots.
 """
 
