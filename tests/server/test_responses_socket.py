@@ -166,3 +166,28 @@ def test_a_socket_closed_mid_answer_stops_it(live: LiveServer, models: Models) -
     # as for an HTTP stream whose client hangs up: the answer stops there
     assert record["timeline"][-1]["name"] == "cancelled" and record["completion_tokens"] < 4000
     assert record["timeline"][-1]["details"]["reason"] == "the client went away"
+
+
+@pytest.mark.parametrize(
+    ("message", "param"),
+    [
+        (b"\x00\x01", "type"),
+        ("not json", "type"),
+        ("[1, 2]", "type"),
+        (json.dumps({"type": "response.create", "input": "hi"}), "model"),
+        (json.dumps({"type": "response.create", "input": "hi", "stream_id": 5}), "stream_id"),
+    ],
+)
+def test_a_bad_message_is_an_error_event_naming_its_field(live: LiveServer, message: str | bytes, param: str) -> None:
+    url = live.url.replace("http", "ws") + "/v1/responses"
+
+    async def exchange() -> dict[str, Any]:
+        async with websockets.connect(url, additional_headers={"authorization": f"Bearer {live.key}"}) as socket:
+            await socket.send(message)
+            answer = json.loads(await socket.recv())
+            await socket.send(message)  # the socket is still open
+            assert json.loads(await socket.recv()) == answer
+            return answer  # type: ignore[no-any-return]
+
+    error = asyncio.run(exchange())
+    assert (error["type"], error["status"], error["error"]["param"]) == ("error", 400, param)
