@@ -13,6 +13,7 @@ import websockets
 
 from server.helpers import LiveServer, Models, wait_for
 from spark.server.admin_auth import read_admin_token
+from spark.server.routes import responses_socket
 
 ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
 
@@ -191,3 +192,32 @@ def test_a_bad_message_is_an_error_event_naming_its_field(live: LiveServer, mess
 
     error = asyncio.run(exchange())
     assert (error["type"], error["status"], error["error"]["param"]) == ("error", 400, param)
+
+
+def test_a_socket_holds_only_so_many_lanes_and_waiting_responses(
+    live: LiveServer, models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(responses_socket, "MAX_LANES", 2)
+    monkeypatch.setattr(responses_socket, "MAX_WAITING", 1)
+    url = live.url.replace("http", "ws") + "/v1/responses"
+    slow = {"type": "response.create", "model": models.slow, "input": "go", "max_output_tokens": 200}
+
+    async def exchange() -> list[dict[str, Any]]:
+        async with websockets.connect(url, additional_headers={"authorization": f"Bearer {live.key}"}) as socket:
+            await socket.send(json.dumps(slow))
+            while json.loads(await socket.recv())["type"] != "response.created":
+                pass  # the first runs: the next waits behind it, the one after that is refused
+            for _ in range(2):
+                await socket.send(json.dumps(slow))
+            for lane in ("a", "b"):
+                await socket.send(json.dumps({**slow, "stream_id": lane}))
+            errors = []
+            while len(errors) < 2:
+                event = json.loads(await socket.recv())
+                if event["type"] == "error":
+                    errors.append(event)
+            return errors
+
+    waiting, lanes = asyncio.run(exchange())
+    assert (waiting["status"], waiting["error"]["code"]) == (503, "overloaded")
+    assert (lanes["status"], lanes["error"]["param"], lanes["stream_id"]) == (400, "stream_id", "b")

@@ -30,6 +30,8 @@ from spark.server import in_process
 log = logging.getLogger(__name__)
 
 KEPT_CONVERSATIONS = 16  # unstored responses a socket can continue, the latest ones
+MAX_LANES = 64  # lanes (stream_id) one socket may open
+MAX_WAITING = 64  # responses one lane may hold waiting for their turn
 _PATH = "/v1/responses"
 _FINAL = ("response.completed", "response.incomplete", "response.failed")
 _NOT_FORWARDED = {b"host", b"connection", b"upgrade", b"content-length", b"content-type"}
@@ -84,15 +86,22 @@ class _Session:
         if not isinstance(lane, str | None):
             await self.refuse("stream_id", "'stream_id' must be a string.")
             return
+        if lane not in self.lanes and len(self.lanes) >= MAX_LANES:
+            await self.refuse("stream_id", f"A socket runs at most {MAX_LANES} lanes ('stream_id').", lane)
+            return
+        if lane in self.lanes and self.lanes[lane].qsize() >= MAX_WAITING:
+            await self.refuse("type", f"{MAX_WAITING} responses already wait on this lane: wait for them.", lane, 503)
+            return
         if lane not in self.lanes:
             self.lanes[lane] = asyncio.Queue()
             self.workers.append(asyncio.create_task(self.serve(lane), name=f"responses socket lane {lane}"))
         self.lanes[lane].put_nowait(event)
 
-    async def refuse(self, param: str, message: str, lane: str | None = None) -> None:
-        """An error event for a bad event (status 400, in OpenAI's error shape)."""
-        error = {"type": "invalid_request_error", "code": "invalid_request", "message": message, "param": param}
-        await self.send({"type": "error", "status": 400, "error": error}, lane)
+    async def refuse(self, param: str, message: str, lane: str | None = None, status: int = 400) -> None:
+        """An error event for an event that is not run (in OpenAI's error shape)."""
+        kind, code = ("invalid_request_error", "invalid_request") if status == 400 else ("server_error", "overloaded")
+        error = {"type": kind, "code": code, "message": message, "param": param}
+        await self.send({"type": "error", "status": status, "error": error}, lane)
 
     async def serve(self, lane: str | None) -> None:
         queue = self.lanes[lane]
