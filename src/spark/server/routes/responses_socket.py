@@ -45,10 +45,16 @@ async def responses_socket(socket: WebSocket[Any, Any, Any]) -> None:
 
 
 class _Session:
+    """One socket: its lanes, each served by a task of its own, and the conversations it keeps."""
+
     def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
         self.socket = socket
-        self.headers = [(k, v) for k, v in socket.scope["headers"] if k not in _NOT_FORWARDED]
-        self.headers = [(k, v) for k, v in self.headers if not k.startswith(b"sec-websocket-")]
+        # the key and whatever else the client sent with the upgrade go with each response
+        self.headers = [
+            (k, v)
+            for k, v in socket.scope["headers"]
+            if k not in _NOT_FORWARDED and not k.startswith(b"sec-websocket-")
+        ]
         self.gone = asyncio.Event()  # the client closed the socket: the responses it runs stop
         self.lanes: dict[str | None, asyncio.Queue[dict[str, Any]]] = {}
         self.workers: list[asyncio.Task[None]] = []
@@ -149,11 +155,10 @@ class _Session:
         reply = await in_process.post(
             self.socket.app, _PATH, json.dumps(body).encode(), headers=self.headers, hang_up=self.gone, on_body=forward
         )
+        if (reply.status != 200 or final.get("status") == "failed") and isinstance(continued, str):
+            self.kept.pop(continued, None)  # a failed continuation forgets what it continued
         if reply.status != 200:
-            if isinstance(continued, str):
-                self.kept.pop(continued, None)  # a failed continuation forgets what it continued
-            error = json.loads(b"".join(reply.body) or b"{}").get("error") or {"message": "error"}
-            await self.send({"type": "error", "status": reply.status, "error": error}, lane)
+            await self.send({"type": "error", "status": reply.status, "error": _error(reply)}, lane)
             return
         if final.get("status") in ("completed", "incomplete") and final.get("store") is False:
             self.kept[final["id"]] = [*_items(body.get("input")), *final.get("output", [])]
@@ -171,6 +176,14 @@ class _Session:
                 await self.socket.send_text(json.dumps(message))
             except Exception:  # closed meanwhile: the receiving loop ends the session
                 self.gone.set()
+
+
+def _error(reply: in_process.Reply) -> Any:
+    """The error object of a refused request's body (OpenAI's shape)."""
+    try:
+        return json.loads(b"".join(reply.body))["error"]
+    except (ValueError, KeyError, TypeError):
+        return {"type": "server_error", "message": f"HTTP {reply.status}"}
 
 
 def _items(given: Any) -> list[Any]:
