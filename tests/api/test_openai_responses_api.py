@@ -14,7 +14,7 @@ from openai.types.responses import Response
 from spark.api.common import finish_reason_in, usage_in
 from spark.api.openai import ResponseStream, parse_responses, response_body
 from spark.api.openai.responses_api import compacted_body, parse_compact
-from spark.api.openai.responses_api.requests import COMPACT_PROMPT
+from spark.api.openai.responses_api.requests import COMPACT_PROMPT, compactable, compacted_request, summary_request
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
@@ -461,3 +461,32 @@ def test_a_compaction_no_spark_server_made_is_refused(content: str) -> None:
     with pytest.raises(InvalidRequest, match="not a compaction this server made") as e:
         parse(input=[{"type": "compaction", "encrypted_content": content}])
     assert e.value.param == "input[0].encrypted_content"
+
+
+def test_a_compacted_request_keeps_its_system_messages_the_summary_and_its_last_turn() -> None:
+    call = parse(
+        instructions="Be terse.",
+        input=[
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": "three"},
+            {"type": "function_call_output", "call_id": "c", "output": "four"},
+        ],
+        context_management=[{"type": "compaction", "compact_threshold": 1000}],
+    )
+    assert call.compaction and call.compact_threshold == 1000 and compactable(call.request)
+    asked = summary_request(call.request)
+    assert asked.messages[-1] == Message("user", COMPACT_PROMPT) and asked.tools is None
+    compacted = compacted_request(call.request, "Ada likes tea.")
+    assert [(m.role, m.content) for m in compacted.messages] == [
+        ("system", "Be terse."),
+        ("user", compacted.messages[1].content),
+        ("user", "three"),
+        ("tool", "four"),
+    ]
+    assert str(compacted.messages[1].content).endswith("Ada likes tea.")
+    assert not compactable(parse(input="only one turn").request)
+    assert not parse(input="hi").compaction
+    with pytest.raises(InvalidRequest) as e:
+        parse(input="hi", context_management=[{"type": "compaction", "compact_threshold": 0}])
+    assert e.value.param == "context_management[0].compact_threshold"

@@ -325,3 +325,62 @@ def test_a_bad_compact_request_is_an_openai_error(
         body = {**body, "model": models.chat}
     error = openai_error(live.http().post("/v1/responses/compact", json=body), status)
     assert error["param"] == param
+
+
+def test_server_side_compaction_past_the_threshold(live: LiveServer, models: Models) -> None:
+    """`context_management` compaction: past `compact_threshold` prompt tokens the earlier turns are
+    summed up into a compaction item that comes first in the output, and the answer reads the
+    summary and the last turn only; below it, or with no earlier turn, nothing is compacted."""
+    client = live.openai()
+    long = "tea and biscuits " * 22
+    turns: Any = [
+        {"role": "user", "content": "Remember: " + long},
+        {"role": "assistant", "content": "Noted: " + long},
+        {"role": "user", "content": "What did I say?"},
+    ]
+    whole = client.responses.input_tokens.count(model=models.chat, input=turns).input_tokens
+    asked: dict[str, Any] = {"model": models.chat, "input": turns, "max_output_tokens": 4}
+    compacting = [{"type": "compaction", "compact_threshold": whole - 1}]
+
+    below = [{"type": "compaction", "compact_threshold": whole}]
+    plain = client.responses.create(**asked, extra_body={"context_management": below})
+    assert [i.type for i in plain.output] == ["message"]
+    assert 512 * 3 // 4 < whole < 500  # no threshold: three quarters of the context
+    default = client.responses.create(**asked, extra_body={"context_management": [{"type": "compaction"}]})
+    assert [i.type for i in default.output] == ["compaction", "message"]
+    made = client.responses.create(**asked, extra_body={"context_management": compacting})
+    assert [i.type for i in made.output] == ["compaction", "message"]
+    assert made.output[0].id.startswith("cmp_")  # type: ignore[union-attr]
+    assert made.usage is not None and made.usage.input_tokens < whole - 200  # the summary, then the last turn
+
+    with (
+        live.http() as http,
+        http.stream(
+            "POST", "/v1/responses", json={**asked, "context_management": compacting, "stream": True}
+        ) as stream,
+    ):
+        events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: ")]
+    types = [e["type"] for e in events]
+    assert types[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.output_item.done",
+    ]
+    assert events[2]["item"]["type"] == "compaction" and events[2]["output_index"] == 0
+    assert [i["type"] for i in events[-1]["response"]["output"]] == ["compaction", "message"]
+    check_response_object(events[-1]["response"])
+    added = [e for e in events if e["type"] == "response.output_item.added"]
+    assert added[1]["output_index"] == 1 and added[1]["item"]["type"] == "message"
+
+    # the next turn goes on from the compaction item: what came before it may be left out
+    after = [
+        *[i.model_dump(exclude_none=True, warnings=False) for i in made.output],
+        {"role": "user", "content": "And?"},
+    ]
+    assert client.responses.create(model=models.chat, input=after, max_output_tokens=2).status == "incomplete"
+    single: Any = [{"role": "user", "content": long}]
+    lone = client.responses.create(
+        model=models.chat, input=single, max_output_tokens=2, extra_body={"context_management": compacting}
+    )
+    assert [i.type for i in lone.output] == ["message"]  # one turn: nothing before it to compact

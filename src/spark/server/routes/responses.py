@@ -29,10 +29,11 @@ import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
-from litestar.types import Scope
+from litestar.types import Receive, Scope
 
 from spark.api.openai import ResponsesCall, ResponseStream, input_tokens_body, parse_responses, response_body
 from spark.api.openai.responses_api import compacted_body, parse_compact, used_sampling
+from spark.api.openai.responses_api.requests import compactable, compacted_request, summary_request
 from spark.api.openai.responses_api.stored import (
     Continuation,
     continuation,
@@ -63,7 +64,7 @@ from spark.server.background import KEPT_SECONDS, STOPPED_MESSAGE, BackgroundRun
 from spark.server.errors import internal_error, log_unexpected
 from spark.server.generation import SSE_HEADERS, Generation, count_tokens, run_chat, stream_response
 from spark.server.images import parse_with_images
-from spark.server.recorder import detached, recorder_of
+from spark.server.recorder import RequestRecorder, detached, recorder_of
 from spark.server.request_ids import ROUTED_STATE, request_ids
 from spark.server.responses import json_response
 from spark.server.routes.conversations import conversation_items
@@ -71,7 +72,7 @@ from spark.server.routing import Keep, routed_response
 from spark.server.state import ServerState, state_of
 from spark.server.truncation import fitted
 from spark.store.responses import StoredResponse
-from spark.types import DEFAULT_SAMPLING, ChatRequest, Failed, SamplingParams
+from spark.types import DEFAULT_SAMPLING, ChatRequest, Failed, SamplingParams, Usage
 
 _KEPT_STATUSES = ("completed", "incomplete")  # a failed answer continues nothing
 _OWN_BODY = "spark.responses.own_body"
@@ -104,6 +105,11 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
     )
     if routed is not None:
         return routed
+    summary = None
+    if call.compaction:
+        summary, generation = await _compacted(state, call, generation, request.receive)
+        if summary is not None:
+            encoder.lead(summary)
 
     async def answer(asked: ChatRequest) -> Response[Any]:
         if asked.stream:
@@ -118,7 +124,7 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
                 state, request.scope, asked, encoder, recorder=recorder_of(request.scope), before_end=before_end
             )
         result = await run_chat(state, asked, request.receive, recorder_of(request.scope))
-        answered = response_body(request_id, asked.model, created, result, echo)
+        answered = response_body(request_id, asked.model, created, result, echo, summary)
         if keep is not None:
             await keep(msgspec.json.decode(answered))
         return json_response(answered)
@@ -152,19 +158,39 @@ async def compact(request: Request[Any, Any, Any]) -> Response[Any]:
         call, body = await _parse(request, continuation(await request.body()), parse_compact)
         if (routed := await routed_response(request, call.request, body=body)) is not None:
             return routed  # (a node caps the summary by its own context)
-        # A summary the conversation can go on from: at most a quarter of the context.
-        window = context_window(state.library.get(call.request.model), state.settings)
-        asked = msgspec.structs.replace(
-            call.request, sampling=msgspec.structs.replace(call.request.sampling, max_tokens=max(window // 4, 1))
-        )
-        recorder = recorder_of(request.scope)
-        try:
-            result = await run_chat(state, asked, request.receive, recorder)
-        except ContextLengthExceeded as e:
-            result = await run_chat(state, await fitted(state, asked, e, recorder), request.receive, recorder)
-        summary = result.text or result.reasoning  # a thinking model may have said it all while thinking
+        summary, usage = await _summary(state, call.request, request.receive, recorder_of(request.scope))
         request_id = request_ids(request.scope).id
-        return json_response(compacted_body(request_id, int(time.time()), call.user_items, summary, result.usage))
+        return json_response(compacted_body(request_id, int(time.time()), call.user_items, summary, usage))
+
+
+async def _summary(
+    state: ServerState, asked: ChatRequest, receive: Receive, recorder: RequestRecorder | None
+) -> tuple[str, Usage]:
+    """The summary the model writes for `asked` (a `summary_request`), at most a quarter of its
+    context long; a conversation longer than the context summed up from its latest turns that fit."""
+    window = context_window(state.library.get(asked.model), state.settings)
+    asked = msgspec.structs.replace(
+        asked, sampling=msgspec.structs.replace(asked.sampling, max_tokens=max(window // 4, 1))
+    )
+    try:
+        result = await run_chat(state, asked, receive, recorder)
+    except ContextLengthExceeded as e:
+        result = await run_chat(state, await fitted(state, asked, e, recorder), receive, recorder)
+    return result.text or result.reasoning, result.usage  # a thinking model may have said it all while thinking
+
+
+async def _compacted(
+    state: ServerState, call: ResponsesCall, asked: ChatRequest, receive: Receive
+) -> tuple[str | None, ChatRequest]:
+    """Server-side compaction (`context_management`): past its threshold (else three quarters of
+    the model's context), the request's earlier turns summed up, and the request with its
+    conversation compacted into that summary; below it, no summary and the request as it was."""
+    window = context_window(state.library.get(asked.model), state.settings)
+    threshold = call.compact_threshold or window * 3 // 4
+    if not compactable(asked) or await count_tokens(state, asked) <= threshold:
+        return None, asked
+    summary, _ = await _summary(state, summary_request(asked), receive, None)  # logged as part of the answer's wait
+    return summary, compacted_request(asked, summary)
 
 
 @get("/responses/{response_id:str}")

@@ -65,7 +65,13 @@ class _FunctionCallItem(_Out, tag="function_call"):
     arguments: str
 
 
-_Item = _MessageItem | _ReasoningItem | _FunctionCallItem
+class _CompactionItem(_Out, tag="compaction"):
+    id: str
+    encrypted_content: str  # the summary of the conversation before it (`compaction_item`)
+
+
+_Item = _MessageItem | _ReasoningItem | _FunctionCallItem  # what the model writes
+_Output = _Item | _CompactionItem
 
 
 class _InputDetails(msgspec.Struct, frozen=True):
@@ -99,7 +105,7 @@ class _Response(msgspec.Struct, kw_only=True):
     created_at: int
     model: str
     status: str
-    output: list[_Item]
+    output: list[_Output]
     usage: _Usage | None
     echo: Echo
     incomplete_details: _Incomplete | None = None
@@ -173,11 +179,7 @@ def compacted_body(request_id: str, created: int, user_items: list[Any], summary
     messages (each with an id: its own, or one made here), then one compaction item carrying the
     summary of the whole."""
     users = [{"id": _item_id("msg", request_id, i), **item, "status": "completed"} for i, item in enumerate(user_items)]
-    compaction = {
-        "id": _item_id("cmp", request_id, len(user_items)),
-        "type": "compaction",
-        "encrypted_content": compaction_item(summary),
-    }
+    compaction = _compaction(request_id, len(user_items), summary)
     return msgspec.json.encode(
         {
             "id": response_id(request_id),
@@ -189,12 +191,21 @@ def compacted_body(request_id: str, created: int, user_items: list[Any], summary
     )
 
 
-def response_body(request_id: str, model: str, created: int, result: ChatResult, echo: Echo) -> bytes:
-    """The `response` JSON body for a finished, non-streamed request."""
+def _compaction(request_id: str, index: int, summary: str) -> _CompactionItem:
+    return _CompactionItem(_item_id("cmp", request_id, index), compaction_item(summary))
+
+
+def response_body(
+    request_id: str, model: str, created: int, result: ChatResult, echo: Echo, summary: str | None = None
+) -> bytes:
+    """The `response` JSON body for a finished, non-streamed request (first, the compaction item
+    of the `summary` its conversation was compacted into, if it was)."""
     status, incomplete = _ending(result.finish_reason)
-    output: list[_Item] = []
+    output: list[_Output] = [] if summary is None else [_compaction(request_id, 0, summary)]
     if result.reasoning:
-        output.append(_ReasoningItem(_item_id("rs", request_id, 0), status, [_ReasoningText(result.reasoning)]))
+        output.append(
+            _ReasoningItem(_item_id("rs", request_id, len(output)), status, [_ReasoningText(result.reasoning)])
+        )
     if result.text or not result.tool_calls:
         text = _OutputText(result.text, logprobs=content_logprobs(result.logprobs or []))
         output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [text]))
@@ -246,7 +257,8 @@ class ResponseStream:
         self.finished = False
         self._sequence = 0
         self._started = False
-        self._items: list[_Item] = []  # closed ones
+        self._items: list[_Output] = []  # closed ones
+        self._lead: _CompactionItem | None = None  # goes first, once the response starts
         self._open: _Item | None = None
         self._pieces: list[str] = []  # the open item's text or arguments so far
         self._logprobs: list[ContentLogprob] = []  # the open message's log probabilities so far
@@ -332,14 +344,23 @@ class ResponseStream:
             incomplete_details=incomplete,
         )
 
+    def lead(self, summary: str) -> None:
+        """Put first in the output the compaction item of the `summary` the request's conversation
+        was compacted into (server-side compaction)."""
+        self._lead = _compaction(self._request_id, 0, summary)
+
     def _start(self) -> bytes:
         if self._started:
             return b""
         self._started = True
         response = self._response("in_progress", None)
-        return self._event("response.created", {"response": response}) + self._event(
-            "response.in_progress", {"response": response}
-        )
+        out = self._event("response.created", {"response": response})
+        out += self._event("response.in_progress", {"response": response})
+        if self._lead is not None:
+            where = {"output_index": len(self._items), "item": self._lead}
+            out += self._event("response.output_item.added", where) + self._event("response.output_item.done", where)
+            self._items.append(self._lead)
+        return out
 
     def _next_id(self, prefix: str) -> str:
         return _item_id(prefix, self._request_id, len(self._items) + (self._open is not None))
@@ -423,7 +444,7 @@ class ResponseStream:
     def _done(self, done: Done) -> bytes:
         status, incomplete = _ending(done.finish_reason)
         out = self._start()
-        if not self._items and self._open is None:  # an empty answer is still one message
+        if self._items in ([], [self._lead]) and self._open is None:  # an empty answer is still one message
             out += self._ensure("message")
         out += self._close_item(status)
         self.finished = True

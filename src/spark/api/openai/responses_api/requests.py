@@ -154,6 +154,11 @@ class ReasoningOptions(msgspec.Struct, frozen=True):
     summary: str | None = None  # local models think in the open: their reasoning is given whole
 
 
+class ContextManagement(msgspec.Struct, frozen=True):
+    type: Literal["compaction"]
+    compact_threshold: PositiveInt | None = None
+
+
 class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     model: NonEmptyStr
     input: str | Annotated[list[InputItem], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
@@ -188,6 +193,7 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     service_tier: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    context_management: list[ContextManagement] | None = None
 
 
 _decoder = msgspec.json.Decoder(ResponsesBody)
@@ -234,10 +240,14 @@ def used_sampling(echo: Echo, used: SamplingParams) -> Echo:
 
 
 class ResponsesCall(msgspec.Struct, frozen=True):
-    """A decoded `POST /v1/responses` body: the canonical request and what the answer echoes."""
+    """A decoded `POST /v1/responses` body: the canonical request and what the answer echoes.
+    `compaction`: the request asks for server-side compaction (`context_management`), past
+    `compact_threshold` prompt tokens where it names a threshold."""
 
     request: ChatRequest
     echo: Echo
+    compaction: bool = False
+    compact_threshold: int | None = None
 
 
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for log probabilities
@@ -295,7 +305,9 @@ def parse_responses(
         reasoning=_reasoning(wire.reasoning),
         logprobs=(wire.top_logprobs or 0) if _INCLUDE_LOGPROBS in (wire.include or ()) or wire.top_logprobs else None,
     )
-    return ResponsesCall(request, _echo(wire, store))
+    compaction = next((c for c in wire.context_management or () if c.type == "compaction"), None)
+    threshold = compaction.compact_threshold if compaction is not None else None
+    return ResponsesCall(request, _echo(wire, store), compaction is not None, threshold)
 
 
 class CompactBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -333,13 +345,37 @@ def parse_compact(
     own = msgspec.json.decode(body).get("input")
     refuse(not earlier and not own, "input", "There is nothing to compact: send 'input' or 'previous_response_id'.")
     messages = _conversation(wire.instructions, wire.input or [], earlier, earlier_param, fetch)
-    request = ChatRequest(
-        model=wire.model,
-        messages=[*messages, Message("user", COMPACT_PROMPT)],
-        keep_alive=keep_alive_seconds(wire.keep_alive),
+    request = summary_request(
+        ChatRequest(model=wire.model, messages=messages, keep_alive=keep_alive_seconds(wire.keep_alive))
     )
     items = [*earlier, *([{"role": "user", "content": own}] if isinstance(own, str) else own or [])]
     return CompactCall(request, [_as_message(i) for i in items if _is_user_message(i)])
+
+
+def summary_request(request: ChatRequest) -> ChatRequest:
+    """The request that has the model sum `request`'s conversation up (its own sampling, no tools)."""
+    return ChatRequest(
+        model=request.model,
+        messages=[*request.messages, Message("user", COMPACT_PROMPT)],
+        sampling=SamplingParams(max_tokens=request.sampling.max_tokens),
+        keep_alive=request.keep_alive,
+        zero_retention=request.zero_retention,
+    )
+
+
+def compactable(request: ChatRequest) -> bool:
+    """Whether `request`'s conversation has turns before its last one (what compaction prunes)."""
+    return any(m.role == "assistant" for m in request.messages)
+
+
+def compacted_request(request: ChatRequest, summary: str) -> ChatRequest:
+    """`request` with its conversation compacted: its system messages, the summary, then its last
+    turn (what came after the model's last answer), which the answer is for."""
+    messages = request.messages
+    last = max(i for i, m in enumerate(messages) if m.role == "assistant")
+    system = [m for m in messages if m.role in ("system", "developer")]
+    turn = [m for m in messages[last + 1 :] if m.role not in ("system", "developer")]
+    return msgspec.structs.replace(request, messages=[*system, Message("user", _COMPACTION_INTRO + summary), *turn])
 
 
 def compaction_item(summary: str) -> str:
