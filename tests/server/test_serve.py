@@ -23,6 +23,7 @@ from server.helpers import add_slow_model, wait_for
 from spark.library import Library
 from spark.server.admin_auth import read_admin_token
 from spark.server.discovery import read_server_info, server_file
+from spark.server.run import bind
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KEY_PREFIX, SHOWN_CHARS, KeyTable
@@ -139,6 +140,17 @@ def test_port_in_use_is_one_clear_error() -> None:
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_socket_listens_before_the_app_starts() -> None:
+    """A client that reads the server file (written before uvicorn starts) is not refused: its
+    connection waits in the backlog until the server accepts it."""
+    sock = bind("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname()[:2], timeout=5):
+            pass  # connected, though nothing accepts yet
+    finally:
+        sock.close()
 
 
 def _sse_data(lines: Iterator[str]) -> Iterator[str]:

@@ -41,8 +41,11 @@ LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "spark")  # the loggers
 STREAM_END_SECONDS = 5.0  # after the grace period, for aborted streams to send their error and close
 
 
+LISTEN_BACKLOG = 2048  # uvicorn's own
+
+
 def bind(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (port 0: any free one); `SparkError` saying why it cannot be."""
+    """A listening socket bound to host:port (port 0: any free one); `SparkError` saying why it cannot be."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -61,6 +64,9 @@ def bind(host: str, port: int) -> socket.socket:
                 "choose another with `spark serve --port N` or SPARK_PORT"
             ) from None
         raise SparkError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    # Listening from now on: a client that reads the server file before uvicorn has started
+    # (the app is built, the spare runner starts) waits in the backlog instead of being refused.
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 
