@@ -47,6 +47,8 @@ class AdapterTurns:
     def turn(self, slots: Sequence[Slot]) -> Scales | None:
         """The scales of this step's batch, now applied: the last step's for `TURN_STEPS` steps in a
         row, then the next set among the busy slots' sets, so that each set gets its turn."""
+        if not self._adapters:  # the common case: nothing to choose, every step
+            return None
         sets = list(dict.fromkeys(s.lora for s in slots if s.work is not None))
         if not sets:
             return self._applied

@@ -452,9 +452,11 @@ def _entry(record: ModelRecord) -> ModelEntry:
 
 
 def check_scale(scale: float) -> None:
-    """Refuse a LoRA adapter's scale that is no number between -100 and 100 (`InvalidRequest`)."""
+    """Refuse a LoRA adapter's scale that is no number within `MAX_LORA_SCALE` (`InvalidRequest`)."""
     if not math.isfinite(scale) or not -MAX_LORA_SCALE <= scale <= MAX_LORA_SCALE:
-        raise InvalidRequest(f"scale must be between -100 and 100, not {scale}", param="scale")
+        raise InvalidRequest(
+            f"scale must be between {-MAX_LORA_SCALE:g} and {MAX_LORA_SCALE:g}, not {scale}", param="scale"
+        )
 
 
 def _files(record: ModelRecord) -> set[str]:

@@ -52,6 +52,7 @@ from spark.errors import (
     Cancelled,
     ContextLengthExceeded,
     InvalidRequest,
+    ModelNotFound,
     PreviousResponseNotFound,
     ResponseNotFound,
     ShuttingDown,
@@ -158,17 +159,23 @@ async def compact(request: Request[Any, Any, Any]) -> Response[Any]:
         call, body = await _parse(request, continuation(await request.body()), parse_compact)
         if (routed := await routed_response(request, call.request, body=body)) is not None:
             return routed  # (a node caps the summary by its own context)
-        summary, usage = await _summary(state, call.request, request.receive, recorder_of(request.scope))
+        window = _window(state, call.request)
+        summary, usage = await _summary(state, call.request, window, request.receive, recorder_of(request.scope))
         request_id = request_ids(request.scope).id
         return json_response(compacted_body(request_id, int(time.time()), call.user_items, summary, usage))
 
 
+def _window(state: ServerState, asked: ChatRequest) -> int:
+    """The context one request to `asked`'s model holds (`ModelNotFound` for none here)."""
+    return context_window(state.library.get(asked.model), state.settings)
+
+
 async def _summary(
-    state: ServerState, asked: ChatRequest, receive: Receive, recorder: RequestRecorder | None
+    state: ServerState, asked: ChatRequest, window: int, receive: Receive, recorder: RequestRecorder | None
 ) -> tuple[str, Usage]:
     """The summary the model writes for `asked` (a `summary_request`), at most a quarter of its
-    context long; a conversation longer than the context summed up from its latest turns that fit."""
-    window = context_window(state.library.get(asked.model), state.settings)
+    context (`window`) long; a conversation longer than the context summed up from its latest
+    turns that fit."""
     asked = msgspec.structs.replace(
         asked, sampling=msgspec.structs.replace(asked.sampling, max_tokens=max(window // 4, 1))
     )
@@ -185,11 +192,11 @@ async def _compacted(
     """Server-side compaction (`context_management`): past its threshold (else three quarters of
     the model's context), the request's earlier turns summed up, and the request with its
     conversation compacted into that summary; below it, no summary and the request as it was."""
-    window = context_window(state.library.get(asked.model), state.settings)
+    window = _window(state, asked)
     threshold = call.compact_threshold or window * 3 // 4
     if not compactable(asked) or await count_tokens(state, asked) <= threshold:
         return None, asked
-    summary, _ = await _summary(state, summary_request(asked), receive, None)  # logged as part of the answer's wait
+    summary, _ = await _summary(state, summary_request(asked), window, receive, None)  # in the answer's wait
     return summary, compacted_request(asked, summary)
 
 
@@ -364,8 +371,10 @@ def _prompt_named_input() -> Iterator[None]:
 def _sampling_used(state: ServerState, asked: ChatRequest) -> SamplingParams:
     """The sampling an answer to `asked` is made with: the request's, over the model's own defaults
     (where this server has the model; a node that answers writes its own), over Spark's."""
-    library = state.library
-    own = library.get(asked.model).settings.sampling if library.exists(asked.model) else SamplingParams()
+    try:
+        own = state.library.get(asked.model).settings.sampling
+    except ModelNotFound:
+        own = SamplingParams()
     return asked.sampling.merged_over(own).merged_over(DEFAULT_SAMPLING)
 
 

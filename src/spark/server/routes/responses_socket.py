@@ -25,6 +25,7 @@ from typing import Any
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 
+from spark.api.openai.responses_api.requests import input_items
 from spark.server import in_process
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class _Session:
         earlier = self.kept.get(continued) if isinstance(continued, str) else None
         if earlier is not None:  # continued on this socket: its conversation, then the new input
             body.pop("previous_response_id")
-            body["input"] = [*earlier, *_items(body.get("input"))]
+            body["input"] = [*earlier, *input_items(body.get("input"))]
         final: dict[str, Any] = {}
         pending = b""
 
@@ -161,7 +162,7 @@ class _Session:
             await self.send({"type": "error", "status": reply.status, "error": _error(reply)}, lane)
             return
         if final.get("status") in ("completed", "incomplete") and final.get("store") is False:
-            self.kept[final["id"]] = [*_items(body.get("input")), *final.get("output", [])]
+            self.kept[final["id"]] = [*input_items(body.get("input")), *final.get("output", [])]
             while len(self.kept) > KEPT_CONVERSATIONS:
                 self.kept.popitem(last=False)
 
@@ -184,13 +185,6 @@ def _error(reply: in_process.Reply) -> Any:
         return json.loads(b"".join(reply.body))["error"]
     except (ValueError, KeyError, TypeError):
         return {"type": "server_error", "message": f"HTTP {reply.status}"}
-
-
-def _items(given: Any) -> list[Any]:
-    """A request's `input` as a list of items (a string is one user message)."""
-    if isinstance(given, str):
-        return [{"type": "message", "role": "user", "content": given}]
-    return list(given) if isinstance(given, list) else []
 
 
 RESPONSES_SOCKET_ROUTES = [responses_socket]

@@ -348,7 +348,7 @@ def parse_compact(
     request = summary_request(
         ChatRequest(model=wire.model, messages=messages, keep_alive=keep_alive_seconds(wire.keep_alive))
     )
-    items = [*earlier, *([{"role": "user", "content": own}] if isinstance(own, str) else own or [])]
+    items = [*earlier, *input_items(own)]
     return CompactCall(request, [_as_message(i) for i in items if _is_user_message(i)])
 
 
@@ -400,6 +400,13 @@ def _summary(encrypted: str | None, where: str) -> str:
         raise InvalidRequest(
             f"'{param}' is not a compaction this server made (from POST /v1/responses/compact).", param=param
         ) from None
+
+
+def input_items(given: Any) -> list[Any]:
+    """A request's JSON `input` as a list of items (a string is one user message)."""
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    return list(given) if isinstance(given, list) else []
 
 
 def _is_user_message(item: Any) -> bool:
