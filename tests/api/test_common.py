@@ -122,10 +122,13 @@ def test_max_tokens_limit() -> None:
 
 def test_tool_checks() -> None:
     tools = [Tool("a"), Tool("b")]
-    common.check_tools(tools, "tools[{}].name")
+    common.check_tools(tools, "tools[{}].name", "tools[{}].parameters")
     with pytest.raises(InvalidRequest) as info:
-        common.check_tools([*tools, Tool("a")], "tools[{}].name")
+        common.check_tools([*tools, Tool("a")], "tools[{}].name", "tools[{}].parameters")
     assert info.value.param == "tools[2].name"
+    with pytest.raises(InvalidRequest, match="Invalid parameters schema for tool 'c': 'required' must be") as info:
+        common.check_tools([*tools, Tool("c", parameters={"required": "x"})], "tools[{}].name", "tools[{}].parameters")
+    assert info.value.param == "tools[2].parameters"
     common.check_tool_choice(ToolChoice("auto"), None)
     common.check_tool_choice(ToolChoice("required", "b"), tools)
     for choice, given in ((ToolChoice("required"), None), (ToolChoice("required", "zz"), tools)):

@@ -146,6 +146,14 @@ def test_generate_with_a_suffix_fills_in_the_middle() -> None:
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "keep_alive": "soon"}, "keep_alive"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "think": "very"}, "think"),
         ({"model": "", "messages": []}, "model"),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"maxLength": "9"}}}],
+            },
+            "tools[0].function.parameters",
+        ),
     ],
 )
 def test_bad_chat_bodies_name_the_parameter(body: dict[str, object], param: str) -> None:

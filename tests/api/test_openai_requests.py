@@ -318,6 +318,10 @@ def test_file_parts_are_read_as_their_name_and_text() -> None:
             },
             "tools[1].function.name",
         ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "a", "parameters": {"type": [{}]}}}]},
+            "tools[0].function.parameters",
+        ),
         ({"tool_choice": "sometimes"}, "tool_choice"),
         ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
         ({"tool_choice": "required"}, "tool_choice"),

@@ -144,6 +144,10 @@ def test_images_tools_formats_and_reasoning() -> None:
             {"input": "x", "tools": [{"type": "function", "name": "a"}, {"type": "function", "name": "a"}]},
             "tools[1].name",
         ),
+        (
+            {"input": "x", "tools": [{"type": "function", "name": "a", "parameters": {"properties": []}}]},
+            "tools[0].parameters",
+        ),
     ],
 )
 def test_refusals_name_the_param(body: dict[str, Any], param: str) -> None:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from spark.errors import InvalidRequest, SettingsError
+from spark.json_schema import schema_problem
 from spark.types import (
     MAX_LORA_SCALE,
     ChatRequest,
@@ -383,13 +384,19 @@ def check_max_tokens(value: int | None, param: str, limit: int | None) -> None:
         raise InvalidRequest(f"'{param}' is {value}, but this server allows at most {limit}.", param=param)
 
 
-def check_tools(tools: list[Tool], name_param: str) -> None:
-    """Refuse duplicate tool names; `name_param` is a format string taking the index."""
+def check_tools(tools: list[Tool], name_param: str, schema_param: str) -> None:
+    """Refuse duplicate tool names and malformed parameter schemas; the params are format strings
+    taking the tool's index."""
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if tool.name in seen:
             raise InvalidRequest(f"Tool name '{tool.name}' is used twice.", param=name_param.format(i))
         seen.add(tool.name)
+        problem = schema_problem(tool.parameters)
+        if problem is not None:
+            raise InvalidRequest(
+                f"Invalid parameters schema for tool '{tool.name}': {problem}.", param=schema_param.format(i)
+            )
 
 
 def check_tool_choice(choice: ToolChoice | None, tools: list[Tool] | None) -> None:

@@ -141,7 +141,7 @@ def test_json_object_mode_generates_objects(driver: Driver) -> None:
         ({"$ref": "#/$defs/missing"}, "points at nothing"),
         ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "use anyOf"),
         ({"type": "frobnicate"}, "unknown type"),
-        ({"type": "array", "prefixItems": {"type": "string"}}, "prefixItems that is not a list"),
+        ({"type": "array", "prefixItems": {"type": "string"}}, "'prefixItems' must be a list of schemas"),
         ({"type": "string", "minLength": 5, "maxLength": 2}, "maxLength below minLength"),
         ({"type": "string", "pattern": "^(?=a)b$"}, "lookarounds"),
         ({"type": "string", "pattern": "(a"}, "invalid regular expression"),
@@ -151,7 +151,7 @@ def test_json_object_mode_generates_objects(driver: Driver) -> None:
         ({"type": "string", "format": "date", "maxLength": 5}, "length limits"),
         ({"anyOf": [{"$ref": "#"}, {"type": "null"}]}, "left-recursive"),
         (False, "allows no value"),
-        ([1, 2], "is not a schema"),
+        ([1, 2], "must be a schema"),
     ],
 )
 def test_unsupported_or_invalid_schemas_are_refused_naming_the_param(schema: Any, why: str) -> None:
@@ -189,3 +189,21 @@ def test_schemas_nested_too_deep_are_refused_not_a_recursion_error() -> None:
     with pytest.raises(InvalidRequest, match=f"nested more than {MAX_SCHEMA_DEPTH} levels") as e:
         schema_grammar(nested(5000))
     assert e.value.param == "response_format"
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"a": {"type": [{}]}}},
+        {"type": "object", "required": [["a"]], "properties": {"a": {"type": "string"}}},
+        {"type": "string", "minLength": None, "maxLength": 3},
+        {"oneOf": [{"type": [[]]}, {"type": "string"}]},
+        {"type": "string", "format": ["date"]},
+        {"type": "object", "properties": {"a": {"$ref": {"x": 1}}}},
+    ],
+)
+def test_malformed_schemas_are_invalid_requests_naming_where(schema: dict[str, object]) -> None:
+    # each of these once reached the conversion and failed there with a TypeError (a 500)
+    with pytest.raises(InvalidRequest, match="invalid JSON schema in json_schema: '") as e:
+        schema_grammar(schema, param="json_schema")
+    assert e.value.param == "json_schema"

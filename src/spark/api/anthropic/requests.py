@@ -252,7 +252,7 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
     messages = _combined(messages)
 
     tools = [Tool(t.name, t.description, t.input_schema) for t in wire.tools or ()]
-    check_tools(tools, "tools[{}].name")
+    check_tools(tools, "tools[{}].name", "tools[{}].input_schema")
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
     parallel = not (isinstance(wire.tool_choice, _CallChoice) and wire.tool_choice.disable_parallel_tool_use)

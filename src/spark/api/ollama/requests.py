@@ -187,7 +187,7 @@ def parse_chat(body: bytes, *, max_tokens_limit: int | None = None) -> OllamaCal
     if not wire.messages:
         return OllamaCall(model, None, stream, keep_alive)
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
-    check_tools(tools, "tools[{}].function.name")
+    check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters")
     request = ChatRequest(
         model=model,
         messages=_messages(wire.messages),

@@ -331,7 +331,7 @@ def parse_chat(
     check_max_tokens(max_tokens, max_param, max_tokens_limit)
 
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
-    check_tools(tools, "tools[{}].function.name")
+    check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters")
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
 

@@ -21,6 +21,7 @@ from spark.engine.grammar.errors import SchemaError
 from spark.engine.grammar.gbnf import HEX, Grammar, Rules, finish, literal, repeat
 from spark.engine.grammar.numeric import int_range, number_range
 from spark.engine.grammar.regex import RegexConverter
+from spark.json_schema import MAX_SCHEMA_DEPTH, schema_problem
 
 # Keywords that constrain values but that this converter cannot enforce.
 _UNSUPPORTED = {
@@ -110,9 +111,6 @@ for _alias, _same in (
     _FORMATS[_alias] = _FORMATS[_same]
 
 
-MAX_SCHEMA_DEPTH = 64  # nested schemas past this are refused (the conversion recurses per level)
-
-
 def schema_grammar(schema: dict[str, Any] | None, *, param: str = "response_format", prefix: str = "") -> Grammar:
     """The grammar of JSON output matching `schema` (None: any JSON object).
 
@@ -134,6 +132,11 @@ class SchemaConverter:
     param: str
     _refs: dict[str, str] = field(default_factory=dict)
     _depth: int = 0
+
+    def __post_init__(self) -> None:
+        problem = schema_problem(self.document)
+        if problem is not None:
+            raise SchemaError(f"invalid JSON schema in {self.param}: {problem}", param=self.param)
 
     def error(self, why: str) -> SchemaError:
         return SchemaError(f"unsupported JSON schema in {self.param}: {why}", param=self.param)

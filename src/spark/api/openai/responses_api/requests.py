@@ -276,7 +276,7 @@ def parse_responses(
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
 
     tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
-    check_tools(tools, "tools[{}].name")
+    check_tools(tools, "tools[{}].name", "tools[{}].parameters")
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
 

@@ -1,0 +1,76 @@
+"""Well-formed JSON schemas: each keyword Spark reads holds a value of the right JSON type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spark.json_schema import MAX_SCHEMA_DEPTH, schema_problem
+
+PYDANTIC_LIKE: dict[str, Any] = {
+    "$defs": {"Pet": {"properties": {"name": {"title": "Name", "type": "string"}}, "required": ["name"]}},
+    "properties": {
+        "pets": {"items": {"$ref": "#/$defs/Pet"}, "type": "array", "maxItems": 3},
+        "age": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}], "default": None},
+        "kind": {"enum": ["a", "b"], "type": "string"},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1.5},
+        "pair": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}]},
+        "old": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$", "minLength": 3},
+    },
+    "required": ["pets"],
+    "additionalProperties": False,
+    "title": "Owner",
+    "type": "object",
+}
+
+
+@pytest.mark.parametrize("schema", [PYDANTIC_LIKE, {}, True, False, {"type": ["string", "null"]}])
+def test_well_formed_schemas_pass(schema: Any) -> None:
+    assert schema_problem(schema) is None
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        ({"type": [{}]}, "'type'"),
+        ({"type": []}, "'type'"),
+        ({"type": 5}, "'type'"),
+        ({"properties": {"a": {"type": [[]]}}}, "'properties.a.type'"),
+        ({"properties": []}, "'properties'"),
+        ({"properties": {"a": "string"}}, "'properties.a'"),
+        ({"required": "a"}, "'required'"),
+        ({"required": [["a"]]}, "'required'"),
+        ({"minLength": None}, "'minLength'"),
+        ({"maxItems": -1}, "'maxItems'"),
+        ({"maxLength": True}, "'maxLength'"),
+        ({"minimum": "0"}, "'minimum'"),
+        ({"exclusiveMaximum": [1]}, "'exclusiveMaximum'"),
+        ({"pattern": 5}, "'pattern'"),
+        ({"format": ["date"]}, "'format'"),
+        ({"$ref": {"x": 1}}, "'$ref'"),
+        ({"enum": "a"}, "'enum'"),
+        ({"uniqueItems": "yes"}, "'uniqueItems'"),
+        ({"anyOf": {"type": "string"}}, "'anyOf'"),
+        ({"oneOf": [{"type": "string"}, {"type": [[]]}]}, "'oneOf[1].type'"),
+        ({"items": [{"type": "string"}, 5]}, "'items[1]'"),
+        ({"$defs": {"d": {"required": 1}}}, "'$defs.d.required'"),
+        ({"additionalProperties": {"minItems": 1.5}}, "'additionalProperties.minItems'"),
+        ([], "'the schema'"),
+    ],
+)
+def test_malformed_schemas_name_where(schema: Any, where: str) -> None:
+    problem = schema_problem(schema)
+    assert problem is not None and problem.startswith(where), problem
+
+
+def test_nesting_is_bounded_not_a_recursion_error() -> None:
+    def nested(depth: int) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "string"}
+        for _ in range(depth):
+            schema = {"type": "array", "items": schema}
+        return schema
+
+    assert schema_problem(nested(MAX_SCHEMA_DEPTH - 1)) is None
+    assert "nested more than" in (schema_problem(nested(5000)) or "")
