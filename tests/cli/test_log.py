@@ -101,6 +101,11 @@ def test_list_and_filters(table: RequestTable) -> None:
     assert "40.0 ms" in first and "250 ms" in first and "52.5" in first
     assert "404 model_not_found" in rows[3]
     assert "ollama generate" in rows[2]  # a route's short name, Ollama's included
+    # An 80-column terminal keeps the status and the whole id; the key, speeds and route go first.
+    narrow = CliRunner().invoke(app, ["log"], env={"COLUMNS": "80"}).output.splitlines()
+    assert narrow[0].split() == ["TIME", "ID", "MODEL", "STATUS", "TOKENS", "DURATION"]
+    assert "404 model_n" in narrow[-1] and "req_0003" in narrow[-1]
+    assert all(len(line) <= 80 for line in narrow)
 
     def listed(*args: str) -> list[str]:
         return re.findall(r"req_\d+", invoke("log", *args))

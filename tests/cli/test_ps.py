@@ -197,7 +197,7 @@ def test_the_table_reads_like_ollama_ps() -> None:
         state(model="new", status="loading", unloads_in=None),
     ]
     console = Console(width=200, record=True)
-    console.print(runners_table(rows))
+    console.print(runners_table(rows, console.width))
     lines = {line.split()[0]: line.split() for line in console.export_text().splitlines()[1:]}
     assert lines["idle"] == [
         "idle",
@@ -219,3 +219,10 @@ def test_the_table_reads_like_ollama_ps() -> None:
     assert lines["kept"][-1] == "forever"
     assert lines["old"][-3:] == ["after", "its", "requests"]
     assert lines["new"][-1] == "loading"
+    # In an 80-column terminal the names stay whole: the estimate, then the queue, go first.
+    long_name = "qwen2.5-coder-7b-instruct-q4_k_m"
+    narrow = Console(width=80, record=True)
+    narrow.print(runners_table([*rows, state(model=long_name)], narrow.width))
+    text = narrow.export_text().splitlines()
+    assert text[0].split() == ["NAME", "MEMORY", "SLOTS", "UNLOADS"]
+    assert any(line.startswith(long_name + " ") for line in text) and all(len(line) <= 80 for line in text)

@@ -18,6 +18,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from spark.cli.columns import add_row, fitting_table
 from spark.cli.ps import AdminClient, connect
 from spark.settings import load_settings
 from spark.store.db import Database
@@ -114,36 +115,40 @@ def _tokens(r: RequestSummary) -> str:
     return f"{r.prompt_tokens}{cached} -> {r.completion_tokens}"
 
 
-def requests_table(rows: list[RequestSummary], *, header: bool = True) -> Table:
-    """One line per request."""
-    table = Table(box=None, pad_edge=False, show_header=header)
-    # The whole id must show, as `spark log ID` needs it: other columns shrink first.
+def requests_table(rows: list[RequestSummary], width: int, *, header: bool = True) -> Table:
+    """One line per request, with the columns that fit `width` (the fixed widths keep the columns
+    of `spark log -f`'s later pages under the first page's header)."""
+    # The whole id must show, as `spark log ID` needs it: other columns shrink or go first.
     id_width = max((len(r.request_id) for r in rows), default=20)
-    for column, width in (
-        ("TIME", 8),
-        ("ID", id_width),
-        ("MODEL", 16),
-        ("KEY", 8),
-        ("ROUTE", 10),
-        ("STATUS", 6),
-        ("TOKENS", 12),
-        ("TTFT", 8),
-        ("DURATION", 8),
-        ("TOK/S", 6),
-    ):
-        table.add_column(column, min_width=width, no_wrap=True)
+    columns = (
+        ("TIME", 8, 19),  # 19: another day's date too
+        ("ID", id_width, id_width),
+        ("MODEL", 16, 28),
+        ("KEY", 8, 12),
+        ("ROUTE", 10, 16),
+        ("STATUS", 12, 24),
+        ("TOKENS", 12, 20),
+        ("TTFT", 8, 8),
+        ("DURATION", 8, 8),
+        ("TOK/S", 6, 6),
+    )
+    dropped = ("KEY", "TOK/S", "TTFT", "ROUTE", "DURATION", "TOKENS")
+    table = fitting_table(columns, dropped, width, grow_first=("MODEL", "STATUS"), header=header)
     for r in rows:
-        table.add_row(
-            _when(r.started_at),
-            r.request_id,
-            r.model or "-",
-            r.key_name or "-",
-            text.route_name(r.route),
-            _status(r),
-            _tokens(r),
-            ms(r.ttft_ms),
-            ms(r.duration_ms),
-            f"{r.tokens_per_second:.1f}" if r.tokens_per_second is not None else "-",
+        add_row(
+            table,
+            {
+                "TIME": _when(r.started_at),
+                "ID": r.request_id,
+                "MODEL": r.model or "-",
+                "KEY": r.key_name or "-",
+                "ROUTE": text.route_name(r.route),
+                "STATUS": _status(r),
+                "TOKENS": _tokens(r),
+                "TTFT": ms(r.ttft_ms),
+                "DURATION": ms(r.duration_ms),
+                "TOK/S": f"{r.tokens_per_second:.1f}" if r.tokens_per_second is not None else "-",
+            },
         )
     return table
 
@@ -208,7 +213,7 @@ def log_command(
     page = source.page(query)
     rows = list(reversed(page.requests))  # oldest first, so the newest is next to the prompt
     if rows:
-        console.print(requests_table(rows), highlight=False)
+        console.print(requests_table(rows, console.width), highlight=False)
     elif not follow:
         console.print(
             "No requests logged yet."
@@ -227,7 +232,7 @@ def _follow(console: Console, source: LogSource, query: RequestFilter, last_seq:
             time.sleep(FOLLOW_POLL_SECONDS)
             page = source.page(msgspec.structs.replace(query, after_seq=last_seq))
             if page.requests:
-                console.print(requests_table(page.requests, header=header), highlight=False)
+                console.print(requests_table(page.requests, console.width, header=header), highlight=False)
                 header = False
                 last_seq = max(r.seq for r in page.requests)
     except KeyboardInterrupt:

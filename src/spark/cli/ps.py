@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spark.cli.columns import add_row, fitting_table
 from spark.cli.models import get_installed
 from spark.errors import SparkError
 from spark.library import Library
@@ -124,23 +125,26 @@ def _until(state: RunnerState) -> str:
     return "forever" if state.keep_alive < 0 else "when idle"
 
 
-def runners_table(states: list[RunnerState]) -> Table:
-    """`spark ps`'s table: one row per runner."""
-    table = Table(box=None, pad_edge=False)
-    table.add_column("NAME")
-    for column in ("DEVICE", "MEMORY", "ESTIMATE", "SLOTS", "QUEUE", "IDLE", "UNLOADS"):
-        table.add_column(column, no_wrap=True)
-    for s in states:
-        table.add_row(
-            s.model,
-            "+".join(s.devices) or "-",
-            "-" if s.measured_bytes is None else format_bytes(s.measured_bytes),
-            _estimate(s),
-            f"{s.slots_busy}/{s.n_parallel}",
-            str(s.queued),
-            "busy" if s.idle_seconds is None else format_duration(s.idle_seconds),
-            _until(s),
-        )
+def runners_table(states: list[RunnerState], width: int) -> Table:
+    """`spark ps`'s table: one row per runner, with the columns that fit `width` (names whole)."""
+    rows: list[dict[str, str]] = [
+        {
+            "NAME": s.model,
+            "DEVICE": "+".join(s.devices) or "-",
+            "MEMORY": "-" if s.measured_bytes is None else format_bytes(s.measured_bytes),
+            "ESTIMATE": _estimate(s),
+            "SLOTS": f"{s.slots_busy}/{s.n_parallel}",
+            "QUEUE": str(s.queued),
+            "IDLE": "busy" if s.idle_seconds is None else format_duration(s.idle_seconds),
+            "UNLOADS": _until(s),
+        }
+        for s in states
+    ]
+    widths = {name: max(len(name), *(len(row[name]) for row in rows)) for name in rows[0]} if rows else {}
+    columns = [(name, size, size) for name, size in widths.items()]
+    table = fitting_table(columns, ("ESTIMATE", "QUEUE", "IDLE", "DEVICE"), width)
+    for row in rows:
+        add_row(table, row)
     return table
 
 
@@ -158,7 +162,7 @@ def ps() -> None:
     if not states:
         console.print("No models are loaded.")
         return
-    console.print(runners_table(states), highlight=False)
+    console.print(runners_table(states, console.width), highlight=False)
 
 
 def stop(model: str = typer.Argument(..., help="Model id (see `spark ps`).")) -> None:
