@@ -93,6 +93,23 @@ def deep_schema(depth: int) -> dict[str, Any]:
 
 
 depths = st.sampled_from([3, 30, 60, 70, 300])  # JSON nesting up to 600 (and 100,000 in raw bodies)
+# JSON schema keywords holding any values (`"type": [{}]`, `"required": "a"`), nested as schemas nest
+SCHEMA_KEYWORDS = [
+    "type", "properties", "required", "items", "prefixItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+    "$defs", "minLength", "maxLength", "minimum", "exclusiveMaximum", "pattern", "format", "additionalProperties",
+    "minItems", "maxItems", "minProperties", "uniqueItems",
+]  # fmt: skip
+keyword_values = json_values | st.sampled_from([[{}], [[]], ["string", {}], "a", None, -1, 1.5, True, {}, []])
+schema_like = st.recursive(
+    st.dictionaries(st.sampled_from(SCHEMA_KEYWORDS), keyword_values, max_size=4),
+    lambda inner: st.dictionaries(
+        st.sampled_from(SCHEMA_KEYWORDS),
+        inner | st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+        max_size=4,
+    ),
+    max_leaves=10,
+)
+schemas = st.builds(deep_schema, depths) | json_values | schema_like
 hostile_values = st.one_of(
     json_values,
     st.builds(nested, depths, scalars, st.sampled_from([None, "a", "type"])),
@@ -176,16 +193,17 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
                 [USER] * n if draw(st.booleans()) else [draw(any_text) or "x"] * n
             )
         elif kind == "schema":
-            schema = draw(st.builds(deep_schema, depths) | json_values)
+            schema = draw(schemas)
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
             body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
             body["text"] = {"format": {"type": "json_schema", "name": "x", "schema": schema}}
         else:
-            parameters = draw(st.builds(deep_schema, depths) | json_values)
+            parameters = draw(schemas)
+            tool = draw(st.just("f") | any_text)
             body["tools"] = [
-                {"type": "function", "function": {"name": draw(any_text), "parameters": parameters}},
-                {"type": "function", "name": draw(any_text), "parameters": parameters},  # the Responses API's
-                {"name": draw(any_text), "input_schema": parameters},
+                {"type": "function", "function": {"name": tool, "parameters": parameters}},
+                {"type": "function", "name": tool, "parameters": parameters},  # the Responses API's
+                {"name": tool, "input_schema": parameters},
             ][draw(st.integers(0, 2)) :]
     return body
 
