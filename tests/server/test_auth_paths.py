@@ -63,7 +63,7 @@ def guarded_routes(live: LiveServer) -> list[str]:
 def test_every_guarded_route_and_method_refuses_without_a_credential(live: LiveServer) -> None:
     routes = guarded_routes(live)
     assert len(routes) > 20 and "/api/keys" in routes and "/v1/chat/completions" in routes
-    assert {"/ollama/api/chat", "/completion", "/infill", "/embedding", "/tokenize", "/rerank", "/v2/rerank"} <= set(
+    assert {"/ollama/api/chat", "/completion", "/infill", "/embedding", "/tokenize", "/rerank", "/reranking"} <= set(
         routes
     )
     wrong = [{}, {"Authorization": "Bearer sk-spark-wrong"}, {"x-api-key": "nope"}, {"Authorization": "Basic Og=="}]

@@ -85,6 +85,10 @@ def test_documents_come_back_by_score(served: tuple[LiveServer, Rerankers]) -> N
     cohere = rerank(live, {"model": models.plain, "query": "where is the cat?", "documents": DOCUMENTS}, "/v2/rerank")
     assert cohere["results"] == results and cohere["meta"]["api_version"]["version"] == "2"
     assert cohere["id"] and cohere["id"] != answer["id"]
+    # llama-server's own paths
+    for path in ("/reranking", "/v1/reranking"):
+        body = {"model": models.plain, "query": "where is the cat?", "documents": DOCUMENTS}
+        assert rerank(live, body, path)["results"] == results
     # another query scores the same documents otherwise
     other = rerank(live, {"model": models.plain, "query": "finance news", "documents": DOCUMENTS})
     assert {r["index"]: r["relevance_score"] for r in other["results"]} != pytest.approx(by_index)

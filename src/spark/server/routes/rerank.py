@@ -20,7 +20,7 @@ from spark.server.routing import routed_response
 from spark.server.state import state_of
 
 
-@post(["/v1/rerank", "/v2/rerank", "/rerank"], status_code=200)
+@post(["/v1/rerank", "/v2/rerank", "/rerank", "/v1/reranking", "/reranking"], status_code=200)
 async def rerank(request: Request[Any, Any, Any]) -> Response[Any]:
     """The documents by relevance to the query, most relevant first."""
     state = state_of(request)
