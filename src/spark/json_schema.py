@@ -42,7 +42,7 @@ def _problem(schema: Any, path: str, depth: int) -> str | None:
     if not isinstance(schema, dict):
         return f"'{where}' must be a schema (an object or a boolean), not {_kind(schema)}"
     if depth >= MAX_SCHEMA_DEPTH:
-        return f"'{where}' is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+        return f"'…{where[-60:]}' is nested more than {MAX_SCHEMA_DEPTH} levels deep"
     at = f"{path}." if path else ""
     own = _keyword_problem(schema, at)
     if own is not None:
