@@ -72,6 +72,18 @@ class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True):
     dry_base: float | None = None
     dry_allowed_length: int | None = None
     dry_penalty_last_n: int | None = None  # tokens DRY looks back over; -1: the whole context
+    # llama-server's other samplers, each off at its default: locally typical sampling (1: off), top
+    # n-sigma (-1: off), XTC (exclude the top choices; probability 0: off), dynamic temperature
+    # (range 0: off) and mirostat (0: off, 1 or 2: its version, which alone then picks the token)
+    typical_p: float | None = None
+    top_n_sigma: float | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    dynatemp_range: float | None = None
+    dynatemp_exponent: float | None = None
+    mirostat: int | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] | None = None
@@ -102,6 +114,15 @@ DEFAULT_SAMPLING = SamplingParams(
     dry_base=1.75,
     dry_allowed_length=2,
     dry_penalty_last_n=64,
+    typical_p=1.0,
+    top_n_sigma=-1.0,
+    xtc_probability=0.0,
+    xtc_threshold=0.1,
+    dynatemp_range=0.0,
+    dynatemp_exponent=1.0,
+    mirostat=0,
+    mirostat_tau=5.0,
+    mirostat_eta=0.1,
     max_tokens=None,  # up to the context's end (the server passes its default_max_tokens)
     stop=[],
     ignore_eos=False,

@@ -466,6 +466,7 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"dry_base": 0}, "dry_base"),
         ({"repeat_penalty": 0}, "repeat_penalty"),
         ({"min_p": 2}, "min_p"),
+        ({"typical_p": 3}, "typical_p"),
     ],
 )
 def test_bad_requests_name_the_param(fields: dict, param: str) -> None:

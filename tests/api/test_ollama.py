@@ -104,7 +104,15 @@ def test_tool_results_are_matched_to_the_calls_they_answer() -> None:
         ],
         "think": "high",
         "format": "json",
-        "options": {"num_predict": -1, "stop": "END", "min_p": 0.1, "num_ctx": 99999, "mirostat": 2},
+        "options": {
+            "num_predict": -1,
+            "stop": "END",
+            "min_p": 0.1,
+            "num_ctx": 99999,
+            "mirostat": 2,
+            "mirostat_tau": 3.0,
+            "typical_p": 0.9,
+        },
     }
     call = ollama.parse_chat(json.dumps(body).encode())
     request = call.request
@@ -116,6 +124,7 @@ def test_tool_results_are_matched_to_the_calls_they_answer() -> None:
     assert request.response_format is not None and request.response_format.type == "json_object"
     sampling = request.sampling
     assert (sampling.max_tokens, sampling.stop, sampling.min_p) == (None, ["END"], 0.1)
+    assert (sampling.mirostat, sampling.mirostat_tau, sampling.typical_p) == (2, 3.0, 0.9)  # Ollama's options
 
 
 def test_generate_with_a_suffix_fills_in_the_middle() -> None:

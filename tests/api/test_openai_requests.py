@@ -154,6 +154,15 @@ def test_llama_server_sampling_extensions() -> None:
         "dry_base": 1.75,
         "dry_allowed_length": 2,
         "dry_penalty_last_n": 128,
+        "typical_p": 0.9,
+        "top_n_sigma": 1.5,
+        "xtc_probability": 0.5,
+        "xtc_threshold": 0.2,
+        "dynatemp_range": 0.3,
+        "dynatemp_exponent": 1.2,
+        "mirostat": 2,
+        "mirostat_tau": 4.0,
+        "mirostat_eta": 0.2,
     }
     assert chat(**fields).request.sampling == SamplingParams(**fields)  # type: ignore[arg-type]
     completion = api.parse_completion(body(prompt="x", **fields)).request.sampling
@@ -334,6 +343,9 @@ def test_file_parts_are_read_as_their_name_and_text() -> None:
         ),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+        ({"mirostat": 5}, "mirostat"),
+        ({"xtc_probability": 2}, "xtc_probability"),
+        ({"dynatemp_range": -1}, "dynatemp_range"),
         ({"keep_alive": "a while"}, "keep_alive"),
     ],
 )

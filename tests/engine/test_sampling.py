@@ -33,6 +33,15 @@ def resolved(**fields: object) -> SamplingParams:
         ({"repeat_last_n": -2}, "repeat_last_n"),
         ({"min_p": 1.5}, "min_p"),
         ({"repeat_penalty": -1.0}, "repeat_penalty"),
+        ({"typical_p": 1.5}, "typical_p"),
+        ({"xtc_probability": -0.1}, "xtc_probability"),
+        ({"xtc_threshold": 2.0}, "xtc_threshold"),
+        ({"top_n_sigma": float("nan")}, "top_n_sigma"),
+        ({"dynatemp_range": -1.0}, "dynatemp_range"),
+        ({"dynatemp_exponent": -0.5}, "dynatemp_exponent"),
+        ({"mirostat": 3}, "mirostat"),
+        ({"mirostat_tau": -1.0}, "mirostat_tau"),
+        ({"mirostat_eta": float("inf")}, "mirostat_eta"),
     ],
 )
 def test_bad_values_are_refused_naming_the_param(fields: dict[str, object], param: str) -> None:
@@ -77,6 +86,19 @@ def model(tiny_llama: Path) -> Iterator[Model]:
             ["penalties", "dry", "top-k", "top-p", "min-p", "temp", "dist"],
         ),
         ({"temperature": 0, "dry_multiplier": 0.8, "dry_penalty_last_n": 0}, ["greedy"]),  # window 0: DRY off
+        # llama-server's other samplers, in its order: top n-sigma, top-k, typical, top-p, min-p, XTC, temperature
+        (
+            {"temperature": 0.7, "top_n_sigma": 1.5, "typical_p": 0.9, "xtc_probability": 0.5, "dynatemp_range": 0.3},
+            ["top-n-sigma", "top-k", "typical", "top-p", "min-p", "xtc", "temp-ext", "dist"],
+        ),
+        (
+            {"temperature": 0.7, "xtc_probability": 0.5, "xtc_threshold": 0.6, "top_n_sigma": 0},
+            ["top-k", "top-p", "min-p", "temp", "dist"],
+        ),
+        # mirostat picks the token alone, without penalties or DRY (as in llama-server), and not at temperature 0
+        ({"temperature": 0.7, "mirostat": 1, "repeat_penalty": 1.1}, ["temp", "mirostat"]),
+        ({"temperature": 0.7, "mirostat": 2, "dry_multiplier": 0.8}, ["temp", "mirostat-v2"]),
+        ({"temperature": 0, "mirostat": 2}, ["greedy"]),
     ],
 )
 def test_the_chain_holds_the_samplers_asked_for(model: Model, fields: dict[str, object], names: list[str]) -> None:
@@ -114,7 +136,7 @@ def answer(engine: Engine, **sampling: object) -> Collector:
     request = ChatRequest(
         model="tiny",
         messages=[Message("user", "Hello there")],
-        sampling=SamplingParams(temperature=0.0, max_tokens=60, **sampling),  # type: ignore[arg-type]
+        sampling=SamplingParams(**{"temperature": 0.0, "max_tokens": 60, **sampling}),  # type: ignore[arg-type]
     )
     c = Collector()
     engine.submit("r", request, c)
@@ -135,6 +157,31 @@ def test_dry_breaks_the_greedy_loop_of_a_random_model(engine: Engine) -> None:
     loops = repeats(plain.text)
     assert loops > 0  # the random model loops at temperature 0 ...
     assert repeats(dry.text) < loops  # ... less with DRY
+
+
+@pytest.mark.parametrize(
+    "narrowing",
+    [
+        {"mirostat": 2, "mirostat_tau": 0.01},  # a target surprise near 0: only the likeliest token is left
+        {"mirostat": 1, "mirostat_tau": 0.01},
+        {"top_n_sigma": 0.0001},  # only tokens within a hair of the top logit
+    ],
+)
+def test_samplers_that_leave_one_token_answer_greedily_whatever_the_seed(
+    engine: Engine, narrowing: dict[str, object]
+) -> None:
+    greedy = answer(engine).text
+    for seed in (1, 2):
+        assert answer(engine, temperature=1.0, seed=seed, **narrowing).text == greedy
+    assert answer(engine, temperature=1.0, seed=1).text != greedy  # the seed's draw, without them
+
+
+def test_xtc_excludes_the_top_choices(engine: Engine) -> None:
+    # With certainty and a threshold of 0, XTC leaves only the least likely of the candidates
+    # (those top-k and min-p kept): one token, whatever the seed, never the greedy one.
+    fields = {"temperature": 1.0, "xtc_probability": 1.0, "xtc_threshold": 0.0}
+    first, second = answer(engine, seed=1, **fields), answer(engine, seed=2, **fields)
+    assert isinstance(first.final, Done) and first.text == second.text != answer(engine).text
 
 
 def test_a_bad_dry_value_fails_the_request_naming_it(engine: Engine) -> None:

@@ -197,6 +197,8 @@ def test_update_settings(lib: Library, tiny_llama: Path) -> None:
         (ModelSettings(sampling=SamplingParams(logit_bias={1: 500.0})), "sampling.logit_bias"),
         (ModelSettings(sampling=SamplingParams(dry_multiplier=-1.0)), "sampling.dry_multiplier"),
         (ModelSettings(sampling=SamplingParams(dry_base=0.5)), "sampling.dry_base"),
+        (ModelSettings(sampling=SamplingParams(mirostat=3)), "sampling.mirostat"),
+        (ModelSettings(sampling=SamplingParams(xtc_threshold=1.5)), "sampling.xtc_threshold"),
         (ModelSettings(sampling=SamplingParams(dry_allowed_length=-1)), "sampling.dry_allowed_length"),
         (ModelSettings(sampling=SamplingParams(dry_penalty_last_n=-2)), "sampling.dry_penalty_last_n"),
         (ModelSettings(sampling=SamplingParams(repeat_last_n=-2)), "sampling.repeat_last_n"),

@@ -246,6 +246,7 @@ def test_speculative_decoding_can_be_turned_off_per_model(live: LiveServer, mode
         ({"sampling": {"top_p": "high"}}, "sampling.top_p"),
         ({"sampling": {"dry_multiplier": -1}}, "sampling.dry_multiplier"),
         ({"sampling": {"dry_base": 0.5}}, "sampling.dry_base"),
+        ({"sampling": {"typical_p": 2}}, "sampling.typical_p"),
         ({"sampling": {"dry_penalty_last_n": -3}}, "sampling.dry_penalty_last_n"),
         ({"kv_type": "q5_1"}, "kv_type"),
         ({"kv_type": "q8_0"}, "kv_type"),  # the tiny model's heads (16) are too small for its blocks

@@ -211,6 +211,13 @@ def test_a_front_ends_whole_body_is_answered(live: LiveServer, models: Models) -
     }
     answer = complete(live, {**body, "model": models.chat})
     assert answer["tokens_predicted"] == 6 and answer["stop_type"] == "limit"
+    # its creative samplers are llama-server's: mirostat 2.0 with a target surprise near 0 leaves
+    # only the likeliest token, whatever the seed
+    creative = {**body, "model": models.chat, "temperature": 1.0, "repeat_penalty": 1.0}
+    greedy = complete(live, {**creative, "temperature": 0})["content"]
+    for seed in (1, 2):
+        narrowed = complete(live, {**creative, "seed": seed, "mirostat": 2, "mirostat_tau": 0.01})
+        assert narrowed["content"] == greedy
 
 
 def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:
@@ -242,6 +249,9 @@ def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: 
         ({"prompt": "x", "stop": "no list"}, "stop"),
         ({"prompt": "x", "logit_bias": [["a", 1]]}, "logit_bias[0][0]"),
         ({"prompt": "x", "temperature": -1}, "temperature"),
+        ({"prompt": "x", "mirostat": 3}, "mirostat"),
+        ({"prompt": "x", "xtc_threshold": 1.5}, "xtc_threshold"),
+        ({"prompt": "x", "typical_p": -0.1}, "typical_p"),
         ({"prompt": "x", "n_indent": -1}, "n_indent"),
         ({"prompt": "x", "t_max_predict_ms": -5}, "t_max_predict_ms"),
     ],

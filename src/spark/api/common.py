@@ -13,7 +13,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -106,6 +106,15 @@ class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
     dry_base: Annotated[float, msgspec.Meta(ge=1)] | None = None
     dry_allowed_length: Annotated[int, msgspec.Meta(ge=0)] | None = None
     dry_penalty_last_n: LastN | None = None
+    typical_p: Probability | None = None
+    top_n_sigma: float | None = None
+    xtc_probability: Probability | None = None
+    xtc_threshold: Probability | None = None
+    dynatemp_range: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    dynatemp_exponent: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    mirostat: Literal[0, 1, 2] | None = None
+    mirostat_tau: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    mirostat_eta: Annotated[float, msgspec.Meta(ge=0)] | None = None
     ignore_eos: bool | None = None
 
     def llama_sampling(self) -> dict[str, Any]:

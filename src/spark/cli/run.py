@@ -34,6 +34,15 @@ PARAMETERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "dry_base": ("dry_base", float),
     "dry_allowed_length": ("dry_allowed_length", int),
     "dry_penalty_last_n": ("dry_penalty_last_n", int),
+    "typical_p": ("typical_p", float),
+    "top_n_sigma": ("top_n_sigma", float),
+    "xtc_probability": ("xtc_probability", float),
+    "xtc_threshold": ("xtc_threshold", float),
+    "dynatemp_range": ("dynatemp_range", float),
+    "dynatemp_exponent": ("dynatemp_exponent", float),
+    "mirostat": ("mirostat", int),
+    "mirostat_tau": ("mirostat_tau", float),
+    "mirostat_eta": ("mirostat_eta", float),
     "stop": ("stop", str),
 }
 
@@ -41,7 +50,9 @@ HELP = """Available commands:
   /set parameter NAME VALUE   set a sampling parameter (temperature, top_p, top_k, min_p, seed,
                               num_predict, repeat_penalty, repeat_last_n, presence_penalty,
                               frequency_penalty, dry_multiplier, dry_base, dry_allowed_length,
-                              dry_penalty_last_n, stop)
+                              dry_penalty_last_n, typical_p, top_n_sigma, xtc_probability,
+                              xtc_threshold, dynatemp_range, dynatemp_exponent, mirostat,
+                              mirostat_tau, mirostat_eta, stop)
   /set system TEXT            set the system message
   /set verbose | quiet        show or hide timing after each answer
   /show info | parameters | system

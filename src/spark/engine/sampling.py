@@ -61,6 +61,15 @@ def resolve(
         raise bad("dry_base", f"must be at least 1, not {p.dry_base}")
     if p.dry_allowed_length is None or p.dry_allowed_length < 0:
         raise bad("dry_allowed_length", f"must be 0 or more, not {p.dry_allowed_length}")
+    for param in ("typical_p", "xtc_probability", "xtc_threshold"):
+        if not 0 <= finite(param, getattr(p, param)) <= 1:
+            raise bad(param, f"must be between 0 and 1, not {getattr(p, param)}")
+    finite("top_n_sigma", p.top_n_sigma)
+    for param in ("dynatemp_range", "dynatemp_exponent", "mirostat_tau", "mirostat_eta"):
+        if finite(param, getattr(p, param)) < 0:
+            raise bad(param, f"must not be negative, not {getattr(p, param)}")
+    if p.mirostat not in (0, 1, 2):
+        raise bad("mirostat", f"must be 0 (off), 1 (mirostat) or 2 (mirostat 2.0), not {p.mirostat}")
 
     def window(param: str, value: int | None) -> int:
         if value is None or value < -1:
@@ -84,15 +93,18 @@ def resolve(
 
 
 def uses_penalties(p: SamplingParams) -> bool:
-    """Whether the repetition penalties are on (resolved parameters)."""
-    return bool(p.repeat_last_n) and (
-        p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    """Whether the repetition penalties are on (resolved parameters; mirostat, as in llama-server,
+    goes without them)."""
+    return (
+        bool(p.repeat_last_n)
+        and not p.mirostat
+        and (p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0)
     )
 
 
 def uses_dry(p: SamplingParams) -> bool:
-    """Whether DRY is on (resolved parameters)."""
-    return bool(p.dry_multiplier) and bool(p.dry_penalty_last_n)
+    """Whether DRY is on (resolved parameters; not with mirostat, as in llama-server)."""
+    return bool(p.dry_multiplier) and bool(p.dry_penalty_last_n) and not p.mirostat
 
 
 def lookback(p: SamplingParams) -> int:
@@ -101,6 +113,42 @@ def lookback(p: SamplingParams) -> int:
         (p.repeat_last_n or 0) if uses_penalties(p) else 0,
         (p.dry_penalty_last_n or 0) if uses_dry(p) else 0,
     )
+
+
+def _choosers(p: SamplingParams, n_vocab: int) -> list[SamplerPointer]:
+    """The samplers that narrow the candidates and pick one, in llama-server's default order (top
+    n-sigma, top-k, typical, top-p, min-p, XTC, temperature, then a draw); greedy at temperature 0;
+    with mirostat, the temperature and mirostat alone."""
+    temperature, seed = p.temperature or 0.0, p.seed or 0
+    if temperature <= 0:
+        return [lc.llama_sampler_init_greedy()]
+    if p.mirostat:
+        assert p.mirostat_tau is not None and p.mirostat_eta is not None  # resolved
+        last = (
+            lc.llama_sampler_init_mirostat(n_vocab, seed, p.mirostat_tau, p.mirostat_eta, 100)
+            if p.mirostat == 1
+            else lc.llama_sampler_init_mirostat_v2(seed, p.mirostat_tau, p.mirostat_eta)
+        )
+        return [lc.llama_sampler_init_temp(temperature), last]
+    choosers = []
+    if p.top_n_sigma is not None and p.top_n_sigma > 0:
+        choosers.append(lc.llama_sampler_init_top_n_sigma(p.top_n_sigma))
+    if p.top_k:
+        choosers.append(lc.llama_sampler_init_top_k(p.top_k))
+    if p.typical_p is not None and p.typical_p < 1:
+        choosers.append(lc.llama_sampler_init_typical(p.typical_p, 1))
+    if p.top_p is not None and p.top_p < 1:
+        choosers.append(lc.llama_sampler_init_top_p(p.top_p, 1))
+    if p.min_p:
+        choosers.append(lc.llama_sampler_init_min_p(p.min_p, 1))
+    if p.xtc_probability and p.xtc_threshold is not None and p.xtc_threshold <= 0.5:  # above 0.5 it is off
+        choosers.append(lc.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, seed))
+    if p.dynatemp_range:
+        assert p.dynatemp_exponent is not None  # resolved
+        choosers.append(lc.llama_sampler_init_temp_ext(temperature, p.dynatemp_range, p.dynatemp_exponent))
+    else:
+        choosers.append(lc.llama_sampler_init_temp(temperature))
+    return [*choosers, lc.llama_sampler_init_dist(seed)]
 
 
 class SamplerChain:
@@ -128,7 +176,7 @@ class SamplerChain:
                 *(lc.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
             )
             samplers.append(lc.llama_sampler_init_logit_bias(n_vocab, len(biases), arr))
-        # The order of llama-server's default chain: penalties, DRY, top-k, top-p, min-p, temperature.
+        # llama-server's default chain: penalties, DRY, then the samplers that choose (`_choosers`).
         if uses_penalties(p):
             self._history.append(
                 lc.llama_sampler_init_penalties(
@@ -144,18 +192,7 @@ class SamplerChain:
                 )
             )
         samplers += self._history
-        temperature = p.temperature or 0.0
-        if temperature <= 0:
-            samplers.append(lc.llama_sampler_init_greedy())
-        else:
-            if p.top_k:
-                samplers.append(lc.llama_sampler_init_top_k(p.top_k))
-            if p.top_p is not None and p.top_p < 1:
-                samplers.append(lc.llama_sampler_init_top_p(p.top_p, 1))
-            if p.min_p:
-                samplers.append(lc.llama_sampler_init_min_p(p.min_p, 1))
-            samplers.append(lc.llama_sampler_init_temp(temperature))
-            samplers.append(lc.llama_sampler_init_dist(p.seed or 0))
+        samplers += _choosers(p, n_vocab)
         for s in samplers:  # the chain owns (and frees) them from here on
             lc.llama_sampler_chain_add(self._chain, s)
 

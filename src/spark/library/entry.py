@@ -57,6 +57,15 @@ _SAMPLING_RANGES: tuple[tuple[str, float, float], ...] = (
     ("dry_base", 1.0, 100.0),
     ("dry_allowed_length", 0, 10_000),
     ("dry_penalty_last_n", -1, 10_000_000),
+    ("typical_p", 0.0, 1.0),
+    ("top_n_sigma", -1.0, 100.0),
+    ("xtc_probability", 0.0, 1.0),
+    ("xtc_threshold", 0.0, 1.0),
+    ("dynatemp_range", 0.0, 100.0),
+    ("dynatemp_exponent", 0.0, 100.0),
+    ("mirostat", 0, 2),
+    ("mirostat_tau", 0.0, 100.0),
+    ("mirostat_eta", 0.0, 100.0),
     ("max_tokens", 1, 10_000_000),
 )
 
