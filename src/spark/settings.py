@@ -650,7 +650,7 @@ _MODEL_SETTINGS = [
     "`top_k`, `min_p`, `presence_penalty`, `frequency_penalty`, `repeat_penalty`, `repeat_last_n`,",
     "`dry_multiplier`, `dry_base`, `dry_allowed_length`, `dry_penalty_last_n`, `typical_p`, `top_n_sigma`,",
     "`xtc_probability`, `xtc_threshold`, `dynatemp_range`, `dynatemp_exponent`, `mirostat`, `mirostat_tau`,",
-    "`mirostat_eta`, `seed`, `stop`, `logit_bias` and `max_tokens`.",
+    "`mirostat_eta`, `samplers`, `dry_sequence_breakers`, `seed`, `stop`, `logit_bias` and `max_tokens`.",
     "A request's own value wins over the model's, the model's over Spark's built-in defaults",
     "(llama-server's: temperature 0.8, top_p 0.95, top_k 40, min_p 0.05, no penalties, DRY off).",
     "",

@@ -84,6 +84,10 @@ class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True):
     mirostat: int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
+    # llama-server's `samplers`: which samplers run and in what order (names of SAMPLER_ORDER; None:
+    # that order), and DRY's sequence breakers (None: llama-server's newline, colon, quote, asterisk)
+    samplers: list[str] | None = None
+    dry_sequence_breakers: list[str] | None = None
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] | None = None
@@ -98,6 +102,25 @@ class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True):
                 for f in self.__struct_fields__
             }
         )
+
+
+SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+"""llama-server's default order of the samplers before the draw, by its names for them."""
+
+MAX_DRY_BREAKERS, MAX_DRY_BREAKER_LENGTH = 32, 64  # llama.cpp scans its vocabulary for each breaker
+
+
+def list_problem(p: SamplingParams) -> tuple[str, str] | None:
+    """The field of `samplers` (names of SAMPLER_ORDER) and `dry_sequence_breakers` (1 to 32 short
+    strings) that is malformed, and why; None when both are fine."""
+    if unknown := [name for name in p.samplers or () if name not in SAMPLER_ORDER]:
+        return "samplers", f"names {unknown[0]!r}; the samplers are {', '.join(SAMPLER_ORDER)}"
+    breakers = p.dry_sequence_breakers
+    if breakers is not None and not 0 < len(breakers) <= MAX_DRY_BREAKERS:
+        return "dry_sequence_breakers", f"must hold 1 to {MAX_DRY_BREAKERS} strings, not {len(breakers)}"
+    if breakers is not None and not all(0 < len(b) <= MAX_DRY_BREAKER_LENGTH and "\0" not in b for b in breakers):
+        return "dry_sequence_breakers", f"must be strings of 1 to {MAX_DRY_BREAKER_LENGTH} characters (no NUL)"
+    return None
 
 
 DEFAULT_SAMPLING = SamplingParams(
@@ -123,6 +146,8 @@ DEFAULT_SAMPLING = SamplingParams(
     mirostat=0,
     mirostat_tau=5.0,
     mirostat_eta=0.1,
+    samplers=list(SAMPLER_ORDER),
+    dry_sequence_breakers=["\n", ":", '"', "*"],
     max_tokens=None,  # up to the context's end (the server passes its default_max_tokens)
     stop=[],
     ignore_eos=False,

@@ -206,3 +206,22 @@ def test_an_uploaded_image_is_read_by_id_and_another_file_is_not_one() -> None:
     assert info.value.param == "input[0].content[0].file_id"
     with pytest.raises(InvalidRequest, match="send the file inline"):
         common.image_from_file("file-png", "p", common.NO_FETCH)
+
+
+@pytest.mark.parametrize(
+    ("wire", "names"),
+    [
+        (None, None),
+        (
+            ["Top-K", "nucleus", "temp", "typ", "minp", "top_n_sigma"],
+            ["top_k", "top_p", "temperature", "typ_p", "min_p", "top_n_sigma"],
+        ),
+        ("edkt", ["penalties", "dry", "top_k", "temperature"]),  # llama-server's letters
+        (["infill", "tfs_z", "xtc", "adaptive_p"], ["xtc"]),  # samplers Spark lacks and unknown names left out
+        ([], []),
+    ],
+)
+def test_sampler_orders_are_read_in_each_of_llama_servers_spellings(
+    wire: list[str] | str | None, names: list[str] | None
+) -> None:
+    assert common.sampler_names(wire) == names

@@ -163,6 +163,8 @@ def test_llama_server_sampling_extensions() -> None:
         "mirostat": 2,
         "mirostat_tau": 4.0,
         "mirostat_eta": 0.2,
+        "samplers": ["penalties", "top_k", "temperature"],
+        "dry_sequence_breakers": ["\n", "User:"],
     }
     assert chat(**fields).request.sampling == SamplingParams(**fields)  # type: ignore[arg-type]
     completion = api.parse_completion(body(prompt="x", **fields)).request.sampling

@@ -42,6 +42,10 @@ def resolved(**fields: object) -> SamplingParams:
         ({"mirostat": 3}, "mirostat"),
         ({"mirostat_tau": -1.0}, "mirostat_tau"),
         ({"mirostat_eta": float("inf")}, "mirostat_eta"),
+        ({"samplers": ["top_k", "tfs_z"]}, "samplers"),
+        ({"dry_sequence_breakers": []}, "dry_sequence_breakers"),
+        ({"dry_sequence_breakers": ["x" * 65]}, "dry_sequence_breakers"),
+        ({"dry_sequence_breakers": ["\n"] * 33}, "dry_sequence_breakers"),
     ],
 )
 def test_bad_values_are_refused_naming_the_param(fields: dict[str, object], param: str) -> None:
@@ -99,12 +103,36 @@ def model(tiny_llama: Path) -> Iterator[Model]:
         ({"temperature": 0.7, "mirostat": 1, "repeat_penalty": 1.1}, ["temp", "mirostat"]),
         ({"temperature": 0.7, "mirostat": 2, "dry_multiplier": 0.8}, ["temp", "mirostat-v2"]),
         ({"temperature": 0, "mirostat": 2}, ["greedy"]),
+        # llama-server's `samplers`: these, in this order; none at all leaves the draw
+        ({"temperature": 0.7, "samplers": ["temperature", "min_p", "top_k"]}, ["temp", "min-p", "top-k", "dist"]),
+        ({"temperature": 0.7, "samplers": []}, ["dist"]),
+        (
+            {"temperature": 0.7, "repeat_penalty": 1.1, "samplers": ["top_k", "penalties"]},
+            ["top-k", "penalties", "dist"],
+        ),
+        ({"temperature": 0, "repeat_penalty": 1.1, "samplers": ["top_k"]}, ["greedy"]),  # no penalties named
     ],
 )
 def test_the_chain_holds_the_samplers_asked_for(model: Model, fields: dict[str, object], names: list[str]) -> None:
     chain = SamplerChain(resolve(SamplingParams(**fields), SamplingParams(), model.n_vocab, N_CTX), model)  # type: ignore[arg-type]
     try:
         assert chain.names() == names
+    finally:
+        chain.close()
+
+
+def test_what_the_samplers_look_back_over_follows_their_order() -> None:
+    assert lookback(resolved(repeat_penalty=1.1, repeat_last_n=32)) == 32
+    assert lookback(resolved(repeat_penalty=1.1, repeat_last_n=32, samplers=["top_k"])) == 0
+    assert lookback(resolved(repeat_penalty=1.1, repeat_last_n=32, mirostat=2)) == 0  # mirostat goes without
+
+
+def test_dry_uses_the_requests_sequence_breakers(model: Model) -> None:
+    fields = {"temperature": 0, "dry_multiplier": 0.8, "dry_sequence_breakers": ["\n", "Alice:"]}
+    chain = SamplerChain(resolve(SamplingParams(**fields), SamplingParams(), model.n_vocab, N_CTX), model)  # type: ignore[arg-type]
+    try:
+        assert chain.names() == ["dry", "greedy"]
+        assert any(key[-1] == ("\n", "Alice:") for key in model._dry)  # the DRY sampler built for them
     finally:
         chain.close()
 

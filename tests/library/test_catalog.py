@@ -199,6 +199,8 @@ def test_update_settings(lib: Library, tiny_llama: Path) -> None:
         (ModelSettings(sampling=SamplingParams(dry_base=0.5)), "sampling.dry_base"),
         (ModelSettings(sampling=SamplingParams(mirostat=3)), "sampling.mirostat"),
         (ModelSettings(sampling=SamplingParams(xtc_threshold=1.5)), "sampling.xtc_threshold"),
+        (ModelSettings(sampling=SamplingParams(samplers=["top_k", "bogus"])), "sampling.samplers"),
+        (ModelSettings(sampling=SamplingParams(dry_sequence_breakers=[""])), "sampling.dry_sequence_breakers"),
         (ModelSettings(sampling=SamplingParams(dry_allowed_length=-1)), "sampling.dry_allowed_length"),
         (ModelSettings(sampling=SamplingParams(dry_penalty_last_n=-2)), "sampling.dry_penalty_last_n"),
         (ModelSettings(sampling=SamplingParams(repeat_last_n=-2)), "sampling.repeat_last_n"),

@@ -218,6 +218,10 @@ def test_a_front_ends_whole_body_is_answered(live: LiveServer, models: Models) -
     for seed in (1, 2):
         narrowed = complete(live, {**creative, "seed": seed, "mirostat": 2, "mirostat_tau": 0.01})
         assert narrowed["content"] == greedy
+        # `samplers` says which run: top-k 1 leaves the likeliest token only where it is named
+        for order, same in ((["top_k", "temperature"], True), ("pt", False)):
+            chosen = complete(live, {**creative, "seed": seed, "top_k": 1, "samplers": order})
+            assert (chosen["content"] == greedy) is same, order
 
 
 def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: Models) -> None:
@@ -252,6 +256,7 @@ def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: 
         ({"prompt": "x", "mirostat": 3}, "mirostat"),
         ({"prompt": "x", "xtc_threshold": 1.5}, "xtc_threshold"),
         ({"prompt": "x", "typical_p": -0.1}, "typical_p"),
+        ({"prompt": "x", "dry_sequence_breakers": []}, "dry_sequence_breakers"),
         ({"prompt": "x", "n_indent": -1}, "n_indent"),
         ({"prompt": "x", "t_max_predict_ms": -5}, "t_max_predict_ms"),
     ],

@@ -21,6 +21,7 @@ from spark.errors import InvalidRequest, SettingsError
 from spark.json_schema import schema_problem
 from spark.types import (
     MAX_LORA_SCALE,
+    SAMPLER_ORDER,
     ChatRequest,
     CompletionRequest,
     ContentPart,
@@ -115,11 +116,40 @@ class LlamaSampling(msgspec.Struct, frozen=True, kw_only=True):
     mirostat: Literal[0, 1, 2] | None = None
     mirostat_tau: Annotated[float, msgspec.Meta(ge=0)] | None = None
     mirostat_eta: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    samplers: list[str] | str | None = None  # names, or one letter each ("edkypmxt")
+    dry_sequence_breakers: list[str] | None = None
     ignore_eos: bool | None = None
 
     def llama_sampling(self) -> dict[str, Any]:
-        """These fields as `SamplingParams` keywords."""
-        return {f: getattr(self, f) for f in LlamaSampling.__struct_fields__}
+        """These fields as `SamplingParams` keywords (`samplers` by Spark's names for them)."""
+        fields = {f: getattr(self, f) for f in LlamaSampling.__struct_fields__}
+        return {**fields, "samplers": sampler_names(self.samplers)}
+
+
+# llama-server's other names for its samplers, and its one-letter names
+_SAMPLER_ALIASES = {
+    **{name: name for name in SAMPLER_ORDER},
+    **{name.replace("_", "-"): name for name in SAMPLER_ORDER},
+    **{name.replace("_", ""): name for name in SAMPLER_ORDER},
+    "nucleus": "top_p",
+    "temp": "temperature",
+    "typ": "typ_p",
+}
+_SAMPLER_LETTERS = dict(zip("edskypmxt", SAMPLER_ORDER, strict=True))
+
+
+def sampler_names(wire: list[str] | str | None) -> list[str] | None:
+    """llama-server's `samplers` (names in any of its spellings, or a string of letters) as Spark's
+    names, in order; names of samplers Spark lacks (infill, adaptive_p) and unknown ones are left
+    out, as llama-server leaves unknown ones out."""
+    if wire is None:
+        return None
+    found = (
+        [_SAMPLER_LETTERS.get(c) for c in wire]
+        if isinstance(wire, str)
+        else [_SAMPLER_ALIASES.get(n.lower()) for n in wire]
+    )
+    return [name for name in found if name is not None]
 
 
 class LoraScale(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

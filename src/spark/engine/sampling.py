@@ -15,11 +15,7 @@ import msgspec
 from spark.engine.bindings import lc
 from spark.engine.native import Model, SamplerPointer
 from spark.errors import InvalidRequest
-from spark.types import DEFAULT_SAMPLING, SamplingParams
-
-# Where DRY's matching of a repeated sequence stops (llama-server's default breakers):
-# a repeated line start or "key:" is not a loop.
-DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
+from spark.types import DEFAULT_SAMPLING, SamplingParams, list_problem
 
 # llama.cpp reads this seed value as "pick a random seed".
 _RANDOM_SEED = lc.LLAMA_DEFAULT_SEED
@@ -70,6 +66,8 @@ def resolve(
             raise bad(param, f"must not be negative, not {getattr(p, param)}")
     if p.mirostat not in (0, 1, 2):
         raise bad("mirostat", f"must be 0 (off), 1 (mirostat) or 2 (mirostat 2.0), not {p.mirostat}")
+    if found := list_problem(p):
+        raise bad(*found)
 
     def window(param: str, value: int | None) -> int:
         if value is None or value < -1:
@@ -93,18 +91,22 @@ def resolve(
 
 
 def uses_penalties(p: SamplingParams) -> bool:
-    """Whether the repetition penalties are on (resolved parameters; mirostat, as in llama-server,
-    goes without them)."""
+    """Whether the repetition penalties are on (resolved parameters: in `samplers`, and not with
+    mirostat, which goes without them as in llama-server)."""
     return (
         bool(p.repeat_last_n)
-        and not p.mirostat
+        and _ordered("penalties", p)
         and (p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0)
     )
 
 
 def uses_dry(p: SamplingParams) -> bool:
-    """Whether DRY is on (resolved parameters; not with mirostat, as in llama-server)."""
-    return bool(p.dry_multiplier) and bool(p.dry_penalty_last_n) and not p.mirostat
+    """Whether DRY is on (resolved parameters: in `samplers`, and not with mirostat)."""
+    return bool(p.dry_multiplier) and bool(p.dry_penalty_last_n) and _ordered("dry", p)
+
+
+def _ordered(name: str, p: SamplingParams) -> bool:
+    return not p.mirostat and name in (p.samplers or ())
 
 
 def lookback(p: SamplingParams) -> int:
@@ -115,10 +117,32 @@ def lookback(p: SamplingParams) -> int:
     )
 
 
-def _choosers(p: SamplingParams, n_vocab: int) -> list[SamplerPointer]:
-    """The samplers that narrow the candidates and pick one, in llama-server's default order (top
-    n-sigma, top-k, typical, top-p, min-p, XTC, temperature, then a draw); greedy at temperature 0;
-    with mirostat, the temperature and mirostat alone."""
+def _chooser(name: str, p: SamplingParams) -> SamplerPointer | None:
+    """The sampler `samplers` names by `name` that narrows the candidates (None where it is off at
+    these values); temperature, dynamic or not, included."""
+    sampler: SamplerPointer | None = None
+    if name == "top_n_sigma" and p.top_n_sigma is not None and p.top_n_sigma > 0:
+        sampler = lc.llama_sampler_init_top_n_sigma(p.top_n_sigma)
+    elif name == "top_k" and p.top_k:
+        sampler = lc.llama_sampler_init_top_k(p.top_k)
+    elif name == "typ_p" and p.typical_p is not None and p.typical_p < 1:
+        sampler = lc.llama_sampler_init_typical(p.typical_p, 1)
+    elif name == "top_p" and p.top_p is not None and p.top_p < 1:
+        sampler = lc.llama_sampler_init_top_p(p.top_p, 1)
+    elif name == "min_p" and p.min_p:
+        sampler = lc.llama_sampler_init_min_p(p.min_p, 1)
+    elif name == "xtc" and p.xtc_probability and p.xtc_threshold is not None and p.xtc_threshold <= 0.5:
+        sampler = lc.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, p.seed or 0)  # above 0.5: off
+    elif name == "temperature" and p.dynatemp_range:
+        assert p.dynatemp_exponent is not None  # resolved
+        sampler = lc.llama_sampler_init_temp_ext(p.temperature or 0.0, p.dynatemp_range, p.dynatemp_exponent)
+    elif name == "temperature":
+        sampler = lc.llama_sampler_init_temp(p.temperature or 0.0)
+    return sampler
+
+
+def _last(p: SamplingParams, n_vocab: int) -> list[SamplerPointer]:
+    """What picks the token: greedy at temperature 0, else mirostat (after its own temperature), else a draw."""
     temperature, seed = p.temperature or 0.0, p.seed or 0
     if temperature <= 0:
         return [lc.llama_sampler_init_greedy()]
@@ -130,25 +154,7 @@ def _choosers(p: SamplingParams, n_vocab: int) -> list[SamplerPointer]:
             else lc.llama_sampler_init_mirostat_v2(seed, p.mirostat_tau, p.mirostat_eta)
         )
         return [lc.llama_sampler_init_temp(temperature), last]
-    choosers = []
-    if p.top_n_sigma is not None and p.top_n_sigma > 0:
-        choosers.append(lc.llama_sampler_init_top_n_sigma(p.top_n_sigma))
-    if p.top_k:
-        choosers.append(lc.llama_sampler_init_top_k(p.top_k))
-    if p.typical_p is not None and p.typical_p < 1:
-        choosers.append(lc.llama_sampler_init_typical(p.typical_p, 1))
-    if p.top_p is not None and p.top_p < 1:
-        choosers.append(lc.llama_sampler_init_top_p(p.top_p, 1))
-    if p.min_p:
-        choosers.append(lc.llama_sampler_init_min_p(p.min_p, 1))
-    if p.xtc_probability and p.xtc_threshold is not None and p.xtc_threshold <= 0.5:  # above 0.5 it is off
-        choosers.append(lc.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, seed))
-    if p.dynatemp_range:
-        assert p.dynatemp_exponent is not None  # resolved
-        choosers.append(lc.llama_sampler_init_temp_ext(temperature, p.dynatemp_range, p.dynatemp_exponent))
-    else:
-        choosers.append(lc.llama_sampler_init_temp(temperature))
-    return [*choosers, lc.llama_sampler_init_dist(seed)]
+    return [lc.llama_sampler_init_dist(seed)]
 
 
 class SamplerChain:
@@ -176,23 +182,30 @@ class SamplerChain:
                 *(lc.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
             )
             samplers.append(lc.llama_sampler_init_logit_bias(n_vocab, len(biases), arr))
-        # llama-server's default chain: penalties, DRY, then the samplers that choose (`_choosers`).
-        if uses_penalties(p):
-            self._history.append(
-                lc.llama_sampler_init_penalties(
-                    n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+        # The samplers in `samplers`' order (llama-server's by default); only penalties and DRY at
+        # temperature 0 (greedy) and with mirostat not even those.
+        choosing = (p.temperature or 0.0) > 0 and not p.mirostat
+        for name in p.samplers or ():
+            if name == "penalties" and uses_penalties(p):
+                self._history.append(
+                    lc.llama_sampler_init_penalties(
+                        n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+                    )
                 )
-            )
-        if uses_dry(p):
-            assert p.dry_multiplier is not None and p.dry_base is not None  # resolved
-            assert p.dry_allowed_length is not None and p.dry_penalty_last_n is not None
-            self._history.append(
-                model.dry_sampler(
-                    p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, DRY_SEQUENCE_BREAKERS
+                samplers.append(self._history[-1])
+            elif name == "dry" and uses_dry(p):
+                assert p.dry_multiplier is not None and p.dry_base is not None  # resolved
+                assert p.dry_allowed_length is not None and p.dry_penalty_last_n is not None
+                breakers = p.dry_sequence_breakers or ()
+                self._history.append(
+                    model.dry_sampler(
+                        p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, breakers
+                    )
                 )
-            )
-        samplers += self._history
-        samplers += _choosers(p, n_vocab)
+                samplers.append(self._history[-1])
+            elif choosing and (chooser := _chooser(name, p)) is not None:
+                samplers.append(chooser)
+        samplers += _last(p, n_vocab)
         for s in samplers:  # the chain owns (and frees) them from here on
             lc.llama_sampler_chain_add(self._chain, s)
 

@@ -9,7 +9,7 @@ import msgspec
 
 from spark.errors import InvalidRequest
 from spark.library.metadata import GGUFInfo
-from spark.types import FlashAttention, LoraAdapter, SamplingParams
+from spark.types import FlashAttention, LoraAdapter, SamplingParams, list_problem
 
 
 class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -88,6 +88,9 @@ def check_sampling(sampling: SamplingParams, param_prefix: str = "") -> Sampling
                 "with a bias between -100 and 100",
                 param=param_prefix + "logit_bias",
             )
+    if found := list_problem(sampling):
+        name, why = found
+        raise InvalidRequest(f"{param_prefix}{name} {why}", param=param_prefix + name)
     return sampling
 
 
