@@ -110,7 +110,9 @@ def test_props_tell_of_a_model_as_llama_server_does(live: LiveServer, models: Mo
     # the default model, with its own sampling defaults
     default = live.http().get("/props").json()
     assert default["model_alias"] == live.settings.default_model
-    assert default["default_generation_settings"]["params"]["temperature"] == 0
+    params = default["default_generation_settings"]["params"]
+    assert params["temperature"] == 0  # the model's own
+    assert (params["top_k"], params["mirostat"], params["samplers"][0]) == (40, 0, "penalties")  # Spark's
     missing = live.http().get("/props", params={"model": "no-such-model"})
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
     assert live.http(key=None).get("/props").status_code == 401

@@ -16,6 +16,7 @@ import msgspec
 from spark.api.common import NonEmptyStr, TokenArrays, decode_body, prompt_list, refuse
 from spark.api.openai import parse_chat
 from spark.types import (
+    DEFAULT_SAMPLING,
     Answer,
     Detokenize,
     EmbeddingRequest,
@@ -164,8 +165,9 @@ def props_body(
     version: str,
 ) -> bytes:
     """`GET /props`: what llama-server says of its model (the context one request gets, the slots, the
-    model's own sampling defaults, its chat template), without the file's path."""
-    params = msgspec.to_builtins(sampling)
+    sampling a request gets by default: the model's settings over Spark's, its chat template), without
+    the file's path."""
+    params = msgspec.to_builtins(sampling.merged_over(DEFAULT_SAMPLING))
     settings = _Settings(context_window, params if isinstance(params, dict) else {})
     modalities = _Modalities(vision=vision)
     return _encoder.encode(_Props(model, settings, slots, chat_template or "", modalities, f"spark {version}"))
