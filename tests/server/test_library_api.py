@@ -196,6 +196,10 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
     kept = client.patch(f"/api/models/{model}/settings", json={"keep_alive": 60, "sampling": {"top_k": 5}}).json()
     assert kept["model"]["settings"]["sampling"] == {"temperature": 0.2, "top_k": 5}
     assert kept["loaded"] is True and kept["reload_needed"] is True and kept["changes"] == "sampling changed"
+    # a null clears one field (back to Spark's default), the others are kept
+    cleared = client.patch(f"/api/models/{model}/settings", json={"sampling": {"top_k": None, "min_p": 0.1}}).json()
+    assert cleared["model"]["settings"]["sampling"] == {"temperature": 0.2, "min_p": 0.1}
+    client.patch(f"/api/models/{model}/settings", json={"sampling": {"min_p": None, "top_k": 5}})
     reload = client.patch(f"/api/models/{model}/settings", json={"context_length": 128}).json()
     assert reload["reload_needed"] is True and reload["changes"] == "n_ctx 256 -> 128"
     chat(live, model)  # the next request reloads it

@@ -19,7 +19,7 @@ import msgspec
 from litestar import Request, Response, delete, get, patch, post
 from litestar.params import FromPath
 
-from spark.api.common import decode_body
+from spark.api.common import decode_body, invalid_from_validation
 from spark.errors import InvalidRequest, SettingsError, SparkError
 from spark.library import ModelEntry, ModelSettings
 from spark.placement.fit import Fit
@@ -81,7 +81,8 @@ class SettingsPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     context_length: int | msgspec.UnsetType | None = msgspec.UNSET
     parallel: int | msgspec.UnsetType | None = msgspec.UNSET
     system_prompt: str | msgspec.UnsetType | None = msgspec.UNSET
-    sampling: SamplingParams | msgspec.UnsetType | None = msgspec.UNSET  # the fields given replace the model's
+    # the fields given replace the model's (null: back to Spark's default), the others are kept
+    sampling: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
     keep_alive: float | str | msgspec.UnsetType | None = msgspec.UNSET  # seconds or a duration (5m, 1h)
     kv_type: Literal["f16", "q8_0", "q4_0"] | msgspec.UnsetType | None = msgspec.UNSET
     speculative: bool | msgspec.UnsetType | None = msgspec.UNSET
@@ -97,6 +98,12 @@ class SettingsResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _patch_decoder = msgspec.json.Decoder(SettingsPatch)
+
+
+class _SamplingChange(msgspec.Struct, frozen=True):
+    """What a patch's `sampling` is checked as, so that a bad value is named `sampling.FIELD`."""
+
+    sampling: SamplingParams
 
 
 def _summary(entry: ModelEntry, loaded: set[str]) -> ModelSummary:
@@ -225,8 +232,13 @@ def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
     if change.sampling is None:
         fields["sampling"] = ModelSettings().sampling  # the default itself, so that it is left out when stored
     elif change.sampling is not msgspec.UNSET:
-        given = {k: v for k, v in msgspec.structs.asdict(change.sampling).items() if v is not None}
-        fields["sampling"] = msgspec.structs.replace(current.sampling, **given)
+        values = {k: v for k, v in change.sampling.items() if v is not None}
+        try:
+            given = msgspec.convert({"sampling": values}, _SamplingChange).sampling
+        except msgspec.ValidationError as e:
+            raise invalid_from_validation(e) from None
+        named = [k for k in change.sampling if k in SamplingParams.__struct_fields__]  # unknown ones are ignored
+        fields["sampling"] = msgspec.structs.replace(current.sampling, **{k: getattr(given, k) for k in named})
     if change.keep_alive is not msgspec.UNSET:
         fields["keep_alive"] = _seconds(change.keep_alive)
     return msgspec.structs.replace(current, **fields)
