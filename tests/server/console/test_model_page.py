@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from server.console.helpers import screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer
 from spark.library import Library
+from spark.types import SamplingParams
 
 
 def test_the_page_shows_the_memory_estimate_with_its_arithmetic(page: Any, console: LiveServer) -> None:
@@ -67,6 +70,41 @@ def test_changing_a_models_settings_is_saved_and_a_bad_value_named(page: Any, co
     assert saved.flash_attention is None and saved.draft_model is None
 
 
+def test_a_models_sampling_defaults_are_set_cleared_and_a_bad_value_named(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/models/tiny-chat")
+    page.get_by_text("Sampling defaults").click()  # folded while the model has none
+    assert page.get_by_label("Temperature").get_attribute("placeholder") == "0.8"  # Spark's default, shown
+    page.get_by_label("Temperature").fill("0.3")
+    page.get_by_label("Top-k").fill("20")
+    page.get_by_label("Mirostat (0, 1, 2)").fill("2")
+    page.get_by_label("Stop strings").fill("END\nUser:")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("Saved.").wait_for()
+    sampling = console.state.library.get("tiny-chat").settings.sampling
+    assert (sampling.temperature, sampling.top_k, sampling.mirostat, sampling.stop) == (0.3, 20, 2, ["END", "User:"])
+    page.reload()  # unfolded now, with the values
+    assert page.get_by_label("Top-k").input_value() == "20"
+    assert page.get_by_label("Stop strings").input_value() == "END\nUser:"
+
+    page.get_by_label("Top-p").fill("lots")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_role("alert").wait_for()
+    assert "sampling.top_p" in page.get_by_role("alert").inner_text()
+    page.reload()
+
+    page.get_by_label("Top-k").fill("")  # back to Spark's default; the others stay
+    page.get_by_label("Stop strings").fill("")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("Saved.").wait_for()
+    sampling = console.state.library.get("tiny-chat").settings.sampling
+    assert (sampling.temperature, sampling.top_k, sampling.mirostat, sampling.stop) == (0.3, None, 2, None)
+    page.get_by_label("Temperature").fill("")
+    page.get_by_label("Mirostat (0, 1, 2)").fill("")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("Saved.").wait_for()
+    assert console.state.library.get("tiny-chat").settings.sampling == SamplingParams()
+
+
 def test_removing_a_model_returns_to_the_library_without_it(page: Any, console: LiveServer, tiny_llama: Path) -> None:
     with Library(console.settings) as library:
         library.add_local(tiny_llama, model_id="throwaway")
@@ -113,8 +151,14 @@ def test_removing_a_model_that_is_gone_says_so(console: LiveServer) -> None:
         assert r.status_code == 404 and "no-such-model" in r.text
 
 
-def test_screenshots_of_a_model_page_with_its_forms(browser: Any, console: LiveServer) -> None:
+def test_screenshots_of_a_model_page_with_its_forms(browser: Any, console: LiveServer, tiny_llama: Path) -> None:
     for shot in screenshot(browser, console, "/models/tiny-chat", "model-tiny"):
+        assert shot.stat().st_size > 5_000
+    with Library(console.settings) as library:  # one with sampling defaults: the section unfolded
+        entry = library.add_local(tiny_llama, model_id="tiny-sampled")
+        sampling = SamplingParams(temperature=0.3, top_k=20, mirostat=2, stop=["END"])
+        library.update_settings(entry.id, msgspec.structs.replace(entry.settings, sampling=sampling))
+    for shot in screenshot(browser, console, "/models/tiny-sampled", "model-sampling"):
         assert shot.stat().st_size > 5_000
 
 

@@ -20,12 +20,34 @@ from litestar.response import Redirect
 from spark.server.console.inprocess import ApiAnswer, call_api
 from spark.server.console.render import SECURITY_HEADERS, render
 from spark.server.console.signin import require_change, require_session
-from spark.types import FlashAttention
+from spark.types import DEFAULT_SAMPLING, FlashAttention
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
 FLASH_MODES = get_args(FlashAttention)
 # the model's own settings the form edits: an empty field goes back to the server's setting
 NUMBERS = ("context_length", "parallel")
+# the sampling defaults the form edits (name, label): an empty field goes back to Spark's default
+SAMPLING_FIELDS = (
+    ("temperature", "Temperature"),
+    ("top_k", "Top-k"),
+    ("top_p", "Top-p"),
+    ("min_p", "Min-p"),
+    ("max_tokens", "Most tokens an answer"),
+    ("repeat_penalty", "Repeat penalty"),
+    ("presence_penalty", "Presence penalty"),
+    ("frequency_penalty", "Frequency penalty"),
+    ("dry_multiplier", "DRY multiplier"),
+    ("dry_allowed_length", "DRY allowed length"),
+    ("typical_p", "Typical-p"),
+    ("xtc_probability", "XTC probability"),
+    ("mirostat", "Mirostat (0, 1, 2)"),
+    ("mirostat_tau", "Mirostat target"),
+    ("seed", "Seed"),
+)
+_SAMPLING_SHOWN = [
+    (name, label, {"max_tokens": "server default", "seed": "random"}.get(name, getattr(DEFAULT_SAMPLING, name)))
+    for name, label in SAMPLING_FIELDS
+]
 
 
 @get("/", media_type=MediaType.HTML)
@@ -77,6 +99,7 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
         kv_types=KV_TYPES,
         flash_modes=FLASH_MODES,
         draft_models=drafts,
+        sampling_fields=_SAMPLING_SHOWN,
         **context,
     )
 
@@ -100,7 +123,26 @@ def _settings_change(form: dict[str, str]) -> dict[str, Any]:
     change["kv_type"] = form.get("kv_type") or None
     change["flash_attention"] = form.get("flash_attention") or None
     change["draft_model"] = form.get("draft_model") or None
+    sampling: dict[str, Any] = {name: _number(form[name]) for name, _ in SAMPLING_FIELDS if name in form}
+    if "stop" in form:
+        sampling["stop"] = [line for line in form["stop"].replace("\r", "").split("\n") if line] or None
+    if sampling:
+        change["sampling"] = sampling
     return change
+
+
+def _number(text: str) -> int | float | str | None:
+    """A form's number (None when empty); text that is none stays text, for the API to name."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(number):  # JSON has no such number: it would arrive as null
+        return text
+    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
 
 
 @post("/models/{model_id:str}/settings", media_type=MediaType.HTML, status_code=200)
