@@ -261,6 +261,9 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     lora: dict[int, float] | None = None  # as ChatRequest's
+    # With `logprobs`: each token's probabilities are those the sampler chain drew it from (after
+    # temperature, top-k, a grammar, ...), llama-server's `post_sampling_probs`, not the model's own.
+    post_sampling_probs: bool = False
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):
@@ -362,20 +365,23 @@ MAX_LOGPROBS = 20  # the most alternatives per token a request may ask for (Open
 
 
 class TokenChoice(msgspec.Struct, frozen=True, array_like=True):
-    """A token (its bytes: a piece may hold part of a UTF-8 character) and its log probability."""
+    """A token (its bytes: a piece may hold part of a UTF-8 character), its log probability and its id."""
 
     piece: bytes
     logprob: float
+    token: int = -1
 
 
 class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
-    """A token's log probability under the model (its raw logits, before sampling), and the most
+    """A token's log probability under the model (its raw logits, before sampling; or, where the
+    request asks for `post_sampling_probs`, in what the sampler chain drew it from), and the most
     likely tokens at its place, most likely first. None only for an echoed prompt's first token:
     nothing precedes it."""
 
     piece: bytes
     logprob: float | None
     top: list[TokenChoice] = []
+    token: int = -1
 
 
 class TextDelta(msgspec.Struct, tag="text", frozen=True, omit_defaults=True):

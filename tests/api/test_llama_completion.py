@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 
 from spark.api.llama_completion import NEVER, LlamaCompletionStream, parse_completion
 from spark.errors import InvalidRequest, Overloaded
-from spark.types import Done, PromptDone, SlotInfo, TextDelta, Usage
+from spark.types import Done, PromptDone, SlotInfo, TextDelta, TokenChoice, TokenLogprob, Usage
 
 
 def _call(**body: Any) -> Any:
@@ -102,3 +103,29 @@ def test_an_error_after_the_start_is_a_last_frame_in_openais_shape() -> None:
     frame = writer.fail(Overloaded("busy"))
     assert writer.finished and json.loads(frame.removeprefix(b"data: "))["error"]["message"] == "busy"
     assert writer.feed(TextDelta("late")) == b""
+
+
+@pytest.mark.parametrize("post_sampling", [False, True])
+def test_token_probabilities_as_llama_server_writes_them(post_sampling: bool) -> None:
+    top = [TokenChoice(b"Hi", -0.5, 7), TokenChoice(b"\xc3", -1.5, 9)]  # a piece may end inside a character
+    event = TextDelta("Hi", [TokenLogprob(b"Hi", -0.5, top, 7)])
+    call = _call(n_probs=2, post_sampling_probs=post_sampling)
+    assert call.request.post_sampling_probs is post_sampling
+    writer = LlamaCompletionStream(call)
+    writer.feed(event)
+    (entry,) = json.loads(writer.feed(Done("stop", Usage(prompt_tokens=1, completion_tokens=1))))[
+        "completion_probabilities"
+    ]
+    if post_sampling:  # probabilities, as the sampler chain drew from them
+        assert list(entry) == ["id", "token", "bytes", "prob", "top_probs"]
+        assert entry["prob"] == pytest.approx(math.exp(-0.5))
+        assert entry["top_probs"][1] == {
+            "id": 9,
+            "token": "\ufffd",
+            "bytes": [195],
+            "prob": pytest.approx(math.exp(-1.5)),
+        }
+    else:
+        assert list(entry) == ["id", "token", "bytes", "logprob", "top_logprobs"]
+        assert (entry["id"], entry["token"], entry["logprob"]) == (7, "Hi", -0.5)
+        assert entry["top_logprobs"][1] == {"id": 9, "token": "\ufffd", "bytes": [195], "logprob": -1.5}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,17 @@ from spark.engine import Engine
 from spark.engine.native import Model
 from spark.engine.sampling import SamplerChain, lookback, resolve
 from spark.errors import InvalidRequest
-from spark.types import ChatRequest, Done, Failed, LoadOptions, Message, SamplingParams
+from spark.types import (
+    ChatRequest,
+    CompletionRequest,
+    Done,
+    Failed,
+    LoadOptions,
+    Message,
+    SamplingParams,
+    TextDelta,
+    TokenLogprob,
+)
 
 N_VOCAB, N_CTX = 1000, 512
 
@@ -215,3 +226,34 @@ def test_xtc_excludes_the_top_choices(engine: Engine) -> None:
 def test_a_bad_dry_value_fails_the_request_naming_it(engine: Engine) -> None:
     c = answer(engine, dry_base=0.5)
     assert isinstance(c.final, Failed) and c.final.error.param == "dry_base"
+
+
+def drawn_answer(engine: Engine, post_sampling: bool, **sampling: object) -> tuple[str, list[TokenLogprob]]:
+    """A completion's text and its tokens' entries (3 alternatives each)."""
+    request = CompletionRequest(
+        model="tiny",
+        prompt="Hello there",
+        sampling=SamplingParams(**{"max_tokens": 12, **sampling}),  # type: ignore[arg-type]
+        logprobs=3,
+        post_sampling_probs=post_sampling,
+    )
+    c = Collector()
+    engine.submit("p", request, c)
+    assert isinstance(c.wait(), Done)
+    return c.text, [t for e in c.events if isinstance(e, TextDelta) for t in e.logprobs or ()]
+
+
+def test_post_sampling_probabilities_are_those_the_chain_drew_from(engine: Engine) -> None:
+    _, greedy = drawn_answer(engine, True, temperature=0.0)
+    assert greedy and all(t.logprob == 0.0 and [c.token for c in t.top] == [t.token] for t in greedy)  # certain
+    fields = {"temperature": 1.0, "top_k": 2, "seed": 5}
+    text, model_own = drawn_answer(engine, False, **fields)
+    drawn_text, drawn = drawn_answer(engine, True, **fields)
+    assert drawn_text == text  # the chain run from Python draws what llama.cpp's own call draws
+    assert [t.token for t in drawn] == [t.token for t in model_own]
+    for t in drawn:  # top-k left two tokens (or one, where min-p dropped the other): their chances sum to 1
+        assert 1 <= len(t.top) <= 2 and math.isclose(sum(math.exp(c.logprob) for c in t.top), 1.0, rel_tol=1e-4)
+        assert t.logprob == next(c.logprob for c in t.top if c.token == t.token)
+    assert any(len(t.top) == 2 for t in drawn)
+    # the model's own log probabilities spread over its whole vocabulary: lower than among two
+    assert all(own.logprob < d.logprob for own, d in zip(model_own, drawn, strict=True))

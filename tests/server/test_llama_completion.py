@@ -79,6 +79,11 @@ def test_n_probs_and_logit_bias(live: LiveServer, models: Models) -> None:
     assert all(len(p["top_logprobs"]) == 2 and p["top_logprobs"][0]["token"] == p["token"] for p in probabilities)
     first_piece = streamed(live, body)[0]["completion_probabilities"]  # the tokens of the first piece
     assert first_piece and first_piece == probabilities[: len(first_piece)]
+    # post_sampling_probs: what greedy sampling drew from, the chosen token alone and certain
+    drawn = complete(live, {**body, "post_sampling_probs": True})["completion_probabilities"]
+    assert [(p["id"], p["prob"], p["top_probs"]) for p in drawn] == [
+        (p["id"], 1.0, [{"id": p["id"], "token": p["token"], "bytes": p["bytes"], "prob": 1.0}]) for p in probabilities
+    ]
     # `false` bars a token: the greedy first token is never chosen, in either of llama-server's forms
     first = live.http().post("/tokenize", json={"model": models.chat, "content": probabilities[0]["token"]}).json()
     token = first["tokens"][0]

@@ -11,8 +11,9 @@ and after a cursor instead of a prompt, and answers the same. Errors are OpenAI'
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, cast
 
 import msgspec
@@ -68,6 +69,7 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     # llama-server's forms: [[token, bias], ...] (false: never that token) or {"token": bias}
     logit_bias: list[tuple[int, float | bool]] | dict[int, float | bool] | None = None
     n_probs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] = 0
+    post_sampling_probs: bool = False  # n_probs as probabilities after the sampler chain
     grammar: str | None = None  # GBNF, its root rule "root"
     json_schema: dict[str, Any] | None = None  # {}: any JSON object
     lora: list[LoraScale] | None = None  # the model's LoRA adapters at other scales
@@ -188,6 +190,7 @@ def _call(
         sampling=sampling,
         stream=wire.stream,
         logprobs=wire.n_probs or None,
+        post_sampling_probs=wire.post_sampling_probs,
         suffix=suffix,
         files=files,
         min_indent=wire.n_indent,
@@ -209,16 +212,34 @@ def _call(
 
 
 class _Choice(msgspec.Struct, frozen=True):
+    id: int
     token: str
-    logprob: float
     bytes: list[int]
+    logprob: float
 
 
 class _Probability(msgspec.Struct, frozen=True):
+    id: int
     token: str
-    logprob: float
     bytes: list[int]
+    logprob: float
     top_logprobs: list[_Choice]
+
+
+# with post_sampling_probs: probabilities (0 to 1) in what the sampler chain drew from, as llama-server
+class _DrawnChoice(msgspec.Struct, frozen=True):
+    id: int
+    token: str
+    bytes: list[int]
+    prob: float
+
+
+class _Drawn(msgspec.Struct, frozen=True):
+    id: int
+    token: str
+    bytes: list[int]
+    prob: float
+    top_probs: list[_DrawnChoice]
 
 
 class _Timings(msgspec.Struct, frozen=True):
@@ -241,7 +262,7 @@ class _Piece(msgspec.Struct, frozen=True, omit_defaults=True):
     id_slot: int = -1
     tokens_predicted: int = 0
     tokens_evaluated: int = 0
-    completion_probabilities: list[_Probability] | None = None
+    completion_probabilities: Sequence[_Probability | _Drawn] | None = None
 
 
 class _Final(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -260,7 +281,7 @@ class _Final(msgspec.Struct, frozen=True, omit_defaults=True):
     stopping_word: str
     tokens_cached: int
     timings: _Timings
-    completion_probabilities: list[_Probability] | None = None
+    completion_probabilities: Sequence[_Probability | _Drawn] | None = None
 
 
 def _rate(n: int, ms: float) -> tuple[float, float]:
@@ -272,13 +293,27 @@ def _text(piece: bytes) -> str:
     return piece.decode("utf-8", errors="replace")
 
 
-def _probabilities(tokens: list[TokenLogprob]) -> list[_Probability]:
+def _probabilities(tokens: list[TokenLogprob], drawn: bool) -> Sequence[_Probability | _Drawn]:
+    """llama-server's `completion_probabilities`: log probabilities, or probabilities where the
+    request asked for what the sampler chain drew from (`drawn`)."""
+    if drawn:
+        return [
+            _Drawn(
+                t.token,
+                _text(t.piece),
+                list(t.piece),
+                math.exp(t.logprob or 0.0),
+                [_DrawnChoice(c.token, _text(c.piece), list(c.piece), math.exp(c.logprob)) for c in t.top],
+            )
+            for t in tokens
+        ]
     return [
         _Probability(
+            t.token,
             _text(t.piece),
-            t.logprob or 0.0,
             list(t.piece),
-            [_Choice(_text(c.piece), c.logprob, list(c.piece)) for c in t.top],
+            t.logprob or 0.0,
+            [_Choice(c.token, _text(c.piece), list(c.piece), c.logprob) for c in t.top],
         )
         for t in tokens
     ]
@@ -303,6 +338,7 @@ class LlamaCompletionStream:
         self._prompt = request.prompt if isinstance(request.prompt, str) else ""
         self._stream = call.request.stream
         self._with_probabilities = call.n_probs > 0
+        self._drawn = call.request.post_sampling_probs
         self._fields = call.response_fields
         self._clock = clock
         self._started = clock()
@@ -312,7 +348,7 @@ class LlamaCompletionStream:
         self._prompt_ms = 0.0
         self._prompt_at: float | None = None  # when the prompt was evaluated: decoding begins
         self._text: list[str] = []
-        self._probabilities: list[_Probability] = []
+        self._probabilities: list[_Probability | _Drawn] = []
         self._predicted = 0
         self.finished = False
 
@@ -326,7 +362,9 @@ class LlamaCompletionStream:
             self._evaluated, self._prompt_ms = event.evaluated_tokens, event.seconds * 1000
             self._prompt_at = self._clock()
         elif isinstance(event, TextDelta) and event.text:
-            probabilities = _probabilities(event.logprobs) if self._with_probabilities and event.logprobs else None
+            probabilities = (
+                _probabilities(event.logprobs, self._drawn) if self._with_probabilities and event.logprobs else None
+            )
             self._predicted += len(event.logprobs) if event.logprobs else 1
             if not self._stream:
                 self._text.append(event.text)

@@ -361,7 +361,7 @@ class Engine:
 
     def _start(self, job: GenerationJob, free: list[Slot]) -> None:
         prompt = job.prompt
-        logprobs = None if job.request.logprobs is None else Logprobs(self._model, job.request.logprobs)
+        logprobs = Logprobs.of(self._model, job.request)
         echo = None if job.echo is None else PromptEcho(*job.echo, prompt=prompt, logprobs=logprobs)
         slot, n_keep = pick_slot(free, prompt, job.lora)
         # An echo's log probabilities need logits at every prompt position, which no cache holds:
@@ -384,7 +384,7 @@ class Engine:
         params, plan = job.params, job.plan
         try:
             grammar = create_sampler(self._model, plan.grammar) if plan.grammar is not None else None
-            sampler = SamplerChain(params, self._model, grammar)
+            sampler = SamplerChain(params, self._model, grammar, keep_drawn=bool(logprobs and logprobs.post_sampling))
         except Exception as e:
             job.close()
             _safe_emit(job.emit, Failed(as_spark_error(e, "the engine").info()), job.request_id)
@@ -558,7 +558,7 @@ class Engine:
             else:
                 token = gen.sampler.sample(self._ctx.ptr, row)
             if gen.logprobs is not None:
-                gen.logprobs.add(self._ctx, row, token)
+                gen.logprobs.add(self._ctx, row, token, gen.sampler)
             self._on_token(slot, gen, token)
         except Exception as e:
             self._fail(slot, e)

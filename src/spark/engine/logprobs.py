@@ -1,7 +1,9 @@
 """Log probabilities of answer tokens (OpenAI's `logprobs`), read from the logits llama.cpp computed.
 
 They are the model's own (a log-softmax of its raw logits), before temperature, penalties or a
-grammar shape the choice, as llama-server and OpenAI report them. A token's entry goes out with
+grammar shape the choice, as llama-server and OpenAI report them; or, where a request asks for
+llama-server's `post_sampling_probs`, those of what the sampler chain drew the token from (a token
+the engine wrote itself, such as a thinking block's end, is certain). A token's entry goes out with
 the text it made: held while that text is (an incomplete character, a possible stop string), and
 dropped when it made reasoning or a tool call instead (OpenAI's `logprobs.content` is the content's).
 """
@@ -11,22 +13,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spark.engine.native import Context, Model
-from spark.types import Event, TextDelta, TokenChoice, TokenLogprob
+from spark.engine.sampling import SamplerChain
+from spark.types import CompletionRequest, Event, GenerationRequest, TextDelta, TokenChoice, TokenLogprob
 
 
 class Logprobs:
     """The log probabilities of one request's tokens, with `n_top` alternatives each."""
 
-    def __init__(self, model: Model, n_top: int) -> None:
+    def __init__(self, model: Model, n_top: int, *, post_sampling: bool = False) -> None:
         self._model = model
         self._n_top = n_top
+        self.post_sampling = post_sampling  # read from what the sampler drew (`SamplerChain(keep_drawn=True)`)
         self._pending: list[TokenLogprob] = []
 
-    def add(self, ctx: Context, row: int, token: int) -> None:
-        """Record `token`, chosen from output `row` of the last decode (an end of generation is no
-        answer token: it is left out)."""
-        if not self._model.is_eog(token):
-            self._pending.append(self.entry(ctx, row, token))
+    @classmethod
+    def of(cls, model: Model, request: GenerationRequest) -> Logprobs | None:
+        """What `request` asks for, None when it asks for no log probabilities."""
+        if request.logprobs is None:
+            return None
+        post = isinstance(request, CompletionRequest) and request.post_sampling_probs
+        return cls(model, request.logprobs, post_sampling=post)
+
+    def add(self, ctx: Context, row: int, token: int, sampler: SamplerChain) -> None:
+        """Record `token`, chosen by `sampler` from output `row` of the last decode (an end of
+        generation is no answer token: it is left out)."""
+        if self._model.is_eog(token):
+            return
+        self._pending.append(self._drawn(sampler, token) if self.post_sampling else self.entry(ctx, row, token))
 
     def entry(self, ctx: Context, row: int, token: int) -> TokenLogprob:
         """`token`'s entry, read from output `row` of the last decode."""
@@ -39,8 +52,24 @@ class Logprobs:
         if self._n_top:
             best = np.argpartition(logits, -self._n_top)[-self._n_top :]
             best = best[np.argsort(logits[best])[::-1]]
-            top = [TokenChoice(self.piece(int(t)), float(logits[t]) - log_total) for t in best]
-        return TokenLogprob(self.piece(token), float(logits[token]) - log_total, top)
+            top = [TokenChoice(self.piece(int(t)), float(logits[t]) - log_total, int(t)) for t in best]
+        return TokenLogprob(self.piece(token), float(logits[token]) - log_total, top, token)
+
+    def _drawn(self, sampler: SamplerChain, token: int) -> TokenLogprob:
+        """`token`'s entry in what `sampler` drew it from: the candidates its chain left."""
+        import numpy as np
+
+        drawn = sampler.drawn
+        if drawn is None or drawn.token != token:  # written by the engine: certain
+            return TokenLogprob(
+                self.piece(token), 0.0, [TokenChoice(self.piece(token), 0.0, token)][: self._n_top], token
+            )
+        n_top = min(self._n_top, len(drawn.ids))
+        best = np.argpartition(drawn.logprobs, -n_top)[-n_top:] if n_top else np.array([], np.int64)
+        best = best[np.argsort(drawn.logprobs[best])[::-1]]
+        top = [TokenChoice(self.piece(int(drawn.ids[i])), float(drawn.logprobs[i]), int(drawn.ids[i])) for i in best]
+        logprob = float(drawn.logprobs[np.flatnonzero(drawn.ids == token)[0]])
+        return TokenLogprob(self.piece(token), logprob, top, token)
 
     def piece(self, token: int) -> bytes:
         """The bytes `token` stands for."""

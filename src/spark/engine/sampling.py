@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import math
 import secrets
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -16,6 +17,10 @@ from spark.engine.bindings import lc
 from spark.engine.native import Model, SamplerPointer
 from spark.errors import InvalidRequest
 from spark.types import DEFAULT_SAMPLING, SamplingParams, list_problem
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 # llama.cpp reads this seed value as "pick a random seed".
 _RANDOM_SEED = lc.LLAMA_DEFAULT_SEED
@@ -157,13 +162,27 @@ def _last(p: SamplingParams, n_vocab: int) -> list[SamplerPointer]:
     return [lc.llama_sampler_init_dist(seed)]
 
 
+class Drawn(NamedTuple):
+    """What a token was drawn from: the candidates the sampler chain left, with their log probabilities."""
+
+    token: int
+    ids: NDArray[np.int32]
+    logprobs: NDArray[np.float64]
+
+
 class SamplerChain:
     """A llama.cpp sampler chain built from resolved `SamplingParams`; free it with `close()`."""
 
-    def __init__(self, p: SamplingParams, model: Model, grammar: SamplerPointer | None = None) -> None:
+    def __init__(
+        self, p: SamplingParams, model: Model, grammar: SamplerPointer | None = None, *, keep_drawn: bool = False
+    ) -> None:
         """`grammar` (a grammar sampler, owned by the chain from here on) runs first:
-        the other samplers only see the tokens it allows."""
-        n_vocab = model.n_vocab
+        the other samplers only see the tokens it allows. With `keep_drawn`, each sample keeps what
+        it drew from (`drawn`), at the cost of running the chain from Python."""
+        n_vocab = self._n_vocab = model.n_vocab
+        self._greedy = (p.temperature or 0.0) <= 0
+        self._keeps = keep_drawn
+        self.drawn: Drawn | None = None  # what the last token was drawn from; None: written, not drawn
         params = lc.llama_sampler_chain_default_params()
         params.no_perf = True
         self._chain = lc.llama_sampler_chain_init(params)
@@ -224,7 +243,32 @@ class SamplerChain:
 
     def sample(self, ctx: ctypes.c_void_p, index: int) -> int:
         """Sample (and accept) a token from output row `index` of the last decode."""
-        return int(lc.llama_sampler_sample(self._chain, ctx, index))
+        if not self._keeps:
+            return int(lc.llama_sampler_sample(self._chain, ctx, index))
+        # llama_sampler_sample's own steps, keeping the candidates the chain leaves
+        import numpy as np
+
+        n_vocab = self._n_vocab
+        data = (lc.llama_token_data * n_vocab)()
+        table = np.ctypeslib.as_array(data)  # a view with fields id, logit and p
+        table["id"] = np.arange(n_vocab, dtype=np.int32)
+        table["logit"] = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+        candidates = lc.llama_token_data_array(data=data, size=n_vocab, selected=-1, sorted=False)
+        lc.llama_sampler_apply(self._chain, ctypes.byref(candidates))
+        left = ctypes.cast(candidates.data, ctypes.POINTER(lc.llama_token_data * candidates.size)).contents
+        kept = np.ctypeslib.as_array(left).copy()
+        token = int(kept["id"][candidates.selected])
+        lc.llama_sampler_accept(self._chain, token)
+        if self._greedy:  # the chain's end picks the likeliest: certain
+            self.drawn = Drawn(token, np.array([token], np.int32), np.zeros(1))
+            return token
+        logits = kept["logit"].astype(np.float64)
+        possible = np.isfinite(logits)  # a grammar, logit bias or XTC rules a token out with -inf
+        logits = logits[possible]
+        peak = logits.max()
+        total = peak + np.log(np.exp(logits - peak).sum())
+        self.drawn = Drawn(token, kept["id"][possible], logits - total)
+        return token
 
     def allows(self, token: int) -> bool:
         """Whether the grammar (if any) lets `token` come next: accepting one it does not aborts."""
@@ -238,6 +282,7 @@ class SamplerChain:
     def force(self, token: int) -> None:
         """Accept an output token the engine chose instead of sampling (check `allows` first)."""
         lc.llama_sampler_accept(self._chain, token)
+        self.drawn = None
 
     def close(self) -> None:
         if self._chain:
