@@ -232,6 +232,13 @@ class PreviousResponseNotFound(InvalidRequest):
     code = "previous_response_not_found"
 
 
+class ThreadUnsupported(InvalidRequest):
+    """A Messages API `thread` (a conversation the server keeps between requests), which Spark does not
+    keep: under this code Anthropic's SDKs send the whole conversation again, without `thread`."""
+
+    code = "thread_unsupported_request"
+
+
 class FileNotFound(SparkError):
     """No uploaded file has the id asked for (`/v1/files/{id}`): never uploaded, deleted, or another key's."""
 

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import anthropic
+import httpx2
 import pytest
+from anthropic.types import ThreadUnsupportedRequestError
 
 from server.helpers import LiveServer, Models
 from spark.server import generation
@@ -48,6 +50,47 @@ def test_stream_event_order(live: LiveServer, models: Models) -> None:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text and final.content[0].text == text  # type: ignore[union-attr]
+
+
+def test_a_thread_is_refused_so_that_the_sdk_sends_the_whole_conversation(live: LiveServer, models: Models) -> None:
+    sent: list[dict] = []
+    client = anthropic.Anthropic(
+        base_url=live.url,
+        api_key=live.key,
+        max_retries=0,
+        timeout=60,
+        http_client=httpx2.Client(event_hooks={"request": [lambda r: sent.append(json.loads(r.content))]}),
+    )
+
+    @anthropic.beta_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city.
+
+        Args:
+            city: the city
+        """
+        return f"Sunny in {city}"
+
+    runner = client.beta.messages.tool_runner(  # threads by default, and goes on without where refused
+        model=models.chat,
+        max_tokens=100,
+        system="Be brief.",
+        tools=[get_weather],
+        tool_choice={"type": "tool", "name": "get_weather"},
+        max_iterations=2,
+        messages=MESSAGES,  # type: ignore[arg-type]
+    )
+    replies = list(runner)
+    assert replies[0].stop_reason == "tool_use", replies[0]
+    assert sent[0]["thread"] == {"type": "create"} and all("thread" not in body for body in sent[1:])
+    last = sent[-1]  # the whole conversation, with the system prompt and tools, as without threads
+    assert last["system"] == "Be brief." and last["tools"][0]["name"] == "get_weather"
+    assert [m["role"] for m in last["messages"]] == ["user", "assistant", "user"]
+    assert last["messages"][2]["content"][0]["type"] == "tool_result"
+    # the SDK's thread helper raises Anthropic's typed error, which says why
+    thread = client.beta.messages.thread(model=models.chat, max_tokens=3)
+    with pytest.raises(ThreadUnsupportedRequestError, match="'thread' is not supported"):
+        thread.send({"role": "user", "content": "hello"})
 
 
 def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: Models) -> None:

@@ -28,7 +28,7 @@ from spark.api.common import (
     keep_alive_seconds,
 )
 from spark.api.documents import document_text, uploaded_text
-from spark.errors import InvalidRequest
+from spark.errors import InvalidRequest, ThreadUnsupported
 from spark.types import (
     ChatRequest,
     ContentPart,
@@ -212,6 +212,7 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
     output_config: OutputConfig | None = None
     stream: bool | None = None
     keep_alive: float | str | None = None  # Spark's extension, as on the OpenAI routes
+    thread: dict[str, Any] | None = None  # refused: Spark keeps no conversation between requests
 
 
 _decoder = msgspec.json.Decoder(MessagesBody)
@@ -238,6 +239,12 @@ def parse_count_tokens(body: bytes, *, fetch: Fetch = NO_FETCH) -> ChatRequest:
 
 
 def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
+    if wire.thread is not None:
+        raise ThreadUnsupported(
+            "'thread' is not supported: Spark keeps no conversation between requests. Send the whole "
+            "conversation in 'messages', without 'thread'.",
+            param="thread",
+        )
     messages: list[Message] = []
     if wire.system:
         system = wire.system if isinstance(wire.system, str) else joined(b.text for b in wire.system)

@@ -16,7 +16,7 @@ from spark.api.common import (
     rfc3339,
     sse,
 )
-from spark.errors import Overloaded, SparkError, from_info
+from spark.errors import Overloaded, SparkError, ThreadUnsupported, from_info
 from spark.types import (
     ChatResult,
     Done,
@@ -76,9 +76,14 @@ class _MessageOut(msgspec.Struct, frozen=True):
     role: Literal["assistant"] = "assistant"
 
 
-class _ErrorDetail(msgspec.Struct, frozen=True):
+class _ErrorCode(msgspec.Struct, frozen=True):
+    error_code: str
+
+
+class _ErrorDetail(msgspec.Struct, frozen=True, omit_defaults=True):
     type: str
     message: str
+    details: _ErrorCode | None = None  # where an SDK acts on the cause (`error.details.error_code`)
 
 
 class _ErrorEnvelope(msgspec.Struct, frozen=True):
@@ -277,7 +282,8 @@ def _error_detail(error: SparkError) -> _ErrorDetail:
     message = error.message
     if error.param and error.param not in message:
         message = f"{error.param}: {message}"
-    return _ErrorDetail(_TYPE_BY_STATUS.get(status, fallback), message)
+    details = _ErrorCode(error.code) if isinstance(error, ThreadUnsupported) else None
+    return _ErrorDetail(_TYPE_BY_STATUS.get(status, fallback), message, details)
 
 
 def error_body(error: SparkError) -> tuple[int, bytes]:
