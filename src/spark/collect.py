@@ -25,13 +25,16 @@ from spark.types import (
 
 
 class ChatCollector:
-    """Accumulates text, reasoning and tool calls until `Done` completes the result."""
+    """Accumulates text, reasoning and tool calls until `Done` completes the result.
 
-    def __init__(self) -> None:
+    With `logprobs` (the request asked for them) the result has a list of them, empty where no
+    text came (an answer that is only a tool call)."""
+
+    def __init__(self, *, logprobs: bool = False) -> None:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, dict[str, str]] = {}
-        self._logprobs: list[TokenLogprob] | None = None
+        self._logprobs: list[TokenLogprob] | None = [] if logprobs else None
 
     def add(self, event: Event) -> ChatResult | None:
         """Take one event; returns the result at `Done`, raises the request's error at `Failed`."""

@@ -577,6 +577,7 @@ def test_completion_max_tokens_limit() -> None:
 def test_embedding_inputs() -> None:
     call = api.parse_embeddings(body(input="hello"))
     assert call.request.input == ["hello"] and call.encoding_format == "float"
+    assert api.parse_embeddings(body(input="hi", encoding_format=None)).encoding_format == "float"  # null: the default
     call = api.parse_embeddings(body(input=["a", "b"], encoding_format="base64", dimensions=32, keep_alive="10s"))
     assert call.request.input == ["a", "b"] and call.request.dimensions == 32
     assert call.encoding_format == "base64" and call.request.keep_alive == 10

@@ -77,7 +77,9 @@ def test_chat_completion_body() -> None:
     assert parsed.usage.prompt_tokens == 12 and parsed.usage.completion_tokens == 5
     assert parsed.usage.total_tokens == 17
     assert parsed.usage.prompt_tokens_details.cached_tokens == 8
-    assert parsed.usage.completion_tokens_details is None  # no prediction: no details to give
+    details = parsed.usage.completion_tokens_details  # sent always, as OpenAI's (cost trackers read them)
+    assert details is not None and (details.reasoning_tokens, details.accepted_prediction_tokens) == (0, 0)
+    assert parsed.choices[0].message.annotations == [] and parsed.choices[0].message.refusal is None
 
 
 def test_a_predictions_tokens_are_in_the_usage_details() -> None:

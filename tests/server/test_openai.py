@@ -74,12 +74,27 @@ def test_logprobs_through_the_sdk(live: LiveServer, models: Models) -> None:
     assert [p.logprob for p in pieces] == pytest.approx([c.logprob for c in content], abs=1e-3)
     assert whole.choices[0].logprobs is not None
     assert client.chat.completions.create(messages=CHAT, **asked).choices[0].logprobs is None  # type: ignore[call-overload]
+    # asked for but no text (stopped at its first character): an empty list, not null
+    stopped = client.chat.completions.create(
+        messages=CHAT, logprobs=True, stop=[whole.choices[0].message.content[0]], **asked
+    )  # type: ignore[call-overload,index]
+    assert stopped.choices[0].message.content == "" and stopped.choices[0].logprobs.content == []
 
     legacy = client.completions.create(prompt="Once upon", logprobs=1, **asked)  # type: ignore[call-overload]
     columns = legacy.choices[0].logprobs
     assert columns is not None and len(columns.tokens) == len(columns.token_logprobs) == 8
     assert columns.text_offset[0] == len("Once upon") and "".join(columns.tokens) == legacy.choices[0].text
-    assert all(len(top) == 1 for top in columns.top_logprobs)
+    assert all(
+        top[token] == lp and len(top) == 1
+        for token, lp, top in zip(columns.tokens, columns.token_logprobs, columns.top_logprobs, strict=True)
+    )  # greedy: the likeliest
+    sampled = client.completions.create(prompt="Once upon", logprobs=1, **{**asked, "temperature": 2.0, "seed": 7})  # type: ignore[call-overload]
+    columns = sampled.choices[0].logprobs
+    assert all(
+        top[token] == lp
+        for token, lp, top in zip(columns.tokens, columns.token_logprobs, columns.top_logprobs, strict=True)
+    )
+    assert any(len(top) == 2 for top in columns.top_logprobs)  # a token drawn beside the likeliest, as OpenAI's
 
 
 def test_completions_take_llama_servers_grammar_and_json_schema(live: LiveServer, models: Models) -> None:
@@ -309,7 +324,9 @@ def test_echo_scores_a_continuation(live: LiveServer, models: Models, tiny_llama
     assert "".join(logprobs.tokens) == choice.text
     assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
     assert all(lp is not None and lp <= 0 for lp in logprobs.token_logprobs[1:])
-    assert all(top is not None and len(top) == 1 for top in logprobs.top_logprobs[1:])
+    # the likeliest token, and the token itself where another was likelier (OpenAI's up to logprobs + 1)
+    for token, lp, top in zip(logprobs.tokens[1:], logprobs.token_logprobs[1:], logprobs.top_logprobs[1:], strict=True):
+        assert top is not None and top[token] == lp and len(top) == (1 if lp == max(top.values()) else 2)
     assert logprobs.text_offset == [sum(map(len, logprobs.tokens[:i])) for i in range(len(ids) + 1)]
     assert scored.usage is not None and scored.usage.completion_tokens == 1
 
@@ -409,7 +426,8 @@ def test_predicted_outputs_through_the_sdk(live: LiveServer, smollm2: Path) -> N
         {"role": "user", "content": f"Copy this code exactly, in one code block:\n\n```python\n{PREDICTED_CODE}```"}
     ]
     plain = client.chat.completions.create(model=model, temperature=0, max_tokens=120, messages=messages)  # type: ignore[arg-type]
-    assert plain.usage is not None and plain.usage.completion_tokens_details is None
+    details = plain.usage.completion_tokens_details if plain.usage else None
+    assert details is not None and details.accepted_prediction_tokens == details.rejected_prediction_tokens == 0
     predicted = client.chat.completions.create(
         model=model,
         temperature=0,

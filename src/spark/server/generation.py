@@ -90,6 +90,7 @@ class Generation:
                 # the runner writes no KV snapshot of it to disk
                 request = msgspec.structs.replace(request, zero_retention=True)
         state.scheduler.check(request)  # a refusal is raised here, with no task started
+        self.request = request
         self._drain = state.drain
         self._drain.add(self)  # refused (ShuttingDown) once the server is stopping
         self._timeout = state.timeout
@@ -190,7 +191,10 @@ async def run_choices(
 
 
 async def _collect(generation: Generation) -> ChatResult:
-    collector = ChatCollector()
+    request = generation.request
+    collector = ChatCollector(
+        logprobs=isinstance(request, (ChatRequest, CompletionRequest)) and request.logprobs is not None
+    )
     while (result := collector.add(await generation.next())) is None:
         pass
     return result

@@ -261,7 +261,7 @@ class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
 class EmbeddingBody(msgspec.Struct, frozen=True, kw_only=True):
     model: NonEmptyStr
     input: str | Annotated[TokenArrays, msgspec.Meta(max_length=MAX_EMBEDDING_INPUTS)]
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: Literal["float", "base64"] | None = None  # None: float
     dimensions: PositiveInt | None = None
     keep_alive: float | str | None = None
 
@@ -416,7 +416,7 @@ def parse_embeddings(body: bytes) -> EmbeddingCall:
         keep_alive=keep_alive_seconds(wire.keep_alive),
         generative=False,  # OpenAI's embeddings come from embedding models: a chat model's are a poor stand-in
     )
-    return EmbeddingCall(request, wire.encoding_format)
+    return EmbeddingCall(request, wire.encoding_format or "float")
 
 
 def _model(wire: _SamplingBody, default_model: str | None) -> str:

@@ -35,19 +35,24 @@ from spark.types import (
 
 class _PromptDetails(msgspec.Struct, frozen=True):
     cached_tokens: int
+    audio_tokens: int = 0
 
 
 class _CompletionDetails(msgspec.Struct, frozen=True):
     accepted_prediction_tokens: int
     rejected_prediction_tokens: int
+    reasoning_tokens: int = 0  # not counted apart: the reasoning's tokens are in completion_tokens
+    audio_tokens: int = 0
 
 
-class _Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+class _Usage(msgspec.Struct, frozen=True):
+    """OpenAI's usage, with every detail it always sends (cost trackers read them)."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: _PromptDetails
-    completion_tokens_details: _CompletionDetails | None = None  # with a prediction
+    completion_tokens_details: _CompletionDetails
 
 
 class _EmbeddingUsage(msgspec.Struct, frozen=True):
@@ -56,13 +61,12 @@ class _EmbeddingUsage(msgspec.Struct, frozen=True):
 
 
 def _usage(usage: Usage) -> _Usage:
-    predicted = usage.accepted_prediction_tokens + usage.rejected_prediction_tokens
     return _Usage(
         usage.prompt_tokens,
         usage.completion_tokens,
         usage.total_tokens,
         _PromptDetails(usage.cached_tokens),
-        _CompletionDetails(usage.accepted_prediction_tokens, usage.rejected_prediction_tokens) if predicted else None,
+        _CompletionDetails(usage.accepted_prediction_tokens, usage.rejected_prediction_tokens),
     )
 
 
@@ -83,6 +87,8 @@ class _OutToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
 class _OutMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     role: Literal["assistant"]  # required fields are always written, even with omit_defaults
     content: str | None  # null with tool calls
+    refusal: None
+    annotations: tuple[()]  # OpenAI's web-search citations: never here, but always a list
     tool_calls: list[_OutToolCall] | None = None
     reasoning_content: str | None = None
 
@@ -140,7 +146,11 @@ def _text_logprobs(entries: list[TokenLogprob], offset: int) -> _TextLogprobs:
     return _TextLogprobs(
         tokens,
         [e.logprob for e in entries],
-        [None if e.logprob is None else {_token_text(c.piece): c.logprob for c in e.top} for e in entries],
+        # the sampled token among its alternatives, as OpenAI's (up to `logprobs` + 1 of them)
+        [
+            None if e.logprob is None else {_token_text(c.piece): c.logprob for c in e.top} | {token: e.logprob}
+            for token, e in zip(tokens, entries, strict=True)
+        ],
         offsets,
     )
 
@@ -284,6 +294,8 @@ def _chat_choice(index: int, result: ChatResult) -> _ChatChoice:
     message = _OutMessage(
         role="assistant",
         content=None if calls and not result.text else result.text,
+        refusal=None,
+        annotations=(),
         tool_calls=calls or None,
         reasoning_content=result.reasoning or None,
     )
