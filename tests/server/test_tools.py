@@ -153,6 +153,20 @@ def test_openai_tool_round_trip(live: LiveServer, families: dict[str, Family], f
     assert prompt_size(call.function.arguments, RESULT + " Light wind.") > final.usage.prompt_tokens
 
 
+@pytest.mark.parametrize("family", ["hermes", "generic"])
+def test_a_forced_call_cut_short_by_max_tokens_is_still_a_call(
+    live: LiveServer, families: dict[str, Family], family: str
+) -> None:
+    """As OpenAI's: a call the request forced comes back as a call, with what its arguments got to."""
+    client, model = live.openai(), families[family].model
+    for max_tokens in (1, 3, 6):
+        cut = client.chat.completions.create(
+            model=model, messages=[QUESTION], tools=OPENAI_TOOLS, tool_choice=FORCE_WEATHER, max_tokens=max_tokens
+        ).choices[0]
+        assert cut.finish_reason == "length" and not cut.message.content, cut
+        assert cut.message.tool_calls and cut.message.tool_calls[0].function.name == "get_weather"
+
+
 RESPONSES_TOOLS: list[Any] = [{"type": "function", **t["function"]} for t in OPENAI_TOOLS]
 
 

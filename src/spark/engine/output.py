@@ -134,6 +134,7 @@ class OutputPlan:
     tool_names: frozenset[str] = frozenset()
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # each tool's parameters
     parallel_calls: bool = True  # False: the output ends with its first whole call
+    required_calls: frozenset[str] = frozenset()  # the tools a grammar makes the answer call (tool_choice)
     grammar: Grammar | None = None
     reasoning_budget: int | None = None  # thinking tokens before the block is closed for the model
     harmony: bool = False  # the model writes OpenAI's harmony format (gpt-oss)
@@ -240,6 +241,11 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
         tool_names=frozenset(t.name for t in request.tools or ()) if offered else frozenset(),
         tool_schemas={t.name: t.parameters or {} for t in request.tools or ()} if offered else {},
         parallel_calls=parallel,
+        required_calls=(
+            frozenset({choice.name} if choice.name else (t.name for t in request.tools or ()))
+            if forced and choice
+            else frozenset()
+        ),
         grammar=grammar,
         reasoning_budget=budget,
         harmony=harmony,
@@ -253,7 +259,11 @@ class StructuredOutput:
         self._think = ThinkSplitter(plan.think, opened=plan.think_opened) if plan.think else None
         self._tools = (
             ToolCallParser(
-                plan.tools, plan.tool_names, max_calls=None if plan.parallel_calls else 1, schemas=plan.tool_schemas
+                plan.tools,
+                plan.tool_names,
+                max_calls=None if plan.parallel_calls else 1,
+                schemas=plan.tool_schemas,
+                required=plan.required_calls,
             )
             if plan.tools
             else None

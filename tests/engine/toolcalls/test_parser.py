@@ -227,3 +227,24 @@ def test_lfm2_calls_are_a_python_list() -> None:
         assert python_calls(broken) is None, broken
     text = "<|tool_call_start|>[delete_all()]<|tool_call_end|>"
     assert content_and_calls(parse(ToolSyntax("lfm2", True), text, 4)) == (text, [])
+
+
+@pytest.mark.parametrize(
+    ("text", "required", "call"),
+    [
+        ('{\n  "name": "get_', {"get_weather"}, "get_weather"),  # cut in the name: the one it can be
+        ('{"name": "get_weather", "argu', {"get_weather", "add"}, "get_weather"),  # the name whole
+        ('{"name": "a', {"get_weather", "add"}, "add"),
+        ("<tool_call>\n", {"add"}, "add"),  # the call's syntax only
+        ('{"name": "', {"get_weather", "add"}, None),  # either: the text as it is
+        ('{\n  "name": "get_', set(), None),  # no call required: the text as it is
+    ],
+)
+def test_a_required_call_cut_short_is_still_a_call(text: str, required: set[str], call: str | None) -> None:
+    parser = ToolCallParser(tool_syntax(QWEN25), [t.name for t in TOOLS], required=frozenset(required))
+    events = parser.feed(text) + parser.finish()
+    if call is None:
+        assert events == [TextDelta(text)]
+    else:
+        assert [(e.name, e.arguments) for e in events if isinstance(e, ToolCallDelta)] == [(call, ""), (None, "{}")]
+        assert not any(isinstance(e, TextDelta) for e in events)

@@ -71,7 +71,10 @@ class ToolCallParser:
     """Turns streamed content into `TextDelta`s and `ToolCallDelta`s for one family.
 
     With `max_calls`, the parser is `complete` once that many calls are whole
-    (their arguments read to the end) and drops anything fed after that.
+    (their arguments read to the end) and drops anything fed after that. With
+    `required` (the names of the tools a grammar makes the answer call), an
+    answer cut short before its first call was announced is still that call,
+    where only one of them fits what was written.
     `call_ended` says that the text so far ends with a whole call (and at most
     the whitespace, closing tags or fences that may follow one).
     """
@@ -83,9 +86,11 @@ class ToolCallParser:
         *,
         max_calls: int | None = None,
         schemas: Mapping[str, Mapping[str, Any]] | None = None,
+        required: frozenset[str] = frozenset(),
     ) -> None:
         self._syntax = syntax
         self._max_calls = max_calls
+        self._required = required
         self._n_whole = 0
         self._names = frozenset(names)
         self._schemas = schemas or {}  # each tool's parameters: how a parameter's text reads
@@ -204,7 +209,10 @@ class ToolCallParser:
         mode, buf = self._mode, self._buf
         self._buf = ""
         reader = self._reader
-        if mode == "object" and reader is not None and reader.started:
+        if (name := self._cut_call(reader, buf)) is not None:  # a call's syntax, never text
+            self._call_start(name, None)
+            self._args((reader.args_text() if reader else "") or "{}")
+        elif mode == "object" and reader is not None and reader.started:
             if not reader.streamed:  # cut short: send what there is
                 self._args(reader.args_text() or "{}")
         elif mode == "object":
@@ -243,6 +251,14 @@ class ToolCallParser:
             self._give_back(buf)
         events, self._events = self._events, []
         return events
+
+    def _cut_call(self, reader: CallReader | None, buf: str) -> str | None:
+        """The required call an answer cut short was writing before it was announced, where one fits."""
+        if not self._required or self._n_calls or not (reader or self._held.strip() or buf.strip()):
+            return None
+        so_far = reader.name_so_far() if reader else ""
+        fits = [name for name in self._required if name.startswith(so_far)]
+        return fits[0] if len(fits) == 1 else None
 
     # Each `_on_<mode>` reads from the start of `_buf`; True means "call again".
 

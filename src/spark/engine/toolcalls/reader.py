@@ -42,6 +42,13 @@ class CallReader:
     def done(self) -> bool:
         return self.scanner.done
 
+    def name_so_far(self) -> str:
+        """The call's name as far as it is read (all of it once `name` is set)."""
+        if self.name is not None:
+            return self.name
+        chars = next((self._members[k] for k in _NAME_KEYS if k in self._members), [])
+        return "".join(chars).lstrip(WS).removeprefix('"')
+
     def args_text(self) -> str:
         """The arguments as read so far (the first arguments key present)."""
         return "".join(next((self._members[k] for k in _ARGS_KEYS if k in self._members), []))
