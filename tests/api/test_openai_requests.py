@@ -422,6 +422,18 @@ def test_tool_choice_modes(choice: str, expected: ToolChoice) -> None:
     assert chat(tools=tools, tool_choice=choice).request.tool_choice == expected
 
 
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_allowed_tools_offer_only_those_tools(mode: str) -> None:
+    tools = [{"type": "function", "function": {"name": name}} for name in ("a", "b", "c")]
+    allowed = {"mode": mode, "tools": [{"type": "function", "function": {"name": n}} for n in ("c", "a")]}
+    request = chat(tools=tools, tool_choice={"type": "allowed_tools", "allowed_tools": allowed}).request
+    assert [t.name for t in request.tools or ()] == ["a", "c"] and request.tool_choice == ToolChoice(mode)
+    allowed["tools"] = [{"type": "function", "function": {"name": "d"}}]
+    with pytest.raises(InvalidRequest) as unknown:
+        chat(tools=tools, tool_choice={"type": "allowed_tools", "allowed_tools": allowed})
+    assert unknown.value.param == "tool_choice.allowed_tools.tools[0]"
+
+
 @pytest.mark.parametrize(
     ("sent", "parallel"),
     [

@@ -39,6 +39,7 @@ from spark.types import (
     SlotInfo,
     TextDelta,
     ToolCall,
+    ToolChoice,
     ToolCallDelta,
     Usage,
 )
@@ -122,6 +123,17 @@ def test_images_tools_formats_and_reasoning() -> None:
     assert request.reasoning is not None and request.reasoning.effort == "low"
     assert parse(input="x", reasoning={"effort": "none"}).request.reasoning.enabled is False
     assert call.echo.tool_choice == {"type": "function", "name": "look"}
+
+
+def test_allowed_tools_offer_only_those_tools() -> None:
+    tools = [{"type": "function", "name": name, "parameters": {"type": "object"}} for name in ("a", "b")]
+    choice = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}]}
+    call = parse(input="x", tools=tools, tool_choice=choice)
+    assert [t.name for t in call.request.tools or ()] == ["b"] and call.request.tool_choice == ToolChoice("required")
+    assert call.echo.tool_choice == choice  # the response object repeats it as sent
+    with pytest.raises(InvalidRequest) as unknown:
+        parse(input="x", tools=tools, tool_choice={**choice, "tools": [{"type": "function", "name": "z"}]})
+    assert unknown.value.param == "tool_choice.tools[0]"
 
 
 @pytest.mark.parametrize(

@@ -438,6 +438,16 @@ def check_tools(tools: list[Tool], name_param: str, schema_param: str) -> None:
             )
 
 
+def allowed_tools(tools: list[Tool], names: Sequence[str], param: str) -> list[Tool]:
+    """The tools OpenAI's `allowed_tools` tool choice lets the answer call (`names`, each one of
+    `tools`, at `param[i]`): only they are offered to the model."""
+    known = {t.name for t in tools}
+    for i, name in enumerate(names):
+        if name not in known:
+            raise InvalidRequest(f"'{param}[{i}]' names '{name}', which is not among the tools.", param=f"{param}[{i}]")
+    return [t for t in tools if t.name in names]
+
+
 def check_tool_choice(choice: ToolChoice | None, tools: list[Tool] | None) -> None:
     """A forced tool call needs tools, and a named one must be among them."""
     if choice is None or choice.mode != "required":

@@ -19,6 +19,7 @@ from spark.api.common import (
     Probability,
     StopList,
     TokenArrays,
+    allowed_tools,
     check_max_tokens,
     check_tool_choice,
     check_tools,
@@ -152,6 +153,22 @@ class NamedToolChoice(msgspec.Struct, tag_field="type", tag="function", frozen=T
     function: NamedFunction
 
 
+class AllowedFunction(msgspec.Struct, frozen=True):
+    function: NamedFunction
+    type: Literal["function"] = "function"
+
+
+class AllowedTools(msgspec.Struct, frozen=True):
+    mode: Literal["auto", "required"]
+    tools: Annotated[list[AllowedFunction], msgspec.Meta(min_length=1)]
+
+
+class AllowedToolsChoice(msgspec.Struct, tag_field="type", tag="allowed_tools", frozen=True):
+    """The tools the answer may call, of those given (the rest are not offered), and whether it must."""
+
+    allowed_tools: AllowedTools
+
+
 class _Format(msgspec.Struct, tag_field="type"):
     pass
 
@@ -218,7 +235,7 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     max_tokens: PositiveInt | None = None
     max_completion_tokens: PositiveInt | None = None
     tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None = None
     parallel_tool_calls: bool | None = None  # None: true, as OpenAI's default
     response_format: TextFormat | JSONObjectFormat | JSONSchemaFormat | None = None
     reasoning_effort: Effort | None = None
@@ -332,7 +349,13 @@ def parse_chat(
 
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
     check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters")
-    tool_choice = _tool_choice(wire.tool_choice)
+    tool_choice: ToolChoice | None
+    if isinstance(wire.tool_choice, AllowedToolsChoice):
+        allowed = wire.tool_choice.allowed_tools
+        names = [t.function.name for t in allowed.tools]
+        tools, tool_choice = allowed_tools(tools, names, "tool_choice.allowed_tools.tools"), ToolChoice(allowed.mode)
+    else:
+        tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
 
     request = ChatRequest(

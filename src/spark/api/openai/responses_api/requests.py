@@ -18,6 +18,7 @@ from spark.api.common import (
     PositiveInt,
     Probability,
     StopList,
+    allowed_tools,
     check_max_tokens,
     check_tool_choice,
     check_tools,
@@ -121,6 +122,18 @@ class NamedFunctionChoice(msgspec.Struct, tag_field="type", tag="function", froz
     name: NonEmptyStr
 
 
+class AllowedFunction(msgspec.Struct, frozen=True):
+    name: NonEmptyStr
+    type: Literal["function"] = "function"
+
+
+class AllowedToolsChoice(msgspec.Struct, tag_field="type", tag="allowed_tools", frozen=True):
+    """The tools the answer may call, of those given (the rest are not offered), and whether it must."""
+
+    mode: Literal["auto", "required"]
+    tools: Annotated[list[AllowedFunction], msgspec.Meta(min_length=1)]
+
+
 class _TextFormat(msgspec.Struct, tag_field="type", frozen=True):
     pass
 
@@ -170,7 +183,7 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     seed: int | None = None
     stop: NonEmptyStr | StopList | None = None
     tools: list[FunctionToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | AllowedToolsChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextOptions | None = None
     reasoning: ReasoningOptions | None = None
@@ -207,7 +220,7 @@ class Echo(msgspec.Struct, frozen=True):
     temperature: float | None
     top_p: float | None
     parallel_tool_calls: bool
-    tool_choice: str | dict[str, str]
+    tool_choice: str | dict[str, Any]
     tools: list[dict[str, Any]]
     text: dict[str, Any]
     reasoning: dict[str, str | None]
@@ -277,7 +290,12 @@ def parse_responses(
 
     tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
     check_tools(tools, "tools[{}].name", "tools[{}].parameters")
-    tool_choice = _tool_choice(wire.tool_choice)
+    tool_choice: ToolChoice | None
+    if isinstance(wire.tool_choice, AllowedToolsChoice):
+        names = [t.name for t in wire.tool_choice.tools]
+        tools, tool_choice = allowed_tools(tools, names, "tool_choice.tools"), ToolChoice(wire.tool_choice.mode)
+    else:
+        tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
 
     messages = _conversation(wire.instructions, wire.input, earlier, earlier_param, fetch)
@@ -606,8 +624,8 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         temperature=wire.temperature,
         top_p=wire.top_p,
         parallel_tool_calls=wire.parallel_tool_calls is not False,
-        tool_choice={"type": "function", "name": choice.name}
-        if isinstance(choice, NamedFunctionChoice)
+        tool_choice=msgspec.to_builtins(choice)
+        if isinstance(choice, (NamedFunctionChoice, AllowedToolsChoice))
         else choice or "auto",
         tools=tools,
         text={"format": msgspec.to_builtins(form)},
