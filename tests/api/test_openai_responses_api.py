@@ -39,8 +39,8 @@ from spark.types import (
     SlotInfo,
     TextDelta,
     ToolCall,
-    ToolChoice,
     ToolCallDelta,
+    ToolChoice,
     Usage,
 )
 from tiny_pdf import make_pdf
