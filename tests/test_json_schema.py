@@ -35,6 +35,8 @@ def test_well_formed_schemas_pass(schema: Any) -> None:
     ("schema", "where"),
     [
         ({"type": [{}]}, "'type'"),
+        ({"properties": {"a": {"type": "banana"}}}, "'properties.a.type'"),  # no JSON Schema type
+        ({"type": ["string", "str"]}, "'type'"),
         ({"type": []}, "'type'"),
         ({"type": 5}, "'type'"),
         ({"properties": {"a": {"type": [[]]}}}, "'properties.a.type'"),

@@ -28,6 +28,7 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "d
 _COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
 _NUMBERS = ("minimum", "maximum", "multipleOf")
 _STRINGS = ("pattern", "format", "$ref")
+_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 
 
 def schema_problem(schema: Any) -> str | None:
@@ -60,6 +61,9 @@ def _keyword_problem(schema: dict[str, Any], at: str) -> str | None:
     names = kinds if isinstance(kinds, list) else [kinds]
     if "type" in schema and (not names or not all(isinstance(n, str) for n in names)):
         return f'\'{at}type\' must be a type name ("string", "object", ...) or a non-empty list of them'
+    unknown = next((n for n in names if "type" in schema and n not in _TYPES), None)
+    if unknown is not None:
+        return f"'{at}type' names no JSON Schema type: '{unknown}' (the types are {', '.join(_TYPES)})"
     for key in _COUNTS:
         v = schema.get(key)
         if key in schema and (isinstance(v, bool) or not isinstance(v, int) or v < 0):

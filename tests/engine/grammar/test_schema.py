@@ -140,7 +140,7 @@ def test_json_object_mode_generates_objects(driver: Driver) -> None:
         ({"$ref": "https://example.com/schema.json"}, "only references inside the schema"),
         ({"$ref": "#/$defs/missing"}, "points at nothing"),
         ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "use anyOf"),
-        ({"type": "frobnicate"}, "unknown type"),
+        ({"type": "frobnicate"}, "names no JSON Schema type"),
         ({"type": "array", "prefixItems": {"type": "string"}}, "'prefixItems' must be a list of schemas"),
         ({"type": "string", "minLength": 5, "maxLength": 2}, "maxLength below minLength"),
         ({"type": "string", "pattern": "^(?=a)b$"}, "lookarounds"),
