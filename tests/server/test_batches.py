@@ -126,6 +126,14 @@ def test_cancelling_a_batch_stops_it_in_the_runner(live: LiveServer, models: Mod
     assert ended.request_counts.canceled == 3 and ended.request_counts.succeeded == 0
     wait_for(lambda: not busy(), 5, "the runner to drop the request")
     assert {r.result.type for r in client.messages.batches.results(batch.id)} == {"canceled"}
+    # the request it hung up on is logged as the batch's cancel, not as a client's disconnect
+    log = live.state.request_log
+    assert log is not None
+    log.flush(5)
+    stopped = [r for r in live.state.requests.list() if r.request_id.startswith(batch.id) and r.status == 499]
+    assert stopped and {r.error_message for r in stopped} == {
+        "The batch was cancelled before this answer was complete."
+    }
 
 
 def test_the_admin_sees_every_batch_and_can_cancel_one(live: LiveServer, models: Models) -> None:

@@ -243,9 +243,14 @@ def test_a_client_that_goes_away_is_logged_as_cancelled(live: LiveServer, models
         for _ in range(4):
             next(lines)
     record = logged_request(live, response)
-    assert record.status == 200 and names(record)[-2:] == [steps.FIRST_TOKEN, steps.CANCELLED]
-    assert record.timeline[-1].details == {"reason": "the client went away"} and record.finish_reason is None
+    # logged as it ended, cancelled (499, as a batch's cancelled request), though its stream had begun with 200
+    assert record.status == 499 and record.error_type == "cancelled" and record.finish_reason == "cancelled"
+    assert names(record)[-2:] == [steps.FIRST_TOKEN, steps.CANCELLED]
+    assert record.timeline[-1].details == {"reason": "the client went away"}
+    slot = next(step for step in record.timeline if step.name == steps.SLOT).details
+    assert (record.prompt_tokens, record.cached_tokens) == (slot["prompt_tokens"], slot["cached_tokens"]) != (0, 0)
     assert record.content is not None and record.content.request is not None
+    assert record.content.output and record.completion_tokens >= 3  # what it had written: 3 chunks were read
 
 
 def test_a_clean_shutdown_writes_every_request(tmp_path: Path, tiny_llama: Path) -> None:

@@ -26,7 +26,7 @@ from spark import trace as steps
 from spark.collect import ChatCollector
 from spark.errors import Cancelled, ContextLengthExceeded, SparkError, from_info
 from spark.events import REQUEST_FINISHED, REQUEST_FIRST_TOKEN, REQUEST_RECEIVED, EventBus
-from spark.server.request_ids import request_ids
+from spark.server.request_ids import BATCH_STATE, request_ids
 from spark.server.state import ServerState
 from spark.store.keys import ApiKey
 from spark.store.requests import LOCAL_NODE, RequestContent, RequestRecord
@@ -84,6 +84,9 @@ class RequestRecorder:
         self.node = LOCAL_NODE  # where it was served: this server, or the fleet node it was routed to
         self._relayed_reason: str | None = None  # a node's finish reason, in its API's words
         self.detached = False  # its work goes on after the response: the record is written by `detached`
+        self._from_batch = scope.get("state", {}).get(BATCH_STATE) is not None
+        self._slot: SlotInfo | None = None  # the first choice's prompt, as its slot counted it
+        self._outputs = 0  # output events (about a token each): what a request cut short had made
 
     @property
     def keeps_content(self) -> bool:
@@ -128,6 +131,7 @@ class RequestRecorder:
         """One event of the request's stream, as the route receives it. Of several choices
         (OpenAI's `n`), the log keeps the first's text and all their tokens."""
         if isinstance(event, _OUTPUT):
+            self._outputs += 1
             if self._first_token_ms is None:
                 self._first_token_ms = self.trace.elapsed_ms()
                 self.trace.step(steps.FIRST_TOKEN)
@@ -143,6 +147,7 @@ class RequestRecorder:
             return
         which = {"choice": choice} if choice else {}  # steps of later choices say which
         if isinstance(event, SlotInfo):
+            self._slot = self._slot or event
             # what the engine tells, e.g. cached_tokens and where they came from
             details = {k: v for k, v in msgspec.structs.asdict(event).items() if v is not None}
             self.trace.step(steps.SLOT, **details, **which)
@@ -215,6 +220,8 @@ class RequestRecorder:
         """The request ends with `error` (the first one noted is the one kept)."""
         if self.error is not None:
             return
+        if isinstance(error, Cancelled) and self._from_batch:  # its batch hung up, not a client
+            error = Cancelled("The batch was cancelled before this answer was complete.")
         self.error = error
         if isinstance(error, Cancelled):
             self.trace.step(steps.CANCELLED, reason=error.code)
@@ -232,11 +239,15 @@ class RequestRecorder:
     def finish(self, status: int) -> RequestRecord:
         """The log record, once the response (status `status`) has been sent."""
         duration_ms = self.trace.elapsed_ms()
-        if not any(self.trace.has(s) for s in (steps.FINISHED, steps.CANCELLED, steps.FAILED)):
+        cut_short = status < 400 and self.error is None and self.request is not None and not self._ended
+        if cut_short:  # a stream whose client went away: logged as cancelled, with what it had made
+            self.error = Cancelled("The client went away before the answer was complete.")
+            self.trace.step(steps.CANCELLED, reason="the client went away")
+            status = Cancelled.status
+            self._cut_short()
+        elif not any(self.trace.has(s) for s in (steps.FINISHED, steps.CANCELLED, steps.FAILED)):
             if status >= 400:
                 self.trace.step(steps.FAILED, status=status)
-            elif self.request is not None and not self._ended:
-                self.trace.step(steps.CANCELLED, reason="the client went away")
             else:
                 self.trace.step(steps.FINISHED)
         usage = self._usage or Usage()
@@ -269,6 +280,21 @@ class RequestRecorder:
             content=self._content() if self.keeps_content else None,
             timeline=list(self.trace.steps),
         )
+
+    def _cut_short(self) -> None:
+        """The usage and output of a request that ended before its last event: its prompt as its slot
+        counted it, an output token for each output event, the output so far."""
+        slot = self._slot
+        self._usage = Usage(
+            prompt_tokens=slot.prompt_tokens if slot else 0,
+            completion_tokens=self._outputs,
+            cached_tokens=slot.cached_tokens if slot else 0,
+        )
+        self._finish_reason = "cancelled"
+        if self._output is not None:
+            so_far = self._output.add(Done("cancelled", self._usage))
+            assert so_far is not None  # Done always completes a result
+            self._result = RequestContent(output=so_far.text, reasoning=so_far.reasoning, tool_calls=so_far.tool_calls)
 
     def _content(self) -> RequestContent | None:
         request = None if self.request is None else msgspec.to_builtins(_without_images(self.request))
