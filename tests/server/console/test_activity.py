@@ -29,6 +29,8 @@ def busy_hour(console: LiveServer) -> None:
     records = [made_up(2000 + n, at=now - 60 * n - 30) for n in range(50)]
     records += [made_up(3000 + n, at=now - 90 * n - 45, model="second-model") for n in range(20)]
     records += [made_up(4000 + n, at=now - 6 * 3600 - 600 * n, model="yesterday-model") for n in range(10)]
+    # a model without a time to first token: absent from that chart, drawn as in the others all the same
+    records += [made_up(5000 + n, at=now - 120 * n - 50, model="a-model", ttft_ms=None) for n in range(3)]
     write(console.settings.db_path, records)
     answer = console.openai().chat.completions.create(
         model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=4
@@ -44,6 +46,14 @@ def test_the_charts_show_the_last_hour_and_day_per_model(page: Any, console: Liv
     first = page.locator(".chart-card").first
     assert {"tiny-chat", "second-model"} <= set(first.locator(".legend li").all_inner_texts())
     assert first.locator("polyline.series").count() >= 2
+    # a model looks the same in every chart, the memory chart (the server's line first) included
+    looks: dict[str, set[tuple[str | None, str | None]]] = {}
+    for item in page.locator(".legend li").all():
+        line = item.locator("line")
+        looks.setdefault(item.inner_text(), set()).add(
+            (line.get_attribute("class"), line.get_attribute("stroke-dasharray"))
+        )
+    assert len(looks) >= 3 and all(len(seen) == 1 for seen in looks.values()), looks
     row = page.locator("table.totals tbody tr", has_text="second-model")
     assert row.locator("td[data-label=Requests]").inner_text() == "20"
     assert "yesterday-model" not in page.locator("table.totals").inner_text()  # not in the last hour

@@ -45,7 +45,8 @@ class ModelTotals(msgspec.Struct, frozen=True):
 
 
 def _label(model: str | None) -> str:
-    return model or "(undecoded)"
+    # uploads, batch and file calls name no model; nor does a body that could not be read
+    return model or "(no model)"
 
 
 def _series(buckets: list[ActivityBucket], value: Any) -> dict[str, list[Point]]:
@@ -68,8 +69,14 @@ def _zero_filled(series: dict[str, list[Point]], start: float, end: float, step:
     return filled
 
 
-def _chart(title: str, unit: str, series: dict[str, list[Point]], start: float, end: float, gap: float) -> Chart:
-    return Chart(title, unit, line_chart(title, series, start, end, unit, gap), legend(list(series)))
+def _charts(specs: list[tuple[str, str, dict[str, list[Point]], float]], start: float, end: float) -> list[Chart]:
+    """The page's charts (title, unit, series, gap each), a name drawn alike in all of them."""
+    names = sorted({name for _, _, series, _ in specs for name in series}, key=lambda n: (n != SERVER_LINE, n))
+    styles = {name: i for i, name in enumerate(names)}
+    return [
+        Chart(title, unit, line_chart(title, series, start, end, unit, gap, styles), legend(list(series), styles))
+        for title, unit, series, gap in specs
+    ]
 
 
 def _totals(activity: Activity) -> list[ModelTotals]:
@@ -129,41 +136,32 @@ async def activity_page(request: Request[Any, Any, Any]) -> Response[Any]:
     buckets = activity.buckets
     per_minute = step / 60
     gap = step * 1.5
-    charts = [
-        _chart(
-            "Requests per minute",
-            "requests/min",
-            _zero_filled(_series(buckets, lambda b: b.requests / per_minute), start, end, step),
-            start,
-            end,
-            gap,
-        ),
-        _chart(
-            "Tokens generated per second",
-            "tokens/s",
-            _zero_filled(_series(buckets, lambda b: b.completion_tokens / step), start, end, step),
-            start,
-            end,
-            gap,
-        ),
-        _chart("Time to first token", "ms, mean", _series(buckets, lambda b: b.ttft_ms), start, end, gap),
-        _chart(
-            "Queue",
-            "requests waiting, most seen",
-            _zero_filled(_series(buckets, lambda b: b.max_queue), start, end, step),
-            start,
-            end,
-            gap,
-        ),
-        _chart(
-            "Memory",
-            "bytes resident",
-            _memory_series(memory),
-            start,
-            end,
-            memory.interval_seconds * 3,
-        ),
-    ]
+    charts = _charts(
+        [
+            (
+                "Requests per minute",
+                "requests/min",
+                _zero_filled(_series(buckets, lambda b: b.requests / per_minute), start, end, step),
+                gap,
+            ),
+            (
+                "Tokens generated per second",
+                "tokens/s",
+                _zero_filled(_series(buckets, lambda b: b.completion_tokens / step), start, end, step),
+                gap,
+            ),
+            ("Time to first token", "ms, mean", _series(buckets, lambda b: b.ttft_ms), gap),
+            (
+                "Queue",
+                "requests waiting, most seen",
+                _zero_filled(_series(buckets, lambda b: b.max_queue), start, end, step),
+                gap,
+            ),
+            ("Memory", "bytes resident", _memory_series(memory), memory.interval_seconds * 3),
+        ],
+        start,
+        end,
+    )
     return render(
         request,
         "activity.html",

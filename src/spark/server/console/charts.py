@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from markupsafe import Markup, escape
 
@@ -47,9 +47,19 @@ def _clock(at: float, with_day: bool) -> str:
     return moment.strftime("%a %H:%M" if with_day else "%H:%M")
 
 
-def line_chart(title: str, series: dict[str, list[Point]], start: float, end: float, unit: str, gap: float) -> Markup:
+def line_chart(
+    title: str,
+    series: dict[str, list[Point]],
+    start: float,
+    end: float,
+    unit: str,
+    gap: float,
+    styles: Mapping[str, int] | None = None,
+) -> Markup:
     """Lines of `series` (name -> points, oldest first) from `start` to `end`; a line breaks where two
-    points are more than `gap` seconds apart (no data there, which is not zero)."""
+    points are more than `gap` seconds apart (no data there, which is not zero). `styles` gives each
+    name its colour and dash (by default, its place in `series`), so that a page of charts can give a
+    name the same look in each."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     top = _nice_ceiling(max((v for points in series.values() for _, v in points), default=0.0))
     span = max(end - start, 1.0)
@@ -77,10 +87,8 @@ def line_chart(title: str, series: dict[str, list[Point]], start: float, end: fl
         parts.append(
             f'<text class="axis" x="{x(at):.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">{_clock(at, with_day)}</text>'
         )
-    for n, points in enumerate(series.values()):
-        cls = f"series series-{n % SERIES_CLASSES}"
-        dash = DASHES[n % len(DASHES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    for name, points in series.items():
+        cls, dash_attr = _style(_place(name, series, styles))
         for run in _runs(points, gap):
             if len(run) == 1:
                 (at, value) = run[0]
@@ -92,18 +100,27 @@ def line_chart(title: str, series: dict[str, list[Point]], start: float, end: fl
     return Markup("".join(parts))
 
 
-def legend(names: Sequence[str]) -> Markup:
+def legend(names: Sequence[str], styles: Mapping[str, int] | None = None) -> Markup:
     """The key of a chart's series: each name with its line's colour and dash pattern."""
     items = []
-    for n, name in enumerate(names):
-        dash = DASHES[n % len(DASHES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    for name in names:
+        cls, dash_attr = _style(_place(name, names, styles))
         swatch = (
             '<svg class="swatch" viewBox="0 0 24 8" aria-hidden="true">'
-            f'<line class="series series-{n % SERIES_CLASSES}" x1="0" y1="4" x2="24" y2="4"{dash_attr}/></svg>'
+            f'<line class="{cls}" x1="0" y1="4" x2="24" y2="4"{dash_attr}/></svg>'
         )
         items.append(f"<li>{swatch}{escape(name)}</li>")
     return Markup(f'<ul class="legend">{"".join(items)}</ul>')
+
+
+def _place(name: str, names: Sequence[str] | Mapping[str, object], styles: Mapping[str, int] | None) -> int:
+    return styles[name] if styles is not None else list(names).index(name)
+
+
+def _style(n: int) -> tuple[str, str]:
+    """The classes and dash attribute of style `n`."""
+    dash = DASHES[n % len(DASHES)]
+    return f"series series-{n % SERIES_CLASSES}", f' stroke-dasharray="{dash}"' if dash else ""
 
 
 def _runs(points: list[Point], gap: float) -> list[list[Point]]:
