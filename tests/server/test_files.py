@@ -69,6 +69,20 @@ def test_anthropic_files_are_uploaded_listed_read_and_deleted(live: LiveServer) 
         client.beta.files.retrieve_metadata(uploaded.id)
 
 
+def test_anthropic_file_lists_page_by_cursor_and_take_ids(live: LiveServer) -> None:
+    client = live.anthropic()
+    ids = [client.beta.files.upload(file=(f"n{i}.txt", b"x", "text/plain")).id for i in range(25)]
+    first = client.beta.files.list()
+    assert len(first.data) == 20 and first.next_page == "page_" + first.data[-1].id  # a page of 20, newest first
+    listed = [f.id for f in client.beta.files.list()]  # the SDK follows next_page to the end
+    assert [i for i in listed if i in ids] == ids[::-1]
+    assert client.beta.files.list(page=first.next_page, limit=100).next_page is None
+    chosen = client.beta.files.list(ids=[ids[3], ids[7], "file_missing"])
+    assert {f.id for f in chosen.data} == {ids[3], ids[7]} and chosen.next_page is None
+    for file_id in ids:
+        client.beta.files.delete(file_id)
+
+
 def test_an_uploaded_file_is_read_by_id_as_the_same_file_sent_inline(live: LiveServer, models: Models) -> None:
     client = live.openai()
     pdf = make_pdf("Invoice 7\nTotal: 42 EUR")

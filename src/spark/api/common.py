@@ -365,9 +365,11 @@ def page_of(
     return page, start + len(page) < len(items)
 
 
-def page_body(data: list[dict[str, Any]], has_more: bool, *, openai: bool = True) -> bytes:
+def page_body(
+    data: list[dict[str, Any]], has_more: bool, *, openai: bool = True, next_page: str | None = None
+) -> bytes:
     """A page of a list, as both APIs write it: `data`, `first_id`, `last_id`, `has_more` (and
-    OpenAI's `"object": "list"`)."""
+    OpenAI's `"object": "list"`, or with `openai` false, Anthropic's `next_page` cursor)."""
     body: dict[str, Any] = {"object": "list"} if openai else {}
     body.update(
         data=data,
@@ -375,6 +377,8 @@ def page_body(data: list[dict[str, Any]], has_more: bool, *, openai: bool = True
         last_id=data[-1]["id"] if data else None,
         has_more=has_more,
     )
+    if not openai:
+        body["next_page"] = next_page
     return msgspec.json.encode(body)
 
 

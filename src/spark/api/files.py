@@ -100,21 +100,25 @@ class _OpenAIFile(msgspec.Struct, frozen=True):
 
 class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
     """A file list's query, in either shape: OpenAI's `purpose`, `order` and `after`, Anthropic's
-    `before_id` and `after_id`; `limit` in both."""
+    `before_id` and `after_id`, or its `page` cursor (a `next_page` it was given) and `ids`; `limit`
+    in both."""
 
     purpose: str | None = None
     order: Literal["asc", "desc"] = "desc"
     after: str | None = None
     after_id: str | None = None
     before_id: str | None = None
+    page: str | None = None
+    ids: Annotated[tuple[str, ...], msgspec.Meta(max_length=100)] = ()
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
 
 
-def parse_list_query(query: Mapping[str, str]) -> ListQuery:
-    """The page asked for (bad values raise `InvalidRequest` naming the parameter)."""
-    known = {k: v for k, v in query.items() if k in ListQuery.__struct_fields__}
+def parse_list_query(query: Mapping[str, str], ids: Sequence[str] = ()) -> ListQuery:
+    """The page asked for (bad values raise `InvalidRequest` naming the parameter); `ids` are the
+    query's repeated `ids[]` (Anthropic's SDKs send a list so)."""
+    known: dict[str, object] = {k: v for k, v in query.items() if k in ListQuery.__struct_fields__ and k != "ids"}
     try:
-        return msgspec.convert(known, ListQuery, strict=False)
+        return msgspec.convert({**known, "ids": list(dict.fromkeys(ids))}, ListQuery, strict=False)
     except msgspec.ValidationError as e:
         raise invalid_from_validation(e) from None
 
@@ -160,12 +164,21 @@ def _anthropic(file: FileRecord) -> _AnthropicFile:
 
 
 def anthropic_list_body(files: Sequence[FileRecord], query: ListQuery) -> bytes:
-    """A page of `files` (oldest first), newest first as Anthropic lists them: after `after_id`, or
-    the page before `before_id`."""
+    """A page of `files` (oldest first), newest first as Anthropic lists them: after `after_id` or the
+    `page` cursor, or the page before `before_id`; with `ids`, those of them that exist, in one page.
+    `next_page` is the cursor of the page after it (null at the end)."""
     newest = list(files)[::-1]
-    ids = [f.id for f in newest]
-    page, more = page_of(newest, ids, after=query.after_id, before=query.before_id, limit=query.limit or 20)
-    return page_body([msgspec.to_builtins(_anthropic(f)) for f in page], more, openai=False)
+    if query.ids:
+        page, more = [f for f in newest if f.id in query.ids], False
+    else:
+        after = query.after_id or (query.page.removeprefix(_CURSOR) if query.page else None)
+        ids = [f.id for f in newest]
+        page, more = page_of(newest, ids, after=after, before=query.before_id, limit=query.limit or 20)
+    cursor = _CURSOR + page[-1].id if more and page else None
+    return page_body([msgspec.to_builtins(_anthropic(f)) for f in page], more, openai=False, next_page=cursor)
+
+
+_CURSOR = "page_"  # Anthropic's page cursors begin so; Spark's is the last file's id
 
 
 def anthropic_deleted_body(file_id: str) -> bytes:

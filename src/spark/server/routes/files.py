@@ -71,7 +71,8 @@ async def upload_file(request: Request[Any, Any, Any]) -> Response[Any]:
 @get("/files")
 async def list_files(request: Request[Any, Any, Any]) -> Response[Any]:
     """The key's files, newest first, a page at a time."""
-    query = parse_list_query(request.query_params)
+    params = request.query_params
+    query = parse_list_query(params, [*params.getall("ids[]", []), *params.getall("ids", [])])
     files = await asyncio.to_thread(state_of(request).files.list, owner(request), query.purpose)
     return json_response(anthropic_list_body(files, query) if _anthropic(request) else openai_list_body(files, query))
 
