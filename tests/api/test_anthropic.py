@@ -164,6 +164,13 @@ def test_llama_server_sampling_extensions() -> None:
     assert parse(**fields).sampling == SamplingParams(max_tokens=100, **fields)  # type: ignore[arg-type]
 
 
+RESULT_A = {"type": "tool_result", "tool_use_id": "a", "content": "1"}
+ASKED_A = [
+    {"role": "user", "content": "go"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]},
+]
+
+
 def test_tool_results_keep_their_order_and_errors() -> None:
     content = [
         {
@@ -179,12 +186,41 @@ def test_tool_results_keep_their_order_and_errors() -> None:
         },
         {"type": "tool_result", "tool_use_id": "d"},
     ]
-    assert parse(messages=[{"role": "user", "content": content}]).messages == [
+    calls = [{"type": "tool_use", "id": i, "name": "f", "input": {}} for i in "abcd"]
+    turns = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": content},
+    ]
+    assert parse(messages=turns).messages[2:] == [
         Message("tool", "1\n2", tool_call_id="a"),
         Message("tool", "Error:\nno such city", tool_call_id="b"),
         Message("tool", [ImagePart(PNG, "image/png")], tool_call_id="c"),
         Message("tool", "", tool_call_id="d"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("turns", "param", "says"),
+    [
+        ([{"role": "user", "content": [RESULT_A]}], "messages[0].content", "unexpected `tool_use_id`"),
+        ([*ASKED_A, {"role": "user", "content": [{**RESULT_A, "tool_use_id": "z"}]}], "messages[2].content", ": z."),
+        ([*ASKED_A, {"role": "user", "content": "and?"}], "messages[1].content", "without `tool_result`"),
+    ],
+)
+def test_tool_results_answer_the_calls_just_before_them(turns: list, param: str, says: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(messages=turns)
+    assert refused.value.param == param and says in refused.value.message
+    # a call answered in the next turn, its result split over turns of one role in a row, is fine
+    assert (
+        len(
+            parse(
+                messages=[*ASKED_A, {"role": "user", "content": "x"}, {"role": "user", "content": [RESULT_A]}]
+            ).messages
+        )
+        == 4
+    )
 
 
 def test_consecutive_turns_of_one_role_are_combined_as_anthropic_does() -> None:

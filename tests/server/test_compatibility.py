@@ -65,6 +65,7 @@ EXAMPLES: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
         },
         "messages[0].content[0]",
     ),
+    ("/v1/messages", "`thread`"): ({"thread": {"type": "create"}}, "thread"),
     ("/v1/responses", "`input[]` other item types"): (
         {"input": [{"type": "web_search_call", "id": "ws_1"}]},
         "input[0].type",

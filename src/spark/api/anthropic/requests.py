@@ -256,6 +256,7 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
         else:
             messages.append(_assistant_message(turn.content))
     _check_prefill(wire.messages)
+    _check_tool_results(wire.messages)
     messages = _combined(messages)
 
     tools = [Tool(t.name, t.description, t.input_schema) for t in wire.tools or ()]
@@ -422,6 +423,39 @@ def _check_prefill(turns: list[UserTurn | AssistantTurn]) -> None:
     if text != text.rstrip():
         param = f"messages[{len(turns) - 1}].content"
         raise InvalidRequest(f"{param}: final assistant content cannot end with trailing whitespace", param=param)
+
+
+def _check_tool_results(turns: list[UserTurn | AssistantTurn]) -> None:
+    """Refuse, as Anthropic does, a `tool_result` that answers no `tool_use` of the turn just before
+    it, and a `tool_use` that the turn after it does not answer (turns of one role in a row count as
+    one, as they are combined)."""
+    groups: list[tuple[int, bool, list[Any]]] = []  # (first message's index, from the user, blocks)
+    for i, turn in enumerate(turns):
+        user, blocks = isinstance(turn, UserTurn), [] if isinstance(turn.content, str) else list(turn.content)
+        if groups and groups[-1][1] == user:
+            groups[-1][2].extend(blocks)
+        else:
+            groups.append((i, user, blocks))
+    for g, (i, user, blocks) in enumerate(groups):
+        if not user:
+            continue
+        results = [b.tool_use_id for b in blocks if isinstance(b, ToolResultBlock)]
+        before = groups[g - 1] if g else None
+        uses = [b.id for b in before[2] if isinstance(b, ToolUseBlock)] if before else []
+        if unexpected := [r for r in results if r not in uses]:
+            raise InvalidRequest(
+                f"messages[{i}].content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{', '.join(unexpected)}. Each `tool_result` block must have a corresponding `tool_use` block "
+                "in the previous message.",
+                param=f"messages[{i}].content",
+            )
+        if before and (unanswered := [u for u in uses if u not in results]):
+            raise InvalidRequest(
+                f"messages[{before[0]}]: `tool_use` ids were found without `tool_result` blocks immediately "
+                f"after: {', '.join(unanswered)}. Each `tool_use` block must have a corresponding `tool_result` "
+                "block in the next message.",
+                param=f"messages[{before[0]}].content",
+            )
 
 
 def _tool_choice(wire: _Choice | None) -> ToolChoice | None:
