@@ -151,6 +151,8 @@ def test_generate_with_a_suffix_fills_in_the_middle() -> None:
             "messages[0].tool_calls[0].function.arguments",
         ),
         ({"model": "m", "messages": [{"role": "system", "content": "x", "images": ["aGk="]}]}, "messages[0].images"),
+        ({"model": "m", "messages": [{"role": "assistant", "content": "x", "images": ["aGk="]}]}, "messages[0].images"),
+        ({"model": "m", "messages": [{"role": "tool", "content": "x", "images": ["aGk="]}]}, "messages[0].images"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "keep_alive": "soon"}, "keep_alive"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "think": "very"}, "think"),

@@ -356,6 +356,7 @@ def _messages(wires: list[WireMessage]) -> list[Message]:
     unanswered: list[ToolCall] = []
     for i, wire in enumerate(wires):
         where = f"messages[{i}]"
+        refuse(bool(wire.images) and wire.role != "user", f"{where}.images", "Only user messages may hold images.")
         if wire.role == "assistant":
             calls = [_tool_call(c, f"{where}.tool_calls[{j}]", i, j) for j, c in enumerate(wire.tool_calls or ())]
             unanswered = list(calls)
@@ -366,11 +367,6 @@ def _messages(wires: list[WireMessage]) -> list[Message]:
             call_id = wire.tool_call_id or _answered(unanswered, wire.tool_name)
             messages.append(Message("tool", wire.content or "", name=wire.tool_name, tool_call_id=call_id))
         else:
-            refuse(
-                bool(wire.images) and wire.role != "user",
-                f"{where}.images",
-                "Only user messages may hold images.",
-            )
             content: str | list[ContentPart] = wire.content or ""
             if wire.images:
                 content = collapsed([*_images(wire.images, f"{where}.images"), TextPart(wire.content or "")])
