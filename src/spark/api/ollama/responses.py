@@ -321,11 +321,12 @@ def _details(info: dict[str, Any]) -> _Details:
 
 
 def capabilities(info: dict[str, Any]) -> list[str]:
-    """What Ollama's clients check before they use a model: `completion` or `embedding`, `tools`,
-    `thinking`, `vision`."""
-    found = ["embedding"] if info.get("embedding") else ["completion"]
-    found += [name for name in ("tools", "thinking", "vision") if info.get(name)]
-    return found
+    """What Ollama's clients check before they use a model: `completion` or `embedding`, `tools`
+    (every chat model: Spark describes the tools to one whose template does not, and reads its
+    calls), `thinking`, `vision`."""
+    if info.get("embedding"):
+        return ["embedding"]
+    return ["completion", "tools", *(name for name in ("thinking", "vision") if info.get(name))]
 
 
 def tags_body(entries: list[ModelEntry]) -> bytes:
