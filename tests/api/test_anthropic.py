@@ -384,7 +384,7 @@ def test_remote_image_needs_a_fetcher() -> None:
     ("fields", "param"),
     [
         ({"max_tokens": None}, "max_tokens"),
-        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages[0].content[0].type"),

@@ -286,7 +286,7 @@ def test_cancel_a_queued_request(tiny_llama: Path) -> None:
     [
         ({"temperature": -1.0}, "temperature"),
         ({"top_p": 1.5}, "top_p"),
-        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),
         ({"logit_bias": {99999: 1.0}}, "logit_bias"),
         ({"repeat_penalty": 0.0}, "repeat_penalty"),
     ],

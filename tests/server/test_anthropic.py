@@ -93,6 +93,19 @@ def test_a_thread_is_refused_so_that_the_sdk_sends_the_whole_conversation(live: 
         thread.send({"role": "user", "content": "hello"})
 
 
+def test_max_tokens_0_caches_the_prompt_without_an_answer(live: LiveServer, models: Models) -> None:
+    """As Anthropic's SDKs document it: the prompt is read into the cache, and no answer is written."""
+    client = live.anthropic()
+    messages = [{"role": "user", "content": "A long question a client warms the cache for, ahead of time."}]
+    warmed = client.messages.create(model=models.chat, max_tokens=0, messages=messages)  # type: ignore[arg-type]
+    assert warmed.content == [] and warmed.stop_reason == "max_tokens" and warmed.usage.output_tokens == 0
+    assert warmed.usage.input_tokens > 0
+    asked = client.messages.create(model=models.chat, max_tokens=2, messages=messages)  # type: ignore[arg-type]
+    assert asked.usage.cache_read_input_tokens and asked.usage.cache_read_input_tokens >= warmed.usage.input_tokens - 1
+    with client.messages.stream(model=models.chat, max_tokens=0, messages=messages) as stream:  # type: ignore[arg-type]
+        assert stream.get_final_message().content == []
+
+
 def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: Models) -> None:
     client = live.anthropic()
     body = {

@@ -94,7 +94,7 @@ def test_an_anthropic_batch_answers_each_request_and_keeps_its_errors(live: Live
     batch = client.messages.batches.create(
         requests=[
             {"custom_id": "one", "params": params},
-            {"custom_id": "broken", "params": {**params, "max_tokens": 0}},
+            {"custom_id": "broken", "params": {**params, "max_tokens": -1}},
         ]
     )
     assert batch.type == "message_batch" and batch.processing_status == "in_progress"

@@ -305,15 +305,10 @@ class Preparer:
                 raise ContextLengthExceeded(
                     len(tokens), self._n_ctx, "prompt" if isinstance(request, CompletionRequest) else "messages"
                 )
-            # a completion may ask for no answer at all (max_tokens 0): an echo's point is the prompt's
-            # log probabilities, llama-server's `n_predict: 0` caches the prompt for the next request
-            params = resolve(
-                request.sampling,
-                self._options.sampling,
-                self._model.n_vocab,
-                self._n_ctx,
-                min_tokens=0 if isinstance(request, CompletionRequest) else 1,
-            )
+            # a request may ask for no answer at all (max_tokens 0): an echo's point is the prompt's
+            # log probabilities; llama-server's `n_predict: 0` and Anthropic's `max_tokens: 0` cache
+            # the prompt for the next request (each API's own bounds say which may)
+            params = resolve(request.sampling, self._options.sampling, self._model.n_vocab, self._n_ctx)
             plan = (
                 plan_output(request, text, self.think, self.tools)
                 if isinstance(request, ChatRequest)

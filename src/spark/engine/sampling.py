@@ -26,9 +26,7 @@ if TYPE_CHECKING:
 _RANDOM_SEED = lc.LLAMA_DEFAULT_SEED
 
 
-def resolve(
-    request: SamplingParams, model_defaults: SamplingParams, n_vocab: int, n_ctx: int, *, min_tokens: int = 1
-) -> SamplingParams:
+def resolve(request: SamplingParams, model_defaults: SamplingParams, n_vocab: int, n_ctx: int) -> SamplingParams:
     """The request's parameters over the model's defaults over Spark's, validated.
 
     Raises `InvalidRequest` naming the parameter. A missing seed becomes a random one;
@@ -79,8 +77,8 @@ def resolve(
             raise bad(param, f"must be -1 (the whole context), 0 (off) or more, not {value}")
         return n_ctx if value == -1 else min(value, n_ctx)
 
-    if p.max_tokens is not None and p.max_tokens < min_tokens:
-        raise bad("max_tokens", f"must be at least {min_tokens}, not {p.max_tokens}")
+    if p.max_tokens is not None and p.max_tokens < 0:  # 0: the prompt alone (cached, or scored)
+        raise bad("max_tokens", f"must be at least 0, not {p.max_tokens}")
     for token, bias in (p.logit_bias or {}).items():
         if not 0 <= token < n_vocab:
             raise bad("logit_bias", f"names token {token}, but the vocabulary has tokens 0..{n_vocab - 1}")

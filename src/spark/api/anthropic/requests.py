@@ -200,7 +200,8 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
 
     model: NonEmptyStr
     messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
-    max_tokens: PositiveInt | None = None  # required by parse_messages, not by count_tokens
+    # required by parse_messages, not by count_tokens; 0 caches the prompt, with no answer
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
     system: str | list[TextBlock] | None = None
     stop_sequences: StopList | None = None
     temperature: Probability | None = None

@@ -201,7 +201,7 @@ def message_body(request_id: str, model: str, result: ChatResult) -> bytes:
     content: list[_TextOut | _ThinkingOut | _ToolUseOut] = []
     if result.reasoning:
         content.append(_ThinkingOut(result.reasoning))
-    if result.text or not result.tool_calls:
+    if result.text:  # an empty answer has no blocks, as Anthropic's and as a stream of it
         content.append(_TextOut(result.text))
     content.extend(_ToolUseOut(_tool_use_id(c.id), c.name, _tool_input(c.arguments)) for c in result.tool_calls)
     return _encode(
