@@ -153,6 +153,14 @@ def test_embed_truncates_a_long_input_unless_told_not_to(live: LiveServer, model
         ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "template": "{{ .Prompt }}"}, 400, "template"),
         ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "context": [1, 2]}, 400, "context"),
         ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "raw": True, "images": ["aGk="]}, 400, "images"),
+        # as Ollama: a model whose template does not think refuses `think` (false is fine)
+        (
+            "/ollama/api/chat",
+            {"model": "{chat}", "messages": [{"role": "user", "content": "x"}], "think": True},
+            400,
+            "does not support thinking",
+        ),
+        ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "think": "high"}, 400, "does not support thinking"),
         ("/ollama/api/embed", {"model": "{embed}", "input": ["a", ""]}, 400, "input[1]"),
         ("/ollama/api/show", {}, 400, "model"),
         ("/ollama/api/pull", {"model": "x"}, 404, "spark pull"),
@@ -165,6 +173,13 @@ def test_bad_input_gets_ollamas_error_shape(
     response = live.http().post(path, content=text)
     assert response.status_code == status, response.text
     assert set(response.json()) == {"error"} and words in response.json()["error"]
+
+
+def test_think_false_is_fine_on_any_model(live: LiveServer, models: Models) -> None:
+    answer = client(live).chat(
+        model=models.chat, messages=[{"role": "user", "content": "x"}], think=False, options={"num_predict": 2}
+    )
+    assert answer.message.thinking is None and answer.done
 
 
 def test_a_key_is_required(live: LiveServer, models: Models) -> None:

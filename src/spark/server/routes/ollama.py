@@ -18,6 +18,7 @@ import spark
 from spark.api import ollama
 from spark.api.common import ModelEntry as ListedModel
 from spark.api.ollama.responses import Kind
+from spark.errors import InvalidRequest
 from spark.server.generation import run_embeddings, run_encoded, stream_response
 from spark.server.images import check_image_sizes
 from spark.server.recorder import recorder_of
@@ -25,7 +26,7 @@ from spark.server.responses import json_response
 from spark.server.routes.models import fleet_models, listed, loaded_ids
 from spark.server.routing import routed_response
 from spark.server.state import state_of
-from spark.types import ChatRequest, EmbeddingRequest, EmbeddingResult, SamplingParams
+from spark.types import ChatRequest, EmbeddingRequest, EmbeddingResult, SamplingParams, template_thinks
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -61,6 +62,10 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
     writer = ollama.OllamaStream(call.model, kind, stream=call.stream)
     if (routed := await routed_response(request, generation, stream=call.stream, fail=writer.fail)) is not None:
         return routed
+    thinks = isinstance(generation, ChatRequest) and generation.reasoning is not None and generation.reasoning.enabled
+    if thinks and not template_thinks(state.library.get(generation.model).info.chat_template):
+        # as Ollama answers a model without the thinking capability (/api/show lists none)
+        raise InvalidRequest(f'"{call.model}" does not support thinking', param="think")
     if call.stream:
         return await stream_response(
             state, request.scope, generation, writer, recorder=recorder, media_type=ollama.NDJSON
