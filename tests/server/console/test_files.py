@@ -50,6 +50,23 @@ def test_a_file_is_listed_and_deleted_from_the_page(page: Any, console: LiveServ
         client.files.retrieve(notes.id)  # gone for its key too
 
 
+def test_the_action_cell_lines_up_with_its_row(page: Any, console: LiveServer) -> None:
+    client = console.openai()
+    for name in ("one.txt", "two.txt"):
+        client.files.create(file=(name, b"text", "text/plain"), purpose="user_data")
+    sign_in(page, console, "/files")
+    boxes = (
+        page.locator("#files-table tbody tr")
+        .first.locator("td")
+        .evaluate_all(
+            "cells => cells.map(c => { const b = c.getBoundingClientRect();"
+            " return {top: b.top, bottom: b.bottom, display: getComputedStyle(c).display}; })"
+        )
+    )
+    assert {b["display"] for b in boxes} == {"table-cell"}  # as Batches' and Nodes' action cells (same rule)
+    assert len({(round(b["top"], 1), round(b["bottom"], 1)) for b in boxes}) == 1, boxes  # one line per row
+
+
 def test_rows_are_drawn_with_their_size_and_names_escaped() -> None:
     html = render_fragment(
         "files_table.html", csrf="t", files=ROWS, total_bytes=2048 + 3 * 1024 * 1024, listed=1000, message="", error=""

@@ -63,3 +63,18 @@ def test_screenshots_light_dark_and_phone(browser: Any, console: LiveServer) -> 
     login.goto(f"{console.url}/login")
     login.screenshot(path=str(shot.parent / "login-light.png"))
     context.close()
+
+
+def test_no_page_asks_for_an_icon_that_is_not_there(browser: Any, console: LiveServer) -> None:
+    context = browser.new_context()  # a fresh session: nothing cached
+    page = context.new_page()
+    missing: list[str] = []
+    errors: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    sign_in(page, console, "/models")  # the sign-in page, then a page behind it
+    page.wait_for_load_state("networkidle")
+    icons = page.locator("link[rel=icon]").evaluate_all("links => links.map(l => l.getAttribute('href'))")
+    context.close()
+    assert missing == [] and errors == []  # before, /favicon.ico: a 404, and an error in the console
+    assert icons == ["data:,"]  # no icon to fetch (data: images are allowed by the CSP's img-src)

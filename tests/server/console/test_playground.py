@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 import tiny_gguf
 from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
-from server.helpers import LiveServer
+from server.helpers import LiveServer, add_slow_model
 from spark.library import Library
 from spark.server.console.playground import CONSOLE_KEY_NAME, ConsoleKey
 from spark.store.keys import KeyTable
@@ -34,6 +35,39 @@ def vision_model(console: LiveServer, tiny_llama: Path, tiny_mmproj: Path) -> No
     with Library(console.settings) as library:
         if "tiny-vision" not in {m.id for m in library.list()}:
             library.add_local(tiny_llama, model_id="tiny-vision", mmproj=tiny_mmproj)
+
+
+@pytest.fixture(scope="module")
+def slow_model(console: LiveServer, slow_llama: Path) -> Iterator[str]:
+    """A model that writes until stopped, one answer at a time (one slot): a stream surely still running,
+    and a next answer that comes only once the earlier one was cancelled."""
+    with Library(console.settings) as library:
+        known = {m.id for m in library.list()}
+        model = "slow-llama" if "slow-llama" in known else add_slow_model(library, slow_llama)
+    yield model
+    console.unload(model)
+
+
+def _sent(page: Any) -> list[dict[str, Any]]:
+    """The bodies the page posts to /playground/chat, in order, as they leave the browser."""
+    bodies: list[dict[str, Any]] = []
+    page.on("request", lambda r: bodies.append(r.post_data_json) if r.url.endswith("/playground/chat") else None)
+    return bodies
+
+
+def _start(page: Any, prompt: str) -> None:
+    """Send `prompt` and wait until some of its answer has arrived (it is still being written)."""
+    page.get_by_label("Message").fill(prompt)
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function(
+        "() => { const a = document.querySelector('.turn.answer[aria-busy] .text');"
+        " return !!a && a.textContent.length > 3; }",
+        timeout=60_000,
+    )
+
+
+def _stats(page: Any) -> list[str]:
+    return [page.locator(f"#pg-{name}").inner_text() for name in ("ttft", "speed", "tokens", "cached")]
 
 
 def _chat(page: Any, prompt: str) -> str:
@@ -117,6 +151,103 @@ def test_errors_are_shown_in_the_page(page: Any, console: LiveServer) -> None:
     page.get_by_role("button", name="Send").click()
     page.wait_for_function("() => document.getElementById('pg-error').textContent.includes('temperature')")
     assert page.locator(".turn.answer").count() == 0
+
+
+def test_a_stopped_answer_settles_the_stats_and_stays_in_the_conversation(
+    page: Any, console: LiveServer, slow_model: str
+) -> None:
+    sent = _sent(page)
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(slow_model)
+    page.get_by_label("Max tokens").fill("4000")
+    _start(page, "Tell me a long story.")
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_function("() => !document.querySelector('.turn.answer[aria-busy]')")
+    assert page.locator("#pg-error").text_content() == "Stopped."
+    partial = page.locator(".turn.answer .text").last.text_content()
+    ttft, *rest = _stats(page)
+    assert ttft.endswith(" ms") and rest == ["–", "–", "–"]  # what came, and no "…" left waiting
+    assert page.locator("#pg-request-link").count() == 1
+    assert page.locator(".turn.left-out").count() == 0  # the stopped turn is part of the chat
+
+    # the next message carries the stopped turn as the page shows it; it is answered at once, as the
+    # stopped answer was cancelled in the model's one slot
+    page.get_by_label("Max tokens").fill("2")
+    _chat(page, "And then?")
+    assert sent[-1]["messages"] == [
+        {"role": "user", "content": "Tell me a long story."},
+        {"role": "assistant", "content": partial},
+        {"role": "user", "content": "And then?"},
+    ]
+    assert _stats(page)[1] != "…" and _stats(page)[3].isdigit()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "playground-stopped-light.png"), full_page=True)
+
+
+def test_a_failed_turn_is_marked_and_left_out_of_the_conversation(page: Any, console: LiveServer) -> None:
+    sent = _sent(page)
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option("tiny-chat")
+    page.get_by_label("Max tokens").fill("2")
+    page.get_by_label("Temperature").fill("7")  # the /v1 route refuses it
+    page.get_by_label("Message").fill("Too hot")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function("() => document.getElementById('pg-error').textContent.includes('temperature')")
+    assert _stats(page) == ["–", "–", "–", "–"]
+    failed = page.locator(".turn.question.left-out")
+    assert failed.count() == 1 and "Too hot" in failed.inner_text()
+    assert "Failed: not sent with the next message." in failed.inner_text()
+
+    # stopped before its answer began: marked and left out in the same way
+    def hold(route: Any) -> None:  # the answer never comes (a bound builtin is no handler for Playwright)
+        held.append(route)
+
+    held: list[Any] = []
+    page.route("**/playground/chat", hold)
+    page.get_by_label("Temperature").fill("")
+    page.get_by_label("Message").fill("Never answered")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function("() => document.getElementById('pg-stop').disabled === false")
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_function("() => document.getElementById('pg-submit').disabled === false")
+    assert page.locator("#pg-error").text_content() == "Stopped."
+    assert _stats(page) == ["–", "–", "–", "–"]
+    assert "Stopped before the answer began" in page.locator(".turn.question.left-out").last.inner_text()
+    assert page.locator(".turn.answer").count() == 0
+    page.unroute("**/playground/chat")
+
+    _chat(page, "Hello?")
+    assert sent[-1]["messages"] == [{"role": "user", "content": "Hello?"}]  # only what the chat holds
+    assert page.locator(".turn.question").count() == 3 and page.locator(".turn.left-out").count() == 2
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "playground-left-out-light.png"), full_page=True)
+
+
+def test_new_chat_or_another_model_mid_answer_stops_it_and_starts_empty(
+    page: Any, console: LiveServer, slow_model: str
+) -> None:
+    sent = _sent(page)
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(slow_model)
+    page.get_by_label("Max tokens").fill("4000")
+    _start(page, "Write a poem about the sea.")
+    page.get_by_role("button", name="New chat").click()
+    assert page.locator(".turn").count() == 0 and page.locator("#pg-submit").is_enabled()
+    assert page.locator("#pg-stop").is_disabled() and _stats(page) == ["–", "–", "–", "–"]
+    page.wait_for_timeout(300)  # the old answer's end has come by now: it changes nothing in the new chat
+    assert page.locator("#pg-error").is_hidden() and page.locator(".turn").count() == 0
+    page.get_by_label("Max tokens").fill("2")
+    _chat(page, "What did I just ask you?")  # the one slot is free: the old answer was cancelled
+    assert sent[-1]["messages"] == [{"role": "user", "content": "What did I just ask you?"}]
+
+    page.get_by_label("Max tokens").fill("4000")
+    _start(page, "Write a poem about the sea.")
+    page.get_by_label("Model", exact=True).select_option("tiny-chat")  # starts a new chat too
+    page.get_by_label("Max tokens").fill("2")
+    _chat(page, "Hello?")
+    assert sent[-1]["model"] == "tiny-chat"
+    assert sent[-1]["messages"] == [{"role": "user", "content": "Hello?"}]
+    assert page.locator(".turn").count() == 2 and page.locator("#pg-error").is_hidden()
 
 
 def test_an_image_goes_with_the_message_to_a_model_with_a_projector(page: Any, console: LiveServer) -> None:

@@ -104,6 +104,28 @@ def test_a_new_request_appears_live(page: Any, console: LiveServer) -> None:
     assert "tests" in page.locator("#rows tr").first.inner_text()  # the test server's key
 
 
+def _count(total: int, shown: int) -> str:
+    """The count line of a live list, as the page draws it."""
+    figures = f"{total} request{'' if total == 1 else 's'}" + (f", 1–{shown} shown" if total > shown else "")
+    return figures + "; new ones appear as they finish."
+
+
+def test_the_count_follows_the_live_rows(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/requests")
+    for path in ("/requests", "/requests?key=tests&since=15m"):  # a full page, and a filtered list
+        page.goto(f"{console.url}{path}")
+        rows = page.locator("#rows > tr")
+        total, shown = int(page.locator("#count").inner_text().split()[0]), rows.count()
+        assert page.locator("#count").inner_text() == _count(total, shown)
+        _wait_live(page)
+        console.openai().chat.completions.create(
+            model="tiny-chat", messages=[{"role": "user", "content": "count me"}], max_tokens=2
+        )
+        page.wait_for_function(f"() => document.querySelectorAll('#rows > tr').length > {shown}", timeout=20_000)
+        assert page.locator("#count").inner_text() == _count(total + 1, shown + 1)
+        assert page.locator("#empty").count() == 0 or page.locator("#empty").is_hidden()
+
+
 def test_live_rows_follow_the_filters(page: Any, console: LiveServer) -> None:
     sign_in(page, console, "/requests?status=error")
     _wait_live(page)

@@ -1,5 +1,6 @@
 // Spark console: the little every page shares. Copy buttons (data-copy: the id of the element whose
-// text to copy) and keep-alive countdowns (data-countdown: seconds left when the element was drawn).
+// text to copy), keep-alive countdowns (data-countdown: seconds left when the element was drawn), and
+// the request count (#count, data-total) kept in step with the rows the live list adds (#rows).
 // Copyright the Spark authors; part of Spark, same licence.
 "use strict";
 
@@ -39,6 +40,26 @@
     if (s < 60) return s + " s";
     if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
     return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  }
+
+  // Requests: each live row is one more request, in the count as in the table.
+  const count = document.querySelector("#count[data-total]"), rows = document.getElementById("rows");
+  if (count && rows) {
+    let total = Number(count.dataset.total);
+    new MutationObserver((changes) => {
+      let added = 0;
+      for (const change of changes) {
+        for (const node of change.addedNodes) if (node.nodeName === "TR") added += 1;
+      }
+      if (!added) return;
+      total += added;
+      count.dataset.total = String(total);
+      const shown = rows.querySelectorAll(":scope > tr").length;
+      count.querySelector(".count-figures").textContent = total + " request" + (total === 1 ? "" : "s") +
+        (total > shown ? ", 1–" + shown + " shown" : "");
+      const empty = document.getElementById("empty");
+      if (empty) empty.hidden = true;
+    }).observe(rows, { childList: true });
   }
 
   setInterval(() => {

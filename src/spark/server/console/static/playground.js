@@ -10,8 +10,9 @@
   const $ = (id) => document.getElementById(id);
   const log = $("pg-log"), errorBox = $("pg-error"), prompt = $("pg-prompt");
   const submit = $("pg-submit"), stop = $("pg-stop"), model = $("pg-model");
-  let history = [];  // the conversation so far, as OpenAI messages
-  let controller = null;
+  let history = [];  // the conversation so far, as OpenAI messages: exactly the turns shown as sent
+  let controller = null;  // the answer being received, if any
+  let chat = 0;  // which chat this is: New chat starts another, and an answer of an earlier one changes nothing
 
   function showError(message) {
     errorBox.textContent = message;
@@ -42,10 +43,17 @@
   }
 
   function newChat() {
+    chat += 1;
+    if (controller) controller.abort();  // the model stops writing it (its runner cancels the request)
+    controller = null;
+    submit.disabled = false;
+    stop.disabled = true;
     history = [];
     $("pg-document").value = "";
     log.replaceChildren();
     showError("");
+    resetStats();
+    showRequest(null);
   }
   $("pg-clear").addEventListener("click", newChat);
 
@@ -104,29 +112,45 @@
     return { request, user, attached: documentFile ? documentFile.name : null };
   }
 
+  const STATS = ["pg-ttft", "pg-speed", "pg-tokens", "pg-cached"];
   function setStat(id, text) { $(id).textContent = text; }
+  function resetStats() { for (const id of STATS) setStat(id, "–"); }
+
+  // A turn that is not part of the conversation (it failed, or was stopped before any answer):
+  // it stays on screen, marked, and is not sent with the next message.
+  function leftOut(boxes, why) {
+    for (const box of boxes) box.classList.add("left-out");
+    const note = document.createElement("div");
+    note.className = "note";
+    note.textContent = why;
+    boxes[boxes.length - 1].append(note);
+  }
 
   async function send(event) {
     event.preventDefault();
     const text = prompt.value.trim();
     if (!text || controller) return;
+    const ours = chat;
+    const current = () => chat === ours;  // false once New chat (or another model) started over
     showError("");
     let call;
     try {
       call = await body(text);
     } catch (e) {
-      showError(e.message);
+      if (current()) showError(e.message);
       return;
     }
-    turn("user", call.attached ? text + "\n[" + call.attached + "]" : text);
+    if (!current() || controller) return;
+    const questionBox = turn("user", call.attached ? text + "\n[" + call.attached + "]" : text);
     const answerBox = turn("assistant", "");
     const answer = answerBox.querySelector(".text");
     answerBox.setAttribute("aria-busy", "true");
     prompt.value = "";
-    controller = new AbortController();
+    const mine = new AbortController();
+    controller = mine;
     submit.disabled = true;
     stop.disabled = false;
-    for (const id of ["pg-ttft", "pg-speed", "pg-tokens", "pg-cached"]) setStat(id, "…");
+    for (const id of STATS) setStat(id, "…");
     const sent = performance.now();
     let first = null, usage = null, reasoning = null, output = "";
     try {
@@ -134,8 +158,9 @@
         method: "POST",
         headers: { "Content-Type": "application/json", "X-CSRF-Token": settings.dataset.csrf },
         body: JSON.stringify(call.request),
-        signal: controller.signal,
+        signal: mine.signal,
       });
+      if (!current()) return;
       showRequest(response.headers.get("x-request-id"));
       if (!response.ok || !response.body) {
         let message = "HTTP " + response.status;
@@ -193,22 +218,35 @@
           }
         }
       }
-      history.push(call.user, { role: "assistant", content: output });
-      if (call.attached) $("pg-document").value = "";  // the conversation holds it from now on
+      if (!current()) return;
+      keep(call, output);
       showStats(sent, first, performance.now(), usage);
     } catch (e) {
-      if (e.name === "AbortError") {
-        showError("Stopped.");
-      } else {
-        showError(e.message);
+      if (!current()) return;  // an answer of a chat no longer shown: nothing of it is kept
+      const stopped = e.name === "AbortError";
+      showError(stopped ? "Stopped." : e.message);
+      showStats(sent, first, performance.now(), usage);
+      if (stopped && first !== null) {
+        keep(call, output);  // as shown: the question and the answer as far as it got
+      } else {  // shown, marked, and left out of the conversation, as nothing usable came back
+        if (first === null) answerBox.remove();
+        leftOut(first === null ? [questionBox] : [questionBox, answerBox],
+          (stopped ? "Stopped before the answer began" : "Failed") + ": not sent with the next message.");
       }
-      if (!output) answerBox.remove();
     } finally {
       answerBox.removeAttribute("aria-busy");
-      controller = null;
-      submit.disabled = false;
-      stop.disabled = true;
+      if (controller === mine) {
+        controller = null;
+        submit.disabled = false;
+        stop.disabled = true;
+      }
     }
+  }
+
+  // The turn joins the conversation, so the next message carries it.
+  function keep(call, output) {
+    history.push(call.user, { role: "assistant", content: output });
+    if (call.attached) $("pg-document").value = "";  // the conversation holds it from now on
   }
 
   function showRequest(id) {
@@ -229,7 +267,7 @@
       ? ((out - 1) / ((end - first) / 1000)).toFixed(1) + " tokens/s" : "–");
     setStat("pg-tokens", usage ? usage.prompt_tokens + " in, " + out + " out" : "–");
     const details = usage && usage.prompt_tokens_details;
-    setStat("pg-cached", details ? String(details.cached_tokens || 0) : "0");
+    setStat("pg-cached", usage ? String((details && details.cached_tokens) || 0) : "–");
   }
 
   $("pg-send").addEventListener("submit", send);
