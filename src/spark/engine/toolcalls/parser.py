@@ -54,6 +54,8 @@ _MAX_WRAPPERS = 2  # e.g. a code fence around a tag
 FUNCTION_TAG, FUNCTION_CLOSE = "<function", "</function>"
 _FUNCTION_NAME = re.compile(r'=([A-Za-z0-9_.:-]{1,64})|\s+name="([A-Za-z0-9_.:-]{1,64})"\s*')
 _MAX_FUNCTION_TAG = 80
+# modes in which what is held when the output ends is text: no call began
+_TEXT_MODES = ("text", "open", "fence", "tag", "function", "mistral", "mistral_name", "mistral_id", "shape", "named")
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.:$-]{1,64}")
 _MAX_PARAMETER_KEY = 80
 
@@ -217,18 +219,7 @@ class ToolCallParser:
                 self._args(reader.args_text() or "{}")
         elif mode == "object":
             self._give_back("".join(reader.raw if reader else []) + buf)
-        elif mode in (
-            "text",
-            "open",
-            "fence",
-            "tag",
-            "function",
-            "mistral",
-            "mistral_name",
-            "mistral_id",
-            "shape",
-            "named",
-        ):
+        elif mode in _TEXT_MODES:
             self._give_back(buf)
         elif mode == "gemma":
             self._read_gemma(buf, "")
