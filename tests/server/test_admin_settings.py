@@ -90,6 +90,11 @@ def test_a_change_is_written_in_place_applied_and_read_back_by_a_new_server(
             after = {s["name"]: s for s in http.get("/api/settings").json()["settings"]}
             assert after["keep_alive"]["value"] == "10m" and after["keep_alive"]["source"] == "config.toml"
             assert after["port"]["pending_restart"] is True and after["port"]["value"] == settings.port
+            # the value waiting for the restart, and the running one's source: still config.toml, as at the start
+            assert (
+                after["port"]["saved"] == 9123 and after["port"]["source"] == by_name["port"]["source"] == "config.toml"
+            )
+            assert after["hf_token"]["saved"] is None and after["keep_alive"]["saved"] is None  # a secret; applied
             assert after["hf_token"]["value"] is None and "hf_very_secret" not in http.get("/api/settings").text
         finally:
             http.patch("/api/settings", json={"log_level": "info"})

@@ -21,7 +21,7 @@ from spark.server.background import STOPPED_MESSAGE, BackgroundRuns
 from spark.server.batches import BatchRunner
 from spark.server.draining import Drain
 from spark.server.metrics import Metrics
-from spark.settings import Settings
+from spark.settings import Settings, setting_sources
 from spark.store.batches import BatchTable
 from spark.store.chats import ChatCompletionTable
 from spark.store.conversations import ConversationTable
@@ -45,6 +45,9 @@ class ServerState:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.settings_lock = asyncio.Lock()  # one settings change at a time, file and state alike
+        # where each value came from at the start (a value no layer gives is an argument, `--port`): a
+        # setting that applies at restart keeps its running value, and so its source, until then
+        self.sources_at_start = setting_sources(settings)
         self.events = EventBus()  # live events for /api/events
         self.db = Database(settings.db_path)  # one connection pool for the library, keys and request log
         self.library = Library(settings, db=self.db)

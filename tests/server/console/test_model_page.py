@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
-from server.console.helpers import screenshot, sign_in, signed_in_client
+from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer
 from spark.library import Library
+from spark.server.console.pages import _duration
 from spark.types import SamplingParams
 
 
@@ -177,3 +179,117 @@ def test_a_models_lora_adapters_are_listed_with_their_memory(
     assert "LoRA adapters" in memory
     for shot in screenshot(browser, console, "/models/tiny-tuned", "model-lora"):
         assert shot.stat().st_size > 5_000
+
+
+def _in_view(page: Any, locator: Any) -> bool:
+    """Whether the element is wholly inside the window as scrolled now."""
+    box = locator.bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= page.viewport_size["height"]
+
+
+def test_a_refused_save_is_shown_by_the_field_and_keeps_what_was_typed(
+    page: Any, console: LiveServer, tiny_llama: Path
+) -> None:
+    with Library(console.settings) as library:
+        library.add_local(tiny_llama, model_id="tiny-typed")
+    sign_in(page, console, "/models/tiny-typed")
+    page.get_by_label("System prompt").fill("Be brief.")
+    page.get_by_text("Sampling defaults").click()
+    page.get_by_label("Top-k").fill("20")
+    page.get_by_label("Mirostat (0, 1, 2)").fill("7")
+    page.get_by_role("button", name="Save settings").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert "sampling.mirostat must be between 0 and 2" in alert.inner_text()
+    assert page.evaluate("window.scrollY") > 500  # the form's end, far down the page
+    mirostat = page.get_by_label("Mirostat (0, 1, 2)")
+    assert _in_view(page, alert) and _in_view(page, mirostat)  # by the field, where the person is
+    assert mirostat.input_value() == "7" and mirostat.get_attribute("aria-invalid") == "true"
+    assert page.evaluate("document.activeElement.id") == "ms-mirostat"  # focused, to be fixed
+    # nothing was saved, and nothing typed was lost
+    assert page.get_by_label("System prompt").input_value() == "Be brief."
+    assert page.get_by_label("Top-k").input_value() == "20"
+    assert console.state.library.get("tiny-typed").settings.system_prompt is None
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "model-refused-light.png"))  # what the person sees: the window
+
+    mirostat.fill("2")
+    page.get_by_role("button", name="Save settings").click()
+    saved = page.locator("form.model-settings [role=status]")
+    saved.wait_for()
+    assert saved.inner_text() == "Saved." and _in_view(page, saved)  # by the Save button
+    page.screenshot(path=str(SCREENSHOTS / "model-saved-light.png"))
+    assert page.get_by_role("alert").count() == 0 and page.get_by_label("Mirostat (0, 1, 2)").input_value() == "2"
+    settings = console.state.library.get("tiny-typed").settings
+    assert settings.system_prompt == "Be brief." and (settings.sampling.top_k, settings.sampling.mirostat) == (20, 2)
+
+    page.get_by_label("Keep loaded when idle").fill("forever-ish")  # an error with no field of the sampling
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_role("alert").wait_for()
+    assert page.locator("details.sampling").get_attribute("open") is not None  # still unfolded, with its values
+    assert page.get_by_label("Keep loaded when idle").input_value() == "forever-ish"
+    assert _in_view(page, page.get_by_role("alert"))
+
+
+def test_a_refused_copy_keeps_the_id_typed_and_says_why_by_its_button(page: Any, console: LiveServer) -> None:
+    sign_in(page, console, "/models/tiny-chat")
+    page.get_by_label("New model id").fill("hostile")  # taken
+    page.get_by_role("button", name="Copy tiny-chat").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert "hostile" in alert.inner_text() and _in_view(page, alert)
+    assert page.get_by_label("New model id").input_value() == "hostile"
+
+
+def _csrf(client: Any) -> str:
+    return str(client.get("/models").text.split('name="csrf" value="')[1].split('"')[0])
+
+
+def test_a_negative_number_of_tokens_or_slots_is_refused_with_its_range(console: LiveServer) -> None:
+    with signed_in_client(console) as client:
+        csrf = _csrf(client)
+        r = client.post("/models/tiny-chat/settings", data={"csrf": csrf, "context_length": "-5"})
+        assert r.status_code == 400 and "context_length must be a positive number of tokens, not -5" in r.text
+        assert 'value="-5"' in r.text  # kept, to be fixed
+        r = client.post("/models/tiny-chat/settings", data={"csrf": csrf, "parallel": "-2"})
+        assert r.status_code == 400 and "parallel must be between 1 and 256, not -2" in r.text
+        assert "Expected" not in r.text
+    assert console.state.library.get("tiny-chat").settings.context_length is None
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [
+        ("5m", "5m"),
+        ("1h", "1h"),
+        ("90", "1m30s"),
+        ("1h30m", "1h30m"),
+        ("2d", "2d"),
+        ("-1", "-1"),
+        ("0", "0"),
+        ("45s", "45"),
+    ],
+)
+def test_keep_alive_comes_back_as_a_duration(console: LiveServer, tiny_llama: Path, typed: str, shown: str) -> None:
+    with Library(console.settings) as library:
+        if not library.exists("tiny-kept"):
+            library.add_local(tiny_llama, model_id="tiny-kept")
+    with signed_in_client(console) as client:
+        r = client.post("/models/tiny-kept/settings", data={"csrf": _csrf(client), "keep_alive": typed})
+        assert r.status_code == 200, r.text
+        page = client.get("/models/tiny-kept").text
+        assert f'name="keep_alive" value="{shown}"' in page
+
+
+def test_keep_alive_seconds_as_people_write_them() -> None:
+    assert [_duration(s) for s in (None, 300.0, 3600.0, -1.0, 0.0, 1.5, 90.0, 86400.0 + 61, -600.0)] == [
+        "",
+        "5m",
+        "1h",
+        "-1",
+        "0",
+        "1.5",
+        "1m30s",
+        "1d1m1s",
+        "-10m",
+    ]

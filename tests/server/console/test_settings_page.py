@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 from typing import Any
 
-from server.console.helpers import screenshot, sign_in, signed_in_client
-from server.helpers import LiveServer
-from spark.settings import fields
+import pytest
+
+from server.console.helpers import PASSWORD, SCREENSHOTS, screenshot, sign_in, signed_in_client
+from server.helpers import LiveServer, live_server
+from spark.settings import fields, load_settings
 
 
 def _config(live: LiveServer) -> dict[str, Any]:
@@ -48,8 +51,47 @@ def test_a_restart_setting_is_saved_for_the_next_start(page: Any, console: LiveS
     sign_in(page, console, "/settings")
     _save(page, "log_max_mb", "600", "when the server restarts")
     assert _config(console)["log_max_mb"] == 600
+    form = page.locator("#setting-log_max_mb")
+    assert "saved: 600, applies at restart" in form.inner_text()  # the value waiting, and when it applies
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    form.screenshot(path=str(SCREENSHOTS / "setting-pending-light.png"))
+    assert form.get_by_label("log_max_mb", exact=True).input_value() == "512"  # the one in effect
+    # the running value still comes from the default (not from an argument, as the admin API guesses)
+    assert form.locator(".setting-head .badge").first.inner_text() == "default"
     page.reload()
-    assert "restart to apply" in page.locator("#setting-log_max_mb").inner_text()
+    assert "restart to apply" in form.inner_text()
+    assert form.locator(".setting-head .badge").first.inner_text() == "default"
+
+
+def test_a_command_line_argument_is_said_to_win_over_a_saved_value(
+    page: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARK_LOG_MAX_MB", "300")
+    env = {"SPARK_HOME": str(tmp_path), "SPARK_THREADS": "1", "SPARK_SPARE_RUNNER": "false"}
+    env |= {"SPARK_ADMIN_PASSWORD": PASSWORD, "SPARK_LOG_MAX_MB": "300"}
+    with live_server(load_settings(env=env, port=8103)) as live:  # as `spark serve --port 8103`
+        sign_in(page, live, "/settings")
+        form = page.locator("#setting-port")
+        source = form.locator(".setting-head .badge").first
+        assert source.inner_text() == "argument"
+        _save(page, "port", "8105", "given as a command-line argument")
+        assert "takes effect when the server restarts" not in form.inner_text()
+        assert "saved: 8105, applies when the server starts without the argument" in form.inner_text()
+        assert "the argument wins" in form.inner_text() and source.inner_text() == "argument"
+        assert _config(live)["port"] == 8105
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        form.screenshot(path=str(SCREENSHOTS / "setting-argument-light.png"))
+        # the argument's own value saved: the argument still gives it
+        _save(page, "port", "8103", "given as a command-line argument")
+        form.locator(".setting-saved").wait_for(state="detached")  # the answer to this save: nothing waits now
+        assert _config(live)["port"] == 8103 and source.inner_text() == "argument"
+        page.reload()
+        assert source.inner_text() == "argument"
+        # an environment variable wins too: the value saved is shown, with when it would apply
+        _save(page, "log_max_mb", "600", "SPARK_LOG_MAX_MB is set and wins over it")
+        assert (
+            "saved: 600, applies when SPARK_LOG_MAX_MB is not set" in page.locator("#setting-log_max_mb").inner_text()
+        )
 
 
 def test_a_bad_value_is_refused_naming_the_setting(console: LiveServer) -> None:

@@ -26,6 +26,7 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 FLASH_MODES = get_args(FlashAttention)
 # the model's own settings the form edits: an empty field goes back to the server's setting
 NUMBERS = ("context_length", "parallel")
+_CHOICES = ("kv_type", "flash_attention", "draft_model")
 # the sampling defaults the form edits (name, label): an empty field goes back to Spark's default
 SAMPLING_FIELDS = (
     ("temperature", "Temperature"),
@@ -48,6 +49,8 @@ _SAMPLING_SHOWN = [
     (name, label, {"max_tokens": "server default", "seed": "random"}.get(name, getattr(DEFAULT_SAMPLING, name)))
     for name, label in SAMPLING_FIELDS
 ]
+_SAMPLING_NAMES = (*(name for name, _ in SAMPLING_FIELDS), "stop")
+_FORM_FIELDS = (*NUMBERS, "system_prompt", "keep_alive", *_CHOICES, *_SAMPLING_NAMES)
 
 
 @get("/", media_type=MediaType.HTML)
@@ -71,7 +74,20 @@ async def models_page(request: Request[Any, Any, Any]) -> Response[Any]:
     )
 
 
-async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -> Response[Any]:
+async def _model(
+    request: Request[Any, Any, Any],
+    model_id: str,
+    *,
+    at: str = "",
+    message: str = "",
+    error: str = "",
+    param: str = "",
+    status_code: int = 200,
+    typed: dict[str, str] | None = None,
+) -> Response[Any]:
+    """The model's page; after a change, its outcome (`message` or `error`) by the form `at` that made it
+    (settings, lora, adapters, copy, remove), and after a refused change the values `typed` in that form
+    (the settings form's field the error's `param` names marked, with the error by it)."""
     session = require_session(request)
     detail = await call_api(request, "GET", f"/api/models/{model_id}")
     if detail.status == 404:
@@ -85,12 +101,16 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
     drafts = (
         [s["id"] for s in listed.body if not s["embedding"] and s["id"] != body["model"]["id"]] if listed.ok else []
     )
-    context: dict[str, Any] = {"message": "", "error": "", "status_code": 200, **extra}
+    typed = typed or {}
+    values = typed if at == "settings" and error else _settings_values(body["model"]["settings"])
+    bad_field = _field_of(param) if at == "settings" and error else ""
+    sampling_open = bool(bad_field in _SAMPLING_NAMES or any(values.get(name) for name in _SAMPLING_NAMES))
     return render(
         request,
         "model.html",
         session=session,
         active="models",
+        status_code=status_code,
         m=body["model"],
         runner=runner,
         memory=body["memory"],
@@ -100,8 +120,51 @@ async def _model(request: Request[Any, Any, Any], model_id: str, **extra: Any) -
         flash_modes=FLASH_MODES,
         draft_models=drafts,
         sampling_fields=_SAMPLING_SHOWN,
-        **context,
+        values=values,
+        sampling_open=sampling_open,
+        bad_field=bad_field,
+        at=at,
+        message=message,
+        error=error,
+        typed=typed,
     )
+
+
+def _settings_values(settings: dict[str, Any]) -> dict[str, str]:
+    """The settings form's fields for the model's stored `settings` (as `GET /api/models/{id}` has them)."""
+    sampling = settings.get("sampling") or {}
+    values = {name: _text(settings.get(name)) for name in (*NUMBERS, "system_prompt", *_CHOICES)}
+    values["keep_alive"] = _duration(settings.get("keep_alive"))
+    values.update((name, _text(sampling.get(name))) for name, _ in SAMPLING_FIELDS)
+    values["stop"] = "\n".join(sampling.get("stop") or [])
+    return values
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _duration(seconds: float | None) -> str:
+    """Seconds as a person writes them, which the form takes back as they are: 5m, 1h30m, 1d, 45, -1, 0."""
+    if seconds is None:
+        return ""
+    sign, left = ("-" if seconds < 0 else ""), abs(seconds)
+    if not float(left).is_integer():
+        return sign + f"{left:.3f}".rstrip("0").rstrip(".")
+    whole, parts = int(left), []
+    if whole < 60:
+        return f"{sign}{whole}"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    return sign + "".join(parts)
+
+
+def _field_of(param: str) -> str:
+    """The settings form's field an error's parameter names (`sampling.top_p`: top_p), or empty."""
+    name = param.removeprefix("sampling.")
+    return name if name in _FORM_FIELDS else ""
 
 
 @get("/models/{model_id:str}", media_type=MediaType.HTML)
@@ -114,8 +177,7 @@ def _settings_change(form: dict[str, str]) -> dict[str, Any]:
     """The form's fields as the admin API's settings change; an empty field: the server's setting."""
     change: dict[str, Any] = {}
     for name in NUMBERS:
-        text = form.get(name, "").strip()
-        change[name] = (int(text) if text.isdigit() else text) if text else None  # the API names a bad value
+        change[name] = _number(form.get(name, ""))  # the API names a bad value (-5: out of range, a word: no number)
     prompt = form.get("system_prompt", "")
     change["system_prompt"] = prompt if prompt.strip() else None
     keep_alive = form.get("keep_alive", "").strip()
@@ -147,13 +209,15 @@ def _number(text: str) -> int | float | str | None:
 
 @post("/models/{model_id:str}/settings", media_type=MediaType.HTML, status_code=200)
 async def change_model_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
-    """Save the model's own settings (`PATCH /api/models/{id}/settings`); the page again, with the outcome."""
+    """Save the model's own settings (`PATCH /api/models/{id}/settings`); the page again, with the outcome
+    by the Save button (or the error by the field it names, with what was typed kept)."""
     _, form = await require_change(request)
     changed = await call_api(request, "PATCH", f"/api/models/{model_id}/settings", body=_settings_change(form))
     message = "Saved."
     if changed.ok and changed.body["reload_needed"]:
         message += f" The loaded runner reloads on its next request ({changed.body['changes']})."
-    return await _outcome(request, model_id, changed, message)
+    typed = {name: form.get(name, "").replace("\r", "") for name in _FORM_FIELDS}
+    return await _outcome(request, model_id, changed, message, "settings", typed)
 
 
 @post("/models/{model_id:str}/copy", media_type=MediaType.HTML, status_code=200)
@@ -162,7 +226,7 @@ async def copy_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -
     _, form = await require_change(request)
     copied = await call_api(request, "POST", f"/api/models/{model_id}/copy", body={"id": form.get("id", "")})
     if not copied.ok:
-        return await _model(request, model_id, error=copied.error, status_code=copied.status)
+        return await _outcome(request, model_id, copied, "", "copy", {"id": form.get("id", "")})
     return _go_to(request, f"/models/{quote(copied.body['id'], safe='')}")
 
 
@@ -171,6 +235,7 @@ async def attach_adapter(request: Request[Any, Any, Any], model_id: FromPath[str
     """Download a LoRA adapter from the Hub and attach it (`POST /api/pulls` with `attach_to`)."""
     _, form = await require_change(request)
     spec, scale = form.get("spec", "").strip(), form.get("scale", "").strip()
+    typed = {"spec": spec, "scale": scale}
     body: dict[str, Any] = {"spec": spec, "attach_to": model_id}
     if scale:
         try:
@@ -178,11 +243,11 @@ async def attach_adapter(request: Request[Any, Any, Any], model_id: FromPath[str
         except ValueError:
             body["scale"] = math.nan
         if not math.isfinite(body["scale"]):  # JSON has no such number: it would arrive as null
-            return await _model(request, model_id, error=f"scale must be a number, not {scale!r}", status_code=400)
+            problem = f"scale must be a number, not {scale!r}"
+            return await _model(request, model_id, at="lora", error=problem, status_code=400, typed=typed)
     started = await call_api(request, "POST", "/api/pulls", body=body)
-    return await _outcome(
-        request, model_id, started, f"Downloading {spec}: it is attached once complete (see Discover)."
-    )
+    done = f"Downloading {spec}: it is attached once complete (see Discover)."
+    return await _outcome(request, model_id, started, done, "lora", typed)
 
 
 @post("/models/{model_id:str}/lora/remove", media_type=MediaType.HTML, status_code=200)
@@ -190,14 +255,33 @@ async def detach_adapters(request: Request[Any, Any, Any], model_id: FromPath[st
     """Take the model's LoRA adapters off (`DELETE /api/models/{id}/lora`)."""
     _, _ = await require_change(request)
     detached = await call_api(request, "DELETE", f"/api/models/{model_id}/lora")
-    return await _outcome(request, model_id, detached, "The adapters are off: it answers with its own weights.")
+    done = "The adapters are off: it answers with its own weights."
+    return await _outcome(request, model_id, detached, done, "adapters")
 
 
-async def _outcome(request: Request[Any, Any, Any], model_id: str, answer: ApiAnswer, message: str) -> Response[Any]:
-    """The model's page again after a change: with the API's error, else with `message`."""
+async def _outcome(
+    request: Request[Any, Any, Any],
+    model_id: str,
+    answer: ApiAnswer,
+    message: str,
+    at: str,
+    typed: dict[str, str] | None = None,
+) -> Response[Any]:
+    """The model's page again after a change made by the form `at`: with the API's error (and what was
+    `typed`, to be fixed), else with `message`; either shown by that form."""
     if not answer.ok:
-        return await _model(request, model_id, error=answer.error, status_code=answer.status)
-    return await _model(request, model_id, message=message)
+        error = answer.body.get("error") if isinstance(answer.body, dict) else None
+        param = error.get("param") if isinstance(error, dict) else None
+        return await _model(
+            request,
+            model_id,
+            at=at,
+            error=answer.error,
+            param=str(param or ""),
+            status_code=answer.status,
+            typed=typed,
+        )
+    return await _model(request, model_id, at=at, message=message)
 
 
 def _go_to(request: Request[Any, Any, Any], url: str) -> Response[Any]:
@@ -213,7 +297,7 @@ async def remove_model(request: Request[Any, Any, Any], model_id: FromPath[str])
     _, _ = await require_change(request)
     removed = await call_api(request, "DELETE", f"/api/models/{model_id}")
     if not removed.ok:
-        return await _model(request, model_id, error=removed.error, status_code=removed.status)
+        return await _outcome(request, model_id, removed, "", "remove")
     return _go_to(request, "/models")
 
 

@@ -57,6 +57,7 @@ class SettingView(msgspec.Struct, frozen=True, kw_only=True):
     secret: bool
     is_set: bool  # not empty
     pending_restart: bool  # config.toml holds another value, which takes effect at the next start
+    saved: Value | None = None  # that value, when pending_restart (None for a secret)
 
 
 class SettingsView(msgspec.Struct, frozen=True):
@@ -90,6 +91,7 @@ def _kind(field: Field) -> Kind:
 def _view(field: Field, settings: Settings, source: Source, saved: dict[str, Any]) -> SettingView:
     value = getattr(settings, field.name)
     secret = SECRET in field.traits
+    pending = source != "env" and field.name in saved and saved[field.name] != value
     return SettingView(
         name=field.name,
         value=None if secret else value,
@@ -103,25 +105,30 @@ def _view(field: Field, settings: Settings, source: Source, saved: dict[str, Any
         restart_required=RESTART in field.traits,
         secret=secret,
         is_set=value not in ("", None),
-        pending_restart=source != "env" and field.name in saved and saved[field.name] != value,
+        pending_restart=pending,
+        saved=saved[field.name] if pending and not secret else None,
     )
 
 
 @get("/settings")
 async def get_settings(request: Request[Any, Any, Any]) -> SettingsView:
     """Every setting with its value and source; secrets say only whether they are set."""
-    settings = state_of(request).settings
-    sources, saved = await asyncio.to_thread(_read_sources, settings)
+    state = state_of(request)
+    settings = state.settings
+    sources, saved = await asyncio.to_thread(_read_sources, settings, state.sources_at_start)
     return SettingsView(
         str(settings.config_file), [_view(f, settings, sources[name], saved) for name, f in fields().items()]
     )
 
 
-def _read_sources(settings: Settings) -> tuple[dict[str, Source], dict[str, Any]]:
-    """Each setting's source, and what config.toml holds now (`InvalidRequest` naming the file
-    when it was broken by hand since the server started: it is not written over)."""
+def _read_sources(settings: Settings, at_start: dict[str, Source]) -> tuple[dict[str, Source], dict[str, Any]]:
+    """Each setting's source (a setting that applies at restart: its source at the start, as its
+    value is still that one), and what config.toml holds now (`InvalidRequest` naming the file when
+    it was broken by hand since the server started: it is not written over)."""
     try:
-        return setting_sources(settings), read_config(settings.config_file)
+        now, known = setting_sources(settings), fields()
+        sources = {name: at_start[name] if RESTART in known[name].traits else source for name, source in now.items()}
+        return sources, read_config(settings.config_file)
     except SettingsError as e:
         raise InvalidRequest(f"{e.message}; fix or remove it first", param="config.toml") from None
 
@@ -139,7 +146,7 @@ async def change_settings(request: Request[Any, Any, Any], data: JSONBody[dict[s
         except SettingsError as e:
             raise InvalidRequest(e.message, param=e.param) from None
         values = {name: getattr(wanted, name) for name in data}
-        await asyncio.to_thread(_read_sources, current)
+        await asyncio.to_thread(_read_sources, current, state.sources_at_start)
         await asyncio.to_thread(update_config, current.config_file, values)
         changed, live = [], {}
         for name in data:
