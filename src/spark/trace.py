@@ -143,28 +143,3 @@ def describe_step(step: Step) -> tuple[str, str]:
                 f"the {d.get('dropped_messages', '?')} oldest messages left out"
             )
     return step.name.replace("_", " "), ", ".join(f"{k} {v}" for k, v in d.items())
-
-
-class WaterfallRow(msgspec.Struct, frozen=True):
-    """One step of a waterfall: its words, its times, and its bar's columns [start, end)."""
-
-    label: str
-    details: str
-    at_ms: float
-    took_ms: float | None  # until the next step; None for the last one
-    start: int
-    end: int
-
-
-def waterfall(timeline: list[Step], duration_ms: float, width: int) -> list[WaterfallRow]:
-    """The timeline on one scale of `width` columns: each step's bar runs from it to the next step."""
-    total = max([duration_ms, *(s.at_ms for s in timeline)]) or 1.0
-    rows = []
-    for i, step in enumerate(timeline):
-        last = i + 1 == len(timeline)
-        end = step.at_ms if last else timeline[i + 1].at_ms
-        start_col = min(width - 1, int(step.at_ms / total * width))
-        end_col = max(start_col + 1, round(end / total * width))
-        label, details = describe_step(step)
-        rows.append(WaterfallRow(label, details, step.at_ms, None if last else end - step.at_ms, start_col, end_col))
-    return rows

@@ -150,12 +150,13 @@ def test_one_request_as_a_waterfall(table: RequestTable) -> None:
     out = invoke("log", "req_0001")
     assert "req_0001" in out and "/v1/messages" in out and "model tiny" in out and "key laptop" in out
     lines = out.splitlines()
+    # each step with the time it took since the one before, as the console and the TUI draw it
     queued = next(line for line in lines if line.startswith("queued"))
-    # at 0.4 ms, 29.6 ms until the slot, and where it stood in the queue
-    assert "0.4 ms" in queued and "29.6 ms" in queued and "position 2 in the queue" in queued
-    assert "█" * 4 in queued  # the longest step draws the longest bar
+    assert "0.4 ms   0.4 ms" in queued and "position 2 in the queue" in queued
     slot = next(line for line in lines if line.startswith("slot assigned"))
-    assert "30.0 ms" in slot and "20 of 30 prompt tokens reused" in slot
+    assert "30.0 ms  29.6 ms" in slot and "20 of 30 prompt tokens reused" in slot
+    finished = next(line for line in lines if line.startswith("finished"))
+    assert "210 ms" in finished and "█" * 12 in finished  # the longest step draws the longest bar
     assert any(line.startswith("prompt evaluated") and "10 tokens in 8.5 ms, 1176 tokens/s" in line for line in lines)
     assert "total 250 ms · time to first token 40.0 ms · prompt 30 tokens (20 cached)" in out
     assert "output 12 tokens at 52.5 tokens/s" in out
@@ -252,8 +253,9 @@ def test_a_first_request_shows_its_model_load(server: tuple[LiveServer, str]) ->
     rows = {line.split("  ")[0]: line for line in out.splitlines() if line and not line.startswith(" ")}
     load = next(s for s in logged.timeline if s.name == "load_started")
     loaded = next(s for s in logged.timeline if s.name == "load_finished")
-    assert ms(load.at_ms) in rows["model load"] and ms(loaded.at_ms - load.at_ms) in rows["model load"]
-    assert "first request" in rows["model load"]
+    # the load's time is the step that ends it ("model loaded"), since the one before ("model load")
+    assert ms(load.at_ms) in rows["model load"] and "first request" in rows["model load"]
+    assert ms(loaded.at_ms) in rows["model loaded"] and ms(loaded.at_ms - load.at_ms) in rows["model loaded"]
     assert f"took {ms(loaded.details['seconds'] * 1000)}" in rows["model loaded"]
     for label in (
         "received",

@@ -189,6 +189,18 @@ DETAIL = {
     },
 }
 
+
+def detail(row: dict[str, Any]) -> dict[str, Any]:
+    """`GET /api/requests/{id}` for a listed request: `DETAIL` for the first, a short timeline for the others."""
+    if row["id"] == DETAIL["id"]:
+        return DETAIL
+    end = {"name": "finished", "at_ms": row["duration_ms"], "details": {"finish_reason": row["finish_reason"]}}
+    if row["error_type"]:
+        end = {"name": "failed", "at_ms": row["duration_ms"], "details": {"error": row["error_type"]}}
+    timeline = [{"name": "received", "at_ms": 0.01}, {"name": "authenticated", "at_ms": 0.3}, end]
+    return {**row, "node": "local", "timeline": timeline, "content": None}
+
+
 MODELS = [
     {
         "id": "qwen2.5-coder-7b-instruct-q4_k_m",
@@ -257,7 +269,8 @@ PULLS = [
         "id": "pull_0b2c",
         "spec": "tiny/Nope-GGUF",
         "state": "failed",
-        "error": "repository 'tiny/Nope-GGUF' not found",
+        "error": "cannot reach the Hub at https://huggingface.co/api/models/tiny/Nope-GGUF: "
+        "[Errno -3] Temporary failure in name resolution",
         "created_at": NOW - 600,
     },
 ]
@@ -457,7 +470,7 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
             "/api/models": MODELS,
             "/api/pulls": PULLS,
             "/api/keys": KEYS,
-            "/api/requests/r0001": DETAIL,
+            **{f"/api/requests/{r['id']}": detail(r) for r in REQUESTS},
             "/api/nodes": [] if standalone else NODES,
             "/api/batches": BATCHES,
             "/api/files": FILES,

@@ -76,3 +76,9 @@ def test_cancel_batch_dialog(snap_compare: Callable[..., bool]) -> None:
 def test_delete_file_dialog(snap_compare: Callable[..., bool]) -> None:
     app = fixed_app()
     assert snap_compare(app, run_before=settled(app, "7", "d"))  # the question about the newest file, wrapped
+
+
+def test_row_in_full_dialog(snap_compare: Callable[..., bool]) -> None:
+    app = fixed_app()
+    # Enter on the batch's output file, whose id and name the 80-column table cuts: the row in full
+    assert snap_compare(app, run_before=settled(app, "7", "down", "down", "enter"))

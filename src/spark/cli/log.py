@@ -36,7 +36,6 @@ from spark.trace import describe_step, ms
 from spark.tui import text
 
 FOLLOW_POLL_SECONDS = 1.0
-BAR_WIDTH = 40
 
 
 class LogSource(Protocol):
@@ -175,7 +174,7 @@ def request_view(record: RequestRecord) -> Group:
     parts: list[RenderableType] = [head]
     if record.error_message:
         parts.append(Text(f"error: {record.error_message}", style="red"))
-    parts += [Text(""), text.waterfall(record.timeline, record.duration_ms, BAR_WIDTH), Text("")]
+    parts += [Text(""), text.timeline(record.timeline), Text("")]
     parts.append(Text(text.totals(record)))
     if (slowest := _slowest(record)) is not None:
         parts.append(Text(f"longest step: {slowest}"))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from rich.console import RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -194,17 +196,101 @@ def totals(row: Counted) -> str:
     return " · ".join(parts)
 
 
-def waterfall(timeline: list[trace.Step], duration_ms: float, width: int) -> Table:
-    """A request's timeline, one row per step, each with a bar from it to the next step, on one time scale."""
-    table = Table(box=None, pad_edge=False)
-    for column in ("STEP", "AT", "TOOK", "", "DETAILS"):
-        table.add_column(column, no_wrap=column != "DETAILS")
-    for row in trace.waterfall(timeline, duration_ms, width):
-        style = "red" if row.label == "failed" else "cyan"
-        bar = Text(" " * row.start) + Text("█" * (row.end - row.start), style)
-        took = "" if row.took_ms is None else ms(row.took_ms)
-        table.add_row(row.label, ms(row.at_ms), took, bar, row.details)
-    return table
+class TimelineRow(NamedTuple):
+    """One step of a request's timeline: its words, when it happened, how long it took to happen (since the
+    step before it; the first: since the request arrived), and its bar's columns [start, end)."""
+
+    label: str
+    details: str
+    at_ms: float
+    took_ms: float
+    start: int
+    end: int
+    failed: bool
+
+
+def timeline_rows(timeline: list[trace.Step], width: int) -> list[TimelineRow]:
+    """The steps on one scale of `width` columns, from the request's arrival to its last step, each bar
+    running from the step before to this one: the web console's waterfall (`server/console/charts.py`),
+    so "prompt evaluated" carries the prompt's time and "finished" the decoding's. An instant step still
+    gets one cell."""
+    total = max((s.at_ms for s in timeline), default=0.0) or 1.0
+    rows = []
+    previous = 0.0
+    for step in timeline:
+        start = min(round(previous / total * width), width - 1)
+        end = min(max(round(step.at_ms / total * width), start + 1), width)
+        label, details = trace.describe_step(step)
+        took = step.at_ms - previous
+        rows.append(TimelineRow(label, details, step.at_ms, took, start, end, step.name == trace.FAILED))
+        previous = step.at_ms
+    return rows
+
+
+TIMELINE_BAR = 24  # the bars' width beside a details column
+TIMELINE_BAR_ALONE = 40  # at most, with the details on lines of their own
+DETAILS_ROOM = 48  # the least room for a details column beside the bars; less: details under each step
+
+
+class Timeline:
+    """A request's timeline as a waterfall (`timeline_rows`), laid out for the width it is drawn at: the
+    details in a column of their own where it can be `DETAILS_ROOM` wide, else each under its step on a
+    line of its own (at 80 columns); long details wrap there, never cut."""
+
+    def __init__(self, steps: list[trace.Step]) -> None:
+        self.steps = steps
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(min(options.max_width, 40), options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        sample = timeline_rows(self.steps, 1)
+        step_w = max([4, *(len(r.label) for r in sample)])
+        at_w = max([2, *(len(ms(r.at_ms)) for r in sample)])
+        took_w = max([4, *(len(ms(r.took_ms)) for r in sample)])
+        fixed = step_w + at_w + took_w + 3 * 2  # and two spaces after each column
+        if width - fixed - TIMELINE_BAR - 2 >= DETAILS_ROOM:
+            yield self._table(TIMELINE_BAR)
+            return
+        bar_width = max(8, min(TIMELINE_BAR_ALONE, width - fixed))
+        header = ("STEP".ljust(step_w), "  ", "AT".rjust(at_w), "  ", "TOOK".rjust(took_w))
+        yield Text.assemble(*header, style="bold", no_wrap=True, overflow="crop")
+        for row in timeline_rows(self.steps, bar_width):
+            line = Text.assemble(
+                row.label.ljust(step_w),
+                "  ",
+                ms(row.at_ms).rjust(at_w),
+                "  ",
+                ms(row.took_ms).rjust(took_w),
+                "  ",
+                _timeline_bar(row),
+                no_wrap=True,
+                overflow="crop",
+            )
+            yield line
+            if row.details:
+                yield Padding(Text(row.details, "dim", overflow="fold"), (0, 0, 0, 2))
+
+    def _table(self, bar_width: int) -> Table:
+        table = Table(box=None, pad_edge=False)
+        table.add_column("STEP", no_wrap=True)
+        table.add_column("AT", no_wrap=True, justify="right")
+        table.add_column("TOOK", no_wrap=True, justify="right")
+        table.add_column("", no_wrap=True, width=bar_width)
+        table.add_column("DETAILS", overflow="fold")  # a long model id is one word: folded, never cut
+        for row in timeline_rows(self.steps, bar_width):
+            table.add_row(row.label, ms(row.at_ms), ms(row.took_ms), _timeline_bar(row), row.details)
+        return table
+
+
+def timeline(steps: list[trace.Step]) -> Timeline:
+    """A request's timeline as the TUI and `spark log ID` draw it (see `Timeline`)."""
+    return Timeline(steps)
+
+
+def _timeline_bar(row: TimelineRow) -> Text:
+    return Text(" " * row.start) + Text("█" * (row.end - row.start), "red" if row.failed else "cyan")
 
 
 def content(zero_retention: bool, kept: dict[str, Any] | None) -> RenderableType:

@@ -60,12 +60,19 @@ class NavBar(Static):
 
 class Table(DataTable[str | Text]):
     """A read-only table that fits its width: the `flex` columns (the first by default) share what the
-    others leave and long names in them end with `…`; the cursor stays on its row when rows are replaced."""
+    others leave, by weight (`{"ERROR": 2, "MODEL": 1}`: the error takes twice the model's room until the
+    model is whole), and long values in them end with `…` (Enter shows the row in full); the widths are
+    worked out again whenever the rows or the table's width change; the cursor stays on its row when
+    rows are replaced."""
 
-    def __init__(self, *columns: str, flex: str | tuple[str, ...] | None = None, id: str | None = None) -> None:
+    def __init__(
+        self, *columns: str, flex: str | tuple[str, ...] | dict[str, int] | None = None, id: str | None = None
+    ) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
         self._columns = columns
-        self._flex = (flex,) if isinstance(flex, str) else flex or (columns[0],)
+        if flex is None or isinstance(flex, str):
+            flex = {flex or columns[0]: 1}
+        self._flex = dict.fromkeys(flex, 1) if isinstance(flex, tuple) else flex
         self._rows: list[tuple[str, list[str | Text]]] = []
 
     def on_mount(self) -> None:
@@ -82,6 +89,11 @@ class Table(DataTable[str | Text]):
             return None
         return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
 
+    def full_row(self, key: str) -> list[tuple[str, str | Text]]:
+        """The row `key` as it was given, before any cell was cut to fit: (column, cell) pairs."""
+        cells = next((cells for k, cells in self._rows if k == key), [])
+        return list(zip(self._columns, cells, strict=False))
+
     def replace_rows(self, rows: list[tuple[str, list[str | Text]]], *, force: bool = False) -> None:
         """Show `rows` (key, cells), the cursor staying on its row when that row is still there.
         The same rows again change nothing (an idle screen then costs no drawing)."""
@@ -92,6 +104,10 @@ class Table(DataTable[str | Text]):
             return  # not mounted yet: on_mount draws them
         keep = self.selected_key()
         self.clear()
+        # DataTable only ever widens a column to its widest cell, clear() included: measured from the new
+        # rows alone, a column narrows again (after a resize to fewer columns, or when long values go)
+        for column in self.columns.values():
+            column.content_width = column.label.cell_len
         rooms = self._flex_widths([cells for _, cells in rows])
         for key, cells in rows:
             fitted = list(cells)
@@ -107,17 +123,23 @@ class Table(DataTable[str | Text]):
 
     def _flex_widths(self, rows: list[list[str | Text]]) -> dict[int, int]:
         """What each flex column may take (by index): the table's width less the other columns and their
-        padding, shared out narrowest first (one that needs less than its share leaves the rest to the others)."""
-        flex = [self._columns.index(name) for name in self._flex]
+        padding, shared out by weight: each column gets a cell in turn, the one with the least room for its
+        weight first, until the room is used or each is whole (one that needs less leaves the rest to the
+        others). Each keeps at least a few cells, even where the columns then overflow a tiny terminal."""
+        flex = {self._columns.index(name): weight for name, weight in self._flex.items()}
         natural = {i: max([len(name), *(_width(r[i]) for r in rows)]) for i, name in enumerate(self._columns)}
         padding = 2 * self.cell_padding * len(self._columns) + 1  # and the vertical scrollbar
         room = self.size.width - padding - sum(w for i, w in natural.items() if i not in flex)
         least = 12 if len(flex) == 1 else 8
-        widths = {}
-        for n, i in enumerate(sorted(flex, key=natural.__getitem__)):
-            share = min(natural[i], room // (len(flex) - n)) if n < len(flex) - 1 else room
-            widths[i] = max(len(self._columns[i]), least, share)
-            room -= share
+        widths = {i: min(natural[i], max(len(self._columns[i]), least)) for i in flex}
+        room -= sum(widths.values())
+        while room > 0:
+            growing = [i for i in flex if widths[i] < natural[i]]
+            if not growing:
+                break
+            narrowest = min(growing, key=lambda i: widths[i] / flex[i])  # the first of equals: `flex`'s order
+            widths[narrowest] += 1
+            room -= 1
         return widths
 
 

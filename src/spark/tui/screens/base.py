@@ -9,11 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import DataTable, Footer, Input
 
 from spark.tui.client import AdminAPI, APIError
-from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog
-from spark.tui.widgets import NavBar, StatusLine
+from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog, RowDialog
+from spark.tui.widgets import NavBar, StatusLine, Table
 
 if TYPE_CHECKING:
     from spark.tui.app import SparkApp
@@ -28,7 +28,10 @@ class View(Screen[None]):
 
     MODE: ClassVar[str] = ""
     FILTER_HINT: ClassVar[str] = ""  # what `/` filters by; empty: the view has no filter
-    KEYS_HELP: ClassVar[tuple[tuple[str, str], ...]] = (("↑↓ PgUp PgDn", "Move in the table"),)  # keys `?` adds
+    KEYS_HELP: ClassVar[tuple[tuple[str, str], ...]] = (  # keys `?` adds
+        ("↑↓ PgUp PgDn", "Move in the table"),
+        ("Enter", "The row in full"),
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter", key_display="/"),
         # Tab switches screens here, as in k9s; dialogs keep Tab for moving between their fields
@@ -45,11 +48,16 @@ class View(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
-        yield NavBar(self.MODE)
+        yield NavBar(self.tab)
         yield from self.body()
         if self.FILTER_HINT:
             yield Input(placeholder=self.FILTER_HINT, id="filter")
         yield Footer(compact=True, show_command_palette=False)
+
+    @property
+    def tab(self) -> str:
+        """The tab highlighted while the view is shown."""
+        return self.MODE
 
     def body(self) -> ComposeResult:
         """The view's own widgets."""
@@ -83,6 +91,15 @@ class View(Screen[None]):
     def on_screen_resume(self) -> None:
         self.spark.show_status(self)
         self.spark.refresh_now()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if isinstance(event.data_table, Table) and event.row_key.value is not None:
+            event.stop()
+            self.open_row(event.data_table, event.row_key.value)
+
+    def open_row(self, table: Table, key: str) -> None:
+        """Enter on a row of `table`: the row in full (a table cuts what does not fit its width)."""
+        self.spark.push_screen(RowDialog(str(table.border_title or ""), table.full_row(key)))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "filter":

@@ -1,9 +1,10 @@
-"""Modal dialogs: the bindings (`?`), a question, a line to type, a secret shown once."""
+"""Modal dialogs: the bindings (`?`), a question, a line to type, a secret shown once, a row in full."""
 
 from __future__ import annotations
 
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -116,3 +117,25 @@ class SecretDialog(Dialog[None]):
             yield Label(self.title_text)
             yield Static(Text(self.secret, "bold"), id="secret")
             yield Label("[yellow]Copy it now: it is not shown again.[/] [dim]Enter closes[/]")
+
+
+class RowDialog(Dialog[None]):
+    """A table's row in full (Enter on it): each column's whole value, where the table had to cut some."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [*_MODAL_BINDINGS, Binding("enter", "dismiss_none", "Close")]
+
+    def __init__(self, title: str, row: list[tuple[str, str | Text]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.row = row
+
+    def compose(self) -> ComposeResult:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")  # an id is one long word: folded, never cut
+        for column, value in self.row:
+            grid.add_row(column, value)
+        with VerticalScroll(classes="dialog"):
+            yield Label(Text(self.title_text, "bold"))
+            yield Static(grid, id="row-detail")
+            yield Label("[dim]Enter or Escape closes[/]")

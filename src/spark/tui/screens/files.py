@@ -32,8 +32,10 @@ class FilesView(View):
         self.files: dict[str, wire.File] = {}  # those listed, by id: what `d` acts on
 
     def body(self) -> ComposeResult:
-        # ids and names can be long: at 80 columns both give way (ending in `…`) so the rest fits
-        files = Table("FILE", "NAME", "KEY", "PURPOSE", "TYPE", "SIZE", "UPLOADED", flex=("FILE", "NAME"), id="files")
+        # ids and names can be long: at 80 columns both give way (ending in `…`; Enter shows the row in full)
+        # so the rest fits; the id, what one acts on, takes twice the name's room until it is whole
+        columns = ("FILE", "NAME", "KEY", "PURPOSE", "TYPE", "SIZE", "UPLOADED")
+        files = Table(*columns, flex={"FILE": 2, "NAME": 1}, id="files")
         files.border_title = "Files"
         yield files
         yield Static(id="empty", classes="hint")

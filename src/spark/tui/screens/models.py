@@ -43,7 +43,8 @@ class ModelsView(View):
         models = Table("MODEL", "ARCH", "QUANT", "SIZE", "CTX", "LOADED", id="models")
         models.border_title = "Library"
         yield models
-        pulls = Table("PULL", "PROGRESS", "STATE", "RATE", "ETA", id="pulls")
+        # a failed pull's STATE is its error: it shares the room with the name (Enter shows it in full)
+        pulls = Table("PULL", "PROGRESS", "STATE", "RATE", "ETA", flex=("PULL", "STATE"), id="pulls")
         pulls.border_title = "Pulls"
         yield pulls
         yield Static(id="empty", classes="hint")
@@ -169,7 +170,7 @@ def _model_cells(m: wire.Model) -> list[str | Text]:
 
 
 def _pull_cells(j: wire.PullJob) -> list[str | Text]:
-    state = Text(j.error[:40], "red") if j.error else text.state(j.state)
+    state = Text(j.error, "red") if j.error else text.state(j.state)
     rate = f"{text.size(int(j.rate))}/s" if j.rate else "-"
     eta = f"{j.eta_seconds:.0f}s" if j.eta_seconds is not None and j.state in RUNNING else "-"
     name = f"{j.spec} (LoRA for {j.attach_to})" if j.attach_to else j.model or j.spec

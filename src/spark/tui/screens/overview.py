@@ -12,14 +12,15 @@ from textual.widgets import Static
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
 from spark.tui.screens.base import View
+from spark.tui.screens.request import RequestView
 from spark.tui.widgets import ActivityPanel, MemoryPanel, Table, set_text
 
 LAST_ERRORS = 5
-MODEL_WIDTH = 20  # in the errors table, where the error message takes the room
 
 
 class OverviewView(View):
     MODE = "overview"
+    KEYS_HELP = (View.KEYS_HELP[0], ("Enter", "The row in full; on an error, its request"))
 
     def body(self) -> ComposeResult:
         runners = Table("MODEL", "STATE", "DEV", "MEMORY", "SLOTS", "Q", "TOK/S", "UNLOADS", id="runners")
@@ -32,7 +33,8 @@ class OverviewView(View):
             activity = ActivityPanel(id="activity")
             activity.border_title = "Activity"
             yield activity
-        errors = Table("TIME", "MODEL", "ERROR", flex="ERROR", id="errors")
+        # the error takes twice the model's room until the model is whole; Enter opens the request
+        errors = Table("TIME", "MODEL", "ERROR", flex={"ERROR": 2, "MODEL": 1}, id="errors")
         errors.border_title = "Last errors"
         yield errors
         yield Static(id="empty", classes="hint")
@@ -52,6 +54,12 @@ class OverviewView(View):
             "" if runners else "No model is loaded: load one on the Models screen (3, then l).",
         )
 
+    def open_row(self, table: Table, key: str) -> None:
+        if table.id == "errors":  # the whole error, with the request's timeline
+            self.spark.push_screen(RequestView(key, tab=self.MODE))
+        else:
+            super().open_row(table, key)
+
 
 def _runner_cells(r: wire.Runner) -> list[str | Text]:
     slots = f"{r.slots_busy}/{r.n_parallel}"
@@ -68,6 +76,4 @@ def _runner_cells(r: wire.Runner) -> list[str | Text]:
 
 
 def _error_cells(r: wire.RequestRow, now: float) -> list[str | Text]:
-    model = r.model or "-"
-    model = model if len(model) <= MODEL_WIDTH else model[: MODEL_WIDTH - 1] + "…"
-    return [text.clock(r.started_at, now), model, text.status(r) + Text(f" {r.error_message or ''}")]
+    return [text.clock(r.started_at, now), r.model or "-", text.status(r) + Text(f" {r.error_message or ''}")]

@@ -15,17 +15,20 @@ from spark.tui import text, wire
 from spark.tui.client import AdminAPI, APIError
 from spark.tui.screens.base import View
 
-BAR_WIDTH = 24
-
 
 class RequestView(View):
     MODE = "requests"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,backspace", "app.pop_screen", "Back")]
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(self, request_id: str, tab: str = MODE) -> None:
         super().__init__()
         self.request_id = request_id
+        self._tab = tab  # the view it was opened from (Requests, or the Overview's last errors)
         self.record: wire.RequestDetail | None = None
+
+    @property
+    def tab(self) -> str:
+        return self._tab
 
     def body(self) -> ComposeResult:
         with VerticalScroll(id="request"):
@@ -54,7 +57,7 @@ def request_view(record: wire.RequestDetail, now: float) -> Group:
     parts += [
         Text(text.totals(record), "dim"),
         Text(""),
-        text.waterfall(record.timeline, record.duration_ms, BAR_WIDTH),
+        text.timeline(record.timeline),
         Text(""),
         text.content(record.zero_retention, record.content),
     ]

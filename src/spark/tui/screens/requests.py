@@ -7,9 +7,8 @@ bare word is a model); Enter opens a request's timeline.
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from spark.trace import ms
 from spark.tui import text, wire
@@ -42,7 +41,7 @@ def parse_filter(line: str) -> dict[str, str]:
 class RequestsView(View):
     MODE = "requests"
     FILTER_HINT = "filter: model:NAME key:NAME status:ok|error|400 (Enter applies, empty clears)"
-    KEYS_HELP = (*View.KEYS_HELP, ("Enter", "The request's timeline and content"))
+    KEYS_HELP = (View.KEYS_HELP[0], ("Enter", "The request's timeline and content"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -133,13 +132,7 @@ class RequestsView(View):
                 table.update_cell(row, "TOOK", ms((now - r.started_at) * 1000))
                 table.update_cell(row, "TTFT", ms(r.ttft_ms) if r.ttft_ms is not None else "…")
 
-    @on(DataTable.RowSelected)
-    def _selected(self, event: DataTable.RowSelected) -> None:
-        self._open(event.row_key.value)
-
-    def _open(self, key: str | None) -> None:
-        if key is None:
-            return
+    def open_row(self, table: Table, key: str) -> None:
         if key.startswith(LIVE):
             self.spark.notify("Still running: its timeline is written when it ends.")
             return
