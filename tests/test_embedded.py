@@ -77,6 +77,28 @@ def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
         sp.detokenize(model, [10**6])
     with pytest.raises(InvalidRequest, match="fill-in-the-middle"):
         sp.complete(model, "def f():", suffix="return 1")  # this model has no FIM tokens
+    for messages, param in (
+        (5, "messages"),
+        (["hi"], "messages[0]"),
+        ([{"role": "user", "content": 3}], "messages[0]"),
+    ):
+        with pytest.raises(InvalidRequest) as bad:
+            sp.chat(model, messages)  # type: ignore[arg-type]
+        assert bad.value.param == param
+    with pytest.raises(InvalidRequest) as huge:
+        sp.chat(model, "hi", seed=10**20)  # more than a 64-bit number cannot reach the runner
+    assert huge.value.param == "seed"
+    with pytest.raises(InvalidRequest) as typed:
+        sp.chat(model, "hi", temperature="hot")
+    assert typed.value.param == "temperature"
+
+
+def test_a_closed_spark_says_so_at_once(tiny_llama: Path) -> None:
+    with spark.Spark() as s:
+        model = s.library.add_local(tiny_llama).id
+    for use in (lambda: s.chat(model, "hi"), lambda: list(s.stream(model, "hi")), lambda: s.tokenize(model, "hi")):
+        with pytest.raises(RuntimeError, match="closed"):
+            use()  # before, it waited for ever on a loop that was gone
 
 
 def test_closing_a_stream_early_cancels_it(sp: spark.Spark, tiny_llama: Path) -> None:

@@ -49,10 +49,26 @@ def to_messages(messages: MessagesLike) -> list[Message]:
     """A prompt string or a list of Message / OpenAI-style dicts, as Messages."""
     if isinstance(messages, str):
         return [Message(role="user", content=messages)]
-    try:
-        return [m if isinstance(m, Message) else msgspec.convert(dict(m), Message) for m in messages]
-    except msgspec.ValidationError as e:
-        raise InvalidRequest(f"messages: {e}", param="messages") from None
+    if not isinstance(messages, Sequence):
+        raise InvalidRequest(
+            f"messages must be a prompt (str) or a list of messages, not {type(messages).__name__}", param="messages"
+        )
+    out = []
+    for i, m in enumerate(messages):
+        if isinstance(m, Message):
+            out.append(m)
+            continue
+        if not isinstance(m, Mapping):
+            raise InvalidRequest(
+                f"messages[{i}] must be a Message or a dict such as {{'role': 'user', 'content': 'hi'}}, "
+                f"not {type(m).__name__}",
+                param=f"messages[{i}]",
+            )
+        try:
+            out.append(msgspec.convert(dict(m), Message))
+        except msgspec.ValidationError as e:
+            raise InvalidRequest(f"messages[{i}]: {e}", param=f"messages[{i}]") from None
+    return out
 
 
 def to_sampling(options: Mapping[str, Any]) -> SamplingParams:
@@ -61,13 +77,17 @@ def to_sampling(options: Mapping[str, Any]) -> SamplingParams:
     if unknown:
         name = sorted(unknown)[0]
         raise InvalidRequest(f"unknown sampling option '{name}'", param=name)
+    seed = options.get("seed")
+    if isinstance(seed, int) and not -(2**63) <= seed < 2**64:  # as the HTTP APIs take it
+        raise InvalidRequest(f"seed must be a 64-bit number, not {seed}", param="seed")
     stop = options.get("stop")
     if isinstance(stop, str):
         options = {**options, "stop": [stop]}
     try:
         return msgspec.convert(dict(options), SamplingParams)
-    except msgspec.ValidationError as e:
-        raise InvalidRequest(f"sampling options: {e}") from None
+    except msgspec.ValidationError as e:  # e.g. "Expected `float`, got `str` - at `$.temperature`"
+        param = str(e).rpartition("at `$.")[2].rstrip("`").split("[")[0] or None
+        raise InvalidRequest(f"sampling options: {e}", param=param) from None
 
 
 def _checked_logprobs(n: int | None) -> int | None:
@@ -83,6 +103,7 @@ class Spark:
         self.settings = settings if settings is not None else load_settings(**overrides)
         self.library = Library(self.settings)
         self._loop = asyncio.new_event_loop()
+        self._stopped = False  # the loop is stopped (by close): nothing submitted would ever run
         self._thread = threading.Thread(target=self._loop.run_forever, name="spark-loop", daemon=True)
         self._thread.start()
         self.scheduler: Scheduler = self._call(self._make_scheduler())
@@ -92,7 +113,14 @@ class Spark:
         return Scheduler(self.settings, self.library)
 
     def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._submit(coro).result()
+
+    def _submit(self, coro: Any) -> Future[Any]:
+        """`coro` run on the background loop; `RuntimeError` once this Spark is closed (its loop is gone)."""
+        if self._stopped:
+            coro.close()
+            raise RuntimeError("This Spark is closed: make another one (`with spark.Spark() as s:`).")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     # --- generation -----------------------------------------------------------
     def events(self, request: Request) -> Generator[Event, None, None]:
@@ -108,7 +136,7 @@ class Spark:
             finally:
                 out.put(None)
 
-        task: Future[None] = asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        task: Future[None] = self._submit(pump())
         try:
             while (item := out.get()) is not None:
                 if isinstance(item, asyncio.CancelledError):
@@ -216,6 +244,7 @@ class Spark:
         try:
             self._call(self.scheduler.close())
         finally:
+            self._stopped = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
 
