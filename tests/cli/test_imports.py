@@ -21,3 +21,15 @@ def test_the_cli_starts_without_the_servers_frameworks(spark_home: Path) -> None
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_folder_the_system_refuses_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    home = tmp_path / "a-file"
+    home.write_text("not a folder")
+    env = {"PATH": "/usr/bin:/bin", "SPARK_HOME": str(home), "COLUMNS": "80"}
+    code = "from spark.cli import main; import sys; sys.argv = ['spark', 'ls']; main()"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (
+        f"Error: Not a directory: {home}/data/models (check SPARK_HOME and the folders' permissions)"
+    )

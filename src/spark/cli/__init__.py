@@ -14,11 +14,17 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Console-script entry point: typed errors become one clear line, exit code 1."""
+    """Console-script entry point: typed errors, and a folder or file the system refuses (a
+    SPARK_HOME that is a file, a disk that is read-only), become one clear line, exit code 1."""
     from rich.console import Console
 
     try:
         app()
-    except SparkError as e:
-        Console(stderr=True).print(f"[red]Error:[/red] {e.message}", highlight=False)
+    except (SparkError, OSError) as e:
+        if isinstance(e, SparkError):
+            message = e.message
+        else:
+            where = f": {e.filename}" if e.filename else ""
+            message = f"{e.strerror or e}{where} (check SPARK_HOME and the folders' permissions)"
+        Console(stderr=True).print(f"[red]Error:[/red] {message}", highlight=False, soft_wrap=True)
         sys.exit(1)
