@@ -453,7 +453,9 @@ _FIELDS: dict[str, Field] | None = None
 
 
 def _where(source: str, text: str) -> str:
-    return f"{source}: {text}" if source else text
+    """`text` after where the value was set (a file, a variable); a default or an option the user just
+    typed needs no saying."""
+    return f"{source}: {text}" if source and source not in ("default", "argument") else text
 
 
 def convert(field: Field, raw: Any, source: str = "") -> Any:
