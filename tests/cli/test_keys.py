@@ -92,6 +92,17 @@ def test_rename_keeps_the_key_and_its_use() -> None:
     assert "old-name" not in listing
 
 
+def test_list_fits_80_columns_with_whole_prefixes() -> None:
+    for name in ("laptop-of-someone", "ci"):
+        assert spark("keys", "create", name).exit_code == 0
+    lines = runner.invoke(app, ["keys", "list"], env={"COLUMNS": "80"}).output.splitlines()
+    assert len(lines) == 3 and all(len(line) <= 80 for line in lines), lines  # a line a key, none wrapped
+    prefixes = [line.split()[1] for line in lines[1:]]
+    assert all(len(p) > len("sk-spark-…") for p in prefixes) and len(set(prefixes)) == 2  # told apart
+    for name in ("laptop-of-someone", "ci"):
+        spark("keys", "revoke", name)
+
+
 def test_help_says_the_keys_are_local() -> None:
     assert "local database" in spark("keys", "--help").output
     assert "server" in spark("ps", "--help").output and "server" in spark("stop", "--help").output

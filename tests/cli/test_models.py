@@ -44,6 +44,17 @@ def test_ls_rows_fit_an_80_column_terminal() -> None:
     assert row.split()[-1] == "bundled" and len(out.output.splitlines()) == 2, out.output
 
 
+def test_ls_cuts_a_local_files_path_to_fit_80_columns(tiny_llama: Path, tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "rather" / "long" / "folder" / "of" / "models" / "tiny-llama-chatml.gguf"
+    deep.parent.mkdir(parents=True)
+    deep.write_bytes(tiny_llama.read_bytes())
+    assert spark("pull", str(deep)).exit_code == 0
+    lines = runner.invoke(app, ["ls"], env={"COLUMNS": "80"}).output.splitlines()
+    assert len(lines) == 3 and all(len(line) <= 80 for line in lines), lines  # a line a model: nothing folded
+    assert lines[2].startswith("tiny-llama-chatml ") and lines[2].rstrip().endswith("…")
+    assert spark("rm", "tiny-llama-chatml", "-y").exit_code == 0
+
+
 def test_show_lists_the_bundled_models_sampling_defaults() -> None:
     out = spark("show", BUNDLED_ID)
     assert out.exit_code == 0, out.output
@@ -58,7 +69,7 @@ def test_pull_show_rm_round_trip(fake_hub: FakeHub) -> None:
     assert "Added tinyllama-q4_k_m" in out.output
 
     listing = spark("ls").output
-    assert "tinyllama-q4_k_m" in listing and "hf:tiny/TinyLlama-GGUF " in listing
+    assert "tinyllama-q4_k_m" in listing and "hf:tiny/TinyLlama-GGUF" in listing.split()  # the repo, not the file
 
     shown = spark("show", "TinyLlama-Q4_K_M")
     assert shown.exit_code == 0, shown.output
@@ -184,7 +195,7 @@ def test_cp_copies_a_model_under_another_id_and_rm_says_its_files_stay(tiny_llam
     assert "Copied tiny-llama-chatml to claude-haiku" in spark("cp", "tiny-llama-chatml", "Claude-Haiku").output
     assert "claude-haiku" in spark("ls").output
     asked = spark("rm", "tiny-llama-chatml", input="n\n").output
-    assert "Remove tiny-llama-chatml from the library (its files stay: claude-haiku use them)?" in asked
+    assert "Remove tiny-llama-chatml from the library (its files stay: claude-haiku uses them)?" in asked
     assert "Kept tiny-llama-chatml" in asked
     assert "Removed claude-haiku" in spark("rm", "claude-haiku", "-y").output
     assert "Delete tiny-llama-chatml" in spark("rm", "tiny-llama-chatml", input="y\n").output

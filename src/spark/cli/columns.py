@@ -43,6 +43,21 @@ def fitting_table(
     return table
 
 
+def rows_table(
+    rows: Sequence[Mapping[str, str]], drop_first: Sequence[str], width: int, *, cut: Mapping[str, int] | None = None
+) -> Table:
+    """`fitting_table` of `rows` (column name -> text, every row the same names), each column as
+    wide as its header and texts: whole, but for the columns in `cut`, which may be cut down to that
+    many cells (a path, a message) before any column is left out."""
+    cut = cut or {}
+    widths = {name: max(len(name), *(len(row[name]) for row in rows)) for name in rows[0]} if rows else {}
+    columns = [(name, min(size, max(len(name), cut.get(name, size))), size) for name, size in widths.items()]
+    table = fitting_table(columns, drop_first, width, grow_first=tuple(cut))
+    for row in rows:
+        add_row(table, row)
+    return table
+
+
 def add_row(table: Table, values: Mapping[str, RenderableType]) -> None:
     """Add a row from `values` by column name (values of columns left out are dropped)."""
     table.add_row(*(values[str(column.header)] for column in table.columns))

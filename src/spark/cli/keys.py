@@ -12,8 +12,8 @@ from datetime import datetime
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from spark.cli.columns import rows_table
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.keys import KeyTable
@@ -68,20 +68,21 @@ def list_keys() -> None:
         console.print("No API keys yet. Create one with `spark keys create NAME`.", highlight=False)
         return
     usage = RequestTable(db).usage_by_key(time.time() - DAY_SECONDS)
-    table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "KEY", "CREATED", "LAST USED", "REQUESTS 24H", "TOKENS 24H", "ZERO RETENTION"):
-        table.add_column(column)
+    rows = []
     for key in keys:
         used = usage.get(key.name)
-        table.add_row(
-            key.name,
-            key.prefix + "…",
-            _when(key.created_at),
-            _when(key.last_used_at),
-            str(used.requests if used else 0),
-            str(used.prompt_tokens + used.completion_tokens if used else 0),
-            "yes" if key.zero_retention else "no",
+        rows.append(
+            {
+                "NAME": key.name,
+                "KEY": key.prefix + "…",
+                "CREATED": _when(key.created_at),
+                "LAST USED": _when(key.last_used_at),
+                "REQUESTS 24H": str(used.requests if used else 0),
+                "TOKENS 24H": str(used.prompt_tokens + used.completion_tokens if used else 0),
+                "ZERO RETENTION": "yes" if key.zero_retention else "no",
+            }
         )
+    table = rows_table(rows, ("ZERO RETENTION", "CREATED", "TOKENS 24H", "REQUESTS 24H"), console.width)
     console.print(table, highlight=False)
 
 

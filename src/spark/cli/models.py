@@ -22,6 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from spark.cli.columns import rows_table
 from spark.errors import DownloadError, ModelNotFound, SparkError
 from spark.library import DownloadProgress, Hub, HubSpec, Library, ModelEntry, PullPlan, parse_pull_spec, pull_adapter
 from spark.library import pull as pull_model
@@ -59,6 +60,16 @@ def format_count(n: int | None) -> str:
             value = n / size
             return f"{value:.0f}{unit}" if value >= 100 or value == int(value) else f"{value:.1f}{unit}"
     return str(n)
+
+
+def _kind(e: ModelEntry) -> str:
+    """What kind of model `e` is, where not a chat model: " (reranker)", " (embedding)", " (vision)"."""
+    kinds = (
+        (e.info.is_reranker, " (reranker)"),
+        (e.info.is_embedding, " (embedding)"),
+        (e.info.has_vision, " (vision)"),
+    )
+    return next((label for flag, label in kinds if flag), "")
 
 
 def _short_source(source: str) -> str:
@@ -260,24 +271,19 @@ def list_models(
     if not entries:
         console.print("No models installed. Get one with: spark pull org/repo")
         return
-    table = Table("id", "size", "quant", "params", "context", "source", box=None)
-    table.columns[0].no_wrap = True
-    table.columns[5].overflow = "fold"
-    for e in entries:
-        kinds = (
-            (e.info.is_reranker, " (reranker)"),
-            (e.info.is_embedding, " (embedding)"),
-            (e.info.has_vision, " (vision)"),
-        )
-        kind = next((label for flag, label in kinds if flag), "")
-        table.add_row(
-            e.id + kind + (" (+LoRA)" if e.lora else ""),
-            format_bytes(e.size_bytes),
-            e.info.quantization,
-            format_count(e.info.parameter_count),
-            f"{e.info.context_length:,}" if e.info.context_length else "-",
-            _short_source(e.source),
-        )
+    rows = [
+        {
+            "ID": e.id + _kind(e) + (" (+LoRA)" if e.lora else ""),
+            "SIZE": format_bytes(e.size_bytes),
+            "QUANT": e.info.quantization,
+            "PARAMS": format_count(e.info.parameter_count),
+            "CONTEXT": f"{e.info.context_length:,}" if e.info.context_length else "-",
+            "SOURCE": _short_source(e.source),
+        }
+        for e in entries
+    ]
+    # a local file's path is cut first (the id says which file), then the least telling columns go
+    table = rows_table(rows, ("PARAMS", "CONTEXT", "QUANT"), console.width, cut={"SOURCE": 24})
     console.print(table)
 
 
@@ -422,7 +428,8 @@ def rm(
         entries = [get_installed(lib, m) for m in model]  # every id checked before anything is removed
         for e in entries:
             if sharing := lib.sharing(e.id):
-                what = f"remove {e.id} from the library (its files stay: {', '.join(sharing)} use them)"
+                users = f"{', '.join(sharing)} {'uses' if len(sharing) == 1 else 'use'}"
+                what = f"remove {e.id} from the library (its files stay: {users} them)"
             elif e.owned:
                 what = f"delete {e.id} ({format_bytes(e.size_bytes)} in {Path(e.path).parent})"
             else:

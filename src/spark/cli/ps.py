@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spark.cli.columns import add_row, fitting_table
+from spark.cli.columns import rows_table
 from spark.cli.models import get_installed
 from spark.errors import SparkError
 from spark.library import Library
@@ -140,12 +140,7 @@ def runners_table(states: list[RunnerState], width: int) -> Table:
         }
         for s in states
     ]
-    widths = {name: max(len(name), *(len(row[name]) for row in rows)) for name in rows[0]} if rows else {}
-    columns = [(name, size, size) for name, size in widths.items()]
-    table = fitting_table(columns, ("ESTIMATE", "QUEUE", "IDLE", "DEVICE"), width)
-    for row in rows:
-        add_row(table, row)
-    return table
+    return rows_table(rows, ("ESTIMATE", "QUEUE", "IDLE", "DEVICE"), width)
 
 
 def ps() -> None:
