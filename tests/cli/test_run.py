@@ -11,6 +11,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from spark.cli.run import HELP
 from spark.library import Library
 from spark.settings import load_settings
 from tiny_pdf import make_pdf
@@ -59,6 +60,16 @@ def test_unknown_model_is_one_clear_line() -> None:
     assert out.returncode == 1
     assert "model 'no-such-model' is not installed" in out.stderr
     assert "Traceback" not in out.stderr
+    near = spark_cmd("run", "smollm2", "hi")  # as `spark show` and the others: the id it may mean
+    assert near.returncode == 1 and "did you mean smollm2-135m-instruct-q4_1?" in near.stderr
+
+
+def test_nothing_piped_and_no_prompt_is_an_error_not_a_chat(tiny_model: str) -> None:
+    out = spark_cmd("run", tiny_model, input="\n")
+    assert out.returncode == 1 and out.stdout == "" and ">>>" not in out.stderr
+    assert "nothing to answer" in out.stderr
+    huge = spark_cmd("run", tiny_model, "hi", "--seed", str(10**20))
+    assert huge.returncode == 1 and "seed must be a 64-bit number" in huge.stderr and "Traceback" not in huge.stderr
 
 
 def _repl(model: str) -> pexpect.spawn:
@@ -81,6 +92,7 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
     child.sendline("/?")
     child.expect_exact("/set parameter")
     child.expect_exact(">>> ")
+    assert max(len(line) for line in HELP.splitlines()) <= 80  # fits the terminal it is read in
     child.sendline("/set parameter num_predict 6")
     child.expect_exact("Set parameter 'num_predict' to '6'.")
     child.sendline("/set parameter bogus 1")
@@ -112,6 +124,14 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
     child.expect_exact("Cleared the conversation.")
     child.sendline("/nonsense")
     child.expect_exact("Unknown command")
+    child.sendline("/set")  # known commands alone say how they are used
+    child.expect_exact("Usage: /set parameter NAME VALUE")
+    child.sendline("/show")
+    child.expect_exact("Usage: /show info | parameters | system")
+    child.sendline("/set parameter num_predict")  # the name alone: the model's default again
+    child.expect_exact("Parameter 'num_predict' is the model's default again.")
+    child.sendline("/show parameters")
+    child.expect_exact("(defaults)")
     child.expect_exact(">>> ")  # readline has the terminal: a Ctrl-D typed before would be lost
     child.sendeof()
     child.expect(pexpect.EOF)

@@ -11,8 +11,9 @@ import typer
 from rich.console import Console
 
 from spark.api.documents import PDF_MAGIC, pdf_text
+from spark.cli.models import get_installed
 from spark.embedded import Spark, to_sampling
-from spark.errors import ModelNotFound, SparkError
+from spark.errors import SparkError
 from spark.settings import load_settings
 from spark.types import ChatRequest, Done, Message, SlotInfo, TextDelta
 
@@ -47,12 +48,16 @@ PARAMETERS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 HELP = """Available commands:
-  /set parameter NAME VALUE   set a sampling parameter (temperature, top_p, top_k, min_p, seed,
-                              num_predict, repeat_penalty, repeat_last_n, presence_penalty,
-                              frequency_penalty, dry_multiplier, dry_base, dry_allowed_length,
-                              dry_penalty_last_n, typical_p, top_n_sigma, xtc_probability,
-                              xtc_threshold, dynatemp_range, dynatemp_exponent, mirostat,
-                              mirostat_tau, mirostat_eta, stop)
+  /set parameter NAME VALUE   set a sampling parameter (NAME alone: back to
+                              the model's default); NAME is one of:
+                              temperature, top_p, top_k, min_p, seed,
+                              num_predict, repeat_penalty, repeat_last_n,
+                              presence_penalty, frequency_penalty,
+                              dry_multiplier, dry_base, dry_allowed_length,
+                              dry_penalty_last_n, typical_p, top_n_sigma,
+                              xtc_probability, xtc_threshold, dynatemp_range,
+                              dynatemp_exponent, mirostat, mirostat_tau,
+                              mirostat_eta, stop (each adds a stop string)
   /set system TEXT            set the system message
   /set verbose | quiet        show or hide timing after each answer
   /show info | parameters | system
@@ -117,25 +122,30 @@ class Repl:
         elif name == "/clear":
             self.history.clear()
             self.console.print("Cleared the conversation.")
-        elif name == "/set" and len(words) >= 2:
+        elif name == "/set":
             self._set(words[1:])
-        elif name == "/show" and len(words) >= 2:
-            self._show(words[1])
+        elif name == "/show":
+            self._show(words[1] if len(words) >= 2 else "")
         else:
             self.console.print(f"Unknown command '{line}'. Type /? for help.", markup=False)
         return None
 
     def _set(self, words: list[str]) -> None:
-        what = words[0].lower()
+        what = words[0].lower() if words else ""
         if what == "system" and len(words) >= 2:
             self.system = " ".join(words[1:])
             self.console.print("Set the system message.")
-        elif what == "parameter" and len(words) == 3:
-            key, value = words[1].lower(), words[2]
+        elif what == "parameter" and len(words) >= 2:
+            key = words[1].lower()
             if key not in PARAMETERS:
                 self.console.print(f"Unknown parameter '{key}'. Known: {', '.join(PARAMETERS)}", markup=False)
                 return
             field, kind = PARAMETERS[key]
+            if len(words) == 2:  # the parameter alone: back to the model's own
+                self.options.pop(field, None)
+                self.console.print(f"Parameter '{key}' is the model's default again.", markup=False)
+                return
+            value = words[2]
             try:
                 parsed = kind(value)
             except ValueError:
@@ -245,16 +255,13 @@ def run(
     if not sys.stdin.isatty():
         piped = _piped_text(sys.stdin.buffer.read())
         text = f"{text}\n\n{piped}".strip() if text else piped.strip()
+        if not text:  # no chat can be read from a pipe either
+            raise SparkError("nothing to answer: no prompt, and the input piped in is empty")
     options = {
         k: v for k, v in (("temperature", temperature), ("seed", seed), ("max_tokens", max_tokens)) if v is not None
     }
     with Spark(settings) as spark:
-        try:
-            spark.library.get(model)
-        except ModelNotFound:
-            raise SparkError(
-                f"model '{model}' is not installed (see `spark ls`, or get it with `spark pull`)"
-            ) from None
+        get_installed(spark.library, model)  # else the error says which model was meant, as other commands'
         repl = Repl(spark, model, console)
         repl.system, repl.options, repl.verbose = system, options, verbose
         if text:
