@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from spark.cli.columns import rows_table
-from spark.errors import DownloadError, ModelNotFound, SparkError
+from spark.errors import DownloadError, InvalidRequest, ModelNotFound, SparkError
 from spark.library import DownloadProgress, Hub, HubSpec, Library, ModelEntry, PullPlan, parse_pull_spec, pull_adapter
 from spark.library import pull as pull_model
 from spark.library.jobs import FINISHED_STATES, PullJob
@@ -396,7 +396,7 @@ def detach(
     with Library(load_settings()) as lib:
         entry, paths = lib.detach_adapters(get_installed(lib, model).id)
     if not paths:
-        raise typer.BadParameter(f"{entry.id} has no LoRA adapter", param_hint="MODEL")
+        raise InvalidRequest(f"{entry.id} has no LoRA adapter: there is nothing to detach", param="model")
     Console().print(f"Took {len(paths)} LoRA adapter(s) off {entry.id}: {', '.join(paths)}", highlight=False)
 
 

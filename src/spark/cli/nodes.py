@@ -54,9 +54,10 @@ def add(name: str = typer.Argument(..., help="A name for the node (letters, digi
     err = Console(stderr=True)
     err.print(
         f"Added the node '{name}'. On it, run:\n"
-        f"  SPARK_CENTRAL=<this server's URL> SPARK_NODE_TOKEN={created['token']} spark serve\n"
+        f"  spark serve --join <this server's URL> --token {created['token']}\n"
         "Copy the token now: it cannot be shown again.",
         highlight=False,
+        soft_wrap=True,  # the command whole on its line, to be copied
     )
     typer.echo(created["token"])  # alone on stdout, so scripts can capture it
 
