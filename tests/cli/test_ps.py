@@ -148,6 +148,16 @@ def test_ps_and_stop_with_a_running_server(served: Served) -> None:
     assert isinstance(result.exception, ModelNotFound)
     assert "model 'no-such-model' is not installed" in result.exception.message
 
+    # a loaded model removed from the library stays loaded until its keep-alive: `spark stop` still stops it
+    with httpx.Client(base_url=served.url, timeout=60) as http:
+        assert http.post(
+            "/v1/chat/completions", json=chat, headers={"authorization": f"Bearer {served.key}"}
+        ).is_success
+    assert spark_cmd("rm", served.model, "-y").returncode == 0
+    assert invoke("ps").splitlines()[1].split()[0] == served.model
+    gone = spark_cmd("stop", served.model)
+    assert gone.returncode == 0 and gone.stdout.strip() == f"Stopped {served.model}.", gone.stderr
+
 
 def test_the_table_reads_like_ollama_ps() -> None:
     from rich.console import Console

@@ -169,8 +169,12 @@ def stop(model: str = typer.Argument(..., help="Model id (see `spark ps`).")) ->
     client = connect(settings)
     if client is None:
         raise SparkError(f"{NO_SERVER[:-1]}, so no model is loaded.")
-    with Library(settings) as lib:
-        model_id = get_installed(lib, model).id
+    loaded = {state.model for state in client.runners()}
+    if model in loaded:  # loaded, installed or not (`spark rm` leaves a loaded model to its keep-alive)
+        model_id = model
+    else:
+        with Library(settings) as lib:
+            model_id = get_installed(lib, model).id
     console = Console()
     if client.stop(model_id):
         console.print(f"Stopped {model_id}.", highlight=False)

@@ -51,8 +51,10 @@ def _runner(state: ServerState, model: str) -> RunnerState:
 
 
 async def _unload(state: ServerState, model: str) -> StopResult:
-    entry = state.library.get(model)
-    return StopResult(model=entry.id, stopped=await state.scheduler.unload(entry.id))
+    # a loaded model by its id, installed or not: one removed from the library stays loaded until its keep-alive
+    if not any(r.model == model for r in state.scheduler.runners()):
+        model = state.library.get(model).id  # ModelNotFound (404) when neither
+    return StopResult(model=model, stopped=await state.scheduler.unload(model))
 
 
 @get("/runners")
