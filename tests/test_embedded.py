@@ -65,8 +65,9 @@ def test_chat_stream_complete_embed(sp: spark.Spark, tiny_llama: Path, tiny_bert
 
 def test_errors_are_typed(sp: spark.Spark, tiny_llama: Path) -> None:
     model = sp.library.add_local(tiny_llama).id
-    with pytest.raises(ModelNotFound):
-        sp.chat("nope", "hi")
+    for call in (lambda: sp.chat("nope", "hi"), lambda: sp.tokenize("nope", "hi")):
+        with pytest.raises(ModelNotFound, match=r"The model 'nope' is not installed \(see `spark ls`"):
+            call()  # worded for a script: there is no server to ask GET /v1/models of
     with pytest.raises(InvalidRequest, match="temprature"):
         sp.chat(model, "hi", temprature=1)
     with pytest.raises(InvalidRequest, match="messages"):

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from spark.collect import collect_chat, embedding_result, unfinished
-from spark.errors import Cancelled, InvalidRequest, from_info
+from spark.errors import Cancelled, InvalidRequest, ModelNotFound, from_info
 from spark.library import Library
 from spark.runners.scheduler import Scheduler
 from spark.settings import Settings, load_settings
@@ -90,6 +90,12 @@ def to_sampling(options: Mapping[str, Any]) -> SamplingParams:
         raise InvalidRequest(f"sampling options: {e}", param=param) from None
 
 
+def _here(e: ModelNotFound) -> ModelNotFound:
+    """`e` worded for a script: there is no server here to ask GET /v1/models of."""
+    e.message = f"The model '{e.model}' is not installed (see `spark ls`, or Spark().library.list())."
+    return e
+
+
 def _checked_logprobs(n: int | None) -> int | None:
     if n is not None and not 0 <= n <= MAX_LOGPROBS:
         raise InvalidRequest(f"logprobs must be from 0 to {MAX_LOGPROBS}", param="logprobs")
@@ -113,7 +119,10 @@ class Spark:
         return Scheduler(self.settings, self.library)
 
     def _call(self, coro: Any) -> Any:
-        return self._submit(coro).result()
+        try:
+            return self._submit(coro).result()
+        except ModelNotFound as e:
+            raise _here(e) from None
 
     def _submit(self, coro: Any) -> Future[Any]:
         """`coro` run on the background loop; `RuntimeError` once this Spark is closed (its loop is gone)."""
@@ -142,9 +151,10 @@ class Spark:
                 if isinstance(item, asyncio.CancelledError):
                     raise Cancelled("the request was cancelled (Spark is shutting down)")
                 if isinstance(item, BaseException):
-                    raise item
+                    raise _here(item) if isinstance(item, ModelNotFound) else item
                 if isinstance(item, Failed):
-                    raise from_info(item.error)
+                    error = from_info(item.error)
+                    raise _here(error) if isinstance(error, ModelNotFound) else error
                 yield item
         finally:
             if not task.done():
