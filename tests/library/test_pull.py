@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -268,6 +269,13 @@ def test_search(fake_hub: FakeHub) -> None:
     assert first["sort"] == ["downloads"] and first["limit"] == ["3"]
     assert {"downloads", "likes", "gguf"} <= set(first["expand"])
     assert second["search"] == ["no-such-thing"] and second["limit"] == ["20"]
+
+
+def test_search_without_the_hub_fails_at_once() -> None:
+    started = time.monotonic()
+    with pytest.raises(DownloadError, match="cannot reach the Hub at http://127.0.0.1:9 while searching"):
+        Hub(load_settings(hf_endpoint="http://127.0.0.1:9")).search("llama")
+    assert time.monotonic() - started < 5  # not huggingface_hub's 20 s of retries
 
 
 def test_repo_file_listing(fake_hub: FakeHub, hub_files: dict[str, bytes]) -> None:

@@ -71,7 +71,11 @@ class Hub:
 
     def search(self, query: str, *, limit: int = 20) -> list[HubModel]:
         """GGUF repositories matching `query`, most downloaded first."""
+        from huggingface_hub import get_session
+
         with hub_errors(f"searching the Hub for '{query}'", self.endpoint):
+            # huggingface_hub retries a list 5 times over 20 s when the Hub cannot be reached: ask once first
+            get_session().head(self.endpoint, timeout=10)
             found = self.api.list_models(
                 search=query or None,
                 filter="gguf",
