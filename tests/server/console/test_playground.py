@@ -55,6 +55,17 @@ def _sent(page: Any) -> list[dict[str, Any]]:
     return bodies
 
 
+def _start_long(page: Any, console: LiveServer, model: str, prompt: str) -> list[dict[str, Any]]:
+    """Sign in to the Playground, send `prompt` to `model` for a long answer and wait until some of it
+    has arrived (it is still being written); the chat bodies the page sends from then on."""
+    sent = _sent(page)
+    sign_in(page, console, "/playground")
+    page.get_by_label("Model", exact=True).select_option(model)
+    page.get_by_label("Max tokens").fill("4000")
+    _start(page, prompt)
+    return sent
+
+
 def _start(page: Any, prompt: str) -> None:
     """Send `prompt` and wait until some of its answer has arrived (it is still being written)."""
     page.get_by_label("Message").fill(prompt)
@@ -156,11 +167,7 @@ def test_errors_are_shown_in_the_page(page: Any, console: LiveServer) -> None:
 def test_a_stopped_answer_settles_the_stats_and_stays_in_the_conversation(
     page: Any, console: LiveServer, slow_model: str
 ) -> None:
-    sent = _sent(page)
-    sign_in(page, console, "/playground")
-    page.get_by_label("Model", exact=True).select_option(slow_model)
-    page.get_by_label("Max tokens").fill("4000")
-    _start(page, "Tell me a long story.")
+    sent = _start_long(page, console, slow_model, "Tell me a long story.")
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function("() => !document.querySelector('.turn.answer[aria-busy]')")
     assert page.locator("#pg-error").text_content() == "Stopped."
@@ -226,11 +233,7 @@ def test_a_failed_turn_is_marked_and_left_out_of_the_conversation(page: Any, con
 def test_new_chat_or_another_model_mid_answer_stops_it_and_starts_empty(
     page: Any, console: LiveServer, slow_model: str
 ) -> None:
-    sent = _sent(page)
-    sign_in(page, console, "/playground")
-    page.get_by_label("Model", exact=True).select_option(slow_model)
-    page.get_by_label("Max tokens").fill("4000")
-    _start(page, "Write a poem about the sea.")
+    sent = _start_long(page, console, slow_model, "Write a poem about the sea.")
     page.get_by_role("button", name="New chat").click()
     assert page.locator(".turn").count() == 0 and page.locator("#pg-submit").is_enabled()
     assert page.locator("#pg-stop").is_disabled() and _stats(page) == ["–", "–", "–", "–"]
