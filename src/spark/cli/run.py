@@ -15,7 +15,7 @@ from spark.cli.models import get_installed
 from spark.embedded import Spark, to_sampling
 from spark.errors import SparkError
 from spark.settings import load_settings
-from spark.types import ChatRequest, Done, Message, SamplingParams, SlotInfo, TextDelta
+from spark.types import ChatRequest, Done, Message, SlotInfo, TextDelta
 
 # Ollama's parameter names, then OpenAI's, mapped to SamplingParams fields.
 PARAMETERS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -153,9 +153,6 @@ class Repl:
                 return
             if field == "stop":
                 parsed = [*self.options.get("stop", []), parsed]
-            if (problem := _sampling_problem({**self.options, field: parsed})) is not None:
-                self.console.print(f"Not set: {problem}.", markup=False)  # else every message would fail
-                return
             self.options[field] = parsed
             self.console.print(f"Set parameter '{key}' to '{value}'.", markup=False)
         elif what in ("verbose", "quiet"):
@@ -274,17 +271,6 @@ def run(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _enable_history(settings.data_dir / "history")
         repl.loop()
-
-
-def _sampling_problem(options: dict[str, Any]) -> str | None:
-    """What the engine would refuse in these sampling `options`, checked as it checks them; None if nothing."""
-    from spark.engine.sampling import resolve  # llama.cpp's bindings: loaded only by a /set
-
-    try:
-        resolve(to_sampling(options), SamplingParams(), n_vocab=1 << 30, n_ctx=1 << 30)
-    except SparkError as e:
-        return e.message
-    return None
 
 
 def _piped_text(data: bytes) -> str:
