@@ -97,6 +97,8 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
     child.expect_exact("Set parameter 'num_predict' to '6'.")
     child.sendline("/set parameter bogus 1")
     child.expect_exact("Unknown parameter 'bogus'")
+    child.sendline("/set parameter temperature -1")  # refused when set, not at every message after
+    child.expect_exact("Not set: temperature must be between 0.0 and 100.0, not -1.0.")
     child.sendline("/set system You are terse.")
     child.expect_exact("Set the system message.")
     child.sendline("/set verbose")

@@ -14,6 +14,7 @@ from spark.api.documents import PDF_MAGIC, pdf_text
 from spark.cli.models import get_installed
 from spark.embedded import Spark, to_sampling
 from spark.errors import SparkError
+from spark.library import check_sampling
 from spark.settings import load_settings
 from spark.types import ChatRequest, Done, Message, SlotInfo, TextDelta
 
@@ -153,6 +154,11 @@ class Repl:
                 return
             if field == "stop":
                 parsed = [*self.options.get("stop", []), parsed]
+            try:  # checked as a model's own defaults are: else every message would fail
+                check_sampling(to_sampling({**self.options, field: parsed}))
+            except SparkError as e:
+                self.console.print(f"Not set: {e.message}.", markup=False)
+                return
             self.options[field] = parsed
             self.console.print(f"Set parameter '{key}' to '{value}'.", markup=False)
         elif what in ("verbose", "quiet"):
