@@ -11,10 +11,15 @@ dropped when it made reasoning or a tool call instead (OpenAI's `logprobs.conten
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from spark.engine.native import Context, Model
 from spark.engine.sampling import SamplerChain
 from spark.types import CompletionRequest, Event, GenerationRequest, TextDelta, TokenChoice, TokenLogprob
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 
 class Logprobs:
@@ -48,11 +53,7 @@ class Logprobs:
         logits = ctx.logits_array(row, self._model.n_vocab)
         peak = float(logits.max())
         log_total = peak + float(np.log(np.exp(logits - peak).sum()))
-        top: list[TokenChoice] = []
-        if self._n_top:
-            best = np.argpartition(logits, -self._n_top)[-self._n_top :]
-            best = best[np.argsort(logits[best])[::-1]]
-            top = [TokenChoice(self.piece(int(t)), float(logits[t]) - log_total, int(t)) for t in best]
+        top = self._top(logits, shift=-log_total)
         return TokenLogprob(self.piece(token), float(logits[token]) - log_total, top, token)
 
     def _drawn(self, sampler: SamplerChain, token: int) -> TokenLogprob:
@@ -64,12 +65,23 @@ class Logprobs:
             return TokenLogprob(
                 self.piece(token), 0.0, [TokenChoice(self.piece(token), 0.0, token)][: self._n_top], token
             )
-        n_top = min(self._n_top, len(drawn.ids))
-        best = np.argpartition(drawn.logprobs, -n_top)[-n_top:] if n_top else np.array([], np.int64)
-        best = best[np.argsort(drawn.logprobs[best])[::-1]]
-        top = [TokenChoice(self.piece(int(drawn.ids[i])), float(drawn.logprobs[i]), int(drawn.ids[i])) for i in best]
         logprob = float(drawn.logprobs[np.flatnonzero(drawn.ids == token)[0]])
-        return TokenLogprob(self.piece(token), logprob, top, token)
+        return TokenLogprob(self.piece(token), logprob, self._top(drawn.logprobs, drawn.ids), token)
+
+    def _top(
+        self, scores: NDArray[np.floating], ids: NDArray[np.integer] | None = None, shift: float = 0.0
+    ) -> list[TokenChoice]:
+        """The `n_top` tokens with the highest `scores`, best first, each scored `score + shift`; the
+        token of `scores[i]` is `ids[i]` (by default `i`: scores over the whole vocabulary)."""
+        import numpy as np
+
+        n_top = min(self._n_top, len(scores))
+        if not n_top:
+            return []
+        best = np.argpartition(scores, -n_top)[-n_top:]
+        best = best[np.argsort(scores[best])[::-1]]
+        tokens = [int(i if ids is None else ids[i]) for i in best]
+        return [TokenChoice(self.piece(t), float(scores[i]) + shift, t) for t, i in zip(tokens, best, strict=True)]
 
     def piece(self, token: int) -> bytes:
         """The bytes `token` stands for."""

@@ -180,6 +180,8 @@ class SamplerChain:
         n_vocab = self._n_vocab = model.n_vocab
         self._greedy = (p.temperature or 0.0) <= 0
         self._keeps = keep_drawn
+        self._data: ctypes.Array[lc.llama_token_data] | None = None  # the candidates, when keeping them
+        self._ids: NDArray[np.int32] | None = None
         self.drawn: Drawn | None = None  # what the last token was drawn from; None: written, not drawn
         params = lc.llama_sampler_chain_default_params()
         params.no_perf = True
@@ -247,11 +249,13 @@ class SamplerChain:
         import numpy as np
 
         n_vocab = self._n_vocab
-        data = (lc.llama_token_data * n_vocab)()
-        table = np.ctypeslib.as_array(data)  # a view with fields id, logit and p
-        table["id"] = np.arange(n_vocab, dtype=np.int32)
+        if self._data is None:  # one buffer for the chain's life, refilled each token (samplers reorder it)
+            self._data = (lc.llama_token_data * n_vocab)()
+            self._ids = np.arange(n_vocab, dtype=np.int32)
+        table = np.ctypeslib.as_array(self._data)  # a view with fields id, logit and p
+        table["id"] = self._ids
         table["logit"] = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
-        candidates = lc.llama_token_data_array(data=data, size=n_vocab, selected=-1, sorted=False)
+        candidates = lc.llama_token_data_array(data=self._data, size=n_vocab, selected=-1, sorted=False)
         lc.llama_sampler_apply(self._chain, ctypes.byref(candidates))
         left = ctypes.cast(candidates.data, ctypes.POINTER(lc.llama_token_data * candidates.size)).contents
         kept = np.ctypeslib.as_array(left).copy()
