@@ -102,7 +102,9 @@ def test_a_models_sampling_defaults_are_set_cleared_and_a_bad_value_named(page: 
     assert (sampling.temperature, sampling.top_k, sampling.mirostat, sampling.stop) == (0.3, None, 2, None)
     page.get_by_label("Temperature").fill("")
     page.get_by_label("Mirostat (0, 1, 2)").fill("")
-    page.get_by_role("button", name="Save settings").click()
+    # the last save's "Saved." is still shown: wait for this save's answer, not for the words
+    with page.expect_response(lambda r: r.url.endswith("/models/tiny-chat/settings")):
+        page.get_by_role("button", name="Save settings").click()
     page.get_by_text("Saved.").wait_for()
     assert console.state.library.get("tiny-chat").settings.sampling == SamplingParams()
 
