@@ -133,9 +133,10 @@ class ContextLengthExceeded(SparkError):
     code = "context_length_exceeded"
 
     def __init__(self, n_prompt: int, n_ctx: int, param: str = "messages") -> None:
+        # OpenAI's wording, which clients (LangChain, LiteLLM) recognise a context overflow by.
         super().__init__(
-            f"This request needs {n_prompt} prompt tokens, but the model's context holds "
-            f"{n_ctx} tokens per request. Shorten '{param}' or raise the context length.",
+            f"This model's maximum context length is {n_ctx} tokens per request. However, your request "
+            f"has {n_prompt} prompt tokens. Shorten '{param}' or raise the context length.",
             param=param,
         )
         self.n_prompt = n_prompt

@@ -154,7 +154,8 @@ def test_minimal_request() -> None:
     request = parse()
     assert request.messages == [Message("user", "hi")]
     assert request.sampling == SamplingParams(max_tokens=100)
-    assert request.tools is None and request.reasoning is None and request.tool_choice is None
+    assert request.tools is None and request.tool_choice is None
+    assert request.reasoning == Reasoning(enabled=False)  # Anthropic's models think only when asked
     assert request.parallel_tool_calls is True
 
 
@@ -270,11 +271,12 @@ def test_prefill_and_redacted_thinking() -> None:
         ({"type": "adaptive"}, None, Reasoning()),
         ({"type": "adaptive"}, "high", Reasoning(effort="high")),
         (None, "low", Reasoning(effort="low")),
+        (None, None, Reasoning(enabled=False)),
         ({"type": "enabled", "budget_tokens": 50}, "max", Reasoning(effort="max", budget_tokens=50)),
     ],
 )
 def test_thinking_and_effort(thinking: dict | None, effort: str | None, expected: Reasoning) -> None:
-    fields: dict[str, Any] = {"output_config": {"effort": effort}}
+    fields: dict[str, Any] = {"output_config": {"effort": effort}} if effort else {}
     if thinking:
         fields["thinking"] = thinking
     assert parse(**fields).reasoning == expected
@@ -762,7 +764,10 @@ def test_error_bodies(error_: SparkError, status: int, kind: str) -> None:
     assert got_status == status
     message = json.loads(raw)["error"]["message"]
     assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": message}}
-    assert message.endswith(error_.message)
+    if isinstance(error_, ContextLengthExceeded):  # in Anthropic's words, which clients match
+        assert message.startswith("prompt is too long: 5000 tokens > 4096 maximum")
+    else:
+        assert message.endswith(error_.message)
 
 
 def test_error_message_names_the_parameter() -> None:

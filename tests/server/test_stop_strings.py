@@ -74,6 +74,15 @@ def test_a_stop_string_in_the_thinking_ends_the_answer_anthropic(live: LiveServe
     assert not [b for b in message["content"] if b["type"] == "text" and b["text"]]
 
 
+def test_anthropic_thinks_only_when_asked(live: LiveServer, think: str) -> None:
+    """As Anthropic's models: without `thinking` the answer is text (`content[0].text`), no thinking block."""
+    _free_reasoning(live, think)  # the model thinks on OpenAI's API, where thinking models think by default
+    body = {"model": think, "messages": ASK, "max_tokens": 20, "temperature": 0}
+    with live.http() as http:
+        message = http.post("/v1/messages", headers=ANTHROPIC, json=body).json()
+    assert [b["type"] for b in message["content"]] == ["text"] and message["content"][0]["text"], message
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_stop_strings_never_cut_a_tool_call_openai(live: LiveServer, models: Models, seed: int) -> None:
     body: dict[str, Any] = {

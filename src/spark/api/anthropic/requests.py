@@ -469,11 +469,12 @@ def _tool_choice(wire: _Choice | None) -> ToolChoice | None:
     return ToolChoice("none" if isinstance(wire, NoneChoice) else "auto")
 
 
-def _reasoning(thinking: _Thinking | None, effort: ReasoningEffort | None) -> Reasoning | None:
+def _reasoning(thinking: _Thinking | None, effort: ReasoningEffort | None) -> Reasoning:
     if isinstance(thinking, (ThinkingDisabled, ThinkingBetweenTools)):
         return Reasoning(enabled=False)
     if isinstance(thinking, ThinkingEnabled):
         return Reasoning(effort=effort, budget_tokens=thinking.budget_tokens)
     if thinking is not None or effort is not None:
         return Reasoning(effort=effort)
-    return None
+    # Anthropic thinks only when asked: a client reading `content[0].text` gets text, not a thinking block
+    return Reasoning(enabled=False)

@@ -16,7 +16,7 @@ from spark.api.common import (
     rfc3339,
     sse,
 )
-from spark.errors import Overloaded, SparkError, ThreadUnsupported, from_info
+from spark.errors import ContextLengthExceeded, Overloaded, SparkError, ThreadUnsupported, from_info
 from spark.types import (
     ChatResult,
     Done,
@@ -280,6 +280,12 @@ def _error_detail(error: SparkError) -> _ErrorDetail:
     fallback = "invalid_request_error" if status < 500 else "api_error"
     # Anthropic's error shape has no `param`: the message names the field instead.
     message = error.message
+    if isinstance(error, ContextLengthExceeded):
+        # Anthropic's wording, which clients match to compact or trim a conversation.
+        message = (
+            f"prompt is too long: {error.n_prompt} tokens > {error.n_ctx} maximum (the model's context per "
+            f"request). Shorten '{error.param}' or raise the context length."
+        )
     if error.param and error.param not in message:
         message = f"{error.param}: {message}"
     details = _ErrorCode(error.code) if isinstance(error, ThreadUnsupported) else None
