@@ -265,19 +265,6 @@ def test_file_parts_are_read_as_their_name_and_text() -> None:
             "messages[0].content[0].type",
         ),
         ({"messages": [*USER, {"role": "tool", "content": "x"}]}, "messages[1].tool_call_id"),
-        (
-            {
-                "messages": [
-                    {
-                        "role": "assistant",
-                        "tool_calls": [
-                            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
-                        ],
-                    }
-                ]
-            },
-            "messages[0].tool_calls[0].function.arguments",
-        ),
         ({"model": ""}, "model"),
         ({"model": None}, "model"),  # no default model given to the parser
         ({"max_tokens": 0}, "max_tokens"),

@@ -165,6 +165,13 @@ def test_a_forced_call_cut_short_by_max_tokens_is_still_a_call(
         ).choices[0]
         assert cut.finish_reason == "length" and not cut.message.content, cut
         assert cut.message.tool_calls and cut.message.tool_calls[0].function.name == "get_weather"
+        arguments = cut.message.tool_calls[0].function.arguments
+        assert not arguments.endswith("}"), "the arguments as far as they got, never made-up `{}`"
+        # sent back with the rest of the conversation (as agent loops do), the cut call is no error
+        history: list[Any] = [QUESTION, cut.message.model_dump(exclude_none=True)]
+        history.append({"role": "tool", "tool_call_id": cut.message.tool_calls[0].id, "content": RESULT})
+        again = client.chat.completions.create(model=model, messages=history, max_tokens=2)
+        assert again.choices[0].finish_reason in ("length", "stop", "tool_calls")
 
 
 RESPONSES_TOOLS: list[Any] = [{"type": "function", **t["function"]} for t in OPENAI_TOOLS]

@@ -462,17 +462,13 @@ def check_tool_choice(choice: ToolChoice | None, tools: list[Tool] | None) -> No
         raise InvalidRequest(f"'tool_choice' names '{choice.name}', which is not among the tools.", param="tool_choice")
 
 
-def json_arguments(text: str, param: str) -> str:
-    """Tool call arguments as JSON object text; empty means no arguments."""
-    if not text.strip():
-        return "{}"
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        raise InvalidRequest(f"'{param}' is not valid JSON.", param=param) from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"'{param}' must be a JSON object.", param=param)
-    return text
+def call_arguments(text: str) -> str:
+    """An earlier tool call's arguments as the client sends them back; empty means no arguments.
+
+    Text that is not a JSON object (a call the model's answer cut short, sent back with the rest of
+    the conversation) reaches the chat template as the text the model wrote: refusing it would
+    leave the conversation unable to go on."""
+    return text if text.strip() else "{}"
 
 
 # --- ids and framing ----------------------------------------------------------

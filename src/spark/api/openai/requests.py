@@ -20,6 +20,7 @@ from spark.api.common import (
     StopList,
     TokenArrays,
     allowed_tools,
+    call_arguments,
     check_max_tokens,
     check_tool_choice,
     check_tools,
@@ -27,7 +28,6 @@ from spark.api.common import (
     decode_body,
     image_from_url,
     joined,
-    json_arguments,
     keep_alive_seconds,
     lora_scales,
     prompt_list,
@@ -489,7 +489,7 @@ def _message(wire: WireMessage, param: str, fetch: Fetch) -> Message:
             ToolCall(
                 c.id,
                 c.function.name,
-                json_arguments(c.function.arguments, f"{param}.tool_calls[{j}].function.arguments"),
+                call_arguments(c.function.arguments),
             )
             for j, c in enumerate(wire.tool_calls or ())
         ]

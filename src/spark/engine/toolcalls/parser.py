@@ -211,12 +211,15 @@ class ToolCallParser:
         mode, buf = self._mode, self._buf
         self._buf = ""
         reader = self._reader
+        # A call cut short keeps the arguments as far as they got, never made-up `{}`: a client must
+        # see that they are not whole (as OpenAI's calls cut by max_tokens).
         if (name := self._cut_call(reader, buf)) is not None:  # a call's syntax, never text
             self._call_start(name, None)
-            self._args((reader.args_text() if reader else "") or "{}")
+            if reader and reader.args_text():
+                self._args(reader.args_text())
         elif mode == "object" and reader is not None and reader.started:
-            if not reader.streamed:  # cut short: send what there is
-                self._args(reader.args_text() or "{}")
+            if not reader.streamed and reader.args_text():  # cut short: send what there is
+                self._args(reader.args_text())
         elif mode == "object":
             self._give_back("".join(reader.raw if reader else []) + buf)
         elif mode in _TEXT_MODES:

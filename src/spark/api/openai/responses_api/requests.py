@@ -19,6 +19,7 @@ from spark.api.common import (
     Probability,
     StopList,
     allowed_tools,
+    call_arguments,
     check_max_tokens,
     check_tool_choice,
     check_tools,
@@ -27,7 +28,6 @@ from spark.api.common import (
     image_from_file,
     image_from_url,
     joined,
-    json_arguments,
     keep_alive_seconds,
     refuse,
 )
@@ -536,9 +536,7 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
                     f"{where}.{required}",
                     f"Missing required parameter: '{where}.{required}'.",
                 )
-            call = ToolCall(
-                item.call_id or "", item.name or "", json_arguments(item.arguments or "", f"{where}.arguments")
-            )
+            call = ToolCall(item.call_id or "", item.name or "", call_arguments(item.arguments or ""))
             last = assistant()
             messages[-1] = msgspec.structs.replace(last, tool_calls=[*(last.tool_calls or ()), call])
         elif item.type == "function_call_output":
