@@ -580,13 +580,24 @@ def test_stop_reasons(finish: str, stop_sequence: str | None, reason: str, seque
 
 
 def test_model_bodies() -> None:
-    entries = [ModelEntry("smollm2", 1700000000, loaded=True), ModelEntry("bert", 1700000100)]
-    page = json.loads(api.model_list_body(entries))
-    assert (page["first_id"], page["last_id"], page["has_more"]) == ("smollm2", "bert", False)
+    entries = [ModelEntry("smollm2", 1700000000, loaded=True), ModelEntry("qwen", 1700000100)]
+    embedders = [ModelEntry("bert", 1, info={"embedding": True}), ModelEntry("rank", 1, info={"rerank": True})]
+    page = json.loads(api.model_list_body(entries + embedders, limit=20, after_id=None, before_id=None))
+    assert (page["first_id"], page["last_id"], page["has_more"]) == ("smollm2", "qwen", False)
     info = ModelInfo.model_validate(page["data"][0])
     assert info.id == "smollm2" and info.created_at.timestamp() == 1700000000
-    assert ModelInfo.model_validate_json(api.model_body(entries[1])).id == "bert"
-    assert json.loads(api.model_list_body([]))["data"] == []
+    assert ModelInfo.model_validate_json(api.model_body(entries[1])).id == "qwen"
+    assert json.loads(api.model_list_body([], limit=20, after_id=None, before_id=None))["data"] == []
+
+
+@pytest.mark.parametrize(
+    ("after_id", "before_id", "ids", "more"),
+    [(None, None, ["a", "b"], True), ("b", None, ["c", "d"], False), (None, "d", ["b", "c"], True)],
+)
+def test_model_pages(after_id: str | None, before_id: str | None, ids: list[str], more: bool) -> None:
+    entries = [ModelEntry(i, 1) for i in "abcd"]
+    page = json.loads(api.model_list_body(entries, limit=2, after_id=after_id, before_id=before_id))
+    assert ([m["id"] for m in page["data"]], page["has_more"]) == (ids, more)
 
 
 def test_a_model_says_its_context_window_and_what_it_can_read() -> None:

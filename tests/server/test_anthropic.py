@@ -163,7 +163,12 @@ def test_a_text_document_is_read(live: LiveServer, smollm2: Path) -> None:
 def test_models_in_anthropic_shape(live: LiveServer, models: Models) -> None:
     client = live.anthropic()
     ids = [m.id for m in client.models.list()]
-    assert models.chat in ids and models.embed in ids
+    assert models.chat in ids and models.embed not in ids, "only models that answer Messages"
+    first = client.models.list(limit=1)
+    assert len(first.data) == 1 and first.has_more, "paged as Anthropic's"
+    assert [m.id for m in client.models.list(limit=1, after_id=first.data[0].id)] == ids[1:], "the SDK pages on"
+    with pytest.raises(anthropic.BadRequestError, match="limit"):
+        client.models.list(limit=0)
     one = client.models.retrieve(models.chat)
     assert one.type == "model" and one.display_name == models.chat
     assert one.max_input_tokens == one.max_tokens == 512  # the tiny model's training context caps the window

@@ -13,6 +13,7 @@ import msgspec
 from spark.api.common import (
     ModelEntry,
     new_tool_call_id,
+    page_of,
     rfc3339,
     sse,
 )
@@ -250,12 +251,13 @@ def model_body(entry: ModelEntry) -> bytes:
     return _encode(_model(entry))
 
 
-def model_list_body(entries: list[ModelEntry]) -> bytes:
-    """`GET /v1/models` in Anthropic's shape: one page holding every model."""
+def model_list_body(entries: list[ModelEntry], *, limit: int, after_id: str | None, before_id: str | None) -> bytes:
+    """`GET /v1/models` in Anthropic's shape: a page of the models that answer Messages (embedding
+    and reranking models do not, so a client taking the first model gets one that chats)."""
+    chat = [e for e in entries if not (e.info.get("embedding") or e.info.get("rerank"))]
+    page, more = page_of(chat, [e.id for e in chat], limit=limit, after=after_id, before=before_id)
     return _encode(
-        _ModelPage(
-            [_model(e) for e in entries], entries[0].id if entries else None, entries[-1].id if entries else None
-        )
+        _ModelPage([_model(e) for e in page], page[0].id if page else None, page[-1].id if page else None, more)
     )
 
 

@@ -14,26 +14,17 @@ import asyncio
 import time
 from typing import Any
 
-import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
 from spark.api.anthropic import batches as anthropic
-from spark.api.common import invalid_from_validation
 from spark.api.openai import batches as openai
 from spark.errors import BatchNotFound, InvalidRequest
 from spark.server.auth import owner, require_retention
+from spark.server.paging import page_query
 from spark.server.responses import json_response
 from spark.server.state import state_of
 from spark.store.batches import Batch, Counts
-
-
-class _Page(msgspec.Struct, frozen=True):
-    limit: int = 20
-    after: str | None = None
-    after_id: str | None = None
-    before_id: str | None = None
-
 
 # --- OpenAI ------------------------------------------------------------------------
 
@@ -63,7 +54,7 @@ async def create_batch(request: Request[Any, Any, Any]) -> Response[Any]:
 
 @get("/batches")
 async def list_batches(request: Request[Any, Any, Any]) -> Response[Any]:
-    page = _page(request, 100)
+    page = page_query(request, 100)
     views = [_openai_view(b, c) for b, c in await _listed(request, "openai")]
     return json_response(openai.list_body(views, page.after, page.limit))
 
@@ -101,7 +92,7 @@ async def create_message_batch(request: Request[Any, Any, Any]) -> Response[Any]
 
 @get("/messages/batches")
 async def list_message_batches(request: Request[Any, Any, Any]) -> Response[Any]:
-    page = _page(request, 1000)
+    page = page_query(request, 1000)
     views = [(_anthropic_view(b, c), _results_url(request, b.id)) for b, c in await _listed(request, "anthropic")]
     return json_response(anthropic.list_body(views, page.after_id, page.before_id, page.limit))
 
@@ -177,18 +168,6 @@ async def _cancelled(request: Request[Any, Any, Any], batch_id: str, api: str) -
     """Ask the batch to stop (nothing changes for one that ended); the batch as it stands."""
     batch, counts = await _batch(request, batch_id, api)
     return await state_of(request).batch_runner.cancel(batch), counts
-
-
-def _page(request: Request[Any, Any, Any], most: int) -> _Page:
-    try:
-        page = msgspec.convert(
-            {k: v for k, v in request.query_params.items() if k in _Page.__struct_fields__}, _Page, strict=False
-        )
-    except msgspec.ValidationError as e:
-        raise invalid_from_validation(e) from None
-    if not 1 <= page.limit <= most:
-        raise InvalidRequest(f"'limit' must be between 1 and {most}.", param="limit")
-    return page
 
 
 def _results_url(request: Request[Any, Any, Any], batch_id: str) -> str:

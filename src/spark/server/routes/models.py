@@ -15,6 +15,7 @@ from spark.fleet.routing import LOCAL
 from spark.library import ModelEntry
 from spark.runners.options import context_window
 from spark.server.family import api_family
+from spark.server.paging import page_query
 from spark.server.responses import json_response
 from spark.server.state import state_of
 from spark.settings import Settings
@@ -89,8 +90,11 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     loaded = loaded_ids(request)
     state = state_of(request)
     entries = fleet_models(request, [listed(e, loaded, state.settings) for e in state.library.list()])
-    api = anthropic if api_family(request.scope) == "anthropic" else openai
-    return json_response(api.model_list_body(entries))
+    if api_family(request.scope) == "anthropic":
+        page = page_query(request, 1000)
+        body = anthropic.model_list_body(entries, limit=page.limit, after_id=page.after_id, before_id=page.before_id)
+        return json_response(body)
+    return json_response(openai.model_list_body(entries))
 
 
 @get("/models/{model_id:str}")
