@@ -298,6 +298,14 @@ class RunnerNotFound(SparkError):
     code = "runner_not_found"
 
 
+class NotImplementedRoute(SparkError):
+    """A route of a compatible API that Spark does not serve, with what to use instead (Ollama's
+    model management: models are the admin's)."""
+
+    status = 501
+    code = "not_implemented"
+
+
 class MethodNotAllowed(SparkError):
     status = 405
     code = "method_not_allowed"

@@ -260,6 +260,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     # (llama-server's fields of the same names).
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    json_schema_param: str = "json_schema"  # the request field `json_schema` came from, named by errors about it
     lora: dict[int, float] | None = None  # as ChatRequest's
     # With `logprobs`: each token's probabilities are those the sampler chain drew it from (after
     # temperature, top-k, a grammar, ...), llama-server's `post_sampling_probs`, not the model's own.

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from spark.api import ollama
-from spark.errors import ContextLengthExceeded, InvalidRequest, Overloaded
+from spark.api.common import ModelEntry
+from spark.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound, Overloaded
 from spark.types import (
     ChatRequest,
     CompletionRequest,
@@ -177,3 +178,54 @@ def test_num_predict_above_the_servers_limit_is_refused() -> None:
     with pytest.raises(InvalidRequest) as refused:
         ollama.parse_generate(b'{"model": "m", "prompt": "x", "options": {"num_predict": 500}}', max_tokens_limit=100)
     assert refused.value.param == "options.num_predict"
+
+
+def test_a_call_keeps_the_name_as_sent_and_truncates_unless_told_not_to() -> None:
+    call = ollama.parse_chat(b'{"model": "m:latest", "messages": [{"role": "user", "content": "x"}]}')
+    assert (call.model, call.name, call.truncate) == ("m", "m:latest", True)
+    assert call.request is not None and call.request.model == "m"
+    kept = ollama.parse_chat(b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "truncate": false}')
+    assert not kept.truncate
+    assert not ollama.parse_generate(b'{"model": "m", "truncate": false}').truncate
+
+
+@pytest.mark.parametrize(
+    ("fmt", "schema"),
+    [("json", {}), ({"type": "object", "required": ["n"]}, {"type": "object", "required": ["n"]}), ("", None)],
+)
+def test_raw_generate_takes_a_format_as_its_json_schema(fmt: object, schema: object) -> None:
+    body = {"model": "m", "prompt": "{", "raw": True, "format": fmt}
+    request = ollama.parse_generate(json.dumps(body).encode()).request
+    assert isinstance(request, CompletionRequest) and request.json_schema == schema  # {}: any JSON object
+    assert request.json_schema_param == "format"  # a schema the grammar refuses is named as the client sent it
+
+
+def test_raw_generate_refuses_a_system_as_ollama_does() -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        ollama.parse_generate(b'{"model": "m", "prompt": "x", "raw": true, "system": "Be brief."}')
+    assert refused.value.param == "system"
+    assert refused.value.message == "raw mode does not support template, system, or context"
+    assert ollama.parse_generate(b'{"model": "m", "prompt": "x", "raw": true, "system": ""}').request is not None
+
+
+@pytest.mark.parametrize(
+    ("given", "embedded"),
+    [('""', []), ("[]", []), ('[""]', [""]), ('["a", ""]', ["a", ""]), ('"a"', ["a"])],
+)
+def test_embed_takes_empty_texts_in_a_list_and_a_lone_one_asks_for_nothing(given: str, embedded: list[str]) -> None:
+    request, name = ollama.parse_embed(b'{"model": "e:latest", "input": %s}' % given.encode())
+    assert (request.input, request.model, name) == (embedded, "e", "e:latest")
+
+
+def test_models_are_listed_with_a_tag() -> None:
+    entries = [ModelEntry("plain", 0), ModelEntry("qwen3:8b", 0)]
+    assert [m["name"] for m in json.loads(ollama.tags_body(entries))["models"]] == ["plain:latest", "qwen3:8b"]
+    loaded = [ollama.LoadedModel(entries[0], 300, 200, None, 512)]
+    (shown,) = json.loads(ollama.ps_body(loaded))["models"]
+    assert (shown["name"], shown["model"], shown["size"], shown["size_vram"]) == ("plain:latest",) * 2 + (300, 200)
+
+
+def test_an_unknown_model_is_worded_as_ollama_words_it() -> None:
+    status, body = ollama.error_body(ModelNotFound("nope"))
+    assert status == 404 and json.loads(body)["error"].startswith("model 'nope' not found")
+    assert lines(ollama.error_line(ModelNotFound("nope")))[0]["error"].startswith("model 'nope' not found")

@@ -1,4 +1,4 @@
-"""Every model route (/v1, Ollama's, llama-server's), /api and /metrics, with every method and with
+"""Every model route (/v1, Ollama's and its /ollama/v1, llama-server's), /api and /metrics, with every method and with
 path variants sent raw over a socket (as `curl --path-as-is` would): without a credential, or with a wrong one, nothing is answered but a
 refusal; an API key never opens /api."""
 
@@ -20,6 +20,7 @@ GUARDED = (
     "/api",
     "/metrics",
     "/ollama/api",
+    "/ollama/v1",
     "/completion",
     "/infill",
     "/embedding",
@@ -63,9 +64,16 @@ def guarded_routes(live: LiveServer) -> list[str]:
 def test_every_guarded_route_and_method_refuses_without_a_credential(live: LiveServer) -> None:
     routes = guarded_routes(live)
     assert len(routes) > 20 and "/api/keys" in routes and "/v1/chat/completions" in routes
-    assert {"/ollama/api/chat", "/completion", "/infill", "/embedding", "/tokenize", "/rerank", "/reranking"} <= set(
-        routes
-    )
+    assert {
+        "/ollama/api/chat",
+        "/ollama/v1/chat/completions",
+        "/completion",
+        "/infill",
+        "/embedding",
+        "/tokenize",
+        "/rerank",
+        "/reranking",
+    } <= set(routes)
     wrong = [{}, {"Authorization": "Bearer sk-spark-wrong"}, {"x-api-key": "nope"}, {"Authorization": "Basic Og=="}]
     for path in routes:
         for method in METHODS:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 
+import anthropic
+import msgspec
 import ollama
+import openai
 import pytest
 
 import spark
 from server.helpers import LiveServer, Models
+from server.test_log import logged_request
+from spark import trace as steps
+from spark.api import ollama as ollama_api
+from spark.api.common import ModelEntry
+from spark.runners.scheduler import RunnerState
+from spark.server.routes.ollama import loaded_model
 
 
 def client(live: LiveServer, key: str | None = "default") -> ollama.Client:
@@ -56,10 +65,27 @@ def test_json_schema_format_constrains_the_answer(live: LiveServer, models: Mode
     assert isinstance(json.loads(answer.message.content or "")["n"], int)
 
 
+def test_raw_generate_with_a_format(live: LiveServer, models: Models) -> None:
+    """As Ollama, `raw` takes `format`: the prompt as it is, the answer JSON (matching the schema)."""
+    c = client(live)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    answer = c.generate(model=models.chat, prompt="n=", raw=True, format=schema, options={"num_predict": 200})
+    assert isinstance(json.loads(answer.response)["n"], int)
+    anything = c.generate(model=models.chat, prompt="x", raw=True, format="json", options={"num_predict": 20})
+    assert anything.response.startswith("{")  # a JSON object (the tiny model may not close it in 20 tokens)
+    with pytest.raises(ollama.ResponseError) as refused:
+        c.generate(model=models.chat, prompt="x", raw=True, format={"not": {}})
+    assert (
+        refused.value.status_code == 400
+        and "format" in refused.value.error
+        and "json_schema" not in refused.value.error
+    )
+
+
 def test_load_and_unload_with_an_empty_body(live: LiveServer, models: Models) -> None:
     c = client(live)
     assert c.generate(model=models.chat).done_reason == "load"
-    assert any(m.model == models.chat for m in c.ps().models)
+    assert any(m.model == models.chat + ":latest" for m in c.ps().models)
     assert c.chat(model=models.chat, messages=[], keep_alive=0).done_reason == "unload"
     assert all(r.model != models.chat for r in live.runners())
 
@@ -67,8 +93,9 @@ def test_load_and_unload_with_an_empty_body(live: LiveServer, models: Models) ->
 def test_models_listed_shown_and_version(live: LiveServer, models: Models) -> None:
     c = client(live)
     listed = {m.model: m for m in c.list().models}
-    assert models.chat in listed and models.embed in listed
-    assert listed[models.chat].details is not None and listed[models.chat].details.format == "gguf"
+    assert models.chat + ":latest" in listed and models.embed + ":latest" in listed
+    details = listed[models.chat + ":latest"].details
+    assert details is not None and details.format == "gguf"
     shown = c.show(models.embed)
     assert shown.capabilities == ["embedding"]
     assert shown.modelinfo is not None and shown.modelinfo["general.parameter_count"] > 0
@@ -89,7 +116,10 @@ def test_the_ollama_root_answers_like_ollama_without_a_key(live: LiveServer) -> 
         running = http.get(path)
         assert (running.status_code, running.text) == (200, "Ollama is running")
         assert running.headers["content-type"].startswith("text/plain")
-        assert http.head(path).status_code == 200
+        heartbeat = http.head(path)
+        assert heartbeat.status_code == 200 and heartbeat.content == b""
+        for header in ("content-type", "content-length"):  # GET's headers, as HTTP has HEAD answer
+            assert heartbeat.headers[header] == running.headers[header]
     assert http.get("/ollama/api/version").status_code == 401  # the API itself needs a key
 
 
@@ -114,7 +144,7 @@ def test_embed_truncates_a_long_input_unless_told_not_to(live: LiveServer, model
     assert long.embeddings[0] == pytest.approx(fitting.embeddings[0], abs=1e-4)
     with pytest.raises(ollama.ResponseError) as refused:
         c.embed(model=models.embed, input="cat " * (2 * context), truncate=False)
-    assert refused.value.status_code == 400 and f"holds {context} tokens" in refused.value.error
+    assert refused.value.status_code == 400 and f"maximum context length is {context} tokens" in refused.value.error
 
 
 @pytest.mark.parametrize(
@@ -161,9 +191,17 @@ def test_embed_truncates_a_long_input_unless_told_not_to(live: LiveServer, model
             "does not support thinking",
         ),
         ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "think": "high"}, 400, "does not support thinking"),
-        ("/ollama/api/embed", {"model": "{embed}", "input": ["a", ""]}, 400, "input[1]"),
         ("/ollama/api/show", {}, 400, "model"),
-        ("/ollama/api/pull", {"model": "x"}, 404, "spark pull"),
+        # Ollama's words, which its clients look for
+        ("/ollama/api/chat", {"model": "nope:latest", "messages": []}, 404, "model 'nope' not found"),
+        ("/ollama/api/embed", {"model": "nope", "input": "x"}, 404, "model 'nope' not found"),
+        ("/ollama/api/show", {"model": "nope"}, 404, "model 'nope' not found"),
+        (
+            "/ollama/api/generate",
+            {"model": "{chat}", "prompt": "x", "raw": True, "system": "Be brief."},
+            400,
+            "raw mode does not support template, system, or context",
+        ),
     ],
 )
 def test_bad_input_gets_ollamas_error_shape(
@@ -189,3 +227,145 @@ def test_a_key_is_required(live: LiveServer, models: Models) -> None:
     with pytest.raises(ollama.ResponseError) as wrong:
         client(live, key="sk-spark-wrong").chat(model=models.chat, messages=[{"role": "user", "content": "x"}])
     assert wrong.value.status_code == 401
+
+
+def test_model_names_are_listed_with_a_tag_and_echoed_as_sent(live: LiveServer, models: Models) -> None:
+    """Ollama lists `name:tag`; LangChain's ChatOllama(validate_model_on_init=True) accepts a
+    model whose listed name is the one asked for or starts with it and a colon."""
+    http, c = live.http(), client(live)
+    c.generate(model=models.chat)  # loaded, for /api/ps
+    for path in ("/ollama/api/tags", "/ollama/api/ps"):
+        listed = http.get(path).json()["models"]
+        assert {(m["name"], m["model"]) for m in listed if m["model"].startswith(models.chat)} == {
+            (models.chat + ":latest", models.chat + ":latest")
+        }
+        names = [m["model"] for m in listed]
+        for asked in (models.chat, models.chat + ":latest"):
+            assert any(asked == name or name.startswith(asked + ":") for name in names)
+    messages = [{"role": "user", "content": "Hi"}]
+    for asked in (models.chat, models.chat + ":latest"):
+        assert c.chat(model=asked, messages=messages, options={"num_predict": 1}).model == asked
+        assert c.generate(model=asked, prompt="Hi", options={"num_predict": 1}).model == asked
+        streamed = list(c.chat(model=asked, messages=messages, stream=True, options={"num_predict": 1}))
+        assert {chunk.model for chunk in streamed} == {asked}
+        assert c.embed(model=asked.replace(models.chat, models.embed), input="a").model == asked.replace(
+            models.chat, models.embed
+        )
+    assert c.generate(model=models.chat + ":latest").model == models.chat + ":latest"  # a load echoes it too
+
+
+def _long_chat(turns: int) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": "You are terse."}]
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": f"Note {i}: " + "lorem ipsum dolor " * 12},
+            {"role": "assistant", "content": "Noted."},
+        ]
+    return [*messages, {"role": "user", "content": "Say OK."}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_longer_than_the_context_loses_its_oldest_turns(live: LiveServer, models: Models, stream: bool) -> None:
+    """As Ollama: the system message and the latest turns that fit the tiny model's 512 tokens stay,
+    unless the body says `"truncate": false`."""
+    http = live.http()
+    asked = {"model": models.chat, "messages": _long_chat(12), "options": {"num_predict": 3}, "stream": stream}
+    refused = http.post("/ollama/api/chat", json={**asked, "truncate": False})
+    assert refused.status_code == 400 and "context" in refused.json()["error"]
+    answered = http.post("/ollama/api/chat", json=asked)
+    assert answered.status_code == 200, answered.text
+    last = json.loads(answered.text.splitlines()[-1])
+    assert last["done"] and last["eval_count"] == 3 and last["prompt_eval_count"] <= 512 - 3
+    record = logged_request(live, answered)
+    truncated = next(s for s in record.timeline if s.name == steps.TRUNCATED)
+    assert truncated.details["dropped_messages"] > 0 and truncated.details["context"] == 512
+    # what is kept opens with the system message and starts at a user turn: a prompt that fits as it is
+    kept = _long_chat(12)[:1] + _long_chat(12)[1 + truncated.details["dropped_messages"] :]
+    assert kept[1]["role"] == "user"
+    again = client(live).chat(model=models.chat, messages=kept, options={"num_predict": 3})
+    assert again.prompt_eval_count == last["prompt_eval_count"]
+    generated = http.post("/ollama/api/generate", json={"model": models.chat, "prompt": "word " * 600, "stream": False})
+    assert generated.status_code == 400  # one turn too long by itself: nothing to leave out
+
+
+def test_ollamas_openai_api_under_its_v1(live: LiveServer, models: Models) -> None:
+    """Open WebUI and users point OpenAI's SDK at an Ollama server's /v1: here /ollama/v1."""
+    sdk = openai.OpenAI(base_url=live.url + "/ollama/v1", api_key=live.key, max_retries=0, timeout=60)
+    assert {models.chat, models.embed} <= {m.id for m in sdk.models.list()}
+    assert sdk.models.retrieve(models.chat).id == models.chat
+    chat = sdk.chat.completions.create(model=models.chat, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert chat.choices[0].finish_reason == "length" and chat.usage is not None and chat.usage.completion_tokens == 2
+    streamed = sdk.chat.completions.create(
+        model=models.chat, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, stream=True
+    )
+    assert [c.choices[0].finish_reason for c in streamed if c.choices][-1] == "length"
+    assert sdk.completions.create(model=models.chat, prompt="Hi", max_tokens=2).usage.completion_tokens == 2  # type: ignore[union-attr]
+    assert len(sdk.embeddings.create(model=models.embed, input=["a cat"]).data[0].embedding) > 10
+    # errors in OpenAI's shape, with the same key
+    with pytest.raises(openai.NotFoundError) as missing:
+        sdk.chat.completions.create(model="nope", messages=[{"role": "user", "content": "Hi"}])
+    assert missing.value.code == "model_not_found"  # type: ignore[attr-defined]
+    with pytest.raises(openai.NotFoundError) as no_route:
+        sdk.post("/nope", cast_to=dict, body={})
+    assert no_route.value.code == "not_found" and "POST /ollama/v1/nope" in no_route.value.message  # type: ignore[attr-defined]
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=live.url + "/ollama/v1", api_key="sk-spark-wrong", max_retries=0).models.list()
+    # Anthropic's Messages too, as Ollama serves them there
+    claude = anthropic.Anthropic(base_url=live.url + "/ollama", api_key=live.key, max_retries=0, timeout=60)
+    message = claude.messages.create(model=models.chat, max_tokens=2, messages=[{"role": "user", "content": "Hi"}])
+    assert message.stop_reason == "max_tokens"
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        claude.messages.create(model="nope", max_tokens=2, messages=[{"role": "user", "content": "Hi"}])
+    assert unknown.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+def test_empty_texts_are_embedded_and_a_lone_one_only_loads(live: LiveServer, models: Models) -> None:
+    """As Ollama's /api/embed: each text of a list is embedded, an empty one too (the model's
+    vector for its empty tokenization, BERT's [CLS] [SEP]); a lone "" asks for nothing."""
+    c = client(live)
+    for model in (models.embed, models.chat):
+        both = c.embed(model=model, input=["", "a cat"])
+        assert len(both.embeddings) == 2 and len(both.embeddings[0]) == len(both.embeddings[1]) > 10
+        assert both.embeddings[0] != both.embeddings[1]
+        assert c.embed(model=model, input=[""]).embeddings == [both.embeddings[0]]
+        assert c.embed(model=model, input="").embeddings == []
+    with pytest.raises(openai.BadRequestError):  # OpenAI's refuses them, as OpenAI does
+        live.openai().embeddings.create(model=models.embed, input=["a", ""])
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "words"),
+    [
+        ("POST", "/ollama/api/pull", "spark pull"),
+        ("POST", "/ollama/api/push", "does not push"),
+        ("POST", "/ollama/api/create", "spark pull PATH"),
+        ("POST", "/ollama/api/copy", "spark cp"),
+        ("DELETE", "/ollama/api/delete", "spark rm"),
+        ("POST", "/ollama/api/blobs/sha256:abc", "spark pull PATH"),
+    ],
+)
+def test_model_management_is_501_saying_what_to_use(live: LiveServer, method: str, path: str, words: str) -> None:
+    """Not a 404, which Ollama's clients read as a missing model (or a blob to upload)."""
+    response = live.http().request(method, path, json={"model": "x", "source": "x", "destination": "y"})
+    assert response.status_code == 501 and words in response.json()["error"]
+    assert response.json()["error"].startswith("Spark does not manage models through Ollama's API")
+
+
+def test_model_management_through_ollamas_client(live: LiveServer, models: Models) -> None:
+    c = client(live)
+    for call in (lambda: c.pull("x"), lambda: c.delete(models.chat), lambda: c.copy(models.chat, "y")):
+        with pytest.raises(ollama.ResponseError) as refused:
+            call()
+        assert refused.value.status_code == 501
+    assert live.http().head("/ollama/api/blobs/sha256:abc").status_code == 501
+    assert models.chat + ":latest" in {m.model for m in c.list().models}  # nothing was deleted
+
+
+def test_ps_counts_gpu_memory_as_size_vram() -> None:
+    entry = ModelEntry("m", 0)
+    on_cpu = RunnerState("m", "ready", 1, 0, 0, 0, 0.0, 0, 512, 1, estimate_bytes=100, device_bytes={"cpu": 150})
+    assert loaded_model(entry, on_cpu, 0.0) == ollama_api.LoadedModel(entry, 100, 0, 0.0, 512)
+    offloaded = msgspec.structs.replace(
+        on_cpu, measured_bytes=40, device_bytes={"cpu": 90, "cuda:0": 3000, "cuda:1": 1000}, keep_alive=-1
+    )
+    assert loaded_model(entry, offloaded, 0.0) == ollama_api.LoadedModel(entry, 4040, 4000, None, 512)

@@ -167,7 +167,7 @@ def completion_plan(request: CompletionRequest) -> OutputPlan:
     if request.grammar is not None:
         return OutputPlan(grammar=client_grammar(request.grammar))
     if request.json_schema is not None:
-        return OutputPlan(grammar=schema_grammar(request.json_schema or None, param="json_schema"))
+        return OutputPlan(grammar=schema_grammar(request.json_schema or None, param=request.json_schema_param))
     return PLAIN
 
 

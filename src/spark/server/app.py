@@ -119,6 +119,9 @@ def create_app(settings: Settings) -> Litestar:
         middleware=[log_requests],
         include_in_schema=False,  # OpenAI's and Anthropic's references describe them
     )
+    # the same under /ollama/v1, where Ollama serves OpenAI's API (Open WebUI and users point
+    # OpenAI clients at an Ollama server's /v1)
+    ollama_v1 = Router(OLLAMA_PREFIX, route_handlers=[api], include_in_schema=False)
     # Ollama's native API, beside Spark's own admin API (which holds /api/), with the same key
     ollama = Router(
         f"{OLLAMA_PREFIX}/api",
@@ -166,6 +169,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[
             *HEALTH_ROUTES,
             api,
+            ollama_v1,
             ollama,
             tokens,
             llama,

@@ -9,6 +9,7 @@ from litestar.types import Scope
 Family = Literal["openai", "anthropic", "ollama"]
 
 OLLAMA_PREFIX = "/ollama"  # Ollama's own paths follow it: /ollama/api/chat
+OLLAMA_V1 = OLLAMA_PREFIX + "/v1"  # and OpenAI's API again, as Ollama serves it: /ollama/v1/chat/completions
 _ANTHROPIC_PATHS = ("/v1/messages",)
 _OPENAI_PATHS = (
     "/v1/chat/",
@@ -34,10 +35,13 @@ _OPENAI_PATHS = (
 
 def api_family(scope: Scope) -> Family:
     """Anthropic for the Messages routes, OpenAI for the completion routes (llama-server's too), Ollama for everything
-    under /ollama/; on shared routes (models, unknown paths) the `anthropic-version` header that
+    else under /ollama/ but its /ollama/v1 (the /v1 routes again, as Ollama serves OpenAI's API
+    under its own); on shared routes (models, unknown paths) the `anthropic-version` header that
     Anthropic clients send decides."""
     path: str = scope["path"]
-    if path.startswith(OLLAMA_PREFIX + "/"):
+    if path.startswith(OLLAMA_V1 + "/"):
+        path = path.removeprefix(OLLAMA_PREFIX)
+    elif path.startswith(OLLAMA_PREFIX + "/"):
         return "ollama"
     if path.startswith(_ANTHROPIC_PATHS):
         return "anthropic"

@@ -1,5 +1,6 @@
-"""The Responses API's `truncation: "auto"`: a conversation too long for the model's context loses
-its oldest turns, as OpenAI drops items from the beginning of a conversation.
+"""The Responses API's `truncation: "auto"` and Ollama's chat (`truncate`, on unless a body turns it
+off): a conversation too long for the model's context loses its oldest turns, as OpenAI drops
+items from the beginning of a conversation and Ollama its oldest messages.
 
 What stays is the system (and developer) messages that open it and the turns from
 a user message on, the fewest turns dropped that leave the answer room: a call

@@ -11,6 +11,9 @@ pointed at `http://host:8080/ollama` with a Spark API key:
   `version_body`, `show_body`
 - any error: `error_body` (`error_line` inside a stream)
 
+Models are listed as Ollama lists them, `name:tag` (`listed_name`); a name a client sends loses
+its `:latest` (`model_name`), and answers echo the name as sent.
+
 docs/compatibility.md lists which fields are read, ignored and refused.
 """
 
@@ -25,12 +28,14 @@ from spark.api.ollama.requests import (
 )
 from spark.api.ollama.responses import (
     NDJSON,
+    LoadedModel,
     OllamaStream,
     capabilities,
     embed_body,
     embedding_body,
     error_body,
     error_line,
+    listed_name,
     ps_body,
     show_body,
     state_change_body,
@@ -40,6 +45,7 @@ from spark.api.ollama.responses import (
 
 __all__ = [
     "NDJSON",
+    "LoadedModel",
     "OllamaCall",
     "OllamaStream",
     "capabilities",
@@ -47,6 +53,7 @@ __all__ = [
     "embedding_body",
     "error_body",
     "error_line",
+    "listed_name",
     "model_name",
     "parse_chat",
     "parse_embed",

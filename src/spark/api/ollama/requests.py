@@ -107,6 +107,7 @@ class _GenerationBody(msgspec.Struct, frozen=True, kw_only=True):
     think: Think | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] | None = None
+    truncate: bool | None = None  # None: a conversation too long for the context loses its oldest turns
 
 
 class ChatBody(_GenerationBody, frozen=True, kw_only=True):
@@ -160,54 +161,56 @@ _name_decoder = msgspec.json.Decoder(ModelName)
 # --- decoded calls --------------------------------------------------------------
 
 
-class OllamaCall(msgspec.Struct, frozen=True):
+class OllamaCall(msgspec.Struct, frozen=True, kw_only=True):
     """A decoded /api/chat or /api/generate body.
 
-    `request` is None when the body asks for nothing to generate (no messages, or an empty
-    prompt): Ollama then loads the model, or with `keep_alive` 0 unloads it.
+    `model` is the Spark id, `name` the model as the client wrote it, which the answer echoes
+    (as Ollama's does). `request` is None when the body asks for nothing to generate (no
+    messages, or an empty prompt): Ollama then loads the model, or with `keep_alive` 0 unloads
+    it. `truncate`: a conversation longer than the context may lose its oldest turns.
     """
 
     model: str
+    name: str
     request: ChatRequest | CompletionRequest | None
     stream: bool
     keep_alive: float | None
+    truncate: bool
 
 
 def model_name(model: str) -> str:
     """An Ollama client's model name as a Spark model id: `:latest`, the tag Ollama adds to a
-    name that has none, is dropped (Spark's ids have no tags)."""
+    name that has none (and that `/api/tags` lists), is dropped."""
     return model.removesuffix(":latest")
 
 
 def parse_chat(body: bytes, *, max_tokens_limit: int | None = None) -> OllamaCall:
     """Decode a `POST /api/chat` body."""
     wire = decode_body(_chat_decoder, body)
-    model, keep_alive = model_name(wire.model), keep_alive_seconds(wire.keep_alive)
-    stream = wire.stream is not False
+    call = _call(wire)
     if not wire.messages:
-        return OllamaCall(model, None, stream, keep_alive)
+        return call
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
     check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters")
     request = ChatRequest(
-        model=model,
+        model=call.model,
         messages=_messages(wire.messages),
         sampling=_sampling(wire.options, max_tokens_limit),
-        stream=stream,
+        stream=call.stream,
         tools=tools or None,
-        keep_alive=keep_alive,
+        keep_alive=call.keep_alive,
         response_format=_format(wire.format),
         reasoning=_reasoning(wire.think),
         logprobs=_logprobs(wire),
     )
-    return OllamaCall(model, request, stream, keep_alive)
+    return msgspec.structs.replace(call, request=request)
 
 
 def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> OllamaCall:
     """Decode a `POST /api/generate` body: a prompt through the chat template (with `system` and
     `images`), or with `raw` (or a `suffix`, to fill in between) the prompt as it is."""
     wire = decode_body(_generate_decoder, body)
-    model, keep_alive = model_name(wire.model), keep_alive_seconds(wire.keep_alive)
-    stream = wire.stream is not False
+    call = _call(wire)
     refuse(
         wire.template is not None,
         "template",
@@ -219,22 +222,27 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
         "context",
         "'context' (the token history of an earlier answer) is not supported; use /api/chat with the messages.",
     )
+    refuse(
+        bool(wire.raw and wire.system), "system", "raw mode does not support template, system, or context"
+    )  # Ollama's words
     if not wire.prompt and not wire.images:
-        return OllamaCall(model, None, stream, keep_alive)
+        return call
     sampling = _sampling(wire.options, max_tokens_limit)
     logprobs = _logprobs(wire)
     request: ChatRequest | CompletionRequest
     if wire.raw or wire.suffix:
         refuse(bool(wire.images), "images", "'images' need the chat template: send them without 'raw' or 'suffix'.")
-        refuse(wire.format is not None and wire.format != "", "format", "'format' cannot be used with 'raw'.")
+        response_format = _format(wire.format)
         request = CompletionRequest(
-            model=model,
+            model=call.model,
             prompt=wire.prompt,
             sampling=sampling,
-            stream=stream,
-            keep_alive=keep_alive,
+            stream=call.stream,
+            keep_alive=call.keep_alive,
             logprobs=logprobs,
             suffix=wire.suffix or None,
+            json_schema=None if response_format is None else response_format.schema or {},  # {}: any JSON object
+            json_schema_param="format",
         )
     else:
         content: str | list[ContentPart] = wire.prompt
@@ -242,25 +250,38 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
             content = [*_images(wire.images, "images"), TextPart(wire.prompt)]
         system = [Message("system", wire.system)] if wire.system else []
         request = ChatRequest(
-            model=model,
+            model=call.model,
             messages=[*system, Message("user", content)],
             sampling=sampling,
-            stream=stream,
-            keep_alive=keep_alive,
+            stream=call.stream,
+            keep_alive=call.keep_alive,
             response_format=_format(wire.format),
             reasoning=_reasoning(wire.think),
             logprobs=logprobs,
         )
-    return OllamaCall(model, request, stream, keep_alive)
+    return msgspec.structs.replace(call, request=request)
 
 
-def parse_embed(body: bytes) -> tuple[EmbeddingRequest, bool]:
-    """Decode a `POST /api/embed` body; the request, and False when its `input` is empty (Ollama
-    then only loads the model)."""
+def _call(wire: _GenerationBody) -> OllamaCall:
+    """The call `wire` makes, with nothing to generate yet."""
+    return OllamaCall(
+        model=model_name(wire.model),
+        name=wire.model,
+        request=None,
+        stream=wire.stream is not False,
+        keep_alive=keep_alive_seconds(wire.keep_alive),
+        truncate=wire.truncate is not False,  # Ollama truncates unless told not to
+    )
+
+
+def parse_embed(body: bytes) -> tuple[EmbeddingRequest, str]:
+    """Decode a `POST /api/embed` body: the request, and the model as the client named it (the
+    answer echoes it). As Ollama, a lone empty text, as an empty list, asks for nothing (the
+    model is only loaded), and each text of a list is embedded, an empty one too."""
     wire = decode_body(_embed_decoder, body)
-    inputs: list[str | list[int]] = [wire.input] if isinstance(wire.input, str) else list(wire.input)
-    for i, text in enumerate(inputs):
-        refuse(not text, "input" if isinstance(wire.input, str) else f"input[{i}]", "'input' holds an empty text.")
+    inputs: list[str | list[int]] = (
+        ([wire.input] if wire.input else []) if isinstance(wire.input, str) else list(wire.input)
+    )
     request = EmbeddingRequest(
         model=model_name(wire.model),
         input=inputs,
@@ -268,18 +289,17 @@ def parse_embed(body: bytes) -> tuple[EmbeddingRequest, bool]:
         keep_alive=keep_alive_seconds(wire.keep_alive),
         truncate=wire.truncate is not False,  # Ollama truncates unless told not to
     )
-    return request, bool(inputs)
+    return request, wire.model
 
 
-def parse_embeddings(body: bytes) -> tuple[EmbeddingRequest, bool]:
+def parse_embeddings(body: bytes) -> EmbeddingRequest:
     """Decode a `POST /api/embeddings` body (as `parse_embed`; an empty prompt only loads the model)."""
     wire = decode_body(_embeddings_decoder, body)
-    request = EmbeddingRequest(
+    return EmbeddingRequest(
         model=model_name(wire.model),
         input=[wire.prompt] if wire.prompt else [],
         keep_alive=keep_alive_seconds(wire.keep_alive),
     )
-    return request, bool(wire.prompt)
 
 
 def parse_model_name(body: bytes) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from spark.api.common import ModelEntry
-from spark.errors import Overloaded, SparkError, from_info
+from spark.errors import ModelNotFound, Overloaded, SparkError, from_info
 from spark.types import (
     Done,
     EmbeddingResult,
@@ -329,39 +329,44 @@ def capabilities(info: dict[str, Any]) -> list[str]:
     return ["completion", "tools", *(name for name in ("thinking", "vision") if info.get(name))]
 
 
+def listed_name(model_id: str) -> str:
+    """A Spark model id as Ollama lists a model: `name:tag`, `:latest` where the id has no tag
+    (clients compare the names they are given with the list, `llama3` with `llama3:latest`)."""
+    return model_id if ":" in model_id else f"{model_id}:latest"
+
+
 def tags_body(entries: list[ModelEntry]) -> bytes:
     """`GET /api/tags`: the models clients can name (this server's, and its fleet nodes')."""
-    return _encoder.encode(
-        {
-            "models": [
-                _Listed(e.id, e.id, created_at(e.created), int(e.info.get("size_bytes") or 0), "", _details(e.info))
-                for e in entries
-            ]
-        }
-    )
+    models = []
+    for e in entries:
+        name = listed_name(e.id)
+        models.append(
+            _Listed(name, name, created_at(e.created), int(e.info.get("size_bytes") or 0), "", _details(e.info))
+        )
+    return _encoder.encode({"models": models})
 
 
-def ps_body(loaded: list[tuple[ModelEntry, int, float | None, int]]) -> bytes:
-    """`GET /api/ps`: each loaded model with its memory in bytes, when it unloads (None: never,
-    written as far ahead as Ollama writes it) and the context a request gets."""
+class LoadedModel(msgspec.Struct, frozen=True):
+    """A loaded model as `/api/ps` shows it: its memory in bytes (`size` in all, `size_vram` of it
+    on GPUs), when it unloads (None: never) and the context a request gets."""
+
+    entry: ModelEntry
+    size: int
+    size_vram: int
+    expires: float | None
+    context_length: int
+
+
+def ps_body(loaded: list[LoadedModel]) -> bytes:
+    """`GET /api/ps`: each loaded model; one kept loaded for good expires as far ahead as Ollama
+    writes it."""
     never = created_at(time.time() + 100 * 365 * 86400)
-    return _encoder.encode(
-        {
-            "models": [
-                _Loaded(
-                    e.id,
-                    e.id,
-                    size,
-                    "",
-                    _details(e.info),
-                    never if expires is None else created_at(expires),
-                    0,  # no GPU placement here
-                    context,
-                )
-                for e, size, expires, context in loaded
-            ]
-        }
-    )
+    models = []
+    for m in loaded:
+        name = listed_name(m.entry.id)
+        expires = never if m.expires is None else created_at(m.expires)
+        models.append(_Loaded(name, name, m.size, "", _details(m.entry.info), expires, m.size_vram, m.context_length))
+    return _encoder.encode({"models": models})
 
 
 def show_body(entry: ModelEntry, template: str, parameters: dict[str, Any]) -> bytes:
@@ -410,7 +415,9 @@ def _status(error: SparkError) -> int:
 
 def _error_text(error: SparkError) -> str:
     """The error's message, naming its parameter where it does not already: Ollama's error has
-    no field for it."""
+    no field for it. An unknown model is worded as Ollama words it, which clients look for."""
+    if isinstance(error, ModelNotFound):
+        return f"model '{error.model}' not found (see GET /ollama/api/tags)"
     if error.param and error.param not in error.message:
         return f"{error.message} (parameter '{error.param}')"
     return error.message

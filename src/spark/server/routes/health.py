@@ -15,14 +15,18 @@ async def health() -> Response[bytes]:
     return Response(_OK, media_type=MediaType.JSON)
 
 
+_RUNNING = b"Ollama is running"
+
+
 @get(OLLAMA_PREFIX, media_type=MediaType.TEXT, include_in_schema=False)
 async def ollama_running() -> Response[bytes]:
-    return Response(b"Ollama is running", media_type=MediaType.TEXT)
+    return Response(_RUNNING, media_type=MediaType.TEXT)
 
 
 @head(OLLAMA_PREFIX, include_in_schema=False)
-async def ollama_heartbeat() -> None:
-    """Ollama's CLI and clients send HEAD to see whether the server runs."""
+async def ollama_heartbeat() -> Response[None]:
+    """Ollama's CLI and clients send HEAD to see whether the server runs: GET's headers, no body."""
+    return Response(None, media_type=MediaType.TEXT, headers={"content-length": str(len(_RUNNING))})
 
 
 HEALTH_ROUTES = [health, ollama_running, ollama_heartbeat]

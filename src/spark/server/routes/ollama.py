@@ -3,7 +3,8 @@ version.
 
 Bodies are decoded by `spark.api.ollama`; requests run as the OpenAI routes' do (same scheduler,
 request log, fleet routing and API keys). Model management (`/api/pull`, `/api/delete`, ...)
-is not here: it is the admin's, with `spark pull` and the admin API.
+is the admin's, with `spark pull` and the admin API: its routes answer 501 saying so (a 404
+reads to Ollama's clients as a missing model or blob).
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import time
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, head, post
 
 import spark
 from spark.api import ollama
 from spark.api.common import ModelEntry as ListedModel
 from spark.api.ollama.responses import Kind
-from spark.errors import InvalidRequest
+from spark.errors import ContextLengthExceeded, InvalidRequest, NotImplementedRoute
+from spark.runners.scheduler import RunnerState
+from spark.server.family import OLLAMA_PREFIX
 from spark.server.generation import run_embeddings, run_encoded, stream_response
 from spark.server.images import check_image_sizes
 from spark.server.recorder import recorder_of
@@ -26,7 +29,15 @@ from spark.server.responses import json_response
 from spark.server.routes.models import fleet_models, listed, loaded_ids
 from spark.server.routing import routed_response
 from spark.server.state import state_of
-from spark.types import ChatRequest, EmbeddingRequest, EmbeddingResult, SamplingParams, template_thinks
+from spark.server.truncation import fitted
+from spark.types import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResult,
+    SamplingParams,
+    template_thinks,
+)
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -48,25 +59,40 @@ async def generate(request: AnyRequest) -> Response[Any]:
 
 
 async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "chat") -> Response[Any]:
-    state, recorder = state_of(request), recorder_of(request.scope)
+    state = state_of(request)
     generation = call.request
     if generation is None:  # nothing to generate: load the model, or with keep_alive 0 unload it
         model = state.library.get(call.model).id
         if call.keep_alive == 0:
             await state.scheduler.unload(model)
-            return json_response(ollama.state_change_body(model, kind, "unload"))
+            return json_response(ollama.state_change_body(call.name, kind, "unload"))
         await state.scheduler.warm(model, call.keep_alive)
-        return json_response(ollama.state_change_body(model, kind, "load"))
+        return json_response(ollama.state_change_body(call.name, kind, "load"))
     if isinstance(generation, ChatRequest):
         check_image_sizes(generation, state.settings.max_image_bytes)
-    writer = ollama.OllamaStream(call.model, kind, stream=call.stream)
+    writer = ollama.OllamaStream(call.name, kind, stream=call.stream)
     if (routed := await routed_response(request, generation, stream=call.stream, fail=writer.fail)) is not None:
         return routed
     thinks = isinstance(generation, ChatRequest) and generation.reasoning is not None and generation.reasoning.enabled
     if thinks and not template_thinks(state.library.get(generation.model).info.chat_template):
         # as Ollama answers a model without the thinking capability (/api/show lists none)
-        raise InvalidRequest(f'"{call.model}" does not support thinking', param="think")
-    if call.stream:
+        raise InvalidRequest(f'"{call.name}" does not support thinking', param="think")
+    try:
+        return await _answer(request, generation, writer)
+    except ContextLengthExceeded as e:
+        if not (call.truncate and isinstance(generation, ChatRequest)):
+            raise
+        # as Ollama, the oldest turns go (the system messages that open it stay) until it fits
+        fitting = await fitted(state, generation, e, recorder_of(request.scope))
+        return await _answer(request, fitting, writer)
+
+
+async def _answer(
+    request: AnyRequest, generation: ChatRequest | CompletionRequest, writer: ollama.OllamaStream
+) -> Response[Any]:
+    """`generation`'s answer, streamed as NDJSON or whole."""
+    state, recorder = state_of(request), recorder_of(request.scope)
+    if generation.stream:
         return await stream_response(
             state, request.scope, generation, writer, recorder=recorder, media_type=ollama.NDJSON
         )
@@ -77,28 +103,25 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
 @post("/embed", status_code=200)
 async def embed(request: AnyRequest) -> Response[Any]:
     started = time.monotonic_ns()
-    embedding, wanted = ollama.parse_embed(await request.body())
-    result = await _embeddings(request, embedding, wanted)
+    embedding, name = ollama.parse_embed(await request.body())
+    result = await _embeddings(request, embedding)
     if isinstance(result, Response):
         return result
-    return json_response(ollama.embed_body(embedding.model, result, time.monotonic_ns() - started))
+    return json_response(ollama.embed_body(name, result, time.monotonic_ns() - started))
 
 
 @post("/embeddings", status_code=200)
 async def embeddings(request: AnyRequest) -> Response[Any]:
-    embedding, wanted = ollama.parse_embeddings(await request.body())
-    result = await _embeddings(request, embedding, wanted)
+    result = await _embeddings(request, ollama.parse_embeddings(await request.body()))
     if isinstance(result, Response):
         return result
     return json_response(ollama.embedding_body(result))
 
 
-async def _embeddings(
-    request: AnyRequest, embedding: EmbeddingRequest, wanted: bool
-) -> EmbeddingResult | Response[Any] | None:
-    """The vectors (None when nothing was to embed: the model is loaded), or a fleet node's answer."""
+async def _embeddings(request: AnyRequest, embedding: EmbeddingRequest) -> EmbeddingResult | Response[Any] | None:
+    """The vectors (None when there was nothing to embed: the model is loaded), or a fleet node's answer."""
     state = state_of(request)
-    if not wanted:
+    if not embedding.input:
         await state.scheduler.warm(state.library.get(embedding.model).id, embedding.keep_alive)
         return None
     if (routed := await routed_response(request, embedding)) is not None:
@@ -131,18 +154,23 @@ def _parameters(sampling: SamplingParams) -> dict[str, Any]:
 
 @get("/ps")
 async def ps(request: AnyRequest) -> Response[bytes]:
-    """The loaded models, with when each unloads."""
-    state = state_of(request)
-    now = time.time()
-    loaded: list[tuple[ListedModel, int, float | None, int]] = []
-    ids = loaded_ids(request)
-    for runner in state.scheduler.loaded():
-        if not state.library.exists(runner.model):
-            continue  # removed while it finishes its last requests
-        expires = None if runner.keep_alive < 0 else now + (runner.unloads_in or runner.keep_alive)
-        size = runner.measured_bytes or runner.estimate_bytes
-        loaded.append((listed(state.library.get(runner.model), ids, state.settings), size, expires, runner.n_ctx))
+    """The loaded models, with their memory (on GPUs too) and when each unloads."""
+    state, ids, now = state_of(request), loaded_ids(request), time.time()
+    loaded = [
+        loaded_model(listed(state.library.get(runner.model), ids, state.settings), runner, now)
+        for runner in state.scheduler.loaded()
+        if state.library.exists(runner.model)  # not one removed while it finishes its last requests
+    ]
     return json_response(ollama.ps_body(loaded))
+
+
+def loaded_model(entry: ListedModel, runner: RunnerState, now: float) -> ollama.LoadedModel:
+    """`runner`'s model as `/api/ps` shows it: its host memory and what it holds on GPUs
+    (`size_vram`, 0 on the CPU alone), and when it unloads (None: never)."""
+    expires = None if runner.keep_alive < 0 else now + (runner.unloads_in or runner.keep_alive)
+    vram = sum(size for device, size in runner.device_bytes.items() if device != "cpu")
+    size = (runner.measured_bytes or runner.estimate_bytes) + vram
+    return ollama.LoadedModel(entry, size, vram, expires, runner.n_ctx)
 
 
 @get("/version")
@@ -151,4 +179,39 @@ async def version() -> Response[bytes]:
     return json_response(ollama.version_body(spark.__version__))
 
 
-OLLAMA_ROUTES = [chat, generate, embed, embeddings, tags, show, ps, version]
+# Ollama's model-management routes, and what a Spark user does instead
+_MANAGED_WITH = {
+    "pull": "pull a model with `spark pull` (or the admin API's POST /api/pulls)",
+    "push": "Spark does not push models to a registry",
+    "create": "add a GGUF file with `spark pull PATH`, and set a model's defaults with the admin API",
+    "copy": "copy a model with `spark cp`",
+    "delete": "remove a model with `spark rm`",
+    "blobs": "add a GGUF file with `spark pull PATH`",
+}
+
+
+def _not_served(request: AnyRequest) -> NotImplementedRoute:
+    what = request.scope["path"].removeprefix(f"{OLLAMA_PREFIX}/api/").split("/")[0]
+    return NotImplementedRoute(
+        f"Spark does not manage models through Ollama's API ({request.method} /api/{what}): "
+        f"{_MANAGED_WITH[what]}; GET /ollama/api/tags lists the models there are."
+    )
+
+
+@post(["/pull", "/push", "/create", "/copy", "/blobs/{digest:str}"], status_code=501)
+async def manage(request: AnyRequest) -> None:
+    """Ollama's model management, which Spark leaves to its admin: refused with what to do instead."""
+    raise _not_served(request)
+
+
+@delete("/delete", status_code=501)
+async def manage_delete(request: AnyRequest) -> None:
+    raise _not_served(request)
+
+
+@head("/blobs/{digest:str}", status_code=501)
+async def manage_blob(request: AnyRequest) -> None:
+    raise _not_served(request)
+
+
+OLLAMA_ROUTES = [chat, generate, embed, embeddings, tags, show, ps, version, manage, manage_delete, manage_blob]
