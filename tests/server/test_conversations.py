@@ -147,8 +147,8 @@ def test_a_zero_retention_key_cannot_use_conversations(live: LiveServer, models:
         ("/v1/conversations/{id}/items", {}, "items"),
         (
             "/v1/conversations/{id}/items",
-            {"items": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]},
-            "items[0].arguments",
+            {"items": [{"type": "function_call", "call_id": "c", "arguments": "{"}]},
+            "items[0].name",
         ),
     ],
 )
