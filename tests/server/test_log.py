@@ -253,6 +253,22 @@ def test_a_client_that_goes_away_is_logged_as_cancelled(live: LiveServer, models
     assert record.content.output and record.completion_tokens >= 3  # what it had written: 3 chunks were read
 
 
+def test_a_stream_that_fails_is_logged_with_what_it_had_made(live: LiveServer, models: dict[str, str]) -> None:
+    body = {"model": models["slow"], "messages": CHAT, "max_tokens": 10_000, "stream": True}
+    with live.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = (line for line in response.iter_lines() if line)
+        for _ in range(4):
+            next(lines)
+        live.unload(models["slow"])  # the runner goes while the answer runs
+        assert any("runner_failed" in line for line in lines)
+    record = logged_request(live, response)
+    # logged as it ended (the error's status, though its stream had begun with 200), with its prompt and output
+    assert (record.status, record.error_type, record.finish_reason) == (502, "runner_failed", None)
+    slot = next(step for step in record.timeline if step.name == steps.SLOT).details
+    assert record.prompt_tokens == slot["prompt_tokens"] > 0
+    assert record.content is not None and record.content.output and record.completion_tokens >= 3
+
+
 def test_a_clean_shutdown_writes_every_request(tmp_path: Path, tiny_llama: Path) -> None:
     settings = server_settings(tmp_path / "home")
     with Library(settings) as library:

@@ -239,12 +239,14 @@ class RequestRecorder:
     def finish(self, status: int) -> RequestRecord:
         """The log record, once the response (status `status`) has been sent."""
         duration_ms = self.trace.elapsed_ms()
-        cut_short = status < 400 and self.error is None and self.request is not None and not self._ended
-        if cut_short:  # a stream whose client went away: logged as cancelled, with what it had made
+        cut_short = self.request is not None and not self._ended
+        if cut_short and status < 400 and self.error is None:  # a stream whose client went away
             self.error = Cancelled("The client went away before the answer was complete.")
             self.trace.step(steps.CANCELLED, reason="the client went away")
-            status = Cancelled.status
-            self._cut_short()
+        if self.error is not None and status < 400:  # a stream that failed after its 200: logged as it ended
+            status = self.error.status
+        if cut_short and self.error is not None:  # logged with what it had made
+            self._cut_short(self.error)
         elif not any(self.trace.has(s) for s in (steps.FINISHED, steps.CANCELLED, steps.FAILED)):
             if status >= 400:
                 self.trace.step(steps.FAILED, status=status)
@@ -281,17 +283,18 @@ class RequestRecorder:
             timeline=list(self.trace.steps),
         )
 
-    def _cut_short(self) -> None:
-        """The usage and output of a request that ended before its last event: its prompt as its slot
-        counted it, an output token for each output event, the output so far."""
+    def _cut_short(self, error: SparkError) -> None:
+        """The usage and output of a request that ended (with `error`) before its last event: its prompt
+        as its slot counted it, an output token for each output event, the output so far."""
         slot = self._slot
         self._usage = Usage(
             prompt_tokens=slot.prompt_tokens if slot else 0,
             completion_tokens=self._outputs,
             cached_tokens=slot.cached_tokens if slot else 0,
         )
-        self._finish_reason = "cancelled"
-        if self._output is not None:
+        cancelled = isinstance(error, Cancelled)
+        self._finish_reason = "cancelled" if cancelled else None
+        if self._output is not None and (cancelled or self._outputs):
             so_far = self._output.add(Done("cancelled", self._usage))
             assert so_far is not None  # Done always completes a result
             self._result = RequestContent(output=so_far.text, reasoning=so_far.reasoning, tool_calls=so_far.tool_calls)
