@@ -510,9 +510,9 @@ class Scheduler:
                         trace.step(steps.MEMORY_WAIT, reason=refused.message, up_to_seconds=wait)
                 if not self._pending[model_id]:
                     raise Cancelled(f"Loading {model_id} was abandoned: every request for it went away.") from None
-                if now >= deadline:
-                    raise self._refusal(
-                        f"{refused.message}; waited {wait:g} s for busy models to finish (SPARK_LOAD_WAIT)"
+                if now >= deadline:  # busy, not too big: Overloaded, which clients retry (after Retry-After)
+                    raise Overloaded(
+                        self._refusal(f"{refused.message}; waited {wait:g} s for busy models (SPARK_LOAD_WAIT)").message
                     ) from None
                 self._changed.clear()
                 await _wait_for_event(self._changed, min(deadline - now, PLACEMENT_RECHECK_SECONDS))
