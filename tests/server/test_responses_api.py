@@ -200,7 +200,7 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         ({"input": [{"content": "no role"}]}, "input[0].role"),
         ({"input": [{"type": "function_call_output", "call_id": "call_1"}]}, "input[0].output"),
-        ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]}, "input[0].arguments"),
+        ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].file_id",  # never uploaded

@@ -26,7 +26,7 @@ def tui(
 ) -> None:
     """Watch and run the server in the terminal: runners, memory, live requests, models, keys, nodes.
 
-    Keys: 1-5 or Tab switch screens, / filters, ? lists every key, q quits.
+    Keys: 1-7 or Tab switch screens, / filters, ? lists every key, q quits.
     """
     from spark.tui.app import SparkApp
     from spark.tui.client import AdminAPI, Endpoint
