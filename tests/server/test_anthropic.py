@@ -160,6 +160,13 @@ def test_a_text_document_is_read(live: LiveServer, smollm2: Path) -> None:
         )  # type: ignore[arg-type]
 
 
+def test_a_base_url_with_v1_is_told_so(live: LiveServer, models: Models) -> None:
+    """Anthropic's SDKs add /v1 themselves: given OpenAI's base URL, every call is a 404 saying why."""
+    client = anthropic.Anthropic(base_url=live.url + "/v1", api_key=live.key, max_retries=0)
+    with pytest.raises(anthropic.NotFoundError, match="Anthropic's SDKs add /v1 themselves"):
+        client.messages.create(model=models.chat, max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+
+
 def test_models_in_anthropic_shape(live: LiveServer, models: Models) -> None:
     client = live.anthropic()
     ids = [m.id for m in client.models.list()]

@@ -88,7 +88,9 @@ def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
     method, path = request.method, request.scope["path"]
     error: SparkError
     if exc.status_code == HTTP_404_NOT_FOUND:
-        if path.startswith(("/v1/", OLLAMA_PREFIX + "/")):
+        if path.startswith(("/v1/v1/", OLLAMA_PREFIX + "/v1/v1/")):  # an SDK that adds /v1 to a base URL with it
+            where = "the base URL has /v1 once too often: Anthropic's SDKs add /v1 themselves, so give them no /v1"
+        elif path.startswith(("/v1/", OLLAMA_PREFIX + "/")):
             where = "docs/compatibility.md lists the routes Spark serves"
         else:
             where = f"the OpenAI and Anthropic APIs are under /v1, Ollama's under {OLLAMA_PREFIX}/api"
