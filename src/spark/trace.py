@@ -137,6 +137,18 @@ def describe_step(step: Step) -> tuple[str, str]:
             return "cancelled", str(d.get("reason", ""))
         case "failed":
             return "failed", " ".join(str(d[k]) for k in ("error", "status") if k in d)
+        case "routed":
+            tries = ", ".join(
+                f"{t.get('node', '?')} {t.get('outcome', '?')} ({ms(t.get('ms'))})" for t in d.pop("tries", [])
+            )
+            node, reason = d.pop("node", None), d.pop("reason", "")
+            where = f"to {node}: {reason}" if node else f"no place took it ({reason})"
+            parts = [
+                where,
+                *(f"{k.replace('_', ' ')} {v}" for k, v in d.items()),
+                *([f"tries: {tries}"] if tries else []),
+            ]
+            return "routed", "; ".join(parts)
         case "truncated":
             return "truncated", (
                 f"{d.get('prompt_tokens', '?')} prompt tokens for a context of {d.get('context', '?')}: "

@@ -192,6 +192,12 @@ def test_the_truncated_step_says_what_was_left_out() -> None:
     assert (label, text) == ("truncated", "900 prompt tokens for a context of 512: the 6 oldest messages left out")
 
 
+def test_the_routed_step_names_the_place_and_each_try() -> None:
+    tries = [{"node": "a", "outcome": "connection refused", "ms": 2.5}, {"node": "b", "outcome": "ok", "ms": 945.7}]
+    label, text = describe_step(Step("routed", 3.0, {"node": "b", "reason": "least loaded", "tries": tries}))
+    assert (label, text) == ("routed", "to b: least loaded; tries: a connection refused (2.5 ms), b ok (946 ms)")
+
+
 def test_drafted_tokens_show_in_the_finished_step(table: RequestTable) -> None:
     timeline = [
         Step("received", 0.0),

@@ -88,6 +88,7 @@ def test_a_request_goes_to_the_node_that_has_its_model(fleet: Fleet) -> None:
             assert [t["outcome"] for t in step["tries"]] == ["ok"]
             assert step["node_request_id"]  # the node's own id of it
             assert record["completion_tokens"] == 8
+            assert record["tokens_per_second"] is None, "a whole answer arrives at once: no speed to tell"
 
 
 def test_questions_about_tokens_go_to_the_node_that_has_the_model(fleet: Fleet) -> None:
@@ -193,6 +194,7 @@ def test_an_anthropic_stream_is_relayed_and_its_numbers_logged(fleet: Fleet) -> 
     assert record["node"] == "beta" and record["status"] == 200
     assert record["prompt_tokens"] > 0 and record["completion_tokens"] == 8
     assert record["finish_reason"] == "max_tokens" and record["ttft_ms"] is not None
+    assert record["tokens_per_second"] > 0  # a stream's pieces come as the node makes them
 
 
 def test_an_ollama_stream_is_relayed_line_by_line_and_its_numbers_logged(fleet: Fleet) -> None:

@@ -83,6 +83,7 @@ class RequestRecorder:
         self._first_token_ms: float | None = None
         self.node = LOCAL_NODE  # where it was served: this server, or the fleet node it was routed to
         self._relayed_reason: str | None = None  # a node's finish reason, in its API's words
+        self._relayed = False  # a node answered it
         self.detached = False  # its work goes on after the response: the record is written by `detached`
         self._from_batch = scope.get("state", {}).get(BATCH_STATE) is not None
         self._slot: SlotInfo | None = None  # the first choice's prompt, as its slot counted it
@@ -205,7 +206,7 @@ class RequestRecorder:
 
     def relayed(self, usage: Usage | None, finish_reason: str | None) -> None:
         """A routed answer ended: the numbers its node gave (tokens; the content stays on the node)."""
-        self._ended = True
+        self._ended = self._relayed = True
         self._usage, self._relayed_reason = usage or self._usage, finish_reason
         if self.error is None:
             completion = usage.completion_tokens if usage is not None else 0
@@ -255,8 +256,11 @@ class RequestRecorder:
         usage = self._usage or Usage()
         completion = usage.completion_tokens
         rate = None
-        if self._first_token_ms is not None and completion > 1 and duration_ms > self._first_token_ms:
-            rate = round((completion - 1) / ((duration_ms - self._first_token_ms) / 1000.0), 2)
+        stream = bool(getattr(self.request, "stream", False))
+        # a node's whole answer arrives at once: its first token says nothing of the speed
+        first = None if self._relayed and not stream else self._first_token_ms
+        if first is not None and completion > 1 and duration_ms > first:
+            rate = round((completion - 1) / ((duration_ms - first) / 1000.0), 2)
         error = self.error
         return RequestRecord(
             id=self.ids.id,
@@ -272,7 +276,7 @@ class RequestRecorder:
             finish_reason=self._finish_reason or self._relayed_reason,
             error_type=error.code if error is not None else None,
             error_message=None if error is None else (error.message if self.keeps_content else WITHHELD),
-            stream=bool(getattr(self.request, "stream", False)),
+            stream=stream,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=completion,
             cached_tokens=usage.cached_tokens,
