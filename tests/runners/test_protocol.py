@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from spark.engine import EngineInfo
-from spark.errors import ContextLengthExceeded, ErrorInfo
+from spark.errors import ContextLengthExceeded, ErrorInfo, InvalidRequest
 from spark.runners.protocol import (
     Answered,
     Ask,
@@ -139,6 +139,14 @@ def test_reused_buffer_is_rewritten_per_frame() -> None:
 def test_token_frame_is_small() -> None:
     # the per-token hot path: framing adds a few bytes around the event
     assert len(encode_frame(EventFrame("12", TextDelta("hi")))) < 32
+
+
+def test_a_number_beyond_64_bits_is_a_typed_error_not_a_half_written_frame() -> None:
+    huge = Submit("1", ChatRequest(model="m", messages=[], sampling=SamplingParams(logit_bias={2**70: 1.0})))
+    buffer = bytearray()
+    with pytest.raises(InvalidRequest, match="cannot be sent to the model's runner"):
+        encode_frame(huge, buffer)
+    assert FrameDecoder().feed(encode_frame(Cancel("2"), buffer)) == [Cancel("2")], "the buffer is still usable"
 
 
 def test_garbage_raises_protocol_error() -> None:

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import psutil
 import pytest
 
@@ -30,10 +31,10 @@ from runners.helpers import (
     text_of,
     wait_until,
 )
-from spark.errors import ModelFileError, RunnerFailed
+from spark.errors import InvalidRequest, ModelFileError, RunnerFailed
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import load_settings
-from spark.types import Done, Event, Failed, LoadOptions, SlotInfo, TextDelta
+from spark.types import ChatRequest, Done, Event, Failed, LoadOptions, SlotInfo, TextDelta
 
 
 def tiny_options(path: Path, **overrides: object) -> LoadOptions:
@@ -217,6 +218,51 @@ def test_hung_runner_is_killed_and_restarted(slow_llama: Path, tiny_llama: Path)
         assert isinstance(after, Done)
         await runner.stop()
         assert not runner_children()
+
+    run(scenario())
+
+
+def _unsendable(model_id: str) -> ChatRequest:
+    """A request whose frame msgpack cannot encode: a token id beyond 64 bits (the APIs refuse one)."""
+    request = short_chat(model_id)
+    return msgspec.structs.replace(request, sampling=msgspec.structs.replace(request.sampling, logit_bias={2**70: 1.0}))
+
+
+def test_a_request_that_cannot_be_sent_is_refused_and_leaves_nothing_behind(tiny_llama: Path) -> None:
+    async def scenario() -> None:
+        runner = RunnerProcess(tiny_options(tiny_llama), load_settings(hang_timeout="1s"))
+        await runner.start()
+        with pytest.raises(InvalidRequest, match="cannot be sent to the model's runner"):
+            await collect(runner.stream(_unsendable("tiny")))
+        with pytest.raises(InvalidRequest, match="cannot be sent to the model's runner"):
+            await runner.count_tokens(_unsendable("tiny"))
+        assert runner.in_flight == 0, "nothing waits on an answer that never comes"
+        await asyncio.sleep(2)  # past the hang timeout: nothing in flight, so no restart
+        assert runner.restarts == 0 and runner.status == "ready"
+        assert isinstance(final(await collect(runner.stream(short_chat("tiny", n=2)))), Done)
+        await runner.stop()
+
+    run(scenario())
+
+
+def test_a_request_that_cannot_be_sent_again_after_a_crash_fails_alone(slow_llama: Path) -> None:
+    async def scenario() -> None:
+        runner = RunnerProcess(slow_options(slow_llama), load_settings())
+        await runner.start()
+        old_pid = runner.pid
+        assert old_pid is not None
+        os.kill(old_pid, signal.SIGKILL)
+        await wait_until(lambda: runner.status == "restarting", 5, "the crash to be noticed")
+        # sent while the runner restarts: both wait for the new process
+        bad = asyncio.create_task(collect(runner.stream(_unsendable("slow"))))
+        good = asyncio.create_task(collect(runner.stream(short_chat("slow", n=3))))
+        refused = final(await bad)
+        assert isinstance(refused, Failed) and refused.error.code == "invalid_request"
+        assert "cannot be sent to the model's runner" in refused.error.message
+        done = final(await good)
+        assert isinstance(done, Done) and done.usage.completion_tokens == 3, "the other request went on"
+        assert runner.status == "ready" and runner.restarts == 1 and runner.in_flight == 0
+        await runner.stop()
 
     run(scenario())
 

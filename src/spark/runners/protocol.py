@@ -16,7 +16,7 @@ import struct
 import msgspec
 
 from spark.engine.info import EngineInfo
-from spark.errors import ErrorInfo, RunnerFailed
+from spark.errors import ErrorInfo, InvalidRequest, RunnerFailed
 from spark.types import Answer, Event, LoadOptions, Question, Request
 
 MAX_FRAME_BYTES = 1 << 30  # a sanity bound: a larger length means a corrupt stream
@@ -101,9 +101,15 @@ def encode_frame(frame: Frame, buffer: bytearray | None = None) -> bytearray:
     """`frame` with its length prefix, written into `buffer` (reused) or a new bytearray.
 
     Reuse a buffer only where the bytes are fully sent before the next call.
+
+    Raises `InvalidRequest` for a frame that holds an integer msgpack cannot carry (beyond 64 bits):
+    the APIs refuse such numbers, and this keeps one that slipped through from reaching the socket.
     """
     out = bytearray() if buffer is None else buffer
-    _encoder.encode_into(frame, out, HEADER_BYTES)
+    try:
+        _encoder.encode_into(frame, out, HEADER_BYTES)
+    except OverflowError as e:
+        raise InvalidRequest(f"A number in this request cannot be sent to the model's runner ({e}).") from None
     _LENGTH.pack_into(out, 0, len(out) - HEADER_BYTES)
     return out
 

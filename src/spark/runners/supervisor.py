@@ -283,10 +283,10 @@ class RunnerProcess:
         """
         self._check_usable()
         r = _Request(str(next(self._ids)), request)
+        if self._status == "ready":
+            self._submit(r)  # a request that cannot be sent raises here, before anything records it
         self._note_work_started()
         self._requests[r.id] = r
-        if self._status == "ready":
-            self._submit(r)
         try:
             while True:
                 event = await r.queue.get()
@@ -309,10 +309,10 @@ class RunnerProcess:
         self._check_usable()
         question_id = f"n{next(self._ids)}"
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        if self._status == "ready" and self._conn is not None:
+            self._conn.send(Ask(question_id, question))  # raises before anything records the question
         self._note_work_started()
         self._questions[question_id] = (question, future)
-        if self._status == "ready" and self._conn is not None:
-            self._conn.send(Ask(question_id, question))
         try:
             return await future
         finally:
@@ -338,10 +338,11 @@ class RunnerProcess:
         self._last_used = monotonic()
 
     def _submit(self, r: _Request) -> None:
-        r.sent = True
-        r.attempts += 1
+        """Send `r` to the runner; raises (`InvalidRequest`) when its frame cannot be encoded."""
         if self._conn is not None:
             self._conn.send(Submit(r.id, r.request))
+        r.sent = True
+        r.attempts += 1
 
     def _finish(self, r: _Request, error: SparkError) -> None:
         self._requests.pop(r.id, None)
@@ -500,11 +501,20 @@ class RunnerProcess:
         self._restarts += 1
         self._set_status("ready", f"restarted after it {why}")
         log.info("runner for %s restarted (pid %s)", model, self.pid)
+        # one request that cannot be sent again fails alone; the others go on
         for r in list(self._requests.values()):
-            self._submit(r)
-        for question_id, (question, _) in self._questions.items():
-            if self._conn is not None:
-                self._conn.send(Ask(question_id, question))
+            try:
+                self._submit(r)
+            except SparkError as e:
+                self._finish(r, e)
+        for question_id, (question, future) in list(self._questions.items()):
+            try:
+                if self._conn is not None:
+                    self._conn.send(Ask(question_id, question))
+            except SparkError as e:
+                del self._questions[question_id]
+                if not future.done():
+                    future.set_exception(e)
 
     def _give_up(self, error: RunnerFailed) -> None:
         log.error("%s", error.message)
