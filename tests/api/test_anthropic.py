@@ -490,6 +490,8 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, "tools[1].name"),
+        ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f.g", "input_schema": {}}]}, "tools[1].name"),
+        ({"tools": [{"name": "f" * 129, "input_schema": {}}]}, "tools[0].name"),
         ({"tools": [{"name": "f", "input_schema": {"type": "object", "required": "a"}}]}, "tools[0].input_schema"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"tool_choice": {"type": "tool"}}, "tool_choice.name"),

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import re
+import zlib
 
 import msgspec
 import pytest
@@ -189,6 +192,40 @@ def test_integers_beyond_64_bits_are_refused_by_name(body: bytes, param: str | N
         with pytest.raises(InvalidRequest, match="does not fit in 64 bits") as caught:
             common.check_integers(body)
         assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"\xff\xfemodel": "m"}', "invalid UTF-8 (byte 2)"),  # in a key no field reads
+        (b'{"model": "m", "extra": "\xc3"}', "invalid UTF-8 (byte 25)"),
+        (gzip.compress(b'{"model": "m"}'), "body is gzip-compressed"),
+        (zlib.compress(b'{"model": "m"}'), "body is deflate-compressed"),
+    ],
+)
+def test_a_body_that_is_not_utf8_is_refused(body: bytes, words: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(words)):
+        common.check_body(body)
+    common.check_body('{"model": "é"}'.encode())
+
+
+def test_tool_names_follow_the_apis_rule_where_one_is_given() -> None:
+    def check(name: str, names: re.Pattern[str] | None) -> None:
+        common.check_tools([Tool(name, "", {})], "tools[{}].name", "tools[{}].parameters", names=names)
+
+    for name in ("get_weather", "a-b_9", "x" * 64):
+        check(name, common.OPENAI_TOOL_NAME)
+    check("x" * 128, common.ANTHROPIC_TOOL_NAME)
+    for name, names in (
+        ("x" * 65, common.OPENAI_TOOL_NAME),
+        ("get.weather", common.OPENAI_TOOL_NAME),
+        ("x" * 129, common.ANTHROPIC_TOOL_NAME),
+        ("", common.ANTHROPIC_TOOL_NAME),
+    ):
+        with pytest.raises(InvalidRequest, match="does not match pattern") as refused:
+            check(name, names)
+        assert refused.value.param == "tools[0].name"
+    check("get.weather", None)  # Ollama's API takes any name
 
 
 def test_an_uploaded_image_is_read_by_id_and_another_file_is_not_one() -> None:

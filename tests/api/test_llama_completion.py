@@ -25,6 +25,10 @@ def test_the_body_becomes_a_raw_completion() -> None:
     assert (sampling.max_tokens, sampling.stop, sampling.temperature, sampling.seed) == (5, ["\n"], 0.5, None)
     assert sampling.logit_bias == {3: NEVER, 4: 2.0}
     assert _call(logit_bias={"3": 1}).request.sampling.logit_bias == {3: 1.0}
+    for huge in ({"1180591620717411303424": 5}, [[1180591620717411303424, 5]]):  # the runner carries 64 bits
+        with pytest.raises(InvalidRequest) as beyond:
+            _call(logit_bias=huge)
+        assert beyond.value.param is not None and beyond.value.param.startswith("logit_bias")
     assert _call().request.sampling.max_tokens is None  # -1: Spark's cap applies
     assert _call(n_predict=-2).request.sampling.max_tokens is None
     assert _call(n_predict=0).request.sampling.max_tokens == 0

@@ -295,6 +295,8 @@ def test_file_parts_are_read_as_their_name_and_text() -> None:
         ({"stop": [str(i) for i in range(17)]}, "stop"),
         ({"logit_bias": {"abc": 1}}, "logit_bias"),
         ({"logit_bias": {"1": 200}}, "logit_bias"),
+        ({"logit_bias": {"1180591620717411303424": 5}}, "logit_bias"),  # a key beyond 64 bits
+        ({"logit_bias": {"-9223372036854775809": 5}}, "logit_bias"),
         ({"seed": "x"}, "seed"),
         ({"stream": "yes"}, "stream"),
         ({"logprobs": "yes"}, "logprobs"),
@@ -307,6 +309,8 @@ def test_file_parts_are_read_as_their_name_and_text() -> None:
         ({"function_call": "auto"}, "function_call"),
         ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
         ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "function", "function": {"name": "get weather"}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "function", "function": {"name": "a" * 65}}]}, "tools[0].function.name"),
         (
             {
                 "tools": [
@@ -554,6 +558,7 @@ def test_completion_prompt_forms_and_defaults() -> None:
         ({"prompt": "x", "logprobs": 21}, "logprobs", "20"),
         ({"prompt": "x", "logprobs": True}, "logprobs", "int"),
         ({"prompt": "x", "max_tokens": 0}, "max_tokens", "max_tokens"),
+        ({"prompt": "x", "logit_bias": {"1180591620717411303424": 5}}, "logit_bias", "9223372036854775807"),
         ({}, "prompt", "prompt"),
     ],
 )

@@ -160,6 +160,7 @@ def test_allowed_tools_offer_only_those_tools() -> None:
             {"input": "x", "tools": [{"type": "function", "name": "a", "parameters": {"properties": []}}]},
             "tools[0].parameters",
         ),
+        ({"input": "x", "tools": [{"type": "function", "name": "a/b"}]}, "tools[0].name"),
     ],
 )
 def test_refusals_name_the_param(body: dict[str, Any], param: str) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import anthropic
 import openai
 import pytest
@@ -79,6 +82,24 @@ def test_invalid_bodies(live: LiveServer, models: Models) -> None:
         assert error["param"] == "response_format.json_schema.schema.x"
         huge = {"model": models.chat, "max_tokens": 5, "messages": CHAT, "output_config": {"format": schema}}
         assert "does not fit in 64 bits" in anthropic_error(http.post("/v1/messages", json=huge), 400)["message"]
+        # a token id beyond 64 bits as logit_bias's key: once a 500 that left the request in the runner's
+        # table for ever, until the hang watchdog restarted the runner and the model failed
+        bias = {"logit_bias": {str(2**70): 5}, "max_tokens": 2}
+        for path, body in (
+            ("/v1/chat/completions", {"model": models.chat, "messages": CHAT, **bias}),
+            ("/v1/completions", {"model": models.chat, "prompt": "hi", **bias}),
+            ("/completion", {"model": models.chat, "prompt": "hi", **bias}),
+        ):
+            assert openai_error(http.post(path, json=body), 400)["param"] == "logit_bias", path
+        assert all(r.in_flight == 0 for r in live.runners())
+
+        # bytes that are not UTF-8 in a key no field reads, and a compressed body, are named as such
+        keyed = b'{"\xff\xfemodel": "x", "model": "%s", "messages": [{"role": "user", "content": "hi"}]}'
+        error = openai_error(http.post("/v1/chat/completions", content=keyed % models.chat.encode()), 400)
+        assert "invalid UTF-8" in error["message"]
+        packed = gzip.compress(json.dumps({"model": models.chat, "max_tokens": 5, "messages": CHAT}).encode())
+        error = anthropic_error(http.post("/v1/messages", content=packed, headers={"content-encoding": "gzip"}), 400)
+        assert error["message"].startswith("body is gzip-compressed")
 
 
 @pytest.mark.parametrize(

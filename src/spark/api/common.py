@@ -56,6 +56,8 @@ StopList = Annotated[list[NonEmptyStr], msgspec.Meta(max_length=MAX_STOP_SEQUENC
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 LastN = Annotated[int, msgspec.Meta(ge=-1)]  # a look-back window: -1 is the whole context, 0 off
+# A token id as an object key (logit_bias): keys are text to `check_integers`, so the 64 bits are checked here.
+TokenKey = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 TokenArrays = list[str | int | list[int]]  # texts and token arrays, or one token array (see prompt_list)
 
 ImageFetcher = Callable[[str, str], ImagePart]
@@ -226,14 +228,40 @@ def check_integers(body: bytes) -> None:
             raise InvalidRequest(f"{path or 'body'}: an integer does not fit in 64 bits.", param=param)
 
 
+# the first bytes of compressed data, none of them UTF-8: a client that sent Content-Encoding
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5": "zstd", b"\x78\x01": "deflate", b"\x78\x9c": "deflate"}
+
+
+def check_utf8(body: bytes) -> None:
+    """`InvalidRequest` when `body` is not UTF-8, object keys and fields nobody reads included (the
+    typed decoder checks only the strings it keeps); a compressed body is named as such."""
+    if body.isascii():
+        return
+    try:
+        body.decode()
+    except UnicodeDecodeError as e:
+        encoding = _COMPRESSED.get(body[:2])
+        if encoding is not None:
+            raise InvalidRequest(
+                f"body is {encoding}-compressed: this server takes request bodies uncompressed (no Content-Encoding)."
+            ) from None
+        raise InvalidRequest(f"body is not valid JSON: invalid UTF-8 (byte {e.start}).") from None
+
+
+def check_body(body: bytes) -> None:
+    """The checks every JSON body passes before a typed decoder reads it: UTF-8, nesting, 64-bit integers."""
+    check_utf8(body)
+    check_depth(body)
+    check_integers(body)
+
+
 _MISSING_FIELD = "Object missing required field `"
 _UNKNOWN_FIELD = "Object contains unknown field `"
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     """Decode a request body, raising `InvalidRequest` that names the offending param."""
-    check_depth(body)
-    check_integers(body)
+    check_body(body)
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
@@ -427,11 +455,23 @@ def check_max_tokens(value: int | None, param: str, limit: int | None) -> None:
         raise InvalidRequest(f"'{param}' is {value}, but this server allows at most {limit}.", param=param)
 
 
-def check_tools(tools: list[Tool], name_param: str, schema_param: str) -> None:
-    """Refuse duplicate tool names and malformed parameter schemas; the params are format strings
-    taking the tool's index."""
+OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""What OpenAI's APIs take as a function tool's name."""
+ANTHROPIC_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+"""What Anthropic's Messages API takes as a custom tool's name."""
+
+
+def check_tools(tools: list[Tool], name_param: str, schema_param: str, *, names: re.Pattern[str] | None = None) -> None:
+    """Refuse tool names that do not match `names` (when given: the API's own rule) or are used twice,
+    and malformed parameter schemas; the params are format strings taking the tool's index."""
     seen: set[str] = set()
     for i, tool in enumerate(tools):
+        if names is not None and not names.fullmatch(tool.name):
+            raise InvalidRequest(
+                f"Invalid '{name_param.format(i)}': string does not match pattern. Expected a string that "
+                f"matches the pattern '^{names.pattern}$'.",
+                param=name_param.format(i),
+            )
         if tool.name in seen:
             raise InvalidRequest(f"Tool name '{tool.name}' is used twice.", param=name_param.format(i))
         seen.add(tool.name)

@@ -25,6 +25,7 @@ from spark.api.common import (
     PositiveInt,
     Probability,
     StopList,
+    TokenKey,
     check_max_tokens,
     decode_body,
     lora_scales,
@@ -67,7 +68,7 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     frequency_penalty: float | None = None
     seed: int | None = None  # -1: a random one
     # llama-server's forms: [[token, bias], ...] (false: never that token) or {"token": bias}
-    logit_bias: list[tuple[int, float | bool]] | dict[int, float | bool] | None = None
+    logit_bias: list[tuple[int, float | bool]] | dict[TokenKey, float | bool] | None = None
     n_probs: Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)] = 0
     post_sampling_probs: bool = False  # n_probs as probabilities after the sampler chain
     grammar: str | None = None  # GBNF, its root rule "root"

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from spark.api.common import (
+    ANTHROPIC_TOOL_NAME,
     MAX_MESSAGES,
     NO_FETCH,
     Fetch,
@@ -261,7 +262,7 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
     messages = _combined(messages)
 
     tools = [Tool(t.name, t.description, t.input_schema) for t in wire.tools or ()]
-    check_tools(tools, "tools[{}].name", "tools[{}].input_schema")
+    check_tools(tools, "tools[{}].name", "tools[{}].input_schema", names=ANTHROPIC_TOOL_NAME)
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
     parallel = not (isinstance(wire.tool_choice, _CallChoice) and wire.tool_choice.disable_parallel_tool_use)

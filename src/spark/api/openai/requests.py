@@ -9,6 +9,7 @@ import msgspec
 from spark.api.common import (
     MAX_MESSAGES,
     NO_FETCH,
+    OPENAI_TOOL_NAME,
     Fetch,
     LlamaSampling,
     LoraScale,
@@ -19,6 +20,7 @@ from spark.api.common import (
     Probability,
     StopList,
     TokenArrays,
+    TokenKey,
     allowed_tools,
     call_arguments,
     check_max_tokens,
@@ -209,7 +211,7 @@ class _SamplingBody(LlamaSampling, frozen=True, kw_only=True):
     repetition_penalty: PositiveFloat | None = None  # alias used by vLLM and TGI clients
     seed: int | None = None
     stop: NonEmptyStr | StopList | None = None
-    logit_bias: dict[int, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None = None
+    logit_bias: dict[TokenKey, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None = None
     n: int | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -348,7 +350,7 @@ def parse_chat(
     check_max_tokens(max_tokens, max_param, max_tokens_limit)
 
     tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
-    check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters")
+    check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters", names=OPENAI_TOOL_NAME)
     tool_choice: ToolChoice | None
     if isinstance(wire.tool_choice, AllowedToolsChoice):
         allowed = wire.tool_choice.allowed_tools

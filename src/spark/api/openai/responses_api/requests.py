@@ -12,6 +12,7 @@ import msgspec
 from spark.api.common import (
     MAX_MESSAGES,
     NO_FETCH,
+    OPENAI_TOOL_NAME,
     Fetch,
     LlamaSampling,
     NonEmptyStr,
@@ -289,7 +290,7 @@ def parse_responses(
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
 
     tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
-    check_tools(tools, "tools[{}].name", "tools[{}].parameters")
+    check_tools(tools, "tools[{}].name", "tools[{}].parameters", names=OPENAI_TOOL_NAME)
     tool_choice: ToolChoice | None
     if isinstance(wire.tool_choice, AllowedToolsChoice):
         names = [t.name for t in wire.tool_choice.tools]
