@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from spark.json_schema import MAX_SCHEMA_DEPTH, schema_problem
+from spark.json_schema import MAX_ALTERNATIVES, MAX_SCHEMA_ALTERNATIVES, MAX_SCHEMA_DEPTH, schema_problem
 
 PYDANTIC_LIKE: dict[str, Any] = {
     "$defs": {"Pet": {"properties": {"name": {"title": "Name", "type": "string"}}, "required": ["name"]}},
@@ -74,3 +74,20 @@ def test_nesting_is_bounded_not_a_recursion_error() -> None:
     problem = schema_problem(schema) or ""
     assert problem.endswith(f".properties.a' is nested more than {MAX_SCHEMA_DEPTH} levels deep")
     assert len(problem) < 120  # the path's end only, not 64 levels of it
+
+
+def test_alternatives_are_bounded_as_a_grammar_can_take_them() -> None:
+    values = [f"v{i}" for i in range(MAX_ALTERNATIVES)]
+    assert schema_problem({"type": "string", "enum": values}) is None  # a long real enum stays fine
+    assert schema_problem({"properties": {"a": {"enum": [*values, "one more"]}}}) == (
+        "'properties.a.enum' has 1001 values, more than this server's grammar limit of 1000"
+    )
+    branches = [{"const": v} for v in values]
+    assert schema_problem({"anyOf": branches}) is None
+    assert (schema_problem({"oneOf": [*branches, {"const": 1}]}) or "").startswith("'oneOf' has 1001 branches")
+    # each list within its bound, too many in all: each becomes grammar text
+    wide = {"properties": {f"p{i}": {"enum": values} for i in range(MAX_SCHEMA_ALTERNATIVES // MAX_ALTERNATIVES + 1)}}
+    assert schema_problem(wide) == (
+        "the schema has 11000 enum values and anyOf/oneOf branches in all, more than this server's grammar limit "
+        "of 10000"
+    )

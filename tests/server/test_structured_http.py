@@ -17,7 +17,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from server.helpers import LiveServer, Models
+from server.helpers import LiveServer, Models, openai_error
 from spark.library import BUNDLED_ID
 
 BOOKING: dict[str, Any] = {
@@ -158,3 +158,45 @@ def test_anthropic_output_format(live: LiveServer, models: Models) -> None:
     assert message.stop_reason == "end_turn"
     assert [b.type for b in message.content] == ["text"]
     VALIDATOR.validate(json.loads(message.content[0].text))  # type: ignore[union-attr]
+
+
+def test_a_grammar_wider_than_the_sampler_can_check_is_refused_by_name(live: LiveServer, models: Models) -> None:
+    # 100,000 values (1 MB) once took 40 s of the runner's one decode thread for each token of the answer
+    huge = {"type": "string", "enum": [f"v{i}" for i in range(20_000)]}
+    wide = {"type": "string", "enum": [f"v{i}" for i in range(5_000)]}
+    alternatives = " | ".join(f'"v{i}"' for i in range(5_000))
+    tool = {
+        "type": "function",
+        "function": {"name": "pick", "parameters": {"type": "object", "properties": {"v": wide}}},
+    }
+    with live.http() as http:
+        for path, body, param in [
+            (
+                "/v1/chat/completions",
+                {"messages": MESSAGES, "response_format": booking_format(huge)},
+                "response_format",
+            ),
+            ("/v1/chat/completions", {"messages": MESSAGES, "tools": [tool]}, "tools[0].function.parameters"),
+            (
+                "/v1/responses",
+                {"input": "hi", "text": {"format": {"type": "json_schema", "name": "v", "schema": wide}}},
+                "text.format",
+            ),
+            ("/completion", {"prompt": "hi", "json_schema": wide}, "json_schema"),
+            ("/completion", {"prompt": "hi", "grammar": f"root ::= {alternatives}\n"}, "grammar"),
+        ]:
+            error = openai_error(http.post(path, json={"model": models.chat, "max_tokens": 2, **body}), 400)
+            assert error["param"] == param and "grammar limit of 1000" in error["message"], (path, error)
+        # a real enum of a few hundred values answers with one of them
+        countries = [f"country-{i}" for i in range(300)]
+        answer = http.post(
+            "/v1/chat/completions",
+            json={
+                "model": models.chat,
+                "messages": MESSAGES,
+                "max_tokens": 20,
+                "response_format": booking_format({"type": "string", "enum": countries}),
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        assert json.loads(answer.json()["choices"][0]["message"]["content"]) in countries

@@ -9,12 +9,16 @@ own parser (llama-grammar.cpp) rule by rule.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from spark.engine.grammar.errors import GrammarError
+from spark.json_schema import MAX_ALTERNATIVES
 
 MAX_REPEAT = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
 MAX_NESTING = 64  # groups within groups: a client's grammar is checked by recursion, as llama.cpp parses it
+MAX_GRAMMAR_CHARS = 512 * 1024
+"""A grammar's length: it is checked here and parsed by llama.cpp for each request, in the runner."""
 
 # An item of a parsed sequence: what it is, and whether it may match nothing.
 _Item = tuple[str, Any, bool]  # ("ref", name, nullable) | ("term", None, nullable) | ("group", alts, nullable)
@@ -208,8 +212,14 @@ def check_gbnf(text: str, root: str = "root") -> None:
     """Raise `GrammarError` unless llama.cpp will parse `text` as we mean it.
 
     Checks the syntax, that every referenced rule and `root` exist, repetition
-    bounds, and that no rule is left-recursive (llama.cpp refuses those).
+    bounds, that no rule is left-recursive (llama.cpp refuses those), and the
+    size: its length, and how many alternatives it may keep open at once
+    (llama.cpp's sampler checks each against the whole vocabulary at every step).
     """
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise GrammarError(
+            f"the grammar is {len(text)} characters long, more than this server's limit of {MAX_GRAMMAR_CHARS}"
+        )
     p = _GbnfParser(text)
     p.parse()
     if root not in p.rules:
@@ -270,3 +280,70 @@ def check_gbnf(text: str, root: str = "root") -> None:
                 visit(name)
     except RecursionError:  # a chain of thousands of rules, each the next one's first item
         raise GrammarError("the grammar's rules refer to each other too deeply") from None
+    _check_alternatives(p.rules, item_nullable)
+
+
+def _check_alternatives(rules: dict[str, list[list[_Item]]], nullable: Callable[[_Item], bool]) -> None:
+    """`GrammarError` when llama.cpp may keep more than `MAX_ALTERNATIVES` stacks alive at once.
+
+    A bound, rule by rule: each alternative of a rule (or group) may be alive at the same time, and
+    inside one alternative the stacks stand at one item, or at a run of items that may match
+    nothing. So 1,000 values open 1,000 at once, and 100 alternatives `"a" s "1" | "a" s "2" | ...`
+    with a 100-way `s` 10,000 (they all match "a", then each opens `s`). A reference back to a rule
+    being measured counts once: recursion in a grammar (JSON's values) nests, it does not multiply.
+    """
+    alive: dict[str, int] = {}
+
+    def item(it: _Item) -> int:
+        kind, what, _ = it
+        return alive.get(what, 1) if kind == "ref" else alternates(what) if kind == "group" else 1
+
+    def alternates(alts: list[list[_Item]]) -> int:
+        total = 0
+        for alt in alts:
+            most = run = 0  # a run of items ends at (starts after, going backwards) one that must match
+            for it in reversed(alt):
+                run = item(it) + (run if nullable(it) else 0)
+                most = max(most, run)
+            total += most
+        return total
+
+    for name in _post_order(rules):  # the rules a rule refers to come first, but for references back
+        alive[name] = alternates(rules[name])
+        if alive[name] > MAX_ALTERNATIVES:
+            raise GrammarError(
+                f"rule '{name}' may keep {alive[name]} alternatives open at once, more than this server's "
+                f"grammar limit of {MAX_ALTERNATIVES}"
+            )
+
+
+def _post_order(rules: dict[str, list[list[_Item]]]) -> list[str]:
+    """The rules, each after those it refers to (depth first; a reference back to a rule still being
+    visited is left out), without recursion: a grammar may chain thousands of rules."""
+
+    def refs(alts: list[list[_Item]], out: list[str]) -> list[str]:
+        for alt in alts:
+            for kind, what, _ in alt:
+                if kind == "ref":
+                    out.append(what)
+                elif kind == "group":
+                    refs(what, out)
+        return out
+
+    order: list[str] = []
+    seen: set[str] = set()
+    for first, alts in rules.items():
+        if first in seen:
+            continue
+        seen.add(first)
+        path = [(first, iter(refs(alts, [])))]
+        while path:
+            name, pending = path[-1]
+            nxt = next(pending, None)
+            if nxt is None:
+                path.pop()
+                order.append(name)
+            elif nxt not in seen:
+                seen.add(nxt)
+                path.append((nxt, iter(refs(rules[nxt], []))))
+    return order
