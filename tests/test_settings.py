@@ -60,7 +60,34 @@ def test_bad_environment_value_names_the_variable(monkeypatch) -> None:
     with pytest.raises(SettingsError, match="SPARK_PARALLEL: parallel must be a whole number"):
         load_settings()
     monkeypatch.setenv("SPARK_PARALLEL", "0")
-    with pytest.raises(SettingsError, match="SPARK_PARALLEL: parallel must be at least 1"):
+    with pytest.raises(SettingsError, match="SPARK_PARALLEL: parallel must be between 1 and 256, not 0"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("SPARK_PARALLEL", "100000", "parallel must be between 1 and 256, not 100000"),
+        ("SPARK_DEFAULT_MAX_TOKENS", str(2**70), "default_max_tokens must be between 0 and 10000000"),
+        ("SPARK_MAX_QUEUE", str(2**63), "max_queue must be between 1 and 1000000"),
+        ("SPARK_THREADS", "5000", "threads must be between 0 and 1024"),
+        ("SPARK_LOG_RETENTION_DAYS", str(2**64), "log_retention_days must be between 0 and 36500"),
+        ("SPARK_REQUEST_TIMEOUT", str(2**70), "request_timeout must be at most 3153600000 seconds"),
+        ("SPARK_KEEP_ALIVE", "-" + "9" * 400, "keep_alive must be at most 3153600000 seconds"),
+        ("SPARK_SNAPSHOT_DISK", "2000000TiB", "snapshot_disk must be at most 1152921504606846976 bytes"),
+    ],
+)
+def test_every_number_has_an_upper_bound(monkeypatch, variable: str, value: str, message: str) -> None:
+    # a value beyond 64 bits reached the runner protocol: every model load failed with a 500
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=f"{variable}: {message}") as info:
+        load_settings()
+    assert info.value.param == variable.removeprefix("SPARK_").lower()
+
+
+def test_the_settings_file_is_bounded_too(spark_home: Path) -> None:
+    (spark_home / "config.toml").write_text(f"default_max_tokens = {2**63 - 1}\n")
+    with pytest.raises(SettingsError, match="config.toml: default_max_tokens must be between 0 and 10000000"):
         load_settings()
 
 

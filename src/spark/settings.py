@@ -47,10 +47,18 @@ def _doc(text: str) -> msgspec.Meta:
     return msgspec.Meta(description=text)
 
 
-# bounds of whole-number settings, checked by load_settings
-NOT_NEGATIVE = msgspec.Meta(ge=0)
-POSITIVE = msgspec.Meta(ge=1)
+# bounds of whole-number settings, checked by load_settings: each has an upper one, so that every value
+# fits the runner protocol's 64 bits (and means something)
 PORT = msgspec.Meta(ge=1, le=65535)
+TOKENS = msgspec.Meta(ge=0, le=10_000_000)  # as a model's own context_length and max_tokens
+SLOTS = msgspec.Meta(ge=1, le=256)  # as a model's own parallel
+THREADS = msgspec.Meta(ge=0, le=1024)
+MODELS = msgspec.Meta(ge=0, le=10_000)
+QUEUE = msgspec.Meta(ge=1, le=1_000_000)
+DAYS = msgspec.Meta(ge=0, le=36_500)  # a hundred years
+MEBIBYTES = msgspec.Meta(ge=0, le=1 << 30)  # a pebibyte
+MAX_SIZE_BYTES = 1 << 60  # sizes (an exbibyte)
+MAX_DURATION_SECONDS = 100 * 365 * 86400  # durations, either way (a negative one may mean "forever")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +84,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = "32MiB"
     max_tokens_limit: Annotated[
         int,
-        NOT_NEGATIVE,
+        TOKENS,
         _doc(
             "Most tokens one API request may ask to generate (max_tokens); more is refused with 400. "
             "0: no limit beyond the context length."
@@ -84,7 +92,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 0
     default_max_tokens: Annotated[
         int,
-        NOT_NEGATIVE,
+        TOKENS,
         _doc(
             "Most tokens a chat answer runs to when the request sets no max_tokens and the model's own "
             "settings set none: a generation caught in a loop stops here instead of at the context's end "
@@ -127,14 +135,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = ""
     context_length: Annotated[
         int,
-        NOT_NEGATIVE,
+        TOKENS,
         _doc(
             "Context tokens per request slot, unless a model's own settings say otherwise. "
             "0 uses the model's training context."
         ),
     ] = 4096
-    parallel: Annotated[int, POSITIVE, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
-    threads: Annotated[int, NOT_NEGATIVE, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
+    parallel: Annotated[int, SLOTS, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
+    threads: Annotated[int, THREADS, _doc("CPU threads per runner. 0: the number of physical cores.")] = 0
     kv_type: Annotated[
         KVType,
         _doc(
@@ -193,9 +201,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         ),
         DURATION,
     ] = "5m"
-    max_loaded_models: Annotated[int, NOT_NEGATIVE, _doc("Most models loaded at once. 0: as many as fit.")] = 0
+    max_loaded_models: Annotated[int, MODELS, _doc("Most models loaded at once. 0: as many as fit.")] = 0
     max_queue: Annotated[
-        int, POSITIVE, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
+        int, QUEUE, _doc("Requests that may wait for one model; past it new ones are refused as overloaded.")
     ] = 64
     load_wait: Annotated[
         str,
@@ -236,13 +244,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_level: Annotated[LogLevel, _doc("Server log level: debug, info, warning or error.")] = "info"
     log_retention_days: Annotated[
         int,
-        NOT_NEGATIVE,
+        DAYS,
         _doc("Days the request log keeps a request (`spark log`, the console's log). 0: keep no request log."),
         RESTART,
     ] = 30
     response_retention_days: Annotated[
         int,
-        NOT_NEGATIVE,
+        DAYS,
         _doc(
             "Days a Responses API answer made with `store` (OpenAI's default) is kept, for "
             "`previous_response_id` and `GET /v1/responses/{id}`, and a chat completion made with "
@@ -252,7 +260,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 30
     log_max_mb: Annotated[
         int,
-        NOT_NEGATIVE,
+        MEBIBYTES,
         _doc(
             "Most megabytes (MiB) the request log may take; past it the oldest requests are pruned. 0: no size limit."
         ),
@@ -499,18 +507,17 @@ def _validate(s: Settings, source_of: typing.Mapping[str, str], fallback: str = 
         value = getattr(s, field.name)
         if field.ge is not None and field.le is not None and not field.ge <= value <= field.le:
             fail(field.name, f"must be between {field.ge} and {field.le}, not {value}")
-        elif field.ge == 0 and value < 0:
-            fail(field.name, f"must not be negative, not {value}")
-        elif field.ge is not None and value < field.ge:
-            fail(field.name, f"must be at least {field.ge}, not {value}")
     for field in fields().values():
         if not field.traits & {DURATION, SIZE}:
             continue
         parse = parse_duration if DURATION in field.traits else parse_size
         try:
-            parse(getattr(s, field.name), field.name)
+            amount = parse(getattr(s, field.name), field.name)
         except SettingsError as e:
             raise SettingsError(_where(source_of.get(field.name, fallback), e.message), param=field.name) from None
+        most, unit = (MAX_DURATION_SECONDS, "seconds") if DURATION in field.traits else (MAX_SIZE_BYTES, "bytes")
+        if not abs(amount) <= most:  # a very long number is infinite as a float
+            fail(field.name, f"must be at most {most} {unit}, not {getattr(s, field.name)!r}")
     for key in _NOT_NEGATIVE_DURATIONS:
         if parse_duration(getattr(s, key), key) < 0:
             fail(key, f"must not be negative, not {getattr(s, key)!r}")
@@ -637,7 +644,8 @@ def settings_markdown() -> str:
         shown = f"`{value}`" if value != "" else "(empty)"
         key = "—" if FIXED in field.traits else f"`{name}`"
         change = "—" if FIXED in field.traits else "restart" if RESTART in field.traits else "live"
-        lines.append(f"| `{env_var(name)}` | {key} | {shown} | {change} | {field.description} |")
+        bounds = f" From {field.ge:,} to {field.le:,}." if field.ge is not None and field.le is not None else ""
+        lines.append(f"| `{env_var(name)}` | {key} | {shown} | {change} | {field.description}{bounds} |")
     return "\n".join(lines + _MODEL_SETTINGS) + "\n"
 
 

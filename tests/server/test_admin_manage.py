@@ -200,6 +200,35 @@ def test_key_errors(live: LiveServer) -> None:
     assert live.http(key=None).delete("/api/keys/taken").status_code == 401
 
 
+def test_every_admin_body_passes_the_checks_of_the_apis_bodies(live: LiveServer, model: str) -> None:
+    http = admin(live)
+    deep = b"[" * 10_000 + b"]" * 10_000
+    for method, path in (
+        ("POST", "/api/runners"),
+        ("PATCH", f"/api/runners/{model}"),
+        ("POST", "/api/keys"),
+        ("PATCH", "/api/keys/anyone"),
+        ("PATCH", "/api/settings"),
+        ("POST", "/api/nodes"),
+        ("POST", "/api/pulls"),
+    ):
+        error = openai_error(http.request(method, path, content=deep), 400)  # was a RecursionError: a 500
+        assert error["message"] == "body is nested more than 200 levels deep.", (path, error)
+        error = openai_error(http.request(method, path, content=b'{"\xff\xfename": "x"}'), 400)
+        assert "invalid UTF-8" in error["message"], (path, error)
+    error = openai_error(http.post("/api/keys", json={"name": "k", "zero_retention": 2**70}), 400)
+    assert error["param"] == "zero_retention" and "does not fit in 64 bits" in error["message"]
+    # the routes whose body Litestar decodes are the ones that take `data`: each names the hook
+    typed = [
+        h
+        for r in live.app.routes
+        if r.path.startswith("/api/")
+        for h in getattr(r, "route_handlers", ())
+        if "data" in h.parsed_fn_signature.parameters
+    ]
+    assert len(typed) >= 6 and all(h.resolve_before_request() is not None for h in typed), typed
+
+
 # --- cross-site requests -------------------------------------------------------
 
 

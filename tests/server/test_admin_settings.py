@@ -124,6 +124,23 @@ BAD_CHANGES = [
     ({"max_queue": 3, "no_such_setting": 1}, "no_such_setting"),
     ({"home": "/elsewhere"}, "home"),
     ({}, "body"),
+    # every number within its bound: one beyond 64 bits failed every model load after it was applied
+    ({"default_max_tokens": 2**70}, "default_max_tokens"),
+    ({"default_max_tokens": 2**63}, "default_max_tokens"),
+    ({"parallel": 100_000}, "parallel"),
+    ({"parallel": 257}, "parallel"),
+    ({"max_queue": 2**70}, "max_queue"),
+    ({"context_length": 2**63}, "context_length"),
+    ({"max_tokens_limit": 2**63 - 1}, "max_tokens_limit"),
+    ({"max_loaded_models": 2**63}, "max_loaded_models"),
+    ({"request_timeout": 2**63}, "request_timeout"),
+    ({"keep_alive": "9" * 400}, "keep_alive"),  # infinite as a float
+    ({"snapshot_ram": 2**63}, "snapshot_ram"),
+    # a value of the wrong JSON type is named as any other bad value
+    ({"keep_alive": {"a": 1}}, "keep_alive"),
+    ({"max_queue": None}, "max_queue"),
+    ({"parallel": [1]}, "parallel"),
+    ({"allow_remote_images": [True]}, "allow_remote_images"),
 ]
 
 
@@ -137,6 +154,8 @@ def test_bad_changes_are_refused_naming_the_setting_and_nothing_is_written(tmp_p
             error = openai_error(http.patch("/api/settings", json=body), 400)
             assert error["param"] == param, (body, error)
         assert openai_error(http.patch("/api/settings", json={"port": [1]}), 400)["type"] == "invalid_request_error"
+        too_many = openai_error(http.patch("/api/settings", json={"parallel": 100_000}), 400)
+        assert too_many["message"] == "parallel must be between 1 and 256, not 100000"
         assert openai_error(http.patch("/api/settings", content=b"[1, 2]"), 400)
         assert live.state.settings == settings
         (home / "config.toml").write_text("port = = 1\n")  # broken by hand while the server runs

@@ -14,6 +14,7 @@ import msgspec
 from litestar import Request, delete, get, patch, post
 from litestar.params import FromPath, JSONBody
 
+from spark.server.bodies import checked_body
 from spark.server.state import ServerState, state_of
 from spark.store.keys import ApiKey
 from spark.store.requests import KeyUsage
@@ -84,7 +85,7 @@ async def list_keys(request: Request[Any, Any, Any]) -> list[KeyView]:
     return [_view(state, k, usage) for k in keys]
 
 
-@post("/keys", status_code=201)
+@post("/keys", status_code=201, before_request=checked_body)
 async def create_key(request: Request[Any, Any, Any], data: JSONBody[NewKey]) -> CreatedKey:
     """A new key; the response holds the key itself, which is never shown again."""
     state = state_of(request)
@@ -99,7 +100,7 @@ async def get_key(request: Request[Any, Any, Any], name: FromPath[str]) -> KeyVi
     return _view(state, key, await _usage(state))
 
 
-@patch("/keys/{name:str}")
+@patch("/keys/{name:str}", before_request=checked_body)
 async def rename_key(request: Request[Any, Any, Any], name: FromPath[str], data: JSONBody[KeyChange]) -> KeyView:
     """Rename a key; the key and its request history stay the same."""
     state = state_of(request)

@@ -21,6 +21,7 @@ from litestar.params import FromPath, JSONBody
 from spark.errors import NodeUnavailable
 from spark.fleet.registry import NodeView, why
 from spark.fleet.report import ROUTE_HEADER
+from spark.server.bodies import checked_body
 from spark.server.state import state_of
 
 if TYPE_CHECKING:  # imported where used: a server that never calls out does not load httpx
@@ -49,7 +50,7 @@ async def list_nodes(request: Request[Any, Any, Any]) -> list[NodeView]:
     return state_of(request).fleet.views()
 
 
-@post("/nodes", status_code=201)
+@post("/nodes", status_code=201, before_request=checked_body)
 async def add_node(request: Request[Any, Any, Any], data: JSONBody[NewNode]) -> CreatedNode:
     """A new node; the response holds its join token, which is never shown again."""
     view, token = await asyncio.to_thread(state_of(request).fleet.add, data.name)

@@ -15,6 +15,7 @@ from litestar.params import FromPath, JSONBody
 
 from spark.errors import InvalidRequest, RunnerNotFound, SettingsError
 from spark.runners.scheduler import RunnerState
+from spark.server.bodies import checked_body
 from spark.server.state import ServerState, state_of
 from spark.units import parse_duration
 
@@ -64,7 +65,7 @@ async def list_runners(request: Request[Any, Any, Any]) -> list[RunnerState]:
     return state_of(request).scheduler.runners()
 
 
-@post("/runners", status_code=200)
+@post("/runners", status_code=200, before_request=checked_body)
 async def load_runner(request: Request[Any, Any, Any], data: JSONBody[LoadModel]) -> RunnerState:
     """Load a model now (answered once it is loaded); with `keep_alive`, keep it that long once idle."""
     keep_alive = None if data.keep_alive is None else _seconds(data.keep_alive)
@@ -76,7 +77,7 @@ async def get_runner(request: Request[Any, Any, Any], model: FromPath[str]) -> R
     return _runner(state_of(request), model)
 
 
-@patch("/runners/{model:str}")
+@patch("/runners/{model:str}", before_request=checked_body)
 async def change_runner(
     request: Request[Any, Any, Any], model: FromPath[str], data: JSONBody[KeepAliveChange]
 ) -> RunnerState:

@@ -20,6 +20,7 @@ from litestar.params import JSONBody
 
 from spark.config_file import update_config
 from spark.errors import InvalidRequest, SettingsError
+from spark.server.bodies import checked_body
 from spark.server.state import state_of
 from spark.settings import (
     DURATION,
@@ -133,9 +134,10 @@ def _read_sources(settings: Settings, at_start: dict[str, Source]) -> tuple[dict
         raise InvalidRequest(f"{e.message}; fix or remove it first", param="config.toml") from None
 
 
-@patch("/settings")
-async def change_settings(request: Request[Any, Any, Any], data: JSONBody[dict[str, Value]]) -> SettingsChange:
-    """Write `data`'s settings to config.toml; those that can apply at run time apply at once."""
+@patch("/settings", before_request=checked_body)
+async def change_settings(request: Request[Any, Any, Any], data: JSONBody[dict[str, Any]]) -> SettingsChange:
+    """Write `data`'s settings to config.toml; those that can apply at run time apply at once. Each value
+    is checked as the settings file's (a wrong type or range is refused naming the setting)."""
     if not data:
         raise InvalidRequest('Send the settings to change, e.g. {"keep_alive": "10m"}.', param="body")
     state = state_of(request)
