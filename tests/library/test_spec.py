@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark.errors import InvalidRequest, ModelFileError
-from spark.library.spec import HubSpec, LocalSpec, parse_pull_spec
+from spark.library.spec import HubSpec, LocalSpec, exists_here, parse_pull_spec
 
 
 @pytest.mark.parametrize(
@@ -66,10 +66,33 @@ def test_local_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         parse_pull_spec(str(model), quant="Q4_0")
 
 
+def test_a_hub_name_is_the_hubs_whatever_lies_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "org" / "repo").mkdir(parents=True)
+    (tmp_path / "org" / "repo" / "f.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    assert parse_pull_spec("org/repo") == HubSpec(repo="org/repo")
+    assert parse_pull_spec("org/repo:Q4_0") == HubSpec(repo="org/repo", quant="Q4_0")
+    assert parse_pull_spec("org/repo/f.gguf") == LocalSpec("org/repo/f.gguf"), "a file path that exists is the file"
+
+
+def test_names_no_path_can_have_are_specs_not_os_errors() -> None:
+    with pytest.raises(InvalidRequest, match="not a model spec") as word:
+        parse_pull_spec("a" * 300)  # looked for as a file: File name too long
+    assert word.value.param == "spec" and len(word.value.message) < 300
+    with pytest.raises(ModelFileError, match="no such file"):
+        parse_pull_spec("a" * 300 + ".gguf")
+    assert not exists_here("a" * 300) and not exists_here("a\0b")
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
         ("", "nothing to pull"),
+        ("a" * 97 + "/repo", "not a valid Hugging Face repository id"),  # the Hub's names have at most 96
+        ("org/" + "a" * 5000, "not a valid Hugging Face repository id"),
+        ("org/repo/" + "b" * 256 + ".gguf", "not a valid file path"),
         ("justaword", "not a model spec"),
         ("org/repo/README.md", "not a .gguf file"),
         ("org/repo/../x.gguf", "not a valid file path"),

@@ -134,6 +134,8 @@ def test_unknown_repositories_are_404_and_bad_input_400(live: LiveServer) -> Non
     assert openai_error(client.get("/api/hub/repos/tiny/Nope-GGUF"), 404)["code"] == "repo_not_found"
     assert openai_error(client.get("/api/hub/repos/private/Secret-GGUF"), 404)["code"] == "repo_not_found"
     assert openai_error(client.get("/api/hub/repos/bad..org/x"), 400)["param"] == "repo"
+    long_name = openai_error(client.get(f"/api/hub/repos/{'a' * 5000}/{'a' * 5000}"), 400)
+    assert long_name["param"] == "repo" and "at most 96" in long_name["message"] and len(long_name["message"]) < 500
     for params, param in [
         ({"q": "tiny", "limit": "many"}, "limit"),
         ({"q": "tiny", "limit": "0"}, "limit"),

@@ -289,6 +289,10 @@ def test_a_pull_without_disk_space_fails_before_downloading(
         ({"spec": "just-a-word"}, "spec"),
         ({"spec": "/srv/models/model.gguf"}, "spec"),
         ({"spec": "https://example.com/org/repo"}, "spec"),
+        ({"spec": "a" * 300}, "spec"),  # once an OSError (a 500): the name was looked for in the server's folder
+        ({"spec": "a" * 300 + ".gguf"}, "spec"),
+        ({"spec": "org/" + "a" * 5000}, "spec"),
+        ({"spec": "org/repo/" + "b" * 300 + ".gguf"}, "spec"),
         ({"spec": "org/repo", "quant": "Q4 K M"}, "quant"),
         ({"spec": "org/repo:Q8_0", "quant": "Q4_0"}, "quant"),
         ({"spec": "org/repo", "extra": 1}, "extra"),

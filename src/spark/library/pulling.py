@@ -33,7 +33,7 @@ from spark.library.naming import (
     shard_name,
     split_info,
 )
-from spark.library.spec import SPEC_FORMS, HubSpec, LocalSpec, parse_pull_spec
+from spark.library.spec import SPEC_FORMS, HubSpec, LocalSpec, exists_here, parse_pull_spec
 from spark.units import format_bytes
 
 _PROJECTOR_PREFERENCE = ("F16", "BF16", "Q8_0", "F32")
@@ -117,7 +117,7 @@ def pull(
     with `Library.add_local` (`copy` copies it). An installed model id is a no-op.
     """
     text = spec.strip()
-    if text and not any(c in text for c in "/:") and not text.lower().endswith(".gguf") and not Path(text).exists():
+    if text and not any(c in text for c in "/:") and not text.lower().endswith(".gguf") and not exists_here(text):
         # a bare word: only an installed model id makes sense
         try:
             return PullResult(entry=library.get(text), plan=None, already_installed=True)

@@ -10,7 +10,8 @@ import msgspec
 
 from spark.errors import InvalidRequest, ModelFileError
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")  # the Hub's: at most 96 characters
+_MAX_FILE_NAME = 255  # bytes in one part of a file's path, on the file systems models are saved to
 _QUANT_TAG_RE = re.compile(r"[A-Za-z0-9_]+")
 _HUB_HOSTS = {"huggingface.co", "www.huggingface.co", "hf.co"}
 
@@ -66,13 +67,28 @@ def parse_pull_spec(spec: str, *, quant: str | None = None, endpoint: str = "") 
 
 
 def _looks_local(text: str) -> bool:
-    path = Path(text).expanduser()
-    if text.startswith(("/", "./", "../", "~", "\\")) or path.exists():
+    """Whether `text` names a local file: a path by its form, or a name that exists here. `org/repo` and
+    `org/repo:QUANT` always name the Hub's repository: what lies in the current folder must not change
+    what a command pulls (nor make a server look at its own folders)."""
+    if text.startswith(("/", "./", "../", "~", "\\")):
+        return True
+    if text.count("/") == 1 and not text.lower().endswith(".gguf"):
+        return False
+    if exists_here(text):
         return True
     if text.lower().endswith(".gguf") and text.count("/") < 2:
         # `model.gguf` or `dir/model.gguf`: no Hub spec looks like this
         raise ModelFileError(f"{text}: no such file", param="spec")
     return False
+
+
+def exists_here(text: str) -> bool:
+    """Whether `text` is the path of something that exists (relative to the current folder); False
+    for a name no path can have (longer than the system allows, say)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):  # ENAMETOOLONG; a NUL byte
+        return False
 
 
 def _parse_repo_path(text: str) -> HubSpec:
@@ -82,7 +98,7 @@ def _parse_repo_path(text: str) -> HubSpec:
         text, tag = head, _check_quant(tail, "spec")
     parts = text.strip("/").split("/")
     if len(parts) < 2 or not all(parts):
-        raise InvalidRequest(f"'{text}' is not a model spec; give {SPEC_FORMS}", param="spec")
+        raise InvalidRequest(f"'{_shown(text)}' is not a model spec; give {SPEC_FORMS}", param="spec")
     repo = _check_repo("/".join(parts[:2]))
     if len(parts) == 2:
         return HubSpec(repo=repo, quant=tag)
@@ -121,16 +137,26 @@ def _parse_url(url: str, endpoint: str) -> HubSpec:
 
 def _check_repo(repo: str) -> str:
     if not all(_NAME_RE.fullmatch(p) and ".." not in p for p in repo.split("/")):
-        raise InvalidRequest(f"'{repo}' is not a valid Hugging Face repository id", param="spec")
+        raise InvalidRequest(
+            f"'{_shown(repo)}' is not a valid Hugging Face repository id (org/name, each at most 96 letters, "
+            "digits, '.', '_' or '-')",
+            param="spec",
+        )
     return repo
 
 
 def _check_filename(filename: str) -> str:
     if not filename.lower().endswith(".gguf"):
-        raise InvalidRequest(f"'{filename}' is not a .gguf file; Spark runs GGUF models", param="spec")
-    if any(p in ("", ".", "..") for p in filename.split("/")):
-        raise InvalidRequest(f"'{filename}' is not a valid file path in a repository", param="spec")
+        raise InvalidRequest(f"'{_shown(filename)}' is not a .gguf file; Spark runs GGUF models", param="spec")
+    parts = filename.split("/")
+    if any(p in ("", ".", "..") or len(p.encode()) > _MAX_FILE_NAME for p in parts):
+        raise InvalidRequest(f"'{_shown(filename)}' is not a valid file path in a repository", param="spec")
     return filename
+
+
+def _shown(text: str, most: int = 100) -> str:
+    """`text` for a message, cut short when it is long."""
+    return text if len(text) <= most else text[:most] + "…"
 
 
 def _check_quant(tag: str, param: str) -> str:

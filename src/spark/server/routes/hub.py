@@ -155,7 +155,7 @@ async def repo_files(request: Request[Any, Any, Any], org: FromPath[str], name: 
     try:
         spec = parse_pull_spec(f"{org}/{name}")
     except SparkError as e:
-        raise InvalidRequest(f"'{org}/{name}' is not a Hugging Face repository id: {e.message}", param="repo") from None
+        raise InvalidRequest(e.message, param="repo") from None  # the message quotes the id (cut short when long)
     if not isinstance(spec, HubSpec) or spec.filename or spec.quant:
         raise InvalidRequest(f"'{org}/{name}' is not a Hugging Face repository id", param="repo")
     state = state_of(request)
