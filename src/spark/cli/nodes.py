@@ -20,6 +20,7 @@ from rich.table import Table
 from spark.cli.models import follow_pull
 from spark.cli.ps import NO_SERVER, AdminClient, connect
 from spark.errors import SparkError
+from spark.server.discovery import ServerInfo, network_url
 from spark.settings import load_settings
 from spark.units import format_duration
 
@@ -47,14 +48,31 @@ def _node(body: bytes) -> dict[str, Any]:
     return msgspec.json.decode(body, type=dict[str, Any])
 
 
+def join_command(server: ServerInfo, token: str) -> str:
+    """The command that makes a machine a node of `server`, and what to know about its URL."""
+    url = network_url(server)
+    if url is None:
+        return (
+            f"  spark serve --join {server.url} --token {token}\n"
+            f"This server listens only on this machine ({server.host}): a node on another machine cannot "
+            "reach it. Restart it with SPARK_HOST=0.0.0.0 (or --host 0.0.0.0) to serve the network."
+        )
+    return (
+        f"  spark serve --host 0.0.0.0 --join {url} --token {token}\n"
+        f"({url} is this machine's address as seen from here: use the URL the node reaches it at, "
+        "e.g. a TLS reverse proxy's.)"
+    )
+
+
 @nodes_app.command()
 def add(name: str = typer.Argument(..., help="A name for the node (letters, digits, . _ -).")) -> None:
     """Add a node and print its join token (shown only this once: the central keeps only a hash)."""
-    created = _node(_client().post("/api/nodes", {"name": name}))
+    client = _client()
+    created = _node(client.post("/api/nodes", {"name": name}))
     err = Console(stderr=True)
     err.print(
         f"Added the node '{name}'. On it, run:\n"
-        f"  spark serve --join <this server's URL> --token {created['token']}\n"
+        f"{join_command(client.server, created['token'])}\n"
         "Copy the token now: it cannot be shown again.",
         highlight=False,
         soft_wrap=True,  # the command whole on its line, to be copied

@@ -45,13 +45,13 @@ def advertised_url(settings: Settings, host: str, port: int) -> str:
     if settings.advertise_url:
         return settings.advertise_url.rstrip("/")
     if host in ("0.0.0.0", "", "::"):
-        host = _address_toward(settings.central) or "127.0.0.1"
+        host = address_toward(settings.central) or "127.0.0.1"
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _address_toward(central: str) -> str | None:
-    """This machine's address on the route to the central (a UDP connect sends nothing)."""
-    target = urlsplit(central).hostname
+def address_toward(url: str) -> str | None:
+    """This machine's address on the route to `url`'s host (a UDP connect sends nothing)."""
+    target = urlsplit(url).hostname
     if not target:
         return None
     try:

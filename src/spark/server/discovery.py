@@ -7,6 +7,7 @@ left behind by a server that was killed is recognised by its dead pid.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -39,6 +40,23 @@ def local_url(host: str, port: int) -> str:
     elif host == "::":
         host = "::1"
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+OFF_MACHINE = "http://192.0.2.1"  # an address off this machine (documentation's): its route is the default one
+
+
+def network_url(info: ServerInfo) -> str | None:
+    """The URL another machine reaches the server at, as this machine sees it (for a server on every
+    address, its address on the default route); None for a server that listens on loopback only."""
+    if info.host in LOOPBACK:
+        return None
+    host = info.host
+    if host in ("0.0.0.0", "", "::"):
+        from spark.fleet.member import address_toward  # the fleet's, only now
+
+        host = address_toward(OFF_MACHINE) or socket.gethostname()
+    return f"http://[{host}]:{info.port}" if ":" in host else f"http://{host}:{info.port}"
 
 
 def write_server_info(settings: Settings, host: str, port: int) -> ServerInfo:
