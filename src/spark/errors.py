@@ -291,6 +291,13 @@ class NodeUnavailable(SparkError):
     code = "node_unavailable"
 
 
+class NodeNotReady(NodeUnavailable):
+    """The model asked for is only on fleet nodes that take no requests now (unreachable, not ready,
+    draining): a client may try again shortly."""
+
+    status = 503
+
+
 class RunnerNotFound(SparkError):
     """The model asked for is installed but not loaded (admin API)."""
 

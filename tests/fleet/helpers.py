@@ -1,13 +1,17 @@
-"""A fleet of real `spark serve` processes on loopback ports: a central and its nodes."""
+"""A fleet of real `spark serve` processes on loopback ports: a central and its nodes; and a
+scripted node (`node`) for the central's side of the hop."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ class Server:
     port: int = field(default_factory=free_port)
     args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    settings: dict[str, str] = field(default_factory=dict)  # SPARK_* variables of its own
 
     @property
     def url(self) -> str:
@@ -52,6 +57,7 @@ class Server:
             "SPARK_NODE_REPORT_INTERVAL": REPORT_INTERVAL,
             "SPARK_KEEP_ALIVE": "-1",
             "SPARK_HF_ENDPOINT": "http://127.0.0.1:9",  # nothing listens: pulls fail at once, offline
+            **self.settings,
         }
 
     def start(self) -> None:
@@ -149,3 +155,66 @@ def routed_step(record: dict[str, Any]) -> dict[str, Any]:
     steps = [s for s in record["timeline"] if s["name"] == "routed"]
     assert steps, record["timeline"]
     return steps[0]["details"]  # type: ignore[no-any-return]
+
+
+CLOSE = b""  # in an answer's parts: the server closes the connection there
+
+
+class Node:
+    """A loopback server that answers each request with the next of `answers` (raw bytes written
+    as given, a list of parts written apart; `None` closes the connection without answering) and
+    records the requests it got."""
+
+    def __init__(self, answers: list[bytes | list[bytes] | None]) -> None:
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+        self.url = ""
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.startswith(b"content-length")
+                )
+                self.requests.append(head + await reader.readexactly(length))
+                answer = self.answers.pop(0)
+                if answer is None:
+                    break
+                for part in answer if isinstance(answer, list) else [answer]:
+                    if part == CLOSE:
+                        return
+                    writer.write(part)
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def node(answers: list[bytes | list[bytes] | None]) -> AsyncIterator[Node]:
+    served = Node(answers)
+    served.server = await asyncio.start_server(served._serve, "127.0.0.1", 0)
+    port = served.server.sockets[0].getsockname()[1]
+    served.url = f"http://127.0.0.1:{port}"
+    try:
+        yield served
+    finally:
+        served.server.close()
+
+
+def ok(body: bytes, *extra: str) -> bytes:
+    head = ["HTTP/1.1 200 OK", "content-type: application/json", f"content-length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

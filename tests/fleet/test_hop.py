@@ -4,77 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 
+from fleet.helpers import CLOSE, STREAM_HEAD, chunk, node, ok
+from spark.errors import ShuttingDown
 from spark.fleet import hop
-from spark.fleet.hop import HopError, HopPool
+from spark.fleet.hop import HopError, HopPool, Waits
 
 pytestmark = pytest.mark.anyio
-
-CLOSE = b""  # in an answer's parts: the server closes the connection there
-
-
-class Node:
-    """A loopback server that answers each request with the next of `answers` (raw bytes written
-    as given, a list of parts written apart; `None` closes the connection without answering) and
-    records the requests it got."""
-
-    def __init__(self, answers: list[bytes | list[bytes] | None]) -> None:
-        self.answers = answers
-        self.requests: list[bytes] = []
-        self.connections = 0
-        self.server: asyncio.Server | None = None
-        self.url = ""
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while self.answers:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.startswith(b"content-length")
-                )
-                self.requests.append(head + await reader.readexactly(length))
-                answer = self.answers.pop(0)
-                if answer is None:
-                    break
-                for part in answer if isinstance(answer, list) else [answer]:
-                    if part == CLOSE:
-                        return
-                    writer.write(part)
-                    await writer.drain()
-                    await asyncio.sleep(0.01)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-@asynccontextmanager
-async def node(answers: list[bytes | list[bytes] | None]) -> AsyncIterator[Node]:
-    served = Node(answers)
-    served.server = await asyncio.start_server(served._serve, "127.0.0.1", 0)
-    port = served.server.sockets[0].getsockname()[1]
-    served.url = f"http://127.0.0.1:{port}"
-    try:
-        yield served
-    finally:
-        served.server.close()
-
-
-def ok(body: bytes, *extra: str) -> bytes:
-    head = ["HTTP/1.1 200 OK", "content-type: application/json", f"content-length: {len(body)}", *extra]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
-
-
-def chunk(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
-STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
 async def test_a_whole_answer_and_the_request_the_node_got() -> None:
@@ -183,3 +121,51 @@ async def test_an_answer_without_length_is_read_to_the_end_of_the_connection() -
 async def test_not_a_node_url() -> None:
     with pytest.raises(HopError, match="not a node URL"):
         await HopPool(1.0).post("unix:///tmp/x", b"", {})
+
+
+async def test_a_wait_on_a_node_that_never_answers_ends_when_the_request_is_aborted() -> None:
+    async with node([[], None]) as served:  # it reads the request and answers nothing
+        waits = Waits(None)
+        pool = HopPool(1.0)
+
+        async def post() -> None:
+            async with waits.wait():
+                await pool.post(served.url + "/v1/x", b"{}", {})
+
+        task = asyncio.create_task(post())
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        waits.abort(ShuttingDown("stopping"))
+        with pytest.raises(ShuttingDown, match="stopping"):
+            await asyncio.wait_for(task, 1)
+        with pytest.raises(ShuttingDown):  # and every later wait
+            async with waits.wait():
+                pass
+        assert not pool._idle  # the connection was closed, not kept
+
+
+async def test_a_lost_node_ends_the_waits_on_it_until_the_next_node() -> None:
+    waits = Waits(None)
+    with pytest.raises(HopError, match="gone"):
+        async with waits.wait():
+            asyncio.get_running_loop().call_later(0.05, waits.lost, HopError("gone"))
+            await asyncio.sleep(5)
+    with pytest.raises(HopError, match="gone"):
+        async with waits.wait():
+            pass
+    waits.lost_error = None
+    async with waits.wait():
+        await asyncio.sleep(0)
+
+
+async def test_a_wait_ends_at_the_deadline_or_after_a_silence() -> None:
+    loop = asyncio.get_running_loop()
+    waits = Waits(loop.time() + 0.3)
+    with pytest.raises(TimeoutError):
+        async with waits.wait(idle=0.05):
+            await asyncio.sleep(5)
+    assert not waits.expired()  # the silence ended it
+    with pytest.raises(TimeoutError):
+        async with waits.wait():
+            await asyncio.sleep(5)
+    assert waits.expired()

@@ -11,6 +11,7 @@ import pytest
 
 from spark.errors import NodeNotFound, Unauthorized
 from spark.events import NODE_STATE, EventBus
+from spark.fleet.hop import Waits
 from spark.fleet.registry import BREAKER_FAILURES, Registry
 from spark.fleet.report import Capacity, InstalledModel
 from spark.store.db import Database
@@ -113,6 +114,37 @@ def test_a_connection_failure_marks_it_unreachable_at_once(tmp_path: Path) -> No
     ready_node(fleet)
     fleet.failed("gpu", "cannot connect", unreachable=True)
     assert (fleet.view("gpu").state, fleet.view("gpu").reason) == ("unreachable", "cannot connect")
+
+
+def test_a_node_that_becomes_unreachable_cuts_the_requests_sent_to_it(tmp_path: Path) -> None:
+    fleet = registry(tmp_path)
+    ready_node(fleet)
+    _, token = fleet.add("cpu")
+    other = fleet.authenticate(token)
+    fleet.join(other, "http://127.0.0.1:8")
+    fleet.report(other, REPORT)
+    on_gpu, on_cpu, done = Waits(None), Waits(None), Waits(None)
+    for waits in (on_gpu, done):
+        fleet.started("gpu", waits)
+    fleet.started("cpu", on_cpu)
+    fleet.ended("gpu", done)
+    assert fleet.view("gpu").in_flight == 1 and [p.in_flight for p in fleet.places()] == [1, 1]
+    fleet.failed("gpu", "breaker: answered 503", unreachable=False)  # not unreachable: nothing is cut
+    assert on_gpu.lost_error is None
+    fleet.failed("gpu", "cannot connect", unreachable=True)
+    assert on_gpu.lost_error is not None and str(on_gpu.lost_error) == "it became unreachable: cannot connect"
+    assert on_cpu.lost_error is None and done.lost_error is None
+
+
+def test_the_nodes_that_have_a_model_whatever_their_state(tmp_path: Path) -> None:
+    fleet = registry(tmp_path)
+    ready_node(fleet)
+    fleet.add("new")  # never joined: it has reported no model
+    assert fleet.unroutable("gpu") is None and fleet.unroutable("nobody") == "removed"
+    assert (fleet.unroutable("new") or "").startswith("pending (added, never joined")
+    fleet.set_draining("gpu", True)
+    assert fleet.unroutable("gpu") == "draining (drained: no new requests)"
+    assert [(v.name, v.state) for v in fleet.holders("m")] == [("gpu", "draining")] and fleet.holders("x") == []
 
 
 def test_draining_and_state_events(tmp_path: Path) -> None:

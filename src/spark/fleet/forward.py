@@ -5,6 +5,10 @@ or fails before the first byte of its answer hands the request to the next
 one, at most `MAX_TRIES` places in all, with the same request id. Once a
 place has answered a first byte the request is never sent anywhere else.
 The central itself (`LOCAL`) ends the search: the caller serves it.
+
+Every try waits through the request's `Waits`: until its deadline, and no
+longer once the node becomes unreachable (the next place is tried) or the
+request is aborted (that error is raised).
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from spark.errors import NodeUnavailable
-from spark.fleet.hop import HopError, HopPool, HopResponse
+from spark.errors import NodeUnavailable, SparkError
+from spark.fleet.hop import HopError, HopPool, HopResponse, Waits
 from spark.fleet.registry import Registry
 from spark.fleet.report import ROUTE_HEADER, ZERO_RETENTION_HEADER
 from spark.fleet.routing import LOCAL, Choice
@@ -65,17 +69,9 @@ class Opened:
         return self.response is None
 
 
-class Unrouted(NodeUnavailable):
-    """No place took the request; `attempts` says what each one did."""
-
-    def __init__(self, message: str, attempts: list[Attempt] | None = None, *, param: str | None = None) -> None:
-        super().__init__(message, param=param)
-        self.attempts = attempts or []
-
-
 def new_hop_pool() -> HopPool:
-    """The central's connections to its nodes for routed requests (no read timeout: the request
-    timeout applies)."""
+    """The central's connections to its nodes for routed requests (no read timeout of their own:
+    each request's `Waits` ends its reads)."""
     return HopPool(CONNECT_SECONDS)
 
 
@@ -112,38 +108,62 @@ async def open_routed(
     request_id: str,
     zero_retention: bool,
     stream: bool,
+    waits: Waits,
+    attempts: list[Attempt],
 ) -> Opened:
-    """The first place in `choices` that takes the request; `NodeUnavailable` when none does.
+    """The first place in `choices` that takes the request; `NodeUnavailable` when none does, the
+    error `waits` was aborted with, or `TimeoutError` at its deadline. `attempts` gets each try.
 
-    Counts the request as in flight on the node that took it (`registry.ended` when done).
+    The request counts as in flight on the node that took it (`registry.ended` when done).
     """
-    attempts: list[Attempt] = []
     last_error = "no place has the model"
     for choice in choices[:MAX_TRIES]:
         if choice.name == LOCAL:
             return Opened(choice, attempts)
+        if (why := registry.unroutable(choice.name)) is not None:  # it went down while an earlier place was tried
+            attempts.append(Attempt(choice.name, f"skipped: {why}", 0.0))
+            last_error = f"node {choice.name}: skipped: {why}"
+            continue
         started = time.perf_counter()
         url, secret = registry.target(choice.name)
-        registry.started(choice.name)
-        outcome, unreachable = "", False
+        registry.started(choice.name, waits)
+        waits.lost_error = None  # what an earlier node lost is not this one's
+        outcome, unreachable, lost = "", False, False
         try:
-            response = await pool.post(url + path, body, routed_headers(headers, secret, request_id, zero_retention))
-            if response.status_code in RETRY_STATUSES:
-                await response.aclose()
-                outcome = f"answered {response.status_code}"
-            else:
-                first, rest = await _first_bytes(response, stream)
-                attempts.append(Attempt(choice.name, "ok", _ms(started)))
-                registry.succeeded(choice.name)
-                return Opened(choice, attempts, response, first, rest)
+            async with waits.wait():
+                response = await pool.post(
+                    url + path, body, routed_headers(headers, secret, request_id, zero_retention)
+                )
+                if response.status_code in RETRY_STATUSES:
+                    await response.aclose()
+                    outcome = f"answered {response.status_code}"
+                else:
+                    first, rest = await _first_bytes(response, stream)
+                    attempts.append(Attempt(choice.name, "ok", _ms(started)))
+                    registry.succeeded(choice.name)
+                    return Opened(choice, attempts, response, first, rest)
         except HopError as e:
-            outcome, unreachable = str(e), e.unreachable
-        registry.ended(choice.name)
-        registry.failed(choice.name, outcome, unreachable=unreachable)
+            outcome, unreachable, lost = str(e), e.unreachable, e is waits.lost_error
+        except BaseException as e:  # the request's time is up, or it was aborted: no more tries
+            registry.ended(choice.name, waits)
+            attempts.append(Attempt(choice.name, _stopped(e), _ms(started)))
+            raise
+        registry.ended(choice.name, waits)
+        if not lost:  # when lost, the registry gave up on the node itself: it knows
+            registry.failed(choice.name, outcome, unreachable=unreachable)
         attempts.append(Attempt(choice.name, outcome, _ms(started)))
         last_error = f"node {choice.name}: {outcome}"
     tried = ", ".join(a.node for a in attempts)
-    raise Unrouted(f"No node could take the request (tried {tried}; {last_error}).", attempts)
+    raise NodeUnavailable(f"No node could take the request (tried {tried}; {last_error}).")
+
+
+def _stopped(error: BaseException) -> str:
+    """What a try that was cut short came to, for its `Attempt`."""
+    if isinstance(error, TimeoutError):
+        return "no answer within the request timeout"
+    if isinstance(error, SparkError):
+        return f"stopped: {error.code}"
+    return "stopped"
 
 
 async def _first_bytes(response: HopResponse, stream: bool) -> tuple[bytes, AsyncIterator[bytes] | None]:

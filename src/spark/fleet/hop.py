@@ -9,6 +9,11 @@ An idle connection is dropped before the node's own keep-alive timeout
 (uvicorn's 5 s) would close it; one that the node closed anyway while it was
 idle, and that answers nothing, is tried once more on a new connection (the
 node never read the request).
+
+Every wait of a routed request on its node goes through its `Waits`, which
+ends it at the request's deadline, after a silence, or when someone else
+gives up on it: the central's registry (the node became unreachable), the
+server's drain (shutdown), the client (gone).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import ssl
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -39,6 +45,65 @@ class HopError(Exception):
         super().__init__(message)
         self.unreachable = unreachable
         self.unanswered = unanswered
+
+
+class Waits:
+    """One routed request's waits on its node, each ended early when the request is cut.
+
+    `abort` ends the request's waits for good (the server stops, the client left); `lost` ends
+    those on the node now waited on (it became unreachable: another node may take the request,
+    and `lost_error` is cleared for it). A wait in progress raises the error at once; later ones
+    raise it as they start.
+    """
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline  # loop time at which the request's time is up
+        self.error: Exception | None = None
+        self.lost_error: HopError | None = None
+        self._scope: asyncio.Timeout | None = None
+
+    def abort(self, error: Exception) -> None:
+        """End this wait and every later one with `error` (the first one given is kept)."""
+        if self.error is None:
+            self.error = error
+        self._wake()
+
+    def lost(self, error: HopError) -> None:
+        """The node waited on is gone: end the waits on it with `error`."""
+        self.lost_error = error
+        self._wake()
+
+    def expired(self) -> bool:
+        """Whether the request's deadline has passed."""
+        return self.deadline is not None and asyncio.get_running_loop().time() >= self.deadline
+
+    @asynccontextmanager
+    async def wait(self, idle: float | None = None) -> AsyncIterator[None]:
+        """A wait on the node: raises the error it was cut with, or `TimeoutError` at the deadline or
+        after `idle` seconds (`expired` tells which)."""
+        self._raise_cut()
+        when = self.deadline
+        if idle:
+            until = asyncio.get_running_loop().time() + idle
+            when = until if when is None else min(when, until)
+        try:
+            async with asyncio.timeout_at(when) as self._scope:
+                yield
+        except TimeoutError:
+            self._raise_cut()
+            raise
+        finally:
+            self._scope = None
+
+    def _raise_cut(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.lost_error is not None:
+            raise self.lost_error
+
+    def _wake(self) -> None:
+        if self._scope is not None and not self._scope.expired():  # a wait in progress ends now
+            self._scope.reschedule(asyncio.get_running_loop().time())
 
 
 class _Connection:

@@ -8,6 +8,11 @@ failures in a row (refusals included) keep it out of routing for
 `BREAKER_COOLDOWN_SECONDS` (a circuit breaker). The next report after that
 makes it ready again. `pending` nodes were added but never joined;
 `draining` ones take no new requests while their running ones finish.
+
+The routed requests waiting on a node, or relayed from it, are known here
+(their `Waits`): when the node becomes unreachable they are cut at once, so
+that they go to another node or end with an error instead of waiting on a
+node that will not answer.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import msgspec
 
 from spark.errors import Unauthorized
 from spark.events import NODE_STATE, EventBus
+from spark.fleet.hop import HopError, Waits
 from spark.fleet.report import Capacity, JoinAnswer
 from spark.fleet.routing import Affinity, Place
 from spark.store.nodes import NodeRecord, NodeTable
@@ -68,7 +74,7 @@ class _Live:
         self.capacity = Capacity()
         self.last_report_at: float | None = None  # Unix time
         self.last_report_mono: float | None = None
-        self.in_flight = 0
+        self.waits: set[Waits] = set()  # routed requests running there now
         self.failures = 0  # routed requests that failed in a row
         self.cooldown_until = 0.0  # time.monotonic()
 
@@ -141,12 +147,26 @@ class Registry:
     # --- routing's side --------------------------------------------------------
     def places(self) -> list[Place]:
         """The nodes that may take a request now (ready, not draining, not cooling down)."""
-        now = time.monotonic()
         return [
-            Place(name, live.capacity, live.in_flight)
+            Place(name, live.capacity, len(live.waits))
             for name, live in self._live.items()
-            if live.state == "ready" and not self._records[name].draining and live.cooldown_until <= now
+            if self.unroutable(name) is None
         ]
+
+    def unroutable(self, name: str) -> str | None:
+        """Why node `name` may take no request now (not ready, draining, cooling down, removed);
+        None when it may."""
+        live = self._live.get(name)
+        if live is None:
+            return "removed"
+        if live.state != "ready" or self._records[name].draining or live.cooldown_until > time.monotonic():
+            view = self.view(name)
+            return view.state + (f" ({view.reason})" if view.reason else "")
+        return None
+
+    def holders(self, model: str) -> list[NodeView]:
+        """The nodes whose last report lists `model`, whatever their state now."""
+        return [self.view(name) for name, live in self._live.items() if live.capacity.has(model)]
 
     def has_nodes(self) -> bool:
         return bool(self._live)
@@ -157,13 +177,14 @@ class Registry:
         assert record.url is not None and record.route_secret is not None  # only joined nodes are routed to
         return record.url, record.route_secret
 
-    def started(self, name: str) -> None:
+    def started(self, name: str, waits: Waits) -> None:
+        """A routed request is sent to node `name` (it is cut if the node becomes unreachable)."""
         if (live := self._live.get(name)) is not None:
-            live.in_flight += 1
+            live.waits.add(waits)
 
-    def ended(self, name: str) -> None:
+    def ended(self, name: str, waits: Waits) -> None:
         if (live := self._live.get(name)) is not None:
-            live.in_flight = max(0, live.in_flight - 1)
+            live.waits.discard(waits)
 
     def succeeded(self, name: str) -> None:
         if (live := self._live.get(name)) is not None:
@@ -241,7 +262,7 @@ class Registry:
             last_report_at=live.last_report_at,
             added_at=record.added_at,
             joined_at=record.joined_at,
-            in_flight=live.in_flight,
+            in_flight=len(live.waits),
             free_bytes={d.id: d.free_bytes for d in capacity.devices},
         )
 
@@ -266,6 +287,9 @@ class Registry:
             if state != "ready":
                 log.warning("node %s is %s: %s", name, state.replace("_", " "), reason)
             self._publish(name)
+            if state == "unreachable":
+                for waits in list(live.waits):
+                    waits.lost(HopError(f"it became unreachable: {reason}"))
 
     def _publish(self, name: str) -> None:
         view = self.view(name)

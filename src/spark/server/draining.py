@@ -1,6 +1,7 @@
 """A graceful stop: open requests get a grace period, then end with a clear error.
 
-Every generation a route runs is registered here while it is open. When the
+Every generation a route runs, and every request relayed to a fleet node
+(`spark.server.routing`), is registered here while it is open. When the
 server is told to stop, uvicorn stops accepting connections and `drain` lets
 the open generations go on for `shutdown_grace`; those still running then are
 aborted with `ShuttingDown`, which a stream sends as its final error event and
@@ -19,7 +20,7 @@ POLL_SECONDS = 0.05  # how often the drain looks whether the open generations ha
 
 
 class Abortable(Protocol):
-    """An open generation: it can be ended with an error."""
+    """An open generation (or relayed request): it can be ended with an error."""
 
     def abort(self, error: ShuttingDown) -> None: ...
 

@@ -10,10 +10,18 @@ follow cleanly), pulled from the node only as fast as the client reads. If
 the node stops in the middle, the client gets the API's error event and the
 request is logged as failed on that node; it is never sent again. A Responses
 API answer to be stored is kept here, as it passes (`keep`).
+
+A routed request is bounded as a local one is: by the request timeout, by
+the server's drain when it stops (it is registered there while it runs), and
+by its client leaving before the answer starts; a stream also by the
+hang timeout between its frames. The registry cuts it when its node becomes
+unreachable.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from typing import Any
@@ -22,19 +30,19 @@ import msgspec
 from litestar import Request, Response
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
-from litestar.types import Scope
+from litestar.types import Receive, Scope
 
 from spark.api.common import finish_reason_in, usage_in
 from spark.api.ollama import NDJSON
 from spark.api.openai.stored_chats import ChunkAssembler
-from spark.errors import InvalidRequest, NodeUnavailable, SparkError
-from spark.fleet.forward import Opened, Unrouted, open_routed
-from spark.fleet.hop import HopError
-from spark.fleet.registry import Registry
+from spark.errors import Cancelled, InvalidRequest, NodeNotReady, NodeUnavailable, SparkError
+from spark.fleet.forward import Attempt, Opened, open_routed
+from spark.fleet.hop import HopError, Waits
+from spark.fleet.registry import NodeView, Registry
 from spark.fleet.report import capacity
 from spark.fleet.routing import LOCAL, Choice, Place, affinity_key, choose
-from spark.server.errors import internal_error, log_unexpected
-from spark.server.generation import SSE_HEADERS
+from spark.server.errors import error_response, internal_error, log_unexpected
+from spark.server.generation import SSE_HEADERS, timed_out
 from spark.server.images import uploads_read
 from spark.server.recorder import RequestRecorder, recorder_of
 from spark.server.request_ids import NODE_ID_HEADER, ROUTED_STATE, request_ids
@@ -90,26 +98,21 @@ async def routed_response(
         return None
     key = affinity_key(decoded)
     choices = _choices(state, registry, decoded, key)
-    if not choices:
-        return None
     recorder = recorder_of(request.scope)
+    holders = [] if choices or state.library.exists(decoded.model) else registry.holders(decoded.model)
+    if not (choices or holders):
+        return None
     if recorder is not None and isinstance(decoded, ChatRequest | CompletionRequest | EmbeddingRequest):
         recorder.decoded(decoded)
+    if not choices:  # its nodes are down: a 404 would tell the client the name is wrong
+        retry = str(max(1, math.ceil(registry.report_seconds)))  # a node that is back is ready at its next report
+        return error_response(request.scope, _not_ready(decoded.model, holders), headers={"retry-after": retry})
+    waits = Waits(None if state.timeout is None else asyncio.get_running_loop().time() + state.timeout)
+    state.drain.add(waits)  # ShuttingDown once the server stops
     try:
-        opened = await open_routed(
-            state.hop_pool,
-            registry,
-            choices,
-            request.scope["path"],
-            await request.body() if body is None else body,
-            dict(request.headers),
-            request_id=request_ids(request.scope).header,
-            zero_retention=recorder is None or (recorder.key is not None and recorder.key.zero_retention),
-            stream=stream,
-        )
-    except Unrouted as e:
-        if recorder is not None:
-            recorder.routed(None, choices[0].reason, msgspec.to_builtins(e.attempts))
+        opened = await _open(request, state, choices, waits, body, stream, recorder)
+    except BaseException:
+        state.drain.discard(waits)
         raise
     name = opened.choice.name
     registry.affinity.served(key, name)
@@ -117,18 +120,81 @@ async def routed_response(
         node_id = opened.response.headers.get(NODE_ID_HEADER) if opened.response is not None else None
         recorder.routed(name, opened.choice.reason, msgspec.to_builtins(opened.attempts), node_request_id=node_id)
     if opened.local:
+        state.drain.discard(waits)
         return None
     if not stream or opened.response is None or opened.response.status_code != 200:
-        return await _whole(registry, opened, recorder, keep)
-    return _relay(request.scope, registry, opened, recorder, fail, keep)
+        return await _whole(state, opened, waits, recorder, keep)
+    return _relay(request.scope, state, opened, waits, recorder, fail, keep)
+
+
+def _not_ready(model: str, holders: list[NodeView]) -> NodeNotReady:
+    where = ", ".join(f"'{n.name}' ({n.state}" + (f": {n.reason})" if n.reason else ")") for n in holders)
+    one = len(holders) == 1
+    return NodeNotReady(
+        f"The model '{model}' is only on the fleet {'node' if one else 'nodes'} {where}, which "
+        f"{'takes' if one else 'take'} no requests now; try again once {'it' if one else 'one'} is ready."
+    )
+
+
+async def _open(
+    request: Request[Any, Any, Any],
+    state: ServerState,
+    choices: list[Choice],
+    waits: Waits,
+    body: bytes | None,
+    stream: bool,
+    recorder: RequestRecorder | None,
+) -> Opened:
+    """The place that took the request (`open_routed`), watching its client meanwhile; a request
+    that no place took is logged on the node that failed it last."""
+    attempts: list[Attempt] = []
+    sent = await request.body() if body is None else body  # read before anything else listens to the client
+    watch = asyncio.create_task(_watch_client(request.receive, waits))
+    try:
+        return await open_routed(
+            state.hop_pool,
+            state.fleet,
+            choices,
+            request.scope["path"],
+            sent,
+            dict(request.headers),
+            request_id=request_ids(request.scope).header,
+            zero_retention=recorder is None or (recorder.key is not None and recorder.key.zero_retention),
+            stream=stream,
+            waits=waits,
+            attempts=attempts,
+        )
+    except Exception as e:
+        if recorder is not None:
+            recorder.routed(None, choices[0].reason, msgspec.to_builtins(attempts))
+            if attempts:
+                recorder.node = attempts[-1].node
+        if isinstance(e, TimeoutError):
+            raise timed_out(state.timeout or 0) from None
+        raise
+    finally:
+        watch.cancel()
+
+
+async def _watch_client(receive: Receive, waits: Waits) -> None:
+    """Abort the request if its client goes away before the answer starts (after that, the
+    response's own sending notices)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    waits.abort(Cancelled("The client disconnected before the answer was complete."))
+
+
+def _ended(state: ServerState, name: str, waits: Waits) -> None:
+    state.fleet.ended(name, waits)
+    state.drain.discard(waits)
 
 
 async def _whole(
-    registry: Registry, opened: Opened, recorder: RequestRecorder | None, keep: Keep | None
+    state: ServerState, opened: Opened, waits: Waits, recorder: RequestRecorder | None, keep: Keep | None
 ) -> Response[bytes]:
     assert opened.response is not None
     response = opened.response
-    registry.ended(opened.choice.name)
+    _ended(state, opened.choice.name, waits)
     if response.status_code == 200 and (recorder is not None or keep is not None):
         try:
             payload = msgspec.json.decode(opened.first)
@@ -146,17 +212,35 @@ async def _whole(
     )
 
 
-async def _chunks(opened: Opened) -> AsyncIterator[bytes]:
-    """The first bytes, then the rest as the node sends them."""
+async def _chunks(opened: Opened, waits: Waits, idle: float | None) -> AsyncIterator[bytes]:
+    """The first bytes, then the rest as the node sends them, each within `waits` and at most
+    `idle` seconds after the one before."""
     yield b""
-    if opened.rest is not None:
-        async for chunk in opened.rest:
-            yield chunk
+    if opened.rest is None:
+        return
+    while True:
+        async with waits.wait(idle):
+            chunk = await anext(opened.rest, None)
+        if chunk is None:
+            return
+        yield chunk
 
 
-def _broken_off(scope: Scope, name: str, error: Exception) -> SparkError:
-    """What the client is told when a relayed stream breaks off."""
+def _broken_off(
+    scope: Scope, state: ServerState, name: str, waits: Waits, idle: float | None, error: Exception
+) -> SparkError:
+    """What the client is told when a relayed stream breaks off (the registry learns of a node's fault)."""
+    if isinstance(error, SparkError):  # aborted: the server stops
+        return error
+    if isinstance(error, TimeoutError):
+        if waits.expired():
+            return timed_out(state.timeout or 0)
+        silence = f"sent nothing for {idle or 0:g} s (hang_timeout)"
+        state.fleet.failed(name, silence, unreachable=False)
+        return NodeUnavailable(f"The fleet node '{name}' {silence} during the response.")
     if isinstance(error, HopError):
+        if error is not waits.lost_error:  # when lost, the registry gave up on the node itself
+            state.fleet.failed(name, str(error), unreachable=True)
         return NodeUnavailable(f"The fleet node '{name}' stopped answering during the response ({error}).")
     log_unexpected(scope, error)
     return internal_error(scope)
@@ -164,8 +248,9 @@ def _broken_off(scope: Scope, name: str, error: Exception) -> SparkError:
 
 def _relay(
     scope: Scope,
-    registry: Registry,
+    state: ServerState,
     opened: Opened,
+    waits: Waits,
     recorder: RequestRecorder | None,
     fail: Callable[[SparkError], bytes] | None,
     keep: Keep | None,
@@ -173,13 +258,14 @@ def _relay(
     response = opened.response
     assert response is not None
     name = opened.choice.name
+    idle = state.settings.hang_timeout_seconds or None
     closed = False
 
     async def close() -> None:
         nonlocal closed
         if not closed:
             closed = True
-            registry.ended(name)
+            _ended(state, name, waits)
             await response.aclose()
 
     media_type = response.headers.get("content-type", "text/event-stream")
@@ -190,7 +276,7 @@ def _relay(
         kept = False
         pending = opened.first
         try:
-            async for chunk in _chunks(opened):
+            async for chunk in _chunks(opened, waits, idle):
                 pending += chunk
                 # whole frames only (SSE's, or NDJSON's lines), so an error frame can follow
                 cut = pending.rfind(separator) + len(separator)
@@ -209,9 +295,7 @@ def _relay(
             if recorder is not None:
                 recorder.relayed(numbers.usage, numbers.finish_reason)
         except Exception as e:
-            error = _broken_off(scope, name, e)
-            if isinstance(e, HopError):
-                registry.failed(name, str(e), unreachable=True)
+            error = _broken_off(scope, state, name, waits, idle, e)
             if recorder is not None:
                 recorder.failed(error)
             if fail is not None:
