@@ -472,8 +472,8 @@ class RunnerProcess:
                 self._finish(
                     r,
                     RunnerFailed(
-                        f"The runner for model {model} {why} after sending {r.chunks} pieces of output; "
-                        "the request was not retried because output had already been sent."
+                        f"The runner for model {model} {why} after it had made {r.chunks} pieces of output; "
+                        "the request was not retried, so that no output comes twice."
                     ),
                 )
             elif r.attempts >= MAX_ATTEMPTS:
@@ -519,6 +519,7 @@ class RunnerProcess:
     def _give_up(self, error: RunnerFailed) -> None:
         log.error("%s", error.message)
         self._error = error
+        self._busy = self._rss_bytes = 0  # no process: nothing busy, no memory held
         self._set_status("failed", error.message)
         self._fail_all(error)
 
