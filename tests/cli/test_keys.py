@@ -97,6 +97,7 @@ def test_list_fits_80_columns_with_whole_prefixes() -> None:
         assert spark("keys", "create", name).exit_code == 0
     lines = runner.invoke(app, ["keys", "list"], env={"COLUMNS": "80"}).output.splitlines()
     assert len(lines) == 3 and all(len(line) <= 80 for line in lines), lines  # a line a key, none wrapped
+    assert lines[0].split()[-2:] == ["ZERO", "RETENTION"], "the usage columns go first"
     prefixes = [line.split()[1] for line in lines[1:]]
     assert all(len(p) > len("sk-spark-…") for p in prefixes) and len(set(prefixes)) == 2  # told apart
     for name in ("laptop-of-someone", "ci"):

@@ -12,7 +12,7 @@ from spark.errors import InvalidRequest, KeyNotFound
 from spark.store.chats import ChatCompletionTable, StoredChat
 from spark.store.conversations import Conversation, ConversationTable
 from spark.store.db import Database
-from spark.store.keys import KEY_PREFIX, KeyTable
+from spark.store.keys import CONSOLE_KEY_NAME, KEY_PREFIX, KeyTable
 from spark.store.responses import ResponseTable, StoredResponse, owner_of
 
 
@@ -56,6 +56,13 @@ def test_names(keys: KeyTable) -> None:
         with pytest.raises(InvalidRequest, match="not a valid key name"):
             keys.create(bad)
     assert keys.count() == 1
+    # the web console's own key: no one else may take the name, which its Playground would revoke
+    for take in (lambda: keys.create(CONSOLE_KEY_NAME), lambda: keys.rename("a.b_c-1", CONSOLE_KEY_NAME)):
+        with pytest.raises(InvalidRequest, match="web console's own key") as e:
+            take()
+        assert e.value.param == "name"
+    keys.create_console_key()
+    assert {k.name for k in keys.list()} == {"a.b_c-1", CONSOLE_KEY_NAME}
 
 
 def test_remove(keys: KeyTable) -> None:

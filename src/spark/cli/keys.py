@@ -82,7 +82,8 @@ def list_keys() -> None:
                 "ZERO RETENTION": "yes" if key.zero_retention else "no",
             }
         )
-    table = rows_table(rows, ("ZERO RETENTION", "CREATED", "TOKENS 24H", "REQUESTS 24H"), console.width)
+    # whether a key's content is kept says most after its name: it goes last
+    table = rows_table(rows, ("TOKENS 24H", "REQUESTS 24H", "CREATED", "ZERO RETENTION"), console.width)
     console.print(table, highlight=False)
 
 

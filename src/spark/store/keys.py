@@ -25,6 +25,7 @@ from spark.store.db import Database
 from spark.store.responses import owner_of
 
 KEY_PREFIX = "sk-spark-"
+CONSOLE_KEY_NAME = "console"  # the web console's own key, made by its Playground
 SHOWN_CHARS = 4  # random characters after KEY_PREFIX kept in clear for display
 MAX_KEY_LENGTH = 256  # anything longer is not one of ours; not worth hashing
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -75,6 +76,15 @@ def _from_row(row: sqlite3.Row) -> ApiKey:
 _COLUMNS = "name, prefix, created_at, last_used_at, zero_retention"
 
 
+def _not_reserved(name: str) -> str:
+    if name == CONSOLE_KEY_NAME:
+        raise InvalidRequest(
+            f"'{name}' is the web console's own key (its Playground makes and replaces it): choose another name",
+            param="name",
+        )
+    return name
+
+
 def _not_found(name: str) -> KeyNotFound:
     return KeyNotFound(f"there is no key named '{name}' (see `spark keys list`)", param="name")
 
@@ -88,7 +98,14 @@ class KeyTable:
 
     def create(self, name: str, *, zero_retention: bool = False) -> tuple[ApiKey, str]:
         """A new key named `name`: its record and the key itself, which is never stored."""
-        check_key_name(name)
+        return self._create(_not_reserved(check_key_name(name)), zero_retention)
+
+    def create_console_key(self) -> str:
+        """A new key for the web console's Playground, named `console` (a name no one else may take:
+        the console replaces a key of that name whose secret it does not hold)."""
+        return self._create(CONSOLE_KEY_NAME, False)[1]
+
+    def _create(self, name: str, zero_retention: bool) -> tuple[ApiKey, str]:
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
         record = ApiKey(
             name=name,
@@ -148,7 +165,7 @@ class KeyTable:
         chat completions, conversations, files, batches) follow it, so its history stays its own.
         `KeyNotFound` when there is no such key, `InvalidRequest` when the name is taken or not a
         valid name."""
-        check_key_name(new_name)
+        _not_reserved(check_key_name(new_name))
         try:
             with self.db.transaction() as conn:
                 row = conn.execute("SELECT prefix FROM api_keys WHERE name = ?", (name,)).fetchone()

@@ -30,9 +30,8 @@ from spark.server.console.sessions import CSRF_HEADER, csrf_matches
 from spark.server.console.signin import require_session
 from spark.server.request_ids import REQUEST_ID_HEADER, request_ids
 from spark.server.state import state_of
-from spark.store.keys import KeyTable
+from spark.store.keys import CONSOLE_KEY_NAME, KeyTable
 
-CONSOLE_KEY_NAME = "console"
 CHAT_PATH = "/v1/chat/completions"
 # headers of the browser's request that the forwarded one must not carry: its credentials
 _DROPPED = {b"cookie", b"authorization", b"x-api-key", CSRF_HEADER.encode(), REQUEST_ID_HEADER.encode()}
@@ -52,7 +51,7 @@ class ConsoleKey:
             if self._secret is None or self._keys.verify(self._secret) is None:
                 with contextlib.suppress(KeyNotFound):
                     self._keys.remove(CONSOLE_KEY_NAME)  # its secret is unknown to this server
-                self._secret = self._keys.create(CONSOLE_KEY_NAME)[1]
+                self._secret = self._keys.create_console_key()
             return self._secret
 
 
