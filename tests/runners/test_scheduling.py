@@ -300,6 +300,25 @@ def test_keep_alive_from_the_request_or_the_settings(library: Library, tiny_llam
     run(scenario())
 
 
+def test_a_new_keep_alive_setting_applies_to_the_models_that_kept_the_old_one(
+    library: Library, tiny_llama: Path
+) -> None:
+    model, other = library.add_local(tiny_llama).id, library.add_local(tiny_llama, model_id="other").id
+
+    async def scenario() -> None:
+        scheduler = Scheduler(load_settings(keep_alive="1h"), library)
+        try:
+            await collect(scheduler.stream(short_chat(model)))  # the server's keep_alive
+            await collect(scheduler.stream(with_keep_alive(short_chat(other), 7200)))  # its own
+            scheduler.use_settings(load_settings(keep_alive="1s"))  # an admin lowers it to free memory
+            await wait_until(lambda: model not in {s.model for s in scheduler.loaded()}, 10, "the new keep-alive")
+            assert state_of(scheduler, other).keep_alive == 7200, "a request's own keep-alive stays"
+        finally:
+            await scheduler.close()
+
+    run(scenario())
+
+
 def test_past_the_queue_bound_a_request_is_refused_at_once(library: Library, slow_model: str, slow_llama: Path) -> None:
     async def scenario() -> None:
         scheduler = Scheduler(load_settings(max_queue=1), library)

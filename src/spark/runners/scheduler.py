@@ -282,9 +282,13 @@ class Scheduler:
 
     def use_settings(self, settings: Settings) -> None:
         """Use `settings` from now on: queue and memory limits at once, load options from the next
-        request (a model whose options change reloads), keep-alive from the next request or load,
-        the spare runner at once."""
-        self._settings = settings
+        request (a model whose options change reloads), the spare runner at once, and the new
+        keep-alive at once for the loaded models that kept the old one (no request, admin or model
+        setting of their own)."""
+        old_keep_alive, self._settings = self._settings.keep_alive_seconds, settings
+        for runner in self._runners.values():
+            if runner.admin_keep_alive is None and runner.keep_alive == old_keep_alive:
+                runner.keep_alive = settings.keep_alive_seconds
         self._devices = None
         self._wake.set()
         if self._started:
@@ -469,14 +473,8 @@ class Scheduler:
             self._out_of_memory.pop(entry.id, None)
             if self._measuring is None:
                 self._measuring = asyncio.create_task(self._measure_baseline(), name="measure an idle runner")
-        log.info(
-            "loaded %s in runner pid %s (%s): %s; %s",
-            entry.id,
-            process.pid,
-            reason,
-            plan.explain(),
-            estimate.describe(),
-        )
+        loaded = (entry.id, process.pid, reason, plan.explain(), estimate.describe())
+        log.info("loaded %s in runner pid %s (%s): %s; %s", *loaded)
         return runner
 
     async def _place(self, model_id: str, estimate: MemoryEstimate, trace: Trace) -> tuple[Plan, dict[str, _Runner]]:
