@@ -21,7 +21,7 @@ _spark() {
   case "$path" in
     "attach") opts="--scale --copy --help";;
     "cp") opts="--help";;
-    "detach") opts="--help";;
+    "detach") opts="--projector --help";;
     "doctor") opts="--json --self-test --no-self-test --help";;
     "keys create") opts="--zero-retention --help";;
     "keys list") opts="--help";;

@@ -237,8 +237,26 @@ def test_attach_a_projector_later(tiny_llama: Path, tiny_mmproj: Path) -> None:
 
     not_a_projector = spark("attach", model, str(tiny_llama))
     assert isinstance(not_a_projector.exception, ModelFileError), not_a_projector.output
+    assert "neither a vision projector (mmproj) nor a LoRA adapter" in str(not_a_projector.exception)
     unknown = spark("attach", "nope", str(tiny_mmproj))
     assert isinstance(unknown.exception, ModelNotFound)
+
+
+def test_detach_takes_the_projector_off_when_asked(tiny_llama: Path, tiny_mmproj: Path) -> None:
+    model = Library(load_settings()).add_local(tiny_llama, mmproj=tiny_mmproj).id
+    no_adapter = spark("detach", model)
+    assert isinstance(no_adapter.exception, InvalidRequest)
+    assert str(no_adapter.exception) == (
+        f"{model} has no LoRA adapter: there is nothing to detach "
+        f"(its vision projector comes off with `spark detach {model} --projector`)"
+    )
+    detached = spark("detach", model, "--projector")
+    assert detached.exit_code == 0, detached.output
+    assert f"Took the vision projector {tiny_mmproj} off {model}: it reads no images now." in detached.output
+    assert Library(load_settings()).get(model).mmproj_path is None and tiny_mmproj.is_file()
+    again = spark("detach", model, "--projector")
+    assert isinstance(again.exception, InvalidRequest)
+    assert str(again.exception) == f"{model} has no vision projector: there is nothing to detach"
 
 
 def test_attach_and_detach_a_lora_adapter(tiny_llama: Path, tiny_lora: Path, tiny_mmproj: Path) -> None:

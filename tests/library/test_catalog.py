@@ -232,6 +232,33 @@ def test_attach_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path, tmp
     assert not (lib.models_dir / "tiny-llama-chatml").exists()
 
 
+def test_attach_refuses_a_file_that_is_neither_a_projector_nor_an_adapter(lib: Library, tiny_llama: Path) -> None:
+    lib.add_local(tiny_llama)
+    with pytest.raises(ModelFileError) as e:
+        lib.attach("tiny-llama-chatml", tiny_llama)
+    assert e.value.message == (
+        f"{tiny_llama} is neither a vision projector (mmproj) nor a LoRA adapter: only those attach to a model"
+    )
+    assert e.value.param == "path"
+
+
+def test_detach_projector(lib: Library, tiny_llama: Path, tiny_mmproj: Path) -> None:
+    plain = lib.add_local(tiny_llama)
+    assert lib.detach_projector(plain.id) == (plain, None)  # none attached: nothing changes
+    lib.attach_projector(plain.id, tiny_mmproj)
+    entry, path = lib.detach_projector(plain.id)
+    assert path == str(tiny_mmproj) and tiny_mmproj.is_file()  # the user's own file stays
+    assert entry.mmproj_path is None and not entry.info.has_vision and entry.size_bytes == plain.size_bytes
+    assert lib.get(plain.id) == entry
+    # Spark's own copy goes, once no model uses it
+    copied = Path(lib.attach_projector(plain.id, tiny_mmproj, copy=True).mmproj_path or "")
+    lib.copy(plain.id, "seeing-too")
+    lib.detach_projector(plain.id)
+    assert copied.is_file()
+    entry, path = lib.detach_projector("seeing-too")
+    assert path == str(copied) and not copied.exists() and not entry.mmproj_owned
+
+
 def test_attach_lora_adapters(lib: Library, tiny_llama: Path, tiny_lora: Path, tmp_path: Path) -> None:
     lib.add_local(tiny_llama)
     plain = tiny_llama.stat().st_size

@@ -175,6 +175,18 @@ def test_show_finds_a_model_by_the_id_an_older_spark_gave_it(live: LiveServer, m
     assert any(r.model == models["dotted"] for r in live.runners())
 
 
+def test_detaching_the_projector(live: LiveServer, tiny_llama: Path, tiny_mmproj: Path) -> None:
+    with Library(live.settings) as lib:
+        model = lib.add_local(tiny_llama, model_id="seeing", mmproj=tiny_mmproj).id
+    detached = admin(live).delete(f"/api/models/{model}/mmproj")
+    assert detached.status_code == 200, detached.text
+    assert detached.json()["vision"] is False and detached.json()["mmproj_path"] is None
+    assert admin(live).get(f"/api/models/{model}").json()["model"]["mmproj_path"] is None
+    assert admin(live).delete(f"/api/models/{model}/mmproj").status_code == 200  # nothing left: the model as it is
+    assert tiny_mmproj.is_file()
+    assert admin(live).delete("/api/models/nope/mmproj").status_code == 404
+
+
 def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: dict[str, str]) -> None:
     model = models["tuned"]
     client = admin(live)

@@ -363,7 +363,8 @@ def attach(
 ) -> None:
     """Attach a vision projector (the model reads images) or a LoRA adapter (applied to its weights).
 
-    A LoRA adapter changes the model's answers: `spark cp` the model first to keep the plain one."""
+    A LoRA adapter changes the model's answers: `spark cp` the model first to keep the plain one.
+    `spark detach` takes adapters (or, with --projector, the projector) off again."""
     console = Console()
     settings = load_settings()
     with Library(settings) as lib:
@@ -391,12 +392,29 @@ def attach(
 
 def detach(
     model: Annotated[str, typer.Argument(help="Model id, as `spark ls` shows it.", show_default=False)],
+    projector: Annotated[
+        bool,
+        typer.Option("--projector", help="Take the vision projector off instead: the model reads no images."),
+    ] = False,
 ) -> None:
-    """Take a model's LoRA adapters off (Spark's own copies of them are deleted)."""
+    """Take a model's LoRA adapters off, or with --projector its vision projector (Spark's own copies of
+    the files are deleted; `spark attach` puts them back)."""
     with Library(load_settings()) as lib:
-        entry, paths = lib.detach_adapters(get_installed(lib, model).id)
+        model_id = get_installed(lib, model).id
+        if projector:
+            entry, path = lib.detach_projector(model_id)
+            if path is None:
+                raise InvalidRequest(f"{entry.id} has no vision projector: there is nothing to detach", param="model")
+            Console().print(
+                f"Took the vision projector {path} off {entry.id}: it reads no images now.", highlight=False
+            )
+            return
+        entry, paths = lib.detach_adapters(model_id)
     if not paths:
-        raise InvalidRequest(f"{entry.id} has no LoRA adapter: there is nothing to detach", param="model")
+        hint = (
+            f" (its vision projector comes off with `spark detach {entry.id} --projector`)" if entry.mmproj_path else ""
+        )
+        raise InvalidRequest(f"{entry.id} has no LoRA adapter: there is nothing to detach{hint}", param="model")
     Console().print(f"Took {len(paths)} LoRA adapter(s) off {entry.id}: {', '.join(paths)}", highlight=False)
 
 

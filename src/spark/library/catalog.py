@@ -228,9 +228,16 @@ class Library:
 
     def attach(self, model_id: str, path: str | Path, *, scale: float | None = None, copy: bool = False) -> ModelEntry:
         """Attach the file at `path` to the model: a LoRA adapter (at `scale`, default 1) with
-        `attach_adapter`, else a vision projector with `attach_projector`."""
-        if read_gguf_info(_existing_file(path)).is_adapter:
+        `attach_adapter`, else a vision projector with `attach_projector`; any other file (a model) is
+        refused as neither."""
+        info = read_gguf_info(_existing_file(path))
+        if info.is_adapter:
             return self.attach_adapter(model_id, path, scale=1.0 if scale is None else scale, copy=copy)
+        if not info.is_projector:
+            raise ModelFileError(
+                f"{path} is neither a vision projector (mmproj) nor a LoRA adapter: only those attach to a model",
+                param="path",
+            )
         if scale is not None:
             raise InvalidRequest(f"{path} is no LoRA adapter: a scale applies to LoRA adapters only", param="scale")
         return self.attach_projector(model_id, path, copy=copy)
@@ -289,6 +296,27 @@ class Library:
             self.table.update(updated)
         self._delete_unused([Path(p) for p in paths])  # Spark's own (in its models folder) and unused only
         return _entry(updated), paths
+
+    def detach_projector(self, model_id: str) -> tuple[ModelEntry, str | None]:
+        """Take the vision projector off the model (it reads no images from its next load); the entry
+        and the file it used (None when it had none). Spark's own copy is deleted once no model uses it."""
+        with self.db.transaction():
+            record = self._record(model_id)
+            path = record.mmproj_path
+            if path is None:
+                return _entry(record), None
+            info = msgspec.structs.replace(_entry(record).info, has_vision=False)
+            updated = msgspec.structs.replace(
+                record,
+                mmproj_path=None,
+                mmproj_owned=False,
+                size_bytes=record.size_bytes - _size(Path(path)),
+                info=msgspec.to_builtins(info),
+            )
+            self.table.update(updated)
+        if record.mmproj_owned:
+            self._delete_unused([Path(path)])
+        return _entry(updated), path
 
     def remove(self, model_id: str) -> None:
         """Forget the model and delete the files Spark owns that no other model uses (a copy's); a

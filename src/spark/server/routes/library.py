@@ -201,6 +201,14 @@ async def detach_adapters(request: Request[Any, Any, Any], model_id: FromPath[st
     return json_response(_encode(_summary(entry, _loaded_ids(state))))
 
 
+@delete("/models/{model_id:str}/mmproj", status_code=200)
+async def detach_projector(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+    """Take the model's vision projector off (the file Spark downloaded for it goes); the model as it is then."""
+    state = state_of(request)
+    entry, _ = await asyncio.to_thread(state.library.detach_projector, model_id)
+    return json_response(_encode(_summary(entry, _loaded_ids(state))))
+
+
 @patch("/models/{model_id:str}/settings")
 async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
     state = state_of(request)
@@ -262,6 +270,7 @@ LIBRARY_ROUTES = [
     remove_model,
     copy_model,
     detach_adapters,
+    detach_projector,
     change_settings,
     *HUB_ROUTES,
     *PULL_ROUTES,
