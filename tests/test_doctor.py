@@ -27,15 +27,17 @@ from spark.doctor import (
     check_load,
     check_memory,
     check_server,
+    free_port_near,
     nvml_gpus,
     port_owner,
     self_test,
+    settings_seen,
 )
 from spark.library import Library
 from spark.placement import Device
 from spark.server.admin_auth import admin_token_path, write_admin_token
 from spark.server.discovery import remove_server_info, write_server_info
-from spark.settings import Settings, config_path, load_settings
+from spark.settings import config_path, load_settings
 
 CPU_ONLY = (
     "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 0 | LLAMAFILE = 1 | "
@@ -135,19 +137,24 @@ def test_memory_says_the_largest_model_that_fits_and_which_do_not(tiny_llama: Pa
 
 
 def test_a_model_whose_file_or_adapter_is_gone_is_named_with_the_fix(
-    tiny_llama: Path, tiny_lora: Path, tmp_path: Path
+    tiny_llama: Path, tiny_lora: Path, tiny_mmproj: Path, tmp_path: Path
 ) -> None:
     settings = load_settings()
     roomy = [Device(id="cpu", kind="cpu", name="CPU RAM", total_bytes=2**34, free_bytes=2**33)]
     moved = shutil.copyfile(tiny_llama, tmp_path / "moved.gguf")
     adapter = shutil.copyfile(tiny_lora, tmp_path / "adapter.gguf")
+    projector = shutil.copyfile(tiny_mmproj, tmp_path / "mmproj.gguf")
     with _library_with(tiny_llama) as library:
         library.add_local(moved, model_id="moved")
+        library.add_local(tiny_llama, model_id="seeing", mmproj=projector)
         library.attach("tiny", adapter)
         assert not any(name.startswith("model ") for name in by_name(check_memory(settings, roomy, library)))
         moved.unlink()
         adapter.unlink()
+        projector.unlink()
         checks = by_name(check_memory(settings, roomy, library))
+    assert checks["model seeing"].message == f"its vision projector {projector} is missing"
+    assert checks["model seeing"].fix == "put it back, or `spark detach seeing --projector`"
     assert checks["model moved"].status == "warn" and str(moved) in checks["model moved"].message
     assert checks["model moved"].fix == "put it back, or `spark rm moved` and pull it again"
     assert "its LoRA adapter" in checks["model tiny"].message and checks["model tiny"].fix.endswith(
@@ -187,26 +194,84 @@ def test_a_taken_port_names_who_holds_it() -> None:
         port = listener.getsockname()[1]
         assert port_owner("127.0.0.1", port) == f"pid {os.getpid()} ({doctor.psutil.Process().name()})"
         settings = load_settings(port=port)
-        found = by_name(check_server(settings, env={}))["port"]
-        assert found.status == "fail" and f"SPARK_PORT={port + 1}" in found.fix
+        found = by_name(check_server(settings, settings_seen(settings, env={})))["port"]
+        assert found.status == "fail" and f"SPARK_PORT={free_port_near('127.0.0.1', port)} spark serve" in found.fix
     assert port_owner("127.0.0.1", port) is None
+
+
+def _two_listeners() -> tuple[socket.socket, socket.socket]:
+    """Listening sockets on two ports in a row."""
+    for _ in range(50):
+        first = socket.socket()
+        first.bind(("127.0.0.1", 0))
+        second = socket.socket()
+        try:
+            second.bind(("127.0.0.1", first.getsockname()[1] + 1))
+        except OSError:
+            first.close()
+            second.close()
+            continue
+        first.listen()
+        second.listen()
+        return first, second
+    raise AssertionError("no two free ports in a row")
+
+
+def test_the_port_suggested_instead_of_a_taken_one_is_free() -> None:
+    first, second = _two_listeners()
+    with first, second:
+        port = first.getsockname()[1]
+        found = by_name(check_server(load_settings(port=port), settings_seen(load_settings(), env={})))["port"]
+        suggested = free_port_near("127.0.0.1", port)
+        assert suggested > port + 1 and port_owner("127.0.0.1", suggested) is None  # port + 1 is taken too
+        assert f"SPARK_PORT={suggested} spark serve" in found.fix
 
 
 def test_a_running_server_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
     write_server_info(settings, "127.0.0.1", 8123)
     try:
-        found = by_name(check_server(settings, env={}))["server"]
+        found = by_name(check_server(settings, settings_seen(settings, env={})))["server"]
         assert found.status == "ok" and "http://127.0.0.1:8123" in found.message and str(os.getpid()) in found.message
     finally:
         remove_server_info(settings)
 
 
+def test_a_running_server_whose_settings_cannot_be_read_is_judged_by_this_shells() -> None:
+    settings = load_settings(threads=3)
+    write_server_info(settings, "127.0.0.1", 8123)  # no admin token: another user's server, say
+    try:
+        seen = settings_seen(settings, env={})
+        checks = by_name([*check_server(settings, seen), *check_load(seen, busy=[], cores=4)])
+    finally:
+        remove_server_info(settings)
+    assert checks["server settings"].status == "warn" and "admin.token" in checks["server settings"].message
+    assert checks["threads"].message == "3 threads per runner, 4 physical cores (this shell's settings: " + (
+        "the running server's cannot be read)"
+    )
+    with socket.socket() as gone:  # a port nothing listens on: the server does not answer
+        gone.bind(("127.0.0.1", 0))
+        port = gone.getsockname()[1]
+    write_server_info(settings, "127.0.0.1", port)
+    write_admin_token(settings)
+    try:
+        seen = settings_seen(settings, env={})
+    finally:
+        remove_server_info(settings)
+    assert seen.problem.startswith(f"GET http://127.0.0.1:{port}/api/settings failed")
+    assert seen.threads == 3 and seen.whose == "this shell's settings: the running server's cannot be read"
+
+
 def test_serving_the_network_without_an_admin_password_warns() -> None:
     exposed = load_settings(host="0.0.0.0", port=1)  # port 1: a check that must not be able to bind it
-    found = by_name(check_server(exposed, env={}))["admin password"]
+    found = by_name(check_server(exposed, settings_seen(exposed, env={})))["admin password"]
     assert found.status == "warn" and "SPARK_ADMIN_PASSWORD" in found.fix
-    assert by_name(check_server(load_settings(port=1), env={}))["admin password"].status == "ok"
+    local = load_settings(port=1)
+    found = by_name(check_server(local, settings_seen(local, env={})))["admin password"]
+    assert found.status == "ok"
+    assert found.message == (
+        "not set (this shell's settings; no server is running): the admin API and console work from this machine only"
+    )
 
 
 def test_an_admin_password_both_in_env_and_config_warns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,18 +279,21 @@ def test_an_admin_password_both_in_env_and_config_warns(monkeypatch: pytest.Monk
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text('admin_password = "from-config"\n')
     monkeypatch.setenv("SPARK_ADMIN_PASSWORD", "from-env")
-    found = by_name(check_server(load_settings(), env=dict(os.environ)))["admin password"]
+    settings = load_settings()
+    found = by_name(check_server(settings, settings_seen(settings, env=dict(os.environ))))["admin password"]
     assert found.status == "warn" and "the environment wins" in found.message
     monkeypatch.delenv("SPARK_ADMIN_PASSWORD")
-    found = by_name(check_server(load_settings(), env=dict(os.environ)))["admin password"]
+    settings = load_settings()
+    found = by_name(check_server(settings, settings_seen(settings, env=dict(os.environ))))["admin password"]
     assert found.status == "ok" and str(config) in found.message
 
 
 def test_threads_beyond_the_cores_and_busy_processes_warn() -> None:
-    checks = by_name(check_load(Settings(threads=8), busy=[], cores=2))
+    checks = by_name(check_load(settings_seen(load_settings(threads=8), env={}), busy=[], cores=2))
     assert checks["threads"].status == "warn" and "SPARK_THREADS=2" in checks["threads"].fix
     assert checks["cpu load"].status == "ok"
-    checks = by_name(check_load(Settings(threads=0), busy=[(42, "stress --cpu 2", 180.0)], cores=2))
+    seen = settings_seen(load_settings(threads=0), env={})
+    checks = by_name(check_load(seen, busy=[(42, "stress --cpu 2", 180.0)], cores=2))
     assert checks["threads"].status == "ok"
     assert checks["cpu load"].status == "warn" and "stress --cpu 2 (pid 42, 180 %)" in checks["cpu load"].message
 

@@ -3,7 +3,9 @@
 Each check answers OK, WARN or FAIL with what it saw and, when something is
 off, the fix. The facts come from the things themselves: llama.cpp's own
 build report, NVML, psutil, the file system, the running server's address
-file, and a short real generation.
+file and its settings (read through its admin API: a server started with other
+SPARK_* variables than this shell has is judged by its own), and a short real
+generation.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import msgspec
 import psutil
 
@@ -30,8 +33,9 @@ from spark.library.disk import free_bytes
 from spark.library.entry import ModelEntry
 from spark.placement import Device, detect_devices, estimate_load, model_shape, plan_placement
 from spark.runners.options import load_options
-from spark.server.admin_auth import admin_token_path
-from spark.server.discovery import read_server_info
+from spark.server.admin_auth import admin_token_path, read_admin_token
+from spark.server.discovery import ServerInfo, read_server_info
+from spark.server.routes.settings import SettingsView
 from spark.settings import ENV_PREFIX, Settings, config_path
 from spark.types import ChatRequest, Done, Message, PromptDone, SamplingParams, TextDelta
 from spark.units import format_bytes
@@ -234,10 +238,13 @@ def _missing_files(models: list[ModelEntry]) -> Iterator[Check]:
     """Installed models whose files are gone (moved or deleted): each fails at its first request."""
     for entry in models:
         adapters = [a.path for a in entry.lora if not Path(a.path).is_file()]
-        files = [p for p in (*entry.shards, entry.mmproj_path) if p and not Path(p).is_file()]
+        files = [p for p in entry.shards if not Path(p).is_file()]
         if files:
             fix = f"put it back, or `spark rm {entry.id}` and pull it again"
             yield _warn(f"model {entry.id}", f"its file {', '.join(files)} is missing", fix)
+        elif entry.mmproj_path and not Path(entry.mmproj_path).is_file():
+            fix = f"put it back, or `spark detach {entry.id} --projector`"
+            yield _warn(f"model {entry.id}", f"its vision projector {entry.mmproj_path} is missing", fix)
         elif adapters:
             fix = f"put it back, or `spark detach {entry.id}`"
             yield _warn(f"model {entry.id}", f"its LoRA adapter {', '.join(adapters)} is missing", fix)
@@ -326,14 +333,92 @@ def _secret_file(path: Path, what: str) -> Iterator[Check]:
 # --- the server and its port -----------------------------------------------------------------
 
 
-def check_server(settings: Settings, env: dict[str, str] | None = None) -> Iterator[Check]:
+class SettingsSeen(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings the admin-password and threads checks judge: the running server's, read through
+    its admin API, or this shell's when no server runs (or its settings cannot be read)."""
+
+    whose: str  # said with each finding that uses them
+    server: ServerInfo | None  # the running server
+    problem: str = ""  # why the running server's settings could not be read
+    host: str  # the address the server listens on (or would)
+    threads: int  # 0: one per physical core
+    config_file: str  # the config.toml those settings read
+    admin_password: str = ""  # where it is set (a variable or a config file); "" when not set
+    password_twice: bool = False  # set both in the environment and in config.toml: the environment wins
+
+
+def settings_seen(settings: Settings, env: dict[str, str] | None = None) -> SettingsSeen:
+    """The running server's settings when one runs (a server started with SPARK_ADMIN_PASSWORD has
+    one whatever this shell's environment says), else this shell's (`env`, the environment)."""
     env = dict(os.environ) if env is None else env
     info = read_server_info(settings)
+    if info is None:
+        return _local_seen(settings, env, "this shell's settings; no server is running", None)
+    try:
+        return _server_seen(settings, info)
+    except SparkError as e:
+        return _local_seen(settings, env, "this shell's settings: the running server's cannot be read", info, e.message)
+
+
+def _server_seen(settings: Settings, info: ServerInfo) -> SettingsSeen:
+    """The running server's settings, from GET /api/settings with its local admin token (`SparkError`
+    when that fails)."""
+    token = read_admin_token(settings)
+    if token is None:
+        raise SparkError(f"its admin token {admin_token_path(settings)} cannot be read")
+    try:
+        response = httpx.get(f"{info.url}/api/settings", headers={"authorization": f"Bearer {token}"}, timeout=10)
+        response.raise_for_status()
+        view = msgspec.json.decode(response.content, type=SettingsView)
+    except (httpx.HTTPError, msgspec.DecodeError) as e:
+        raise SparkError(f"GET {info.url}/api/settings failed: {e}") from None
+    values = {s.name: s for s in view.settings}
+    if not {"admin_password", "threads"} <= set(values):  # a server of another version
+        raise SparkError(f"GET {info.url}/api/settings does not give admin_password and threads")
+    password = values["admin_password"]
+    config = Path(view.config_file)
+    where = {"env": f"{ENV_PREFIX}ADMIN_PASSWORD", "config.toml": str(config)}.get(password.source, "an argument")
+    return SettingsSeen(
+        whose="the running server's settings",
+        server=info,
+        host=info.host,
+        threads=int(values["threads"].value or 0),
+        config_file=str(config),
+        admin_password=where if password.is_set else "",
+        password_twice=password.source == "env" and config.is_file() and _holds_key(config, "admin_password"),
+    )
+
+
+def _local_seen(
+    settings: Settings, env: dict[str, str], whose: str, server: ServerInfo | None, problem: str = ""
+) -> SettingsSeen:
+    var = f"{ENV_PREFIX}ADMIN_PASSWORD"
+    config = config_path(env)
+    in_env = bool(env.get(var))
+    in_config = config.is_file() and _holds_key(config, "admin_password")
+    return SettingsSeen(
+        whose=whose,
+        server=server,
+        problem=problem,
+        host=server.host if server is not None else settings.host,
+        threads=settings.threads,
+        config_file=str(config),
+        admin_password=(var if in_env else str(config)) if settings.admin_password else "",
+        password_twice=in_env and in_config,
+    )
+
+
+def check_server(settings: Settings, seen: SettingsSeen) -> Iterator[Check]:
+    info = seen.server
     if info is not None:
         yield _ok("server", f"running (pid {info.pid}) on {info.url}, listening on {info.host}:{info.port}")
-        host = info.host
+        if seen.problem:
+            yield _warn(
+                "server settings",
+                f"the running server's settings cannot be read ({seen.problem}): the checks below judge this shell's",
+                "run `spark doctor` as the user that started the server",
+            )
     else:
-        host = settings.host
         taken_by = port_owner(settings.host, settings.port)
         if taken_by is None:
             yield _ok("server", f"not running; port {settings.port} on {settings.host} is free")
@@ -341,21 +426,28 @@ def check_server(settings: Settings, env: dict[str, str] | None = None) -> Itera
             yield _fail(
                 "port",
                 f"port {settings.port} on {settings.host} is taken by {taken_by}",
-                f"stop that program, or serve on another port: SPARK_PORT={settings.port + 1} spark serve",
+                "stop that program, or serve on another port: "
+                f"SPARK_PORT={free_port_near(settings.host, settings.port)} spark serve",
             )
-    yield from _admin_password(settings, host, env)
+    yield from _admin_password(seen)
 
 
-def port_owner(host: str, port: int) -> str | None:
-    """None when host:port can be listened on; else who holds it ("pid 123 (nginx)" when it can tell)."""
+def _can_bind(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         with closing(socket.socket(family, socket.SOCK_STREAM)) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-        return None
+        return True
     except OSError:
-        pass
+        return False
+
+
+def port_owner(host: str, port: int) -> str | None:
+    """None when host:port can be listened on; else who holds it ("pid 123 (nginx)" when it can tell)."""
+    if _can_bind(host, port):
+        return None
     with suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="inet"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
@@ -363,31 +455,42 @@ def port_owner(host: str, port: int) -> str | None:
     return "another program"
 
 
-def _admin_password(settings: Settings, host: str, env: dict[str, str]) -> Iterator[Check]:
+def free_port_near(host: str, port: int) -> int:
+    """The first port after `port` that host can listen on now (one the system picks when the next
+    hundred are all taken)."""
+    for candidate in range(port + 1, min(port + 100, 65535) + 1):
+        if _can_bind(host, candidate):
+            return candidate
+    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+    with closing(socket.socket(family, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _admin_password(seen: SettingsSeen) -> Iterator[Check]:
     var = f"{ENV_PREFIX}ADMIN_PASSWORD"
-    in_env = bool(env.get(var))
-    config = config_path(env)
-    in_config = config.is_file() and _holds_key(config, "admin_password")
-    exposed = host not in _LOOPBACK
-    if not settings.admin_password:
-        if exposed:
+    if not seen.admin_password:
+        if seen.host not in _LOOPBACK:
             yield _warn(
                 "admin password",
-                f"the server listens on {host} (beyond this machine) and no admin password is set: "
-                "the admin API and console can only be used from the server's machine",
+                f"the server listens on {seen.host} (beyond this machine) and no admin password is set "
+                f"({seen.whose}): the admin API and console can only be used from the server's machine",
                 f"set one: {var}='choose-a-password' spark serve",
             )
         else:
-            yield _ok("admin password", "not set: the admin API and console work from this machine only")
+            yield _ok(
+                "admin password",
+                f"not set ({seen.whose}): the admin API and console work from this machine only",
+            )
         return
-    if in_env and in_config:
+    if seen.password_twice:
         yield _warn(
             "admin password",
-            f"set both in {var} and in {config}: the environment wins",
+            f"set both in {var} and in {seen.config_file} ({seen.whose}): the environment wins",
             "keep one of the two",
         )
     else:
-        yield _ok("admin password", f"set in {var if in_env else config}")
+        yield _ok("admin password", f"set in {seen.admin_password} ({seen.whose})")
 
 
 def _holds_key(config: Path, key: str) -> bool:
@@ -418,18 +521,19 @@ def busy_processes(interval: float = 0.5) -> list[tuple[int, str, float]]:
     return sorted(busy, key=lambda b: -b[2])
 
 
-def check_load(settings: Settings, busy: list[tuple[int, str, float]], cores: int | None = None) -> Iterator[Check]:
+def check_load(seen: SettingsSeen, busy: list[tuple[int, str, float]], cores: int | None = None) -> Iterator[Check]:
     cores = cores or psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    threads = settings.threads or cores
+    threads = seen.threads or cores
     if threads > cores:
         yield _warn(
             "threads",
-            f"threads = {threads} but this machine has {cores} physical cores: llama.cpp's threads spin and "
-            "oversubscribed cores make generation much slower",
+            f"threads = {threads} ({seen.whose}) but this machine has {cores} physical cores: "
+            "llama.cpp's threads spin and oversubscribed cores make generation much slower",
             f"SPARK_THREADS={cores} (or 0 for one thread per physical core)",
         )
     else:
-        yield _ok("threads", f"{threads} thread{'s' if threads > 1 else ''} per runner, {cores} physical cores")
+        per_runner = f"{threads} thread{'s' if threads > 1 else ''} per runner"
+        yield _ok("threads", f"{per_runner}, {cores} physical cores ({seen.whose})")
     if busy:
         top = ", ".join(f"{name} (pid {pid}, {pct:.0f} %)" for pid, name, pct in busy[:5])
         yield _warn(
@@ -498,12 +602,13 @@ def run_checks(settings: Settings, *, self_test_model: bool = True) -> Report:
     """Every check, in the order `spark doctor` prints them."""
     checks: list[Check] = [*check_versions(), *check_build()]
     checks += check_gpus(nvml_gpus(), gpu_offload_supported())
+    seen = settings_seen(settings)
     with Library(settings) as library:
         steps: list[Callable[[], Iterator[Check]]] = [
             lambda: check_memory(settings, detect_devices(settings), library),
             lambda: check_folders(settings),
-            lambda: check_server(settings),
-            lambda: check_load(settings, busy_processes()),
+            lambda: check_server(settings, seen),
+            lambda: check_load(seen, busy_processes()),
         ]
         if self_test_model:
             steps.append(lambda: self_test(settings, library))

@@ -22,7 +22,8 @@ def doctor(
 ) -> None:
     """Check this machine and Spark's setup: build, GPUs, memory, folders, server, CPU load, a short self-test.
 
-    Acts on this machine (and reads the running server's address file). Exits with status 1 when a check FAILs.
+    Acts on this machine; when a server runs, its admin password and threads are judged from its own
+    settings (read through its admin API), else this shell's. Exits with status 1 when a check FAILs.
     """
     from spark.doctor import report_json, run_checks
 
