@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from rich.console import Console
 
-from spark.cli.run import HELP
-from spark.library import Library
+from spark.cli.run import HELP, Repl
+from spark.embedded import Spark
+from spark.library import BUNDLED_ID, Library
 from spark.settings import load_settings
 from tiny_pdf import make_pdf
 
@@ -117,7 +119,7 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
     child.expect(r"answer 6 tokens")
     child.expect_exact(">>> ")
     child.sendline("/show parameters")
-    child.expect(r"max_tokens\s+6")
+    child.expect(r"max_tokens\s+6\s+set here \(model default: 2048\)")
     child.sendline("/show system")
     child.expect_exact("You are terse.")
     child.sendline("/show info")
@@ -133,12 +135,49 @@ def test_repl_as_a_user_would_try_it(tiny_model: str) -> None:
     child.sendline("/set parameter num_predict")  # the name alone: the model's default again
     child.expect_exact("Parameter 'num_predict' is the model's default again.")
     child.sendline("/show parameters")
-    child.expect_exact("(defaults)")
+    child.expect(r"max_tokens\s+2048\s+default_max_tokens setting")
     child.expect_exact(">>> ")  # readline has the terminal: a Ctrl-D typed before would be lost
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_show_parameters_lists_the_model_s_defaults_and_the_session_s_values(smollm2: Path) -> None:
+    """The bundled model's own settings are shown with those /set changed, each marked, in 80 columns."""
+    console = Console(width=80, record=True)
+    with Spark(load_settings()) as spark:
+        repl = Repl(spark, BUNDLED_ID, console)
+        repl.command("/show parameters")
+        repl.command("/set parameter temperature 0.7")
+        repl.command("/set parameter top_k 40")
+        repl.command("/set system Be terse.")
+        repl.command("/show parameters")
+        repl.command("/show system")
+        repl.system = None
+        repl.command("/show system")
+    lines = console.export_text().splitlines()
+    assert lines[:5] == [
+        "  system               You are a helpful assistant. Keep your ans… model default",
+        "  temperature          0.0        model default",
+        "  dry_multiplier       0.8        model default",
+        "  dry_allowed_length   4          model default",
+        "  max_tokens           200        model default",
+    ]
+    assert lines[8:] == [
+        "  system               Be terse.  set here (model default: You are a helpf…)",
+        "  temperature          0.7        set here (model default: 0.0)",
+        "  dry_multiplier       0.8        model default",
+        "  dry_allowed_length   4          model default",
+        "  max_tokens           200        model default",
+        "  top_k                40         set here",
+        "Be terse.",
+        "(set here)",
+        "You are a helpful assistant. Keep your answers short and to the point. Answer in",
+        "English.",
+        "(the model's default)",
+    ]
+    assert max(len(line) for line in lines) <= 80
 
 
 def test_repl_ctrl_c_stops_the_answer_and_bye_exits(smollm2: Path) -> None:

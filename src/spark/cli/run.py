@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Generator
 from typing import Any
 
+import msgspec
 import typer
 from rich.console import Console
 
@@ -15,6 +16,7 @@ from spark.cli.models import get_installed
 from spark.embedded import Spark, to_sampling
 from spark.errors import SparkError
 from spark.library import check_sampling
+from spark.runners.options import load_options
 from spark.settings import load_settings
 from spark.types import ChatRequest, Done, Message, SlotInfo, TextDelta
 
@@ -62,6 +64,8 @@ HELP = """Available commands:
   /set system TEXT            set the system message
   /set verbose | quiet        show or hide timing after each answer
   /show info | parameters | system
+                              the model; each parameter in effect, marked
+                              model default or set here; the system message
   /clear                      forget the conversation
   /bye                        exit (or Ctrl+D)
   /?                          this help
@@ -169,11 +173,16 @@ class Repl:
 
     def _show(self, what: str) -> None:
         if what == "parameters":
-            shown = self.options or {"(defaults)": "the model's settings"}
-            for key, value in shown.items():
-                self.console.print(f"  {key:<20} {value}", markup=False)
+            for line in parameter_lines(self._defaults(), {**self.options, "system": self.system}):
+                self.console.print(line, markup=False, highlight=False)
         elif what == "system":
-            self.console.print(self.system or "(no system message: the model's default is used)", markup=False)
+            model_default = self._defaults().get("system")
+            if self.system:
+                self.console.print(f"{self.system}\n(set here)", markup=False)
+            elif model_default:
+                self.console.print(f"{model_default[0]}\n(the model's default)", markup=False)
+            else:
+                self.console.print("(no system message: the chat template's own default, if any, is used)")
         elif what == "info":
             entry = self.spark.library.get(self.model)
             info = entry.info
@@ -188,6 +197,19 @@ class Repl:
                 self.console.print(f"  {label:<16} {value}", markup=False)
         else:
             self.console.print("Usage: /show info | parameters | system")
+
+    def _defaults(self) -> dict[str, tuple[Any, str]]:
+        """What the model answers with when the session sets nothing, by name (`system`, then
+        SamplingParams'), each with where it comes from: the model's own settings, or the
+        `default_max_tokens` setting for an answer's length the model does not set."""
+        entry = self.spark.library.get(self.model)
+        options = load_options(entry, self.spark.settings)
+        own = msgspec.to_builtins(entry.settings.sampling)
+        system = {"system": options.system_prompt} if options.system_prompt else {}
+        return {
+            name: (value, "model default" if name in own or name == "system" else "default_max_tokens setting")
+            for name, value in {**system, **msgspec.to_builtins(options.sampling)}.items()
+        }
 
     def ask(self, text: str) -> bool:
         """Send one user message and stream the answer; Ctrl+C stops it. False on failure."""
@@ -213,6 +235,36 @@ class Repl:
                 f"answer {u.completion_tokens} tokens, finish: {done.finish_reason}[/dim]"
             )
         return True
+
+
+def parameter_lines(defaults: dict[str, tuple[Any, str]], session: dict[str, Any], width: int = 80) -> list[str]:
+    """`/show parameters`: each parameter in effect and where it comes from (`defaults`: value and
+    source by name; `session`: what /set set, None for unset), as Ollama's lists the model's own and
+    the user's, each line within `width`."""
+    session = {k: v for k, v in session.items() if v is not None}
+    if not defaults and not session:
+        return ["  (none set: llama.cpp's sampling defaults apply)"]
+    lines = []
+    for name in {**defaults, **session}:
+        if name in session:
+            value = session[name]
+            mark = f"set here (model default: {_cut(_text(defaults[name][0]), 16)})" if name in defaults else "set here"
+        else:
+            value, mark = defaults[name]
+        head = f"  {name:<20} "
+        text = _cut(_text(value), width - len(head) - len(mark) - 1)
+        lines.append(f"{head}{text:<10} {mark}")
+    return lines
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` on one line of at most `width` characters (cut with an ellipsis)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def stream_answer(spark: Spark, request: ChatRequest, console: Console, sink: Callable[[str], None]) -> Done | None:
