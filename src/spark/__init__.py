@@ -1,7 +1,8 @@
 """Spark: a local LLM server toolkit for GGUF models.
 
-Scripts use `spark.Spark` (models run in-process, no server) and the typed
-requests, results and errors re-exported here.
+Scripts use `spark.Spark` (no server: each model runs in a runner process that
+is a child of the script) and the typed requests, results and errors
+re-exported here; docs/python.md shows them.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from spark.errors import (
     Overloaded,
     PlacementRefused,
     RunnerFailed,
+    SettingsError,
     SparkError,
 )
 from spark.settings import Settings, load_settings
@@ -47,6 +49,7 @@ __all__ = [
     "RunnerFailed",
     "SamplingParams",
     "Settings",
+    "SettingsError",
     "Spark",
     "SparkError",
     "Usage",

@@ -1,7 +1,7 @@
-"""`spark.Spark`: the Python API for scripts, running models in-process (no server).
+"""`spark.Spark`: the Python API for scripts, running models without a server (docs/python.md).
 
 The same machinery as the server is underneath: a `Scheduler` starts one
-runner process per model. Spark owns a private event loop in a background
+runner process per model, a child of the script. Spark owns a private event loop in a background
 thread so that scripts can stay synchronous:
 
     with spark.Spark() as s:
@@ -103,9 +103,13 @@ def _checked_logprobs(n: int | None) -> int | None:
 
 
 class Spark:
-    """Runs models embedded in this process tree. Use as a context manager, or call close()."""
+    """Runs models embedded in this process tree. Use as a context manager, or call close().
+
+    One Spark may be used by several threads at once: each call waits for its own answer."""
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        """`settings`, else the environment's and config.toml's with `overrides` (settings by name,
+        e.g. threads=4) over them; `SettingsError` for an unknown name or a bad value."""
         self.settings = settings if settings is not None else load_settings(**overrides)
         self.library = Library(self.settings)
         self._loop = asyncio.new_event_loop()
@@ -133,7 +137,8 @@ class Spark:
 
     # --- generation -----------------------------------------------------------
     def events(self, request: Request) -> Generator[Event, None, None]:
-        """Every event of one request, as it happens. Closing the iterator cancels the request."""
+        """Every event of one request, as it happens. Closing the iterator cancels the request; a
+        failure is raised as its `SparkError`, never yielded as a `Failed` event."""
         out: queue.Queue[Event | BaseException | None] = queue.Queue()
 
         async def pump() -> None:
@@ -161,7 +166,8 @@ class Spark:
                 task.cancel()  # cancels the request in its runner
 
     def stream(self, model: str, messages: MessagesLike, **sampling: Any) -> Iterator[str]:
-        """Chat, yielding the answer's text as it is generated."""
+        """Chat, yielding the answer's text as it is generated (options as for `chat`); closing the
+        iterator early cancels the request."""
         request = ChatRequest(model=model, messages=to_messages(messages), sampling=to_sampling(sampling), stream=True)
         for event in self.events(request):
             if isinstance(event, TextDelta):
@@ -176,7 +182,9 @@ class Spark:
         prediction: str | None = None,
         **sampling: Any,
     ) -> ChatResult:
-        """One chat turn: `messages` is a prompt string or a list of messages.
+        """One chat turn: `messages` is a prompt string or a list of messages (dicts with role and
+        content, or `Message`); `sampling` options are SamplingParams' fields (temperature=0, ...),
+        those not given the model's own defaults.
 
         `logprobs` (0 to 20): the result's `logprobs` holds each answer token's log probability
         with that many likeliest alternatives. `prediction`: text the answer is expected to repeat
@@ -216,8 +224,8 @@ class Spark:
         return collect_chat(self.events(request))
 
     def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:
-        """Normalized embedding vectors, one per input string (from an embedding model, or a chat model's
-        hidden states pooled by mean)."""
+        """Embedding vectors of unit length, one per input string (from an embedding model, or a chat
+        model's hidden states pooled by mean); `dimensions` keeps the first that many values of each."""
         texts: list[str | list[int]] = [input] if isinstance(input, str) else list(input)
         return self._embeddings(EmbeddingRequest(model=model, input=texts, dimensions=dimensions))
 
@@ -235,7 +243,8 @@ class Spark:
 
     # --- tokens -----------------------------------------------------------------
     def tokenize(self, model: str, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        """The tokens of `text` on `model` (`add_special`: with BOS where the model adds one)."""
+        """The tokens of `text` on `model` (`add_special`: with BOS where the model adds one;
+        `parse_special`: special tokens written as text are read as those tokens)."""
         question = Tokenize(model=model, content=text, add_special=add_special, parse_special=parse_special)
         answer: Answer = self._call(self.scheduler.ask(question))
         return answer.tokens
