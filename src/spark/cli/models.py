@@ -236,7 +236,9 @@ def search(
     query: Annotated[str, typer.Argument(help="Words to look for in repository names.", show_default=False)],
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Most results to show.")] = 20,
 ) -> None:
-    """Search Hugging Face for GGUF models, most downloaded first."""
+    """Search Hugging Face for GGUF models, most downloaded first.
+
+    Asks the Hub from this machine, not the server (the admin API's search, which lists files too, stops at 100)."""
     console = Console()
     found = Hub(load_settings()).search(query, limit=limit)
     if not found:
