@@ -150,6 +150,40 @@ def test_sdk_request_with_every_parameter(anthropic_client) -> None:
     assert request.keep_alive == 120
 
 
+SCHEMA = {"type": "json_schema", "schema": {"type": "object"}}
+
+
+def test_system_turns_in_the_conversation_and_claude_codes_billing_header() -> None:
+    """As Claude Code sends them: a system turn among the messages (Anthropic's mid-conversation
+    system beta), and a first system block of billing metadata, left out for the prompt cache's sake
+    (a new hash each session kept the long system prompt after it from being reused)."""
+    billing = "x-anthropic-billing-header: cc_version=2.1.197.a1b; cc_entrypoint=sdk-cli;"
+    system = [{"type": "text", "text": billing}, {"type": "text", "text": "You are Claude Code."}]
+    turns = [*USER, {"role": "system", "content": [{"type": "text", "text": "Agents: none."}]}]
+    request = parse(system=system, messages=turns)
+    assert request.messages == [
+        Message("system", "You are Claude Code."),
+        Message("user", "hi"),
+        Message("system", "Agents: none."),
+    ]
+    assert parse(system=billing).messages == [Message("user", "hi")]
+    # a system turn between a tool_use and its tool_result does not part them
+    use = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+    calls = [*USER, {"role": "assistant", "content": [use]}, turns[1], {"role": "user", "content": [result]}]
+    assert [m.role for m in parse(messages=calls).messages] == ["user", "assistant", "system", "tool"]
+
+
+def test_output_format_is_output_config_formats_older_name() -> None:
+    request = parse(output_format=SCHEMA)
+    assert request.response_format == ResponseFormat("json_schema", {"type": "object"}, param="output_format")
+
+
+def test_a_server_tool_is_refused_saying_only_custom_tools_run() -> None:
+    refused = error(tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}])
+    assert "server tool 'web_search_20250305' is not supported" in refused.message
+
+
 def test_minimal_request() -> None:
     request = parse()
     assert request.messages == [Message("user", "hi")]
@@ -388,7 +422,8 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"max_tokens": None}, "max_tokens"),
         ({"max_tokens": -1}, "max_tokens"),
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [*USER, {"role": "system", "content": [{"type": "image"}]}]}, "messages[1].content[0].type"),
         ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages[0].content[0].type"),
         (
             {
@@ -488,7 +523,7 @@ def test_remote_image_needs_a_fetcher() -> None:
         ({"stop_sequences": [""]}, "stop_sequences[0]"),
         ({"stop_sequences": "END"}, "stop_sequences"),
         ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}]}, "tools[0].type"),
         ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f", "input_schema": {}}]}, "tools[1].name"),
         ({"tools": [{"name": "f", "input_schema": {}}, {"name": "f.g", "input_schema": {}}]}, "tools[1].name"),
         ({"tools": [{"name": "f" * 129, "input_schema": {}}]}, "tools[0].name"),
@@ -499,6 +534,7 @@ def test_remote_image_needs_a_fetcher() -> None:
             {"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
             "tool_choice.disable_parallel_tool_use",
         ),
+        ({"output_format": SCHEMA, "output_config": {"format": SCHEMA}}, "output_format"),
         ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
         ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "thinking.budget_tokens"),
         ({"keep_alive": "forever-ish"}, "keep_alive"),
@@ -779,6 +815,8 @@ def test_error_bodies(error_: SparkError, status: int, kind: str) -> None:
     assert json.loads(raw) == {"type": "error", "error": {"type": kind, "message": message}}
     if isinstance(error_, ContextLengthExceeded):  # in Anthropic's words, which clients match
         assert message.startswith("prompt is too long: 5000 tokens > 4096 maximum")
+    elif isinstance(error_, ModelNotFound):
+        assert message == f"model: nope. {error_.message}"
     else:
         assert message.endswith(error_.message)
 
@@ -788,7 +826,8 @@ def test_error_message_names_the_parameter() -> None:
     _, raw = api.error_body(InvalidRequest("must be between 0 and 1", param="temperature"))
     assert json.loads(raw)["error"]["message"] == "temperature: must be between 0 and 1"
     _, raw = api.error_body(ModelNotFound("nope"))
-    assert json.loads(raw)["error"]["message"] == ModelNotFound("nope").message, "not named twice"
+    # named as Anthropic names it (Claude Code's --fallback-model looks for "model:"), and not twice
+    assert json.loads(raw)["error"]["message"] == f"model: nope. {ModelNotFound('nope').message}"
 
 
 def test_sdk_sees_typed_errors(anthropic_client) -> None:
@@ -806,7 +845,8 @@ def test_sdk_sees_typed_errors(anthropic_client) -> None:
 
     client = anthropic_client(handler)
     with pytest.raises(
-        anthropic.NotFoundError, match=r"The model 'nope' does not exist on this server \(see GET /v1/models\)\."
+        anthropic.NotFoundError,
+        match=r"model: nope\. The model 'nope' does not exist on this server \(see GET /v1/models\)\.",
     ):
         client.messages.create(model="nope", max_tokens=5, messages=USER)
     with pytest.raises(anthropic.AuthenticationError):

@@ -160,6 +160,27 @@ def test_a_text_document_is_read(live: LiveServer, smollm2: Path) -> None:
         )  # type: ignore[arg-type]
 
 
+def test_claude_codes_requests_are_answered_and_reuse_the_cache_across_sessions(
+    live: LiveServer, models: Models
+) -> None:
+    """Claude Code sends a system turn among the messages and opens its system prompt with a billing
+    block whose hash changes every session: answered, and a new session reuses the cached prompt."""
+    instructions = {"type": "text", "text": "You are a coding assistant. " * 20}
+    client = live.anthropic()
+    usages = []
+    for session in ("a1b", "c2d"):
+        billing = {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.197.{session};"}
+        message = client.messages.create(
+            model=models.chat,
+            max_tokens=2,
+            system=[billing, instructions],  # type: ignore[list-item]
+            messages=[*MESSAGES, {"role": "system", "content": "Reminder: be brief."}],  # type: ignore[list-item]
+            extra_headers={"anthropic-beta": "mid-conversation-system-2026-04-07"},
+        )
+        usages.append(message.usage)
+    assert (usages[1].cache_read_input_tokens or 0) > usages[0].input_tokens // 2, usages
+
+
 def test_a_base_url_with_v1_is_told_so(live: LiveServer, models: Models) -> None:
     """Anthropic's SDKs add /v1 themselves: given OpenAI's base URL, every call is a 404 saying why."""
     client = anthropic.Anthropic(base_url=live.url + "/v1", api_key=live.key, max_retries=0)

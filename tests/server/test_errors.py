@@ -34,7 +34,10 @@ def test_unknown_model(live: LiveServer) -> None:
     }
     with pytest.raises(anthropic.NotFoundError) as a:
         live.anthropic().messages.create(model="no-such-model", max_tokens=5, messages=CHAT)  # type: ignore[arg-type]
-    assert a.value.body == {"type": "error", "error": {"type": "not_found_error", "message": UNKNOWN}}
+    assert a.value.body == {
+        "type": "error",
+        "error": {"type": "not_found_error", "message": f"model: no-such-model. {UNKNOWN}"},
+    }
     with live.http() as http:
         streamed = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": CHAT, "stream": True})
         assert openai_error(streamed, 404)["code"] == "model_not_found", "a stream fails before it starts"

@@ -133,11 +133,21 @@ class AssistantTurn(_Turn, tag="assistant"):
     content: str | list[TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock]
 
 
+class SystemTurn(_Turn, tag="system"):
+    """Instructions in the middle of a conversation (Anthropic's mid-conversation system beta, which
+    Claude Code sends on every request to a model it does not know)."""
+
+    content: str | list[TextBlock]
+
+
+Turn = UserTurn | AssistantTurn | SystemTurn
+
+
 class ToolDef(msgspec.Struct, frozen=True):
     name: NonEmptyStr
-    input_schema: dict[str, Any]
+    input_schema: dict[str, Any] | None = None  # required of custom tools; server tools have none
     description: str = ""
-    type: Literal["custom"] | None = None  # server tools (web search, bash, ...) are refused
+    type: str | None = None  # "custom"; server tools (web_search_20250305, bash_..., ...) are refused
 
 
 class _Choice(msgspec.Struct, tag_field="type"):
@@ -200,7 +210,7 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
     """A Messages API body; llama-server's sampling fields (min_p, DRY, ...) are extensions."""
 
     model: NonEmptyStr
-    messages: Annotated[list[UserTurn | AssistantTurn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
+    messages: Annotated[list[Turn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     # required by parse_messages, not by count_tokens; 0 caches the prompt, with no answer
     max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
     system: str | list[TextBlock] | None = None
@@ -212,6 +222,7 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
     tool_choice: AutoChoice | AnyChoice | ToolNameChoice | NoneChoice | None = None
     thinking: ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | ThinkingBetweenTools | None = None
     output_config: OutputConfig | None = None
+    output_format: JSONSchemaFormat | None = None  # output_config.format's deprecated name, as older SDKs send it
     stream: bool | None = None
     keep_alive: float | str | None = None  # Spark's extension, as on the OpenAI routes
     thread: dict[str, Any] | None = None  # refused: Spark keeps no conversation between requests
@@ -248,20 +259,21 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
             param="thread",
         )
     messages: list[Message] = []
-    if wire.system:
-        system = wire.system if isinstance(wire.system, str) else joined(b.text for b in wire.system)
+    if wire.system and (system := _system_text(wire.system)):
         messages.append(Message("system", system))
     for i, turn in enumerate(wire.messages):
         param = f"messages[{i}].content"
         if isinstance(turn, UserTurn):
             messages.extend(_user_messages(turn.content, param, fetch))
+        elif isinstance(turn, SystemTurn):
+            messages.append(Message("system", _system_text(turn.content)))
         else:
             messages.append(_assistant_message(turn.content))
     _check_prefill(wire.messages)
     _check_tool_results(wire.messages)
     messages = _combined(messages)
 
-    tools = [Tool(t.name, t.description, t.input_schema) for t in wire.tools or ()]
+    tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
     check_tools(tools, "tools[{}].name", "tools[{}].input_schema", names=ANTHROPIC_TOOL_NAME)
     tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
@@ -282,13 +294,46 @@ def _request(wire: MessagesBody, fetch: Fetch) -> ChatRequest:
         keep_alive=keep_alive_seconds(wire.keep_alive),
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
-        response_format=(
-            ResponseFormat("json_schema", wire.output_config.format.schema, param="output_config.format")
-            if wire.output_config and wire.output_config.format
-            else None
-        ),
+        response_format=_response_format(wire),
         reasoning=_reasoning(wire.thinking, wire.output_config.effort if wire.output_config else None),
     )
+
+
+# Claude Code's first system block: its version and a hash of the first prompt, for Anthropic's billing.
+# Nothing for a model to read, and a new hash in every session would keep the prompt cache from
+# reusing the long system prompt after it (as vLLM, llama.cpp and Ollama, Spark leaves it out).
+_BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def _system_text(system: str | list[TextBlock]) -> str:
+    blocks = [system] if isinstance(system, str) else [b.text for b in system]
+    return joined(text for text in blocks if not text.startswith(_BILLING_HEADER))
+
+
+def _response_format(wire: MessagesBody) -> ResponseFormat | None:
+    """`output_config.format`, or its older name `output_format` (not both, as the SDK refuses both)."""
+    given = wire.output_config.format if wire.output_config else None
+    if given is not None and wire.output_format is not None:
+        raise InvalidRequest(
+            "'output_format' is the older name of 'output_config.format': send one of them.", param="output_format"
+        )
+    if wire.output_format is not None:
+        return ResponseFormat("json_schema", wire.output_format.schema, param="output_format")
+    return None if given is None else ResponseFormat("json_schema", given.schema, param="output_config.format")
+
+
+def _tool(wire: ToolDef, index: int) -> Tool:
+    if wire.type not in (None, "custom"):
+        raise InvalidRequest(
+            f"tools[{index}]: the server tool '{wire.type}' is not supported: Spark runs no tools itself, only "
+            "custom tools (with an input_schema) that the client runs.",
+            param=f"tools[{index}].type",
+        )
+    if wire.input_schema is None:
+        raise InvalidRequest(
+            f"Missing required parameter: 'tools[{index}].input_schema'.", param=f"tools[{index}].input_schema"
+        )
+    return Tool(wire.name, wire.description, wire.input_schema)
 
 
 def _image(block: ImageBlock, param: str, fetch: Fetch) -> ImagePart:
@@ -413,7 +458,7 @@ def _assistant_message(content: str | list[Any]) -> Message:
     )
 
 
-def _check_prefill(turns: list[UserTurn | AssistantTurn]) -> None:
+def _check_prefill(turns: list[Turn]) -> None:
     """Refuse a prefill that ends in whitespace, as Anthropic does: the answer would start mid-token."""
     last = turns[-1]
     if not isinstance(last, AssistantTurn):
@@ -427,12 +472,14 @@ def _check_prefill(turns: list[UserTurn | AssistantTurn]) -> None:
         raise InvalidRequest(f"{param}: final assistant content cannot end with trailing whitespace", param=param)
 
 
-def _check_tool_results(turns: list[UserTurn | AssistantTurn]) -> None:
+def _check_tool_results(turns: list[Turn]) -> None:
     """Refuse, as Anthropic does, a `tool_result` that answers no `tool_use` of the turn just before
     it, and a `tool_use` that the turn after it does not answer (turns of one role in a row count as
-    one, as they are combined)."""
+    one, as they are combined; system turns between them do not count)."""
     groups: list[tuple[int, bool, list[Any]]] = []  # (first message's index, from the user, blocks)
     for i, turn in enumerate(turns):
+        if isinstance(turn, SystemTurn):
+            continue
         user, blocks = isinstance(turn, UserTurn), [] if isinstance(turn.content, str) else list(turn.content)
         if groups and groups[-1][1] == user:
             groups[-1][2].extend(blocks)

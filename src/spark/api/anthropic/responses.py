@@ -17,7 +17,7 @@ from spark.api.common import (
     rfc3339,
     sse,
 )
-from spark.errors import ContextLengthExceeded, Overloaded, SparkError, ThreadUnsupported, from_info
+from spark.errors import ContextLengthExceeded, ModelNotFound, Overloaded, SparkError, ThreadUnsupported, from_info
 from spark.types import (
     ChatResult,
     Done,
@@ -282,6 +282,8 @@ def _error_detail(error: SparkError) -> _ErrorDetail:
     fallback = "invalid_request_error" if status < 500 else "api_error"
     # Anthropic's error shape has no `param`: the message names the field instead.
     message = error.message
+    if isinstance(error, ModelNotFound):  # Anthropic's words, which Claude Code's --fallback-model looks for
+        message = f"model: {error.model}. {message}"
     if isinstance(error, ContextLengthExceeded):
         # Anthropic's wording, which clients match to compact or trim a conversation.
         message = (
