@@ -209,7 +209,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         str,
         _doc(
             "Longest a request waits for busy models to finish when its model only fits once they "
-            "are unloaded; then it is refused with the memory arithmetic. 0: refuse at once."
+            "are unloaded; then it is refused as overloaded (with Retry-After, which clients retry), giving "
+            "the memory arithmetic. 0: refuse at once."
         ),
         DURATION,
     ] = "5m"
@@ -653,7 +654,7 @@ _MODEL_SETTINGS = [
     "",
     "## Per-model settings",
     "",
-    "Each installed model has its own settings besides these (`spark show MODEL`, `GET` and",
+    "Each installed model has its own settings besides these (`spark show MODEL`, `GET /api/models/{id}`,",
     "`PATCH /api/models/{id}/settings`): `system_prompt`, `context_length`, `parallel`, `keep_alive`,",
     "`kv_type`, `speculative`, `flash_attention`, `draft_model` (another installed model of the same",
     "vocabulary that drafts for it, instead of n-gram lookup), and sampling defaults: `temperature`, `top_p`,",

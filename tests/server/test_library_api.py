@@ -212,6 +212,10 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
     cleared = client.patch(f"/api/models/{model}/settings", json={"sampling": {"top_k": None, "min_p": 0.1}}).json()
     assert cleared["model"]["settings"]["sampling"] == {"temperature": 0.2, "min_p": 0.1}
     client.patch(f"/api/models/{model}/settings", json={"sampling": {"min_p": None, "top_k": 5}})
+    # token ids as JSON object keys, which are text
+    biased = client.patch(f"/api/models/{model}/settings", json={"sampling": {"logit_bias": {"11": -100}}})
+    assert biased.json()["model"]["settings"]["sampling"]["logit_bias"] == {"11": -100.0}, biased.text
+    client.patch(f"/api/models/{model}/settings", json={"sampling": {"logit_bias": None}})
     reload = client.patch(f"/api/models/{model}/settings", json={"context_length": 128}).json()
     assert reload["reload_needed"] is True and reload["changes"] == "n_ctx 256 -> 128"
     chat(live, model)  # the next request reloads it

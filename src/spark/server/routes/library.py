@@ -241,8 +241,8 @@ def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
         fields["sampling"] = ModelSettings().sampling  # the default itself, so that it is left out when stored
     elif change.sampling is not msgspec.UNSET:
         values = {k: v for k, v in change.sampling.items() if v is not None}
-        try:
-            given = msgspec.convert({"sampling": values}, _SamplingChange).sampling
+        try:  # decoded as JSON, whose object keys are text: logit_bias's token ids come as "511"
+            given = msgspec.json.decode(msgspec.json.encode({"sampling": values}), type=_SamplingChange).sampling
         except msgspec.ValidationError as e:
             raise invalid_from_validation(e) from None
         named = [k for k in change.sampling if k in SamplingParams.__struct_fields__]  # unknown ones are ignored
