@@ -333,6 +333,7 @@ class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # of the completion tokens, those of the model's thinking
     drafted_tokens: int = 0  # completion tokens guessed ahead by speculative decoding
     accepted_tokens: int = 0  # of the drafted ones, those the model confirmed
     # With a prediction: its tokens that the answer holds, in order, and the rest of them.
@@ -352,6 +353,7 @@ class Usage(msgspec.Struct, frozen=True):
             prompt_tokens=sum(u.prompt_tokens for u in firsts),
             completion_tokens=sum(u.completion_tokens for u in usages),
             cached_tokens=sum(u.cached_tokens for u in firsts),
+            reasoning_tokens=sum(u.reasoning_tokens for u in usages),
             drafted_tokens=sum(u.drafted_tokens for u in usages),
             accepted_tokens=sum(u.accepted_tokens for u in usages),
             accepted_prediction_tokens=sum(u.accepted_prediction_tokens for u in usages),

@@ -82,11 +82,11 @@ def test_chat_completion_body() -> None:
     assert parsed.choices[0].message.annotations == [] and parsed.choices[0].message.refusal is None
 
 
-def test_a_predictions_tokens_are_in_the_usage_details() -> None:
-    usage = Usage(prompt_tokens=12, completion_tokens=5, accepted_prediction_tokens=4, rejected_prediction_tokens=2)
+def test_a_predictions_and_the_thinkings_tokens_are_in_the_usage_details() -> None:
+    usage = Usage(12, 5, accepted_prediction_tokens=4, rejected_prediction_tokens=2, reasoning_tokens=3)
     raw = api.chat_completion_body("r1", "smollm2", 1700000000, ChatResult("Hello!", "stop", usage))
     details = ChatCompletion.model_validate_json(raw).usage.completion_tokens_details  # type: ignore[union-attr]
-    assert details is not None
+    assert details is not None and details.reasoning_tokens == 3
     assert details.accepted_prediction_tokens == 4 and details.rejected_prediction_tokens == 2
 
 

@@ -189,6 +189,9 @@ def test_response_body_is_the_sdks_response() -> None:
     assert response.status == "completed" and response.max_output_tokens == 9
     assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 4
     assert usage_in(body) == USAGE and finish_reason_in({"response": body}) == "stop"
+    thought = ChatResult("", "stop", Usage(12, 5, reasoning_tokens=3), reasoning="Think.")
+    thinking = Response.model_validate(json.loads(response_body("abc", "m", 1, thought, echo)))
+    assert thinking.usage is not None and thinking.usage.output_tokens_details.reasoning_tokens == 3
     cut = json.loads(response_body("abc", "m", 1, ChatResult("Hel", "length", USAGE), echo))
     assert cut["status"] == "incomplete" and cut["incomplete_details"] == {"reason": "max_output_tokens"}
     assert cut["output"][0]["content"][0]["text"] == "Hel"

@@ -245,6 +245,7 @@ def test_an_opened_block_streams_as_reasoning(engine: Engine) -> None:
     reasoning, content = texts(c)
     assert reasoning and content == ""  # the tiny model never closes the block itself
     assert isinstance(c.final, Done) and c.final.finish_reason == "length"
+    assert c.final.usage.reasoning_tokens == c.final.usage.completion_tokens == 40  # every token thought
 
 
 def test_the_budget_closes_the_block_and_the_answer_follows(engine: Engine) -> None:
@@ -257,12 +258,14 @@ def test_the_budget_closes_the_block_and_the_answer_follows(engine: Engine) -> N
     kinds = [type(e) for e in c.events if isinstance(e, (ReasoningDelta, TextDelta))]
     assert kinds == sorted(kinds, key=lambda k: k is TextDelta)  # all reasoning, then all text
     assert isinstance(c.final, Done) and c.final.usage.completion_tokens == 40
+    assert 8 < c.final.usage.reasoning_tokens < 40  # the budget's 8 and the closing tag written for it
 
 
 def test_thinking_off_reaches_the_template(engine: Engine) -> None:
     c = run(engine, Reasoning(enabled=False))
     reasoning, content = texts(c)
     assert reasoning == "" and content
+    assert isinstance(c.final, Done) and c.final.usage.reasoning_tokens == 0
 
 
 def test_budget_then_json_schema_answer(engine: Engine) -> None:

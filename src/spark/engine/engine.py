@@ -597,6 +597,7 @@ class Engine:
 
     def _on_token(self, slot: Slot, gen: Generation, token: int) -> None:
         gen.n_generated += 1
+        gen.n_reasoning += gen.parser.in_reasoning  # a thinking block's tokens, its closing tag with them
         if gen.drafter is not None:
             gen.drafter.push(token)
         if gen.prediction is not None:

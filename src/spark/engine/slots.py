@@ -36,6 +36,7 @@ class Generation:
     started: float  # when it got the slot (time.perf_counter)
     n_evaluated: int = 0  # prompt tokens in the KV cache so far
     n_generated: int = 0
+    n_reasoning: int = 0  # of the generated tokens, those of the reasoning
     token: int = -1  # sampled, to be fed in the next batch
     row: int = -1  # its output row in the batch being decoded, -1 for none
     media: PromptMedia | None = None  # the prompt's images (IMAGE_TOKEN in `prompt`)
@@ -74,6 +75,7 @@ class Generation:
         return Usage(
             prompt_tokens=len(self.prompt),
             completion_tokens=self.n_generated,
+            reasoning_tokens=self.n_reasoning,
             cached_tokens=self.n_cached,
             drafted_tokens=self.drafted,
             accepted_tokens=self.accepted,

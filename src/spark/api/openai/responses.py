@@ -41,7 +41,7 @@ class _PromptDetails(msgspec.Struct, frozen=True):
 class _CompletionDetails(msgspec.Struct, frozen=True):
     accepted_prediction_tokens: int
     rejected_prediction_tokens: int
-    reasoning_tokens: int = 0  # not counted apart: the reasoning's tokens are in completion_tokens
+    reasoning_tokens: int = 0  # of completion_tokens, the thinking's (reasoning_content)
     audio_tokens: int = 0
 
 
@@ -66,7 +66,9 @@ def _usage(usage: Usage) -> _Usage:
         usage.completion_tokens,
         usage.total_tokens,
         _PromptDetails(usage.cached_tokens),
-        _CompletionDetails(usage.accepted_prediction_tokens, usage.rejected_prediction_tokens),
+        _CompletionDetails(
+            usage.accepted_prediction_tokens, usage.rejected_prediction_tokens, reasoning_tokens=usage.reasoning_tokens
+        ),
     )
 
 

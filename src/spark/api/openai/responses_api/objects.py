@@ -80,7 +80,7 @@ class _InputDetails(msgspec.Struct, frozen=True):
 
 
 class _OutputDetails(msgspec.Struct, frozen=True):
-    reasoning_tokens: int = 0  # not counted apart: the reasoning's tokens are in output_tokens
+    reasoning_tokens: int = 0  # of output_tokens, the reasoning item's
 
 
 class _Usage(msgspec.Struct, frozen=True):
@@ -118,7 +118,7 @@ def _usage(usage: Usage) -> _Usage:
         usage.prompt_tokens,
         _InputDetails(usage.cached_tokens, usage.prompt_tokens - usage.cached_tokens),
         usage.completion_tokens,
-        _OutputDetails(),
+        _OutputDetails(usage.reasoning_tokens),
         usage.total_tokens,
     )
 
