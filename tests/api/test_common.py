@@ -199,7 +199,7 @@ def test_integers_beyond_64_bits_are_refused_by_name(body: bytes, param: str | N
     [
         (b'{"\xff\xfemodel": "m"}', "invalid UTF-8 (byte 2)"),  # in a key no field reads
         (b'{"model": "m", "extra": "\xc3"}', "invalid UTF-8 (byte 25)"),
-        (gzip.compress(b'{"model": "m"}'), "body is gzip-compressed"),
+        (gzip.compress(b'{"model": "m"}', mtime=0), "body is gzip-compressed"),
         (zlib.compress(b'{"model": "m"}'), "body is deflate-compressed"),
     ],
 )
