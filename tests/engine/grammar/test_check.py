@@ -77,6 +77,16 @@ def test_check_gbnf_accepts_comments_groups_and_nullable_recursion() -> None:
     check_gbnf('# c\nroot ::= x ( "," x )* # trailing\nx ::= "[" x? "]" | [^\\x00-\\x1F"]+\n')
 
 
+def test_alternatives_that_part_at_their_first_literal_count_as_the_largest() -> None:
+    # a tool call's name: past "\"t1\"" only the first tool's 600 values are alive, not 30 x 600
+    tools = " | ".join(f'"\\"t{i}\\"" ":" v' for i in range(30))
+    check_gbnf(f"root ::= {tools}\nv ::= {alternatives(600)}\n")
+    check_gbnf(f'root ::= call | "<call>" call\ncall ::= "{{" ( {tools} ) "}}"\nv ::= {alternatives(600)}\n')
+    # literals that begin one another ("a" and "ab") do not part: both may be alive past "a"
+    with pytest.raises(GrammarError, match="may keep 1200"):
+        check_gbnf(f'root ::= "a" v | "ab" v\nv ::= {alternatives(600)}\n')
+
+
 def test_alternatives_one_after_another_are_not_open_at_once() -> None:
     check_gbnf(f"root ::= {alternatives(1000)}\n")
     check_gbnf(f'root ::= "x" a b\na ::= {alternatives(1000)}\nb ::= {alternatives(1000)}\n')

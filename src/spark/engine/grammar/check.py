@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from spark.engine.grammar.errors import GrammarError
 from spark.json_schema import MAX_ALTERNATIVES
@@ -21,7 +21,9 @@ MAX_GRAMMAR_CHARS = 512 * 1024
 """A grammar's length: it is checked here and parsed by llama.cpp for each request, in the runner."""
 
 # An item of a parsed sequence: what it is, and whether it may match nothing.
-_Item = tuple[str, Any, bool]  # ("ref", name, nullable) | ("term", None, nullable) | ("group", alts, nullable)
+_Item = tuple[
+    str, Any, bool
+]  # ("ref", name, nullable) | ("term", literal or None, nullable) | ("group", alts, nullable)
 
 
 class _GbnfParser:
@@ -125,12 +127,11 @@ class _GbnfParser:
                 n_prev = 1
             if c == '"':
                 self.pos += 1
-                n = 0
+                chars = []
                 while self.peek() != '"':
-                    self.char()
-                    n += 1
+                    chars.append(self.char())
                 self.pos += 1
-                items.append(("term", None, n == 0))
+                items.append(("term", "".join(chars), not chars))
             elif c == "[":
                 self.pos += 1
                 if self.peek() == "^":
@@ -289,27 +290,51 @@ def _check_alternatives(rules: dict[str, list[list[_Item]]], nullable: Callable[
     A bound, rule by rule: each alternative of a rule (or group) may be alive at the same time, and
     inside one alternative the stacks stand at one item, or at a run of items that may match
     nothing. So 1,000 values open 1,000 at once, and 100 alternatives `"a" s "1" | "a" s "2" | ...`
-    with a 100-way `s` 10,000 (they all match "a", then each opens `s`). A reference back to a rule
-    being measured counts once: recursion in a grammar (JSON's values) nests, it does not multiply.
+    with a 100-way `s` 10,000 (they all match "a", then each opens `s`). But alternatives that open
+    with literals none of which begins another (`"\"get_weather\"" args-0 | "\"bash\"" args-1`, a
+    tool call's name) part at the literal: past it only one of them lives, so they count as the
+    largest, not the sum (a list of tools is a choice of one). A reference back to a rule being
+    measured counts once: recursion in a grammar (JSON's values) nests, it does not multiply.
     """
     alive: dict[str, int] = {}
+    leads: dict[str, str | None] = {}  # a rule of one alternative: the literal it opens with
 
     def item(it: _Item) -> int:
         kind, what, _ = it
         return alive.get(what, 1) if kind == "ref" else alternates(what) if kind == "group" else 1
 
+    def lead(alt: list[_Item]) -> str | None:
+        if not alt or alt[0][2]:  # nothing, or a first item that may match nothing
+            return None
+        kind, what, _ = alt[0]
+        return cast(str | None, what if kind == "term" else leads.get(what) if kind == "ref" else None)
+
+    def most(alt: list[_Item]) -> int:
+        top = run = 0  # a run of items ends at (starts after, going backwards) one that must match
+        for it in reversed(alt):
+            run = item(it) + (run if nullable(it) else 0)
+            top = max(top, run)
+        return top
+
     def alternates(alts: list[list[_Item]]) -> int:
-        total = 0
+        free, parting = 0, []  # alternatives with no literal to part at, and those with one
         for alt in alts:
-            most = run = 0  # a run of items ends at (starts after, going backwards) one that must match
-            for it in reversed(alt):
-                run = item(it) + (run if nullable(it) else 0)
-                most = max(most, run)
-            total += most
-        return total
+            opening = lead(alt)
+            if opening is None:
+                free += most(alt)
+            else:
+                parting.append((opening, most(alt)))
+        # alternatives whose literals begin one another stay together (one class); classes part
+        classes: list[tuple[list[str], int]] = []
+        for opening, count in parting:
+            joined = [c for c in classes if any(o.startswith(opening) or opening.startswith(o) for o in c[0])]
+            merged = ([opening, *(o for c in joined for o in c[0])], count + sum(c[1] for c in joined))
+            classes = [c for c in classes if c not in joined] + [merged]
+        return free + max([len(parting), *(c[1] for c in classes)])
 
     for name in _post_order(rules):  # the rules a rule refers to come first, but for references back
         alive[name] = alternates(rules[name])
+        leads[name] = lead(rules[name][0]) if len(rules[name]) == 1 else None
         if alive[name] > MAX_ALTERNATIVES:
             raise GrammarError(
                 f"rule '{name}' may keep {alive[name]} alternatives open at once, more than this server's "

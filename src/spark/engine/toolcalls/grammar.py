@@ -33,6 +33,10 @@ from spark.errors import InvalidRequest
 from spark.types import Tool
 
 log = logging.getLogger("spark.engine.toolcalls")
+# The longest string bound written into a grammar: each character of such a string is an alternation
+# of two symbols, which llama.cpp repeats as rules up to its limit of 2,000 (MAX_REPEAT); a longer
+# bound (Claude Code's tools allow 524,288 characters) is left out, the string free.
+_COUNTED_TEXT = MAX_REPEAT // 4
 
 
 def args_rule(rules: Rules, tool: Tool, hint: str) -> str:
@@ -73,9 +77,9 @@ def _parameters_rule(rules: Rules, tool: Tool, tags: ParameterTags, hint: str) -
         enum = prop.get("enum") if isinstance(prop, dict) else None
         if kind in ("string", None) and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
             value = "( " + " | ".join(literal(v) for v in enum) + " )"
-        elif kind == "string" and isinstance(prop.get("maxLength"), int):
+        elif kind == "string" and isinstance(prop.get("maxLength"), int) and prop["maxLength"] <= _COUNTED_TEXT:
             # at most that many characters, none of them starting a closing tag
-            value = f'( [^<] | "<" [^/] ){{0,{min(prop["maxLength"], MAX_REPEAT)}}}'
+            value = f'( [^<] | "<" [^/] ){{0,{prop["maxLength"]}}}'
         elif kind == "string" or kind is None:
             value = text
         else:
@@ -154,8 +158,12 @@ def _gemma_args_rule(rules: Rules, tool: Tool, hint: str) -> str:
         if kind == "string" and isinstance(enum, list) and all(isinstance(v, str) for v in enum):
             return "( " + " | ".join(f"{quote} {literal(v)} {quote}" for v in enum) + " )"
         if kind == "string" and ("maxLength" in prop or "minLength" in prop):
-            low, high = int(prop.get("minLength", 0)), min(int(prop.get("maxLength", MAX_REPEAT)), MAX_REPEAT)
-            return f'{quote} ( [^<] | "<" [^|] ){{{min(low, high)},{high}}} {quote}'  # no quote starts inside
+            low = int(prop.get("minLength", 0))
+            high = int(prop["maxLength"]) if "maxLength" in prop else None  # none: as long as it gets
+            if max(low, high or 0) <= _COUNTED_TEXT:
+                low = low if high is None else min(low, high)
+                repeat = f"{{{low},{'' if high is None else high}}}"
+                return f'{quote} ( [^<] | "<" [^|] ){repeat} {quote}'  # no quote starts inside
         if kind == "string":
             return string
         return as_json(name, prop) if kind in ("integer", "number", "boolean") else any_value
