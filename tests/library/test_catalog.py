@@ -74,6 +74,7 @@ def test_add_local_without_copy_points_at_the_file(lib: Library, tiny_llama: Pat
     assert entry.info.architecture == "llama"
     assert lib.get("tiny-llama-chatml") == entry
     assert lib.get("  TINY-llama-ChatML ") == entry  # ids are case-insensitive
+    assert lib.get("tiny-llama-chatml:latest") == entry  # an Ollama client's name, with its default tag
     assert {e.id for e in lib.list()} == {BUNDLED_ID, "tiny-llama-chatml"}
 
     lib.remove(entry.id)

@@ -295,6 +295,9 @@ def test_ollamas_openai_api_under_its_v1(live: LiveServer, models: Models) -> No
     assert sdk.models.retrieve(models.chat).id == models.chat
     chat = sdk.chat.completions.create(model=models.chat, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
     assert chat.choices[0].finish_reason == "length" and chat.usage is not None and chat.usage.completion_tokens == 2
+    # by its Ollama name, with the tag /api/tags lists
+    tagged = [{"role": "user", "content": "Hi"}]
+    assert sdk.chat.completions.create(model=f"{models.chat}:latest", messages=tagged, max_tokens=1).choices  # type: ignore[arg-type]
     streamed = sdk.chat.completions.create(
         model=models.chat, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, stream=True
     )

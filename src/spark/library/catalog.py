@@ -358,12 +358,12 @@ class Library:
         return record
 
     def _find(self, model_id: object) -> ModelRecord | None:
-        """The model with this id, else the one whose id reads the same with dots as dashes
-        (ids stored before dots were kept, and old names for newer ids)."""
+        """The model with this id (or, for an Ollama client's `NAME:latest`, NAME), else the one whose
+        id reads the same with dots as dashes (ids stored before dots were kept, and old names for newer ids)."""
         key = _lookup_key(model_id)
         if key is None:
             return None
-        record = self.table.get(key)
+        record = self.table.get(key) or self.table.get(key.removesuffix(":latest"))
         if record is None:
             alias = legacy_model_id(key)
             matches = [i for i in self.table.ids() if legacy_model_id(i) == alias]
