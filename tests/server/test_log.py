@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -236,12 +237,20 @@ def test_a_client_request_id_finds_its_request(live: LiveServer, models: dict[st
     assert record.request_id == "trace-me-42" and record.id != "trace-me-42"
 
 
-def test_a_client_that_goes_away_is_logged_as_cancelled(live: LiveServer, models: dict[str, str]) -> None:
-    body = {"model": models["slow"], "messages": CHAT, "max_tokens": 10_000, "stream": True}
+@contextmanager
+def long_stream(live: LiveServer, model: str) -> Iterator[tuple[httpx.Response, Iterator[str]]]:
+    """A streamed answer that runs long, its first 4 lines read: the response and its lines to come."""
+    body = {"model": model, "messages": CHAT, "max_tokens": 10_000, "stream": True}
     with live.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
         lines = (line for line in response.iter_lines() if line)
         for _ in range(4):
             next(lines)
+        yield response, lines
+
+
+def test_a_client_that_goes_away_is_logged_as_cancelled(live: LiveServer, models: dict[str, str]) -> None:
+    with long_stream(live, models["slow"]) as (response, _):
+        pass
     record = logged_request(live, response)
     # logged as it ended, cancelled (499, as a batch's cancelled request), though its stream had begun with 200
     assert record.status == 499 and record.error_type == "cancelled" and record.finish_reason == "cancelled"
@@ -254,11 +263,7 @@ def test_a_client_that_goes_away_is_logged_as_cancelled(live: LiveServer, models
 
 
 def test_a_stream_that_fails_is_logged_with_what_it_had_made(live: LiveServer, models: dict[str, str]) -> None:
-    body = {"model": models["slow"], "messages": CHAT, "max_tokens": 10_000, "stream": True}
-    with live.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
-        lines = (line for line in response.iter_lines() if line)
-        for _ in range(4):
-            next(lines)
+    with long_stream(live, models["slow"]) as (response, lines):
         live.unload(models["slow"])  # the runner goes while the answer runs
         assert any("runner_failed" in line for line in lines)
     record = logged_request(live, response)
