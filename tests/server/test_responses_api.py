@@ -83,7 +83,7 @@ def check_response_object(response: dict[str, Any]) -> None:
     assert not wrong, wrong
 
 
-def test_the_response_object_has_every_field_the_open_responses_spec_requires(live: LiveServer) -> None:
+def test_the_response_object_has_every_field_the_open_responses_spec_requires(live: LiveServer, models: Models) -> None:
     """Sampling parameters are the ones the answer was made with (the request's, the model's own
     defaults, Spark's): numbers, never null; what a local server has no use for is echoed."""
     body = {"model": SMOLLM2, "input": "Say hello.", "user": "u1", "prompt_cache_key": "k", "max_tool_calls": 2}
@@ -93,6 +93,8 @@ def test_the_response_object_has_every_field_the_open_responses_spec_requires(li
     assert (made["temperature"], made["top_p"]) == (BUNDLED_SETTINGS.sampling.temperature, 0.95)
     assert (made["presence_penalty"], made["frequency_penalty"], made["top_logprobs"]) == (0.0, 0.0, 0)
     assert (made["user"], made["prompt_cache_key"], made["max_tool_calls"]) == ("u1", "k", 2)
+    # the most output tokens the answer may have: the model's own (an answer cut there says by what)
+    assert made["max_output_tokens"] == BUNDLED_SETTINGS.sampling.max_tokens
     asked = {**body, "temperature": 0.5, "top_p": 0.5, "presence_penalty": 0.25, "stream": True}
     with live.http() as http, http.stream("POST", "/v1/responses", json=asked) as stream:
         events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: ")]
@@ -101,6 +103,8 @@ def test_the_response_object_has_every_field_the_open_responses_spec_requires(li
             check_response_object(event["response"])
     final = events[-1]["response"]
     assert (final["temperature"], final["top_p"], final["presence_penalty"]) == (0.5, 0.5, 0.25)
+    tiny = live.http().post("/v1/responses", json={**body, "model": models.chat}).json()  # no length of its own
+    assert tiny["max_output_tokens"] == live.settings.default_max_tokens
     assert events[0]["response"]["completed_at"] is None and final["completed_at"] is not None
 
 

@@ -370,12 +370,14 @@ def _prompt_named_input() -> Iterator[None]:
 
 def _sampling_used(state: ServerState, asked: ChatRequest) -> SamplingParams:
     """The sampling an answer to `asked` is made with: the request's, over the model's own defaults
-    (where this server has the model; a node that answers writes its own), over Spark's."""
+    (where this server has the model; a node that answers writes its own), over Spark's, with the
+    server's default answer length (`default_max_tokens`)."""
     try:
         own = state.library.get(asked.model).settings.sampling
     except ModelNotFound:
         own = SamplingParams()
-    return asked.sampling.merged_over(own).merged_over(DEFAULT_SAMPLING)
+    length = SamplingParams(max_tokens=state.settings.default_max_tokens or None)
+    return asked.sampling.merged_over(own).merged_over(DEFAULT_SAMPLING).merged_over(length)
 
 
 def _routed_here(request: Request[Any, Any, Any]) -> bool:

@@ -243,9 +243,11 @@ class Echo(msgspec.Struct, frozen=True):
 
 def used_sampling(echo: Echo, used: SamplingParams) -> Echo:
     """`echo` with the sampling parameters the answer is made with (the request's, else the
-    model's defaults, else Spark's), as OpenAI's response object gives them: numbers, never null."""
+    model's defaults, else Spark's), as OpenAI's response object gives them: numbers, never null;
+    and the most output tokens it may have, so that an answer cut there says by what."""
     return msgspec.structs.replace(
         echo,
+        max_output_tokens=used.max_tokens,
         temperature=used.temperature,
         top_p=used.top_p,
         presence_penalty=used.presence_penalty,
