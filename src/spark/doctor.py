@@ -22,7 +22,6 @@ from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import msgspec
 import psutil
 
@@ -33,8 +32,9 @@ from spark.library.disk import free_bytes
 from spark.library.entry import ModelEntry
 from spark.placement import Device, detect_devices, estimate_load, model_shape, plan_placement
 from spark.runners.options import load_options
-from spark.server.admin_auth import admin_token_path, read_admin_token
+from spark.server.admin_auth import admin_token_path
 from spark.server.discovery import ServerInfo, read_server_info
+from spark.server.local_admin import AdminClient, local_server
 from spark.server.routes.settings import SettingsView
 from spark.settings import ENV_PREFIX, Settings, config_path
 from spark.types import ChatRequest, Done, Message, PromptDone, SamplingParams, TextDelta
@@ -363,14 +363,12 @@ def settings_seen(settings: Settings, env: dict[str, str] | None = None) -> Sett
 def _server_seen(settings: Settings, info: ServerInfo) -> SettingsSeen:
     """The running server's settings, from GET /api/settings with its local admin token (`SparkError`
     when that fails)."""
-    token = read_admin_token(settings)
-    if token is None:
-        raise SparkError(f"its admin token {admin_token_path(settings)} cannot be read")
+    found = local_server(settings)
+    if found is None:
+        raise SparkError("it has stopped")
     try:
-        response = httpx.get(f"{info.url}/api/settings", headers={"authorization": f"Bearer {token}"}, timeout=10)
-        response.raise_for_status()
-        view = msgspec.json.decode(response.content, type=SettingsView)
-    except (httpx.HTTPError, msgspec.DecodeError) as e:
+        view = msgspec.json.decode(AdminClient(*found).get("/api/settings"), type=SettingsView)
+    except (SparkError, msgspec.DecodeError) as e:
         raise SparkError(f"GET {info.url}/api/settings failed: {e}") from None
     values = {s.name: s for s in view.settings}
     if not {"admin_password", "threads"} <= set(values):  # a server of another version

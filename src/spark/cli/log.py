@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spark.cli.columns import add_row, fitting_table
-from spark.cli.ps import AdminClient, connect
+from spark.server.local_admin import AdminClient, connect
 from spark.settings import load_settings
 from spark.store.db import Database
 from spark.store.requests import (

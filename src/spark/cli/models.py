@@ -32,7 +32,7 @@ from spark.settings import load_settings
 from spark.units import format_bytes
 
 if TYPE_CHECKING:
-    from spark.cli.ps import AdminClient
+    from spark.server.local_admin import AdminClient
 
 SERVER_POLL_SECONDS = 0.25  # how often a pull run by the server is looked at
 
@@ -167,7 +167,7 @@ def _is_hub_spec(spec: str, quant: str | None, endpoint: str) -> bool:
 
 
 def _server() -> AdminClient | None:
-    from spark.cli.ps import connect  # ps uses this module's helpers: imported when needed
+    from spark.server.local_admin import connect  # the runners' types: loaded only to ask a server
 
     return connect(load_settings())
 

@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from spark.cli.models import follow_pull
-from spark.cli.ps import NO_SERVER, AdminClient, connect
+from spark.cli.ps import NO_SERVER
 from spark.errors import SparkError
 from spark.server.discovery import ServerInfo, network_url
+from spark.server.local_admin import AdminClient, connect
 from spark.settings import load_settings
 from spark.units import format_duration
 

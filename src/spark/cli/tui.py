@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from spark.cli.ps import NO_SERVER, local_server
+from spark.cli.ps import NO_SERVER
 from spark.errors import SparkError
+from spark.server.local_admin import local_server
 from spark.settings import Settings, load_settings
 
 if TYPE_CHECKING:
