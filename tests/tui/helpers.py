@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from fakehub import FakeHub
 from server.helpers import LiveServer
@@ -40,6 +40,14 @@ async def until(pilot: Pilot[None], predicate: Callable[[], bool], what: str, ti
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         await pilot.pause(0.1)
+
+
+async def measured(pilot: Pilot[None], app: SparkApp) -> None:
+    """Wait until every table on screen has measured its rows (DataTable works its column widths out
+    when idle: a picture taken before shows the columns as wide as their headers), then drawn them."""
+    tables = list(app.screen.query(DataTable))
+    await until(pilot, lambda: not any(t._require_update_dimensions or t._new_rows for t in tables), "the tables")
+    await pilot.pause()
 
 
 def table(app: SparkApp, table_id: str) -> Table:

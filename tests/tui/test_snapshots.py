@@ -13,7 +13,7 @@ from textual.widgets import Input
 from spark.tui.app import SparkApp
 from spark.tui.screens.request import RequestView
 from tui.fixed import IN_FLIGHT, fixed_app
-from tui.helpers import until
+from tui.helpers import measured, until
 
 SIZES = [(80, 24), (160, 48)]
 
@@ -37,7 +37,7 @@ def settled(app: SparkApp, *keys: str) -> Callable[[Pilot[None]], object]:
             line.cursor_blink = False  # a blinking cursor would make the picture depend on the moment
         await pilot.pause(0.3)
         await pilot.wait_for_scheduled_animations()
-        await pilot.pause()  # the tables measure their columns when idle
+        await measured(pilot, app)
 
     return run_before
 
