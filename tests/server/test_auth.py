@@ -81,6 +81,16 @@ def test_without_any_key_the_server_says_how_to_make_one(tmp_path_factory: pytes
         assert "spark keys create NAME" in error["message"]
 
 
+def test_uptime_checks_with_head_get_what_get_gets(live: LiveServer) -> None:
+    """Monitors and `curl -I` send HEAD to the root and to /health: the same status and headers, no body."""
+    http = live.http(key=None)
+    for path in ("/", "/health"):
+        got, head = http.get(path, follow_redirects=False), http.head(path)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers.get("location") == got.headers.get("location")
+    assert http.head("/").status_code == 303 and http.head("/").headers["location"].startswith("/login")
+
+
 def test_revoked_keys_stop_working_and_uses_are_recorded(tmp_path_factory: pytest.TempPathFactory) -> None:
     settings = server_settings(tmp_path_factory.mktemp("revoke"))
     keys = KeyTable(Database(settings.db_path))

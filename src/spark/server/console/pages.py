@@ -13,7 +13,7 @@ import math
 from typing import Any, get_args
 from urllib.parse import quote
 
-from litestar import MediaType, Request, Response, get, post
+from litestar import HttpMethod, MediaType, Request, Response, get, post, route
 from litestar.params import FromPath
 from litestar.response import Redirect
 
@@ -53,7 +53,8 @@ _SAMPLING_NAMES = (*(name for name, _ in SAMPLING_FIELDS), "stop")
 _FORM_FIELDS = (*NUMBERS, "system_prompt", "keep_alive", *_CHOICES, *_SAMPLING_NAMES)
 
 
-@get("/", media_type=MediaType.HTML)
+# Uptime monitors and `curl -I` probe the root with HEAD: the same status and location as GET.
+@route("/", http_method=[HttpMethod.GET, HttpMethod.HEAD], media_type=MediaType.HTML)
 async def index(request: Request[Any, Any, Any]) -> Response[Any]:
     require_session(request)
     return Redirect("/models", status_code=303)

@@ -3,14 +3,14 @@ API's root, `/ollama`, which Ollama's clients call before anything else); no key
 
 from __future__ import annotations
 
-from litestar import MediaType, Response, get, head
+from litestar import HttpMethod, MediaType, Response, get, head, route
 
 from spark.server.family import OLLAMA_PREFIX
 
 _OK = b'{"status":"ok"}'
 
 
-@get("/health", media_type=MediaType.JSON, include_in_schema=False)
+@route("/health", http_method=[HttpMethod.GET, HttpMethod.HEAD], media_type=MediaType.JSON, include_in_schema=False)
 async def health() -> Response[bytes]:
     return Response(_OK, media_type=MediaType.JSON)
 
