@@ -240,8 +240,11 @@ def test_runner_state_changes_are_published(library: Library, tiny_llama: Path) 
         try:
             state = await scheduler.warm(model, keep_alive=30)
             assert state.status == "ready" and state.keep_alive == 30 and state.pid is not None
+            assert state.reason == "first request"
             os.kill(state.pid, signal.SIGKILL)
             assert isinstance(final(await collect(scheduler.stream(short_chat(model)))), Done)
+            (restarted,) = scheduler.runners()  # why it runs, as `spark ps` and the console show it
+            assert restarted.reason.startswith("restarted after it was killed (signal 9")
             assert await scheduler.unload(model) is True
         finally:
             await scheduler.close()

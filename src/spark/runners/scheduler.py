@@ -617,6 +617,9 @@ class Scheduler:
 
     # --- reporting ------------------------------------------------------------
     def _publish_status(self, process: RunnerProcess, reason: str) -> None:
+        runner = self._runners.get(process.model_id)
+        if process.status == "ready" and reason and runner is not None and runner.process is process:
+            runner.reason = reason  # a restart's reason replaces the first load's
         state = "unloaded" if process.status == "stopped" else process.status
         self._events.publish(
             RUNNER_STATE, model=process.model_id, pid=process.pid, state=state, reason=reason, restarts=process.restarts
