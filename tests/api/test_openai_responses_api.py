@@ -7,6 +7,7 @@ import json
 import zlib
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 from openai.types.responses import Response
@@ -308,6 +309,50 @@ def test_stream_of_reasoning_text_and_a_call() -> None:
     assert final.output[0].content[0].text == "Hmm."  # type: ignore[union-attr,index]
     assert {e["output_index"] for e in got if "item_id" in e} == {0, 1, 2}
     assert stream.finished and stream.feed(TextDelta("late")) == b""
+
+
+def test_asked_for_a_summary_the_reasoning_is_its_summary_too(openai_client) -> None:
+    """Local models think in the open: `reasoning.summary` gets the whole thinking as the summary (the AI
+    SDK and Codex show only summaries), streamed with OpenAI's summary events, beside `reasoning_text`."""
+    echo = parse(input="x", reasoning={"effort": "high", "summary": "auto"}).echo
+    stream = ResponseStream("abc", "m", 1, echo)
+    frames = b"".join(
+        stream.feed(e) for e in [ReasoningDelta("Hm"), ReasoningDelta("m."), TextDelta("Hi"), Done("stop", USAGE)]
+    )
+    kinds = [e["type"].removeprefix("response.") for e in events(frames)]
+    assert kinds[2:12] == [
+        "output_item.added",
+        "content_part.added",
+        "reasoning_summary_part.added",
+        "reasoning_text.delta",
+        "reasoning_summary_text.delta",
+        "reasoning_text.delta",
+        "reasoning_summary_text.delta",
+        "reasoning_text.done",
+        "content_part.done",
+        "reasoning_summary_text.done",
+    ]
+    client = openai_client(
+        lambda request: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=frames)
+    )
+    with client.responses.stream(model="m", input="x") as sdk:  # the SDK's own event types, and its accumulator
+        summary = "".join(e.delta for e in sdk if e.type == "response.reasoning_summary_text.delta")
+        final = sdk.get_final_response()
+    assert summary == "Hmm." and final.reasoning is not None and final.reasoning.summary == "auto"
+    (thought, answer) = final.output
+    assert answer.type == "message" and thought.type == "reasoning" and [p.text for p in thought.summary] == ["Hmm."]
+    assert thought.content is not None and [p.text for p in thought.content] == ["Hmm."]
+    whole = Response.model_validate_json(
+        response_body("abc", "m", 1, ChatResult("Hi", "stop", USAGE, reasoning="Hmm."), echo)
+    )
+    assert whole.output[0].summary[0].text == "Hmm."  # type: ignore[union-attr]
+    plain = json.loads(
+        response_body("abc", "m", 1, ChatResult("Hi", "stop", USAGE, reasoning="Hmm."), parse(input="x").echo)
+    )
+    assert plain["output"][0]["summary"] == [] and plain["reasoning"]["summary"] is None  # not asked: none
+    with pytest.raises(InvalidRequest) as e:
+        parse(input="x", reasoning={"summary": "long"})
+    assert e.value.param == "reasoning.summary"
 
 
 def test_a_failure_ends_the_stream_with_response_failed() -> None:

@@ -43,6 +43,10 @@ class _ReasoningText(_Out, tag="reasoning_text"):
     text: str
 
 
+class _SummaryText(_Out, tag="summary_text"):
+    text: str
+
+
 class _MessageItem(_Out, tag="message"):
     id: str
     status: str
@@ -54,7 +58,7 @@ class _ReasoningItem(_Out, tag="reasoning"):
     id: str
     status: str
     content: list[_ReasoningText]
-    summary: tuple[()] = ()
+    summary: list[_SummaryText] = []  # the whole thinking again, when the request asks for a summary
 
 
 class _FunctionCallItem(_Out, tag="function_call"):
@@ -195,6 +199,19 @@ def _compaction(request_id: str, index: int, summary: str) -> _CompactionItem:
     return _CompactionItem(_item_id("cmp", request_id, index), compaction_item(summary))
 
 
+def _reasoning_item(item_id: str, status: str, text: str, echo: Echo) -> _ReasoningItem:
+    """A reasoning item: its text as `reasoning_text` content, and as its `summary` too when the
+    request asked for one (local models think in the open; clients such as the AI SDK and Codex
+    show only the summary)."""
+    summary = [_SummaryText(text)] if _wants_summary(echo) else []
+    return _ReasoningItem(item_id, status, [_ReasoningText(text)], summary)
+
+
+def _wants_summary(echo: Echo) -> bool:
+    """Whether the request's `reasoning.summary` asks for one."""
+    return echo.reasoning.get("summary") not in (None, "none")
+
+
 def response_body(
     request_id: str, model: str, created: int, result: ChatResult, echo: Echo, summary: str | None = None
 ) -> bytes:
@@ -203,9 +220,7 @@ def response_body(
     status, incomplete = _ending(result.finish_reason)
     output: list[_Output] = [] if summary is None else [_compaction(request_id, 0, summary)]
     if result.reasoning:
-        output.append(
-            _ReasoningItem(_item_id("rs", request_id, len(output)), status, [_ReasoningText(result.reasoning)])
-        )
+        output.append(_reasoning_item(_item_id("rs", request_id, len(output)), status, result.reasoning, echo))
     if result.text or not result.tool_calls:
         text = _OutputText(result.text, logprobs=content_logprobs(result.logprobs or []))
         output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [text]))
@@ -254,6 +269,7 @@ class ResponseStream:
         self.model = model
         self.created = created
         self.echo = echo
+        self._summary = _wants_summary(echo)  # reasoning is streamed as a summary too
         self.finished = False
         self._sequence = 0
         self._started = False
@@ -380,7 +396,12 @@ class ResponseStream:
         if kind == "message":
             fields["logprobs"] = logprobs or []
             self._logprobs += fields["logprobs"]
-        return out + self._event(f"response.{'output' if kind == 'message' else 'reasoning'}_text.delta", fields)
+            return out + self._event("response.output_text.delta", fields)
+        out += self._event("response.reasoning_text.delta", fields)
+        if self._summary:
+            where = {"item_id": self._open.id, "output_index": len(self._items), "summary_index": 0}
+            out += self._event("response.reasoning_summary_text.delta", {**where, "delta": text})
+        return out
 
     def _ensure(self, kind: Literal["message", "reasoning"]) -> bytes:
         """Open a message (or reasoning) item with its one content part, unless one is open."""
@@ -393,14 +414,13 @@ class ResponseStream:
             item, part = _MessageItem(self._next_id("msg"), "in_progress", []), _OutputText("")
         else:
             item, part = _ReasoningItem(self._next_id("rs"), "in_progress", []), _ReasoningText("")
-        return (
-            out
-            + self._open_item(item)
-            + self._event(
-                "response.content_part.added",
-                {"item_id": item.id, "output_index": len(self._items), "content_index": 0, "part": part},
-            )
-        )
+        out += self._open_item(item)
+        where = {"item_id": item.id, "output_index": len(self._items)}
+        out += self._event("response.content_part.added", {**where, "content_index": 0, "part": part})
+        if kind == "reasoning" and self._summary:
+            summary = {**where, "summary_index": 0, "part": _SummaryText("")}
+            out += self._event("response.reasoning_summary_part.added", summary)
+        return out
 
     def _open_item(self, item: _Item) -> bytes:
         out = self._close_item("completed")
@@ -414,7 +434,7 @@ class ResponseStream:
             return msgspec.structs.replace(item, status=_call_status(whole, status), arguments=whole)
         if isinstance(item, _MessageItem):
             return msgspec.structs.replace(item, status=status, content=[_OutputText(whole, logprobs=self._logprobs)])
-        return msgspec.structs.replace(item, status=status, content=[_ReasoningText(whole)])
+        return _reasoning_item(item.id, status, whole, self.echo)
 
     def _close_item(self, status: str) -> bytes:
         if self._open is None:
@@ -437,6 +457,10 @@ class ResponseStream:
             else:
                 out += self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": part.text})
             out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
+            if isinstance(item, _ReasoningItem) and item.summary:
+                summary, text = {**where, "summary_index": 0}, item.summary[0]
+                out += self._event("response.reasoning_summary_text.done", {**summary, "text": text.text})
+                out += self._event("response.reasoning_summary_part.done", {**summary, "part": text})
         self._items.append(item)
         self._open = None
         return out + self._event("response.output_item.done", {"output_index": index, "item": item})

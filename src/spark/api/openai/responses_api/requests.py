@@ -165,7 +165,8 @@ class ConversationRef(msgspec.Struct, frozen=True):
 
 class ReasoningOptions(msgspec.Struct, frozen=True):
     effort: Effort | None = None
-    summary: str | None = None  # local models think in the open: their reasoning is given whole
+    # local models think in the open: asked for a summary, a reasoning item's is its whole thinking
+    summary: Literal["auto", "concise", "detailed", "none"] | None = None
 
 
 class ContextManagement(msgspec.Struct, frozen=True):
@@ -630,7 +631,10 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         else choice or "auto",
         tools=tools,
         text={"format": msgspec.to_builtins(form)},
-        reasoning={"effort": wire.reasoning.effort if wire.reasoning else None, "summary": None},
+        reasoning={
+            "effort": wire.reasoning.effort if wire.reasoning else None,
+            "summary": wire.reasoning.summary if wire.reasoning else None,
+        },
         metadata=wire.metadata or {},
         previous_response_id=wire.previous_response_id,
         conversation=None if wire.conversation is None else {"id": conversation_id(wire.conversation)},
