@@ -205,11 +205,15 @@ def test_errors_are_logged_with_their_type(live: LiveServer, models: dict[str, s
     body = b'{"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}'
     bad = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     record = logged_request(live, bad)
-    assert (record.status, record.error_type) == (400, "invalid_request") and record.model is None
+    assert (record.status, record.error_type) == (400, "invalid_request") and record.model == "x"  # as named
     assert record.error_message is not None and "max_tokens" in record.error_message
     assert names(record)[-1] == steps.FAILED
     # a body that could not be decoded is kept as it came, so the log shows what was wrong
     assert record.content is not None and record.content.body is not None and '"many"' in record.content.body
+
+    for unnamed in ({"model": 5}, {"model": "m" * 300}, {"messages": CHAT}):  # no model name to log
+        record = logged_request(live, http.post("/v1/chat/completions", json={**unnamed, "temperature": 5}))
+        assert (record.status, record.model) == (400, None)
 
     missing = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": CHAT})
     record = logged_request(live, missing)

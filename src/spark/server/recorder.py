@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Annotated
 
 import msgspec
 from litestar.enums import ScopeType
@@ -269,7 +270,7 @@ class RequestRecorder:
             route=self.route,
             status=status,
             duration_ms=round(duration_ms, 3),
-            model=self.request.model if self.request is not None else None,
+            model=self.request.model if self.request is not None else self._named_model(),
             key_name=self.key.name if self.key is not None else None,
             key_prefix=self.key.prefix if self.key is not None else None,
             node=self.node,
@@ -303,6 +304,14 @@ class RequestRecorder:
             assert so_far is not None  # Done always completes a result
             self._result = RequestContent(output=so_far.text, reasoning=so_far.reasoning, tool_calls=so_far.tool_calls)
 
+    def _named_model(self) -> str | None:
+        """The model a body that failed its checks names (`temperature: 5` for a model is still that
+        model's request in the log); None when the body was not kept or names none."""
+        try:
+            return msgspec.json.decode(b"".join(self._body), type=_NamesModel).model
+        except msgspec.DecodeError:
+            return None
+
     def _content(self) -> RequestContent | None:
         request = None if self.request is None else msgspec.to_builtins(_without_images(self.request))
         body = b"".join(self._body).decode("utf-8", "replace") if self.request is None and self._body else None
@@ -310,6 +319,10 @@ class RequestRecorder:
             return None
         result = self._result or RequestContent()
         return msgspec.structs.replace(result, request=request, body=body)
+
+
+class _NamesModel(msgspec.Struct):
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
 
 
 def _without_images(request: Request) -> Request:
