@@ -65,7 +65,7 @@ def test_whole_model_on_one_gpu() -> None:
     gpu_bytes, cpu_bytes = est.for_layers(-1)
     assert plan.device_bytes == {"cuda:0": gpu_bytes, "cpu": cpu_bytes}
     assert plan.evictions == []
-    assert plan.explain() == f"cuda:0 whole model, {format_bytes(gpu_bytes)} of 20.0 GiB free"
+    assert plan.explain() == f"cuda:0 whole model, uses {format_bytes(gpu_bytes)} of the 20.0 GiB free"
 
 
 def test_partial_offload_takes_as_many_layers_as_fit() -> None:
@@ -110,7 +110,7 @@ def test_no_gpu_means_cpu() -> None:
     plan = plan_placement(est, [cpu(free=12)], [])
     assert plan.devices == ["cpu"] and plan.n_gpu_layers == 0 and plan.tensor_split is None
     assert plan.device_bytes == {"cpu": est.total_bytes}
-    assert plan.explain() == f"cpu, {format_bytes(est.total_bytes)} of 12.0 GiB free"
+    assert plan.explain() == f"cpu, uses {format_bytes(est.total_bytes)} of the 12.0 GiB free"
     opts = plan.load_options(LoadOptions(model_id="m", path="/m.gguf", n_gpu_layers=99))
     assert opts.n_gpu_layers == 0 and opts.model_id == "m"
 

@@ -36,7 +36,7 @@ class Fit(msgspec.Struct, frozen=True, kw_only=True):
     draft_bytes: int = 0  # the draft model, its cache and buffers
     adapter_bytes: int = 0  # LoRA adapters
     device_bytes: dict[str, int] = {}  # what it would take on each device
-    arithmetic: str  # `needs 1.1 GiB (weights ...); cpu, 1.1 GiB of 12.0 GiB free`, or the refusal
+    arithmetic: str  # `needs 1.1 GiB (weights ...); cpu, uses 1.1 GiB of the 12.0 GiB free`, or the refusal
 
 
 def judge(

@@ -55,7 +55,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         )
 
     def explain(self) -> str:
-        """One line for logs and timelines, e.g. `cuda:0 whole model, 4.2 GiB of 20.1 GiB free`."""
+        """One line for logs and timelines, e.g. `cuda:0 whole model, uses 4.2 GiB of the 20.1 GiB free`."""
         gpus = [d for d in self.devices if d != "cpu"]
         if not gpus:
             where = "cpu"
@@ -67,7 +67,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         else:
             where = f"{'+'.join(gpus)} {self.n_gpu_layers}/{self.n_layers + 1} layers + cpu"
         usage = [
-            f"{format_bytes(self.device_bytes.get(d, 0))} of {format_bytes(self.free_bytes.get(d, 0))} free"
+            f"uses {format_bytes(self.device_bytes.get(d, 0))} of the {format_bytes(self.free_bytes.get(d, 0))} free"
             + (f" on {d}" if len(self.devices) > 1 else "")
             for d in self.devices
         ]

@@ -92,7 +92,7 @@ class RunnerState(msgspec.Struct, frozen=True):
     n_ctx: int  # tokens per slot
     n_parallel: int
     devices: list[str] = []  # where its layers run, GPUs first
-    placement: str = ""  # the plan, e.g. "cpu, 21 MiB of 3.1 GiB free"
+    placement: str = ""  # the plan, e.g. "cpu, uses 21 MiB of the 3.1 GiB free"
     estimate_bytes: int = 0  # host memory estimated before the load
     measured_bytes: int | None = None  # the same, measured (peak RSS less an idle runner's); None until known
     device_bytes: dict[str, int] = {}  # what placement counts per device: measured where known, runner included
