@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.console.helpers import HOSTILE_NAME, screenshot, sign_in
+from server.console.helpers import HOSTILE_NAME, SCREENSHOTS, screenshot, sign_in
+from server.console.records import made_up, write
 from server.helpers import LiveServer
+from spark.server.console.render import NAV
+
+# a batch's request: its id is long and has no place to break
+BATCH_REQUEST_ID = "batch_0f3c9d2e8b7a4c1f9e6d5b3a2c1d0e9f:15"
 
 
 def test_signing_in_in_the_browser_leads_to_the_page_asked_for(page: Any, console: LiveServer) -> None:
@@ -78,3 +83,32 @@ def test_no_page_asks_for_an_icon_that_is_not_there(browser: Any, console: LiveS
     context.close()
     assert missing == [] and errors == []  # before, /favicon.ico: a 404, and an error in the console
     assert icons == ["data:,"]  # no icon to fetch (data: images are allowed by the CSP's img-src)
+
+
+def test_no_page_scrolls_sideways_on_a_phone(browser: Any, console: LiveServer) -> None:
+    write(console.settings.db_path, [made_up(9015, request_id=BATCH_REQUEST_ID)])
+    console.http().post(  # a runner in the Runners table, its widest cell "Memory measured / estimated"
+        "/v1/chat/completions",
+        json={"model": "tiny-chat", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]},
+    ).raise_for_status()
+    paths = [href for _, _, href in NAV] + [
+        "/models/smollm2-135m-instruct-q4_1",
+        "/requests/made09015",
+        "/activity?window=24h",
+    ]
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    sign_in(page, console, "/models")
+    wide = {}
+    for path in paths:
+        page.goto(f"{console.url}{path}")
+        # the page, and no table in its own scrolling box either (a cut-off cell is scrolled to, not read)
+        scroll, inner = page.evaluate(
+            "() => [Math.max(document.scrollingElement.scrollWidth, ...[...document.querySelectorAll('.table-wrap')]"
+            ".map(t => t.scrollWidth - t.clientWidth + window.innerWidth)), window.innerWidth]"
+        )
+        if scroll > inner:
+            wide[path] = scroll
+            page.screenshot(path=str(SCREENSHOTS / f"phone-too-wide-{path.strip('/').replace('/', '_')}.png"))
+    context.close()
+    assert wide == {}  # each page fits the phone's 390 px

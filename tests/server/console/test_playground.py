@@ -170,12 +170,19 @@ def test_a_stopped_answer_settles_the_stats_and_stays_in_the_conversation(
     sent = _start_long(page, console, slow_model, "Tell me a long story.")
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function("() => !document.querySelector('.turn.answer[aria-busy]')")
-    assert page.locator("#pg-error").text_content() == "Stopped."
+    assert page.locator("#pg-error").is_hidden()  # a stop is no error
+    stopped = page.locator(".turn.answer.stopped")
+    note = stopped.locator(".note").inner_text()
+    assert note.startswith("Stopped after ") and note.split()[2].isdigit() and int(note.split()[2]) > 0, note
     partial = page.locator(".turn.answer .text").last.text_content()
-    ttft, *rest = _stats(page)
-    assert ttft.endswith(" ms") and rest == ["–", "–", "–"]  # what came, and no "…" left waiting
+    ttft, speed, tokens, cached = _stats(page)
+    # what came is counted: the tokens received, their speed; the prompt's tokens are not known here
+    assert ttft.endswith(" ms") and speed.endswith(" tokens/s") and cached == "–"
+    assert tokens == f"{note.split()[2]} out"
     assert page.locator("#pg-request-link").count() == 1
     assert page.locator(".turn.left-out").count() == 0  # the stopped turn is part of the chat
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "playground-just-stopped-light.png"), full_page=True)
 
     # the next message carries the stopped turn as the page shows it; it is answered at once, as the
     # stopped answer was cancelled in the model's one slot
@@ -217,7 +224,7 @@ def test_a_failed_turn_is_marked_and_left_out_of_the_conversation(page: Any, con
     page.wait_for_function("() => document.getElementById('pg-stop').disabled === false")
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function("() => document.getElementById('pg-submit').disabled === false")
-    assert page.locator("#pg-error").text_content() == "Stopped."
+    assert page.locator("#pg-error").is_hidden()
     assert _stats(page) == ["–", "–", "–", "–"]
     assert "Stopped before the answer began" in page.locator(".turn.question.left-out").last.inner_text()
     assert page.locator(".turn.answer").count() == 0

@@ -120,11 +120,17 @@
   // it stays on screen, marked, and is not sent with the next message.
   function leftOut(boxes, why) {
     for (const box of boxes) box.classList.add("left-out");
-    const note = document.createElement("div");
-    note.className = "note";
-    note.textContent = why;
-    boxes[boxes.length - 1].append(note);
+    note(boxes[boxes.length - 1], why);
   }
+
+  function note(box, text) {
+    const line = document.createElement("div");
+    line.className = "note";
+    line.textContent = text;
+    box.append(line);
+  }
+
+  function count(n, what) { return n + " " + what + (n === 1 ? "" : "s"); }
 
   async function send(event) {
     event.preventDefault();
@@ -153,6 +159,7 @@
     for (const id of STATS) setStat(id, "…");
     const sent = performance.now();
     let first = null, usage = null, reasoning = null, output = "";
+    let pieces = 0;  // chunks of answer received, one token each: the count when a stop leaves no usage
     try {
       const response = await fetch("/playground/chat", {
         method: "POST",
@@ -186,7 +193,8 @@
             if (chunk.usage) usage = chunk.usage;
             const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
             if (!delta) continue;
-            if (first === null && (delta.content || delta.reasoning_content || delta.tool_calls)) {
+            if (delta.content || delta.reasoning_content || delta.tool_calls) pieces += 1;
+            if (first === null && pieces) {
               first = performance.now();
               setStat("pg-ttft", Math.round(first - sent) + " ms");
             }
@@ -220,14 +228,16 @@
       }
       if (!current()) return;
       keep(call, output);
-      showStats(sent, first, performance.now(), usage);
+      showStats(sent, first, performance.now(), usage, pieces);
     } catch (e) {
       if (!current()) return;  // an answer of a chat no longer shown: nothing of it is kept
       const stopped = e.name === "AbortError";
-      showError(stopped ? "Stopped." : e.message);
-      showStats(sent, first, performance.now(), usage);
+      if (!stopped) showError(e.message);  // a stop is the user's own doing: no error, a note on the turn
+      showStats(sent, first, performance.now(), usage, pieces);
       if (stopped && first !== null) {
         keep(call, output);  // as shown: the question and the answer as far as it got
+        answerBox.classList.add("stopped");
+        note(answerBox, "Stopped after " + count(pieces, "token") + ": kept in the conversation as shown.");
       } else {  // shown, marked, and left out of the conversation, as nothing usable came back
         if (first === null) answerBox.remove();
         leftOut(first === null ? [questionBox] : [questionBox, answerBox],
@@ -260,12 +270,14 @@
     cell.append(link);
   }
 
-  function showStats(sent, first, end, usage) {
+  // `pieces`, the chunks received, stand in for the usage a stopped answer never gets (the log has it
+  // in full: its link is shown); what the prompt took is not known here then.
+  function showStats(sent, first, end, usage, pieces) {
     if (first === null) setStat("pg-ttft", "–");
-    const out = usage ? usage.completion_tokens : 0;
+    const out = usage ? usage.completion_tokens : pieces;
     setStat("pg-speed", first !== null && out > 1 && end > first
       ? ((out - 1) / ((end - first) / 1000)).toFixed(1) + " tokens/s" : "–");
-    setStat("pg-tokens", usage ? usage.prompt_tokens + " in, " + out + " out" : "–");
+    setStat("pg-tokens", usage ? usage.prompt_tokens + " in, " + out + " out" : out ? out + " out" : "–");
     const details = usage && usage.prompt_tokens_details;
     setStat("pg-cached", usage ? String((details && details.cached_tokens) || 0) : "–");
   }
