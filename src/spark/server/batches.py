@@ -23,7 +23,7 @@ from litestar.types import ASGIApp
 from spark.api.openai.batches import result_line
 from spark.server import in_process
 from spark.server.request_ids import BATCH_STATE, REQUEST_ID_HEADER
-from spark.store.batches import UNFINISHED, Batch, BatchItem, BatchTable
+from spark.store.batches import CANCELLED_STATUS, UNFINISHED, Batch, BatchItem, BatchTable
 from spark.store.files import FileTable, StoredFile
 
 OUTPUT_PURPOSE = "batch_output"
@@ -82,9 +82,10 @@ class BatchRunner:
                 if stop.is_set():
                     return
                 status, request_id, body = await self._call(batch, item, stop)
-                if stop.is_set() and not 200 <= status < 300:
-                    return  # cut short by the cancel: counted as cancelled
-                await asyncio.to_thread(self.table.answered, batch.id, item.seq, status, request_id, body)
+                kept: bytes | None = body
+                if stop.is_set() and not 200 <= status < 300:  # cut short by the cancel: cancelled, having run
+                    status, kept = CANCELLED_STATUS, None
+                await asyncio.to_thread(self.table.answered, batch.id, item.seq, status, request_id, kept)
 
         watch = asyncio.create_task(self._watch(batch.id, stop))
         try:
@@ -102,18 +103,20 @@ class BatchRunner:
             if await asyncio.to_thread(self.table.get, batch_id, None) is None:
                 stop.set()
 
-    async def _call(self, batch: Batch, item: BatchItem, stop: asyncio.Event) -> tuple[int, str | None, bytes]:
+    async def _call(self, batch: Batch, item: BatchItem, stop: asyncio.Event) -> tuple[int, str, bytes]:
         """The app's answer to one request of `batch`: status, request id and body. The request's
         x-request-id is the batch's id and its place in it, so the log shows where it came from."""
         assert self._app is not None, "attach() first"
-        headers = [(REQUEST_ID_HEADER.encode(), f"{batch.id}:{item.seq}".encode())]
+        sent_id = f"{batch.id}:{item.seq}"
+        headers = [(REQUEST_ID_HEADER.encode(), sent_id.encode())]
         if batch.api == "anthropic":
             headers.append((b"anthropic-version", b"2023-06-01"))
         # a cancelled batch hangs up on its requests, as a client would
         reply = await in_process.post(
             self._app, batch.endpoint, item.body, headers=headers, state={BATCH_STATE: batch.owner}, hang_up=stop
         )
-        return reply.status, reply.headers.get(REQUEST_ID_HEADER.lower()), b"".join(reply.body)
+        # its id in the log, even when the hang-up came before the answer's headers
+        return reply.status, reply.headers.get(REQUEST_ID_HEADER.lower()) or sent_id, b"".join(reply.body)
 
     def _finish(self, batch_id: str, cancelled: bool) -> None:
         """The batch's end: its unanswered requests cancelled, OpenAI's output and error files written."""

@@ -19,7 +19,8 @@ _FIELDS = (
 )
 _JOINED_FIELDS = ", ".join(f"b.{name.strip()}" for name in _FIELDS.split(","))
 UNFINISHED = ("in_progress", "cancelling")
-CANCELLED_STATUS = 0  # an item's status when the batch was cancelled before it was sent
+# an item's status when the batch was cancelled: never sent (no request_id), or cut short while it ran
+CANCELLED_STATUS = 0
 
 
 class Batch(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,7 +46,7 @@ class BatchItem(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     custom_id: str
     body: bytes
-    status: int | None = None  # the answer's HTTP status; CANCELLED_STATUS: never sent
+    status: int | None = None  # the answer's HTTP status; CANCELLED_STATUS: cancelled (see CANCELLED_STATUS)
     request_id: str | None = None
     answer: bytes | None = None
 
@@ -56,7 +57,8 @@ class Counts(msgspec.Struct, frozen=True):
     total: int
     succeeded: int
     errored: int
-    cancelled: int
+    cancelled: int  # never sent, or cut short
+    cut: int = 0  # of the cancelled, those running when the cancel came (the request log has them)
 
     @property
     def processing(self) -> int:
@@ -95,14 +97,15 @@ class BatchTable:
         sql = (
             f"SELECT {_JOINED_FIELDS}, count(i.seq) AS total, "
             "coalesce(sum(i.status BETWEEN 200 AND 299), 0) AS succeeded, "
-            "coalesce(sum(i.status >= 300), 0) AS errored, coalesce(sum(i.status = ?), 0) AS cancelled "
+            "coalesce(sum(i.status >= 300), 0) AS errored, coalesce(sum(i.status = ?), 0) AS cancelled, "
+            "coalesce(sum(i.status = ? AND i.request_id IS NOT NULL), 0) AS cut "
             "FROM batches b LEFT JOIN batch_items i ON i.batch = b.id "
             + ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in where) + " " if where else "")
             + "GROUP BY b.id "
             + ("ORDER BY b.created_at, b.id" if newest is None else "ORDER BY b.created_at DESC, b.id DESC LIMIT ?")
         )
         limit = () if newest is None else (newest,)
-        rows = self.db.execute(sql, (CANCELLED_STATUS, *(value for _, value in where), *limit))
+        rows = self.db.execute(sql, (CANCELLED_STATUS, CANCELLED_STATUS, *(value for _, value in where), *limit))
         listed = []
         for row in rows:
             fields = dict(row)
@@ -147,9 +150,10 @@ class BatchTable:
             "SELECT count(*), "
             "coalesce(sum(status BETWEEN 200 AND 299), 0), "
             "coalesce(sum(status >= 300), 0), "
-            "coalesce(sum(status = ?), 0) "
+            "coalesce(sum(status = ?), 0), "
+            "coalesce(sum(status = ? AND request_id IS NOT NULL), 0) "
             "FROM batch_items WHERE batch = ?",
-            (CANCELLED_STATUS, batch_id),
+            (CANCELLED_STATUS, CANCELLED_STATUS, batch_id),
         ).fetchone()
         return Counts(*row)
 

@@ -12,6 +12,7 @@ import pytest
 from server.console.helpers import HOSTILE_NAME, PASSWORD, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer, add_slow_model, live_server, server_settings, wait_for
 from spark.library import Library
+from spark.server.admin_auth import read_admin_token
 from spark.server.console.render import render_fragment
 
 LONG = 12_000  # tokens: many seconds on the slow model
@@ -31,6 +32,7 @@ ROWS = [
         "succeeded": 12,
         "errored": 1,
         "cancelled": 0,
+        "cut": 0,
         "processing": 27,
     },
     {
@@ -47,6 +49,7 @@ ROWS = [
         "succeeded": 2,
         "errored": 0,
         "cancelled": 3,
+        "cut": 1,
         "processing": 0,
     },
 ]
@@ -78,7 +81,11 @@ def test_a_batch_is_listed_live_and_cancelled_from_the_page(page: Any, served: t
     page.get_by_role("button", name=f"Cancel {batch.id}").click()
     assert "Cancelling" in page.locator("#batch-outcome .notice").inner_text()
     row.locator(".badge", has_text="cancelled").wait_for(timeout=15_000)
-    assert "2 never sent" in row.inner_text() and row.get_by_role("button").count() == 0
+    assert row.get_by_role("button").count() == 0
+    # the request running when the cancel came was cut short: it is in the log, unlike one never sent
+    cut = live.http(read_admin_token(live.settings)).get("/api/batches").json()[0]["cut"]
+    assert cut >= 1 and f"{cut} cut short by the cancel" in row.inner_text()
+    assert ("never sent" in row.inner_text()) == (cut < 2)
     ended = live.anthropic().messages.batches.retrieve(batch.id)  # the key sees the admin's cancel
     assert ended.processing_status == "ended" and ended.request_counts.canceled == 2
 
@@ -86,7 +93,7 @@ def test_a_batch_is_listed_live_and_cancelled_from_the_page(page: Any, served: t
 def test_rows_are_drawn_with_their_progress_and_names_escaped() -> None:
     html = render_fragment("batches_table.html", csrf="t", batches=ROWS, error="", message="")
     assert "13 of 40 answered, 1 with an error" in html and 'value="13"' in html
-    assert "2 of 5 answered, 3 never sent" in html and "OpenAI, /v1/chat/completions" in html
+    assert "2 of 5 answered, 1 cut short by the cancel, 2 never sent" in html and "OpenAI, /v1/chat/completions" in html
     assert 'aria-label="Cancel msgbatch_1"' in html and 'aria-label="Cancel batch_2"' not in html  # it ended
     assert HOSTILE_NAME not in html and "&lt;script&gt;" in html  # a key's name is shown, never run
 

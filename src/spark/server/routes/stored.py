@@ -41,7 +41,8 @@ class BatchRow(msgspec.Struct, frozen=True, kw_only=True):
     total: int
     succeeded: int
     errored: int
-    cancelled: int  # never sent: the batch was cancelled first
+    cancelled: int  # the batch was cancelled first: never sent, or cut short
+    cut: int  # of the cancelled, those running when the cancel came (cut short; the request log has them)
     processing: int  # not answered yet
 
 
@@ -86,6 +87,7 @@ def _row(batch: Batch, counts: Counts) -> BatchRow:
         succeeded=counts.succeeded,
         errored=counts.errored,
         cancelled=counts.cancelled,
+        cut=counts.cut,
         processing=counts.processing,
     )
 
