@@ -24,7 +24,7 @@ def test_every_error_is_rebuilt_from_its_info(cls: type[SparkError]) -> None:
     if cls is ModelNotFound:
         error: SparkError = ModelNotFound("m")
     elif cls is ContextLengthExceeded:
-        error = ContextLengthExceeded(5000, 4096, "prompt")
+        error = ContextLengthExceeded(5000, 4096, "prompt", trained=8192)
     else:
         error = cls("went wrong", param="p")
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(error.info()), type=ErrorInfo)
@@ -44,3 +44,14 @@ def test_an_unknown_code_becomes_a_plain_error() -> None:
 def test_two_classes_cannot_share_a_code() -> None:
     with pytest.raises(TypeError, match="invalid_request"):
         type("Again", (errors.SparkError,), {"code": "invalid_request"})
+
+
+def test_a_context_overflow_says_whether_the_context_can_grow() -> None:
+    """Raising the context is advice only below the model's training context, past which it is capped."""
+    below = ContextLengthExceeded(5000, 4096, trained=32768).message
+    assert below.endswith(
+        "Shorten 'messages' or raise the model's context_length (up to 32768, what the model was trained for)."
+    )
+    at_most = ContextLengthExceeded(600, 512, "input", trained=512).message
+    assert at_most.endswith("Shorten 'input': 512 tokens is as long as this model's context goes.")
+    assert ContextLengthExceeded(600, 512).message.endswith("Shorten 'messages' or raise the model's context_length.")

@@ -132,26 +132,38 @@ class ContextLengthExceeded(SparkError):
     status = 400
     code = "context_length_exceeded"
 
-    def __init__(self, n_prompt: int, n_ctx: int, param: str = "messages") -> None:
+    def __init__(self, n_prompt: int, n_ctx: int, param: str = "messages", *, trained: int = 0) -> None:
+        """`trained`: the model's training context (0 unknown), past which its context cannot be raised."""
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+        self.trained = trained
         # OpenAI's wording, which clients (LangChain, LiteLLM) recognise a context overflow by.
         super().__init__(
             f"This model's maximum context length is {n_ctx} tokens per request. However, your request "
-            f"has {n_prompt} prompt tokens. Shorten '{param}' or raise the context length.",
+            f"has {n_prompt} prompt tokens. {self.remedy(param)}",
             param=param,
         )
-        self.n_prompt = n_prompt
-        self.n_ctx = n_ctx
+
+    def remedy(self, param: str) -> str:
+        """What the client can do: shorten `param`, or raise the model's context where it is below its training."""
+        if self.trained and self.n_ctx >= self.trained:
+            return f"Shorten '{param}': {self.n_ctx} tokens is as long as this model's context goes."
+        most = f" (up to {self.trained}, what the model was trained for)" if self.trained else ""
+        return f"Shorten '{param}' or raise the model's context_length{most}."
 
     def data(self) -> dict[str, Any]:
-        return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx}
+        return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx, "trained": self.trained}
 
     def named(self, param: str) -> ContextLengthExceeded:
         """The same error naming `param`: what an API calls the prompt (a Responses request's `input`)."""
-        return ContextLengthExceeded(self.n_prompt, self.n_ctx, param)
+        return ContextLengthExceeded(self.n_prompt, self.n_ctx, param, trained=self.trained)
 
     @classmethod
     def rebuild(cls, info: ErrorInfo) -> SparkError:
-        return cls(int(info.data["n_prompt"]), int(info.data["n_ctx"]), info.param or "messages")
+        data = info.data
+        return cls(
+            int(data["n_prompt"]), int(data["n_ctx"]), info.param or "messages", trained=int(data.get("trained", 0))
+        )
 
 
 class PlacementRefused(SparkError):

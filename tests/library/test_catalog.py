@@ -175,7 +175,7 @@ def test_update_settings(lib: Library, tiny_llama: Path) -> None:
     lib.add_local(tiny_llama)
     settings = ModelSettings(
         system_prompt="Be brief.",
-        context_length=1024,
+        context_length=256,
         parallel=2,
         sampling=SamplingParams(temperature=0.2, top_k=10, stop=["END"], logit_bias={5: -100.0}),
     )
@@ -189,6 +189,7 @@ def test_update_settings(lib: Library, tiny_llama: Path) -> None:
     ("settings", "param"),
     [
         (ModelSettings(context_length=0), "context_length"),
+        (ModelSettings(context_length=1024), "context_length"),  # the tiny model was trained for 512
         (ModelSettings(parallel=0), "parallel"),
         (ModelSettings(sampling=SamplingParams(temperature=-1.0)), "sampling.temperature"),
         (ModelSettings(sampling=SamplingParams(top_p=1.5)), "sampling.top_p"),

@@ -161,6 +161,8 @@ def test_context_length_exceeded(live: LiveServer, models: Models) -> None:
             list(result) if stream else None
         assert e.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
         assert e.value.body["message"].startswith("This model's maximum context length is 512 tokens")  # type: ignore[index]
+        # 512 is all the tiny model was trained for: no advice to raise it
+        assert e.value.body["message"].endswith("512 tokens is as long as this model's context goes.")  # type: ignore[index]
         assert e.value.param == "messages"  # type: ignore[attr-defined]
     with pytest.raises(anthropic.BadRequestError) as a:
         live.anthropic().messages.create(model=models.chat, max_tokens=5, messages=long)  # type: ignore[arg-type]

@@ -112,6 +112,9 @@ class Preparer:
                 out[ids[0]] = marker.encode()
         return out
 
+    def _too_long(self, n_prompt: int, param: str) -> ContextLengthExceeded:
+        return ContextLengthExceeded(n_prompt, self._n_ctx, param, trained=self._model.n_ctx_train)
+
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
         """The prompt's tokens, its images (if any) and its text."""
         if self._embedding:
@@ -302,9 +305,7 @@ class Preparer:
             echoed = text, int(added_bos and not (self._bos_text and text.startswith(self._bos_text)))
         try:
             if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(
-                    len(tokens), self._n_ctx, "prompt" if isinstance(request, CompletionRequest) else "messages"
-                )
+                raise self._too_long(len(tokens), "prompt" if isinstance(request, CompletionRequest) else "messages")
             # a request may ask for no answer at all (max_tokens 0): an echo's point is the prompt's
             # log probabilities; llama-server's `n_predict: 0` and Anthropic's `max_tokens: 0` cache
             # the prompt for the next request (each API's own bounds say which may)
@@ -354,7 +355,7 @@ class Preparer:
                 tokens = [model.bos]
             if len(tokens) > self._n_ctx:
                 if not request.truncate:
-                    raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
+                    raise self._too_long(len(tokens), param)
                 # the end is cut, but a closing control token (BERT's SEP, an EOS) the model pools by stays
                 end = tokens[-1:] if model.is_control(tokens[-1]) else []
                 tokens = tokens[: self._n_ctx - len(end)] + end
@@ -382,7 +383,7 @@ class Preparer:
                 raise InvalidRequest("a document must be a text", param=param)
             tokens = embeddings.rerank_pair(self._model, self._rerank_template, request.query, document)
             if len(tokens) > self._n_ctx:
-                raise ContextLengthExceeded(len(tokens), self._n_ctx, param)
+                raise self._too_long(len(tokens), param)
             inputs.append(tokens)
         return inputs
 

@@ -123,6 +123,13 @@ def check_model_settings(settings: ModelSettings, info: GGUFInfo | None = None) 
             f"context_length must be a positive number of tokens, not {settings.context_length}",
             param="context_length",
         )
+    trained = info.context_length if info is not None else 0
+    if trained and settings.context_length is not None and settings.context_length > trained:
+        # positions past the training context give garbage: the engine never goes beyond it
+        raise InvalidRequest(
+            f"context_length {settings.context_length} is more than this model was trained for: at most {trained}",
+            param="context_length",
+        )
     if settings.parallel is not None and not 1 <= settings.parallel <= 256:
         raise InvalidRequest(f"parallel must be between 1 and 256, not {settings.parallel}", param="parallel")
     if settings.keep_alive is not None and not math.isfinite(settings.keep_alive):

@@ -288,7 +288,7 @@ def _error_detail(error: SparkError) -> _ErrorDetail:
         # Anthropic's wording, which clients match to compact or trim a conversation.
         message = (
             f"prompt is too long: {error.n_prompt} tokens > {error.n_ctx} maximum (the model's context per "
-            f"request). Shorten '{error.param}' or raise the context length."
+            f"request). {error.remedy(error.param or 'messages')}"
         )
     if error.param and error.param not in message:
         message = f"{error.param}: {message}"
