@@ -229,6 +229,23 @@ def test_settings_change_says_when_a_reload_is_needed(live: LiveServer, models: 
     assert reset["model"]["settings"] == {}
 
 
+@pytest.mark.parametrize(
+    ("change", "message", "param"),
+    [
+        ({"context_length": "abc"}, "context_length must be a whole number, not 'abc'", "context_length"),
+        ({"system_prompt": 5}, "system_prompt must be text, not 5", "system_prompt"),
+        ({"sampling": {"top_k": 2.5}}, "sampling.top_k must be a whole number, not 2.5", "sampling.top_k"),
+        ({"sampling": {"stop": 7}}, "sampling.stop must be a list, not 7", "sampling.stop"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_named_in_words(
+    live: LiveServer, models: dict[str, str], change: dict[str, Any], message: str, param: str
+) -> None:
+    """Said as a person filling in the console's form reads it, not in msgspec's type names."""
+    error = openai_error(admin(live).patch(f"/api/models/{models['tuned']}/settings", json=change), 400)
+    assert (error["message"], error["param"]) == (message, param)
+
+
 def test_repetition_guard_and_answer_length_are_model_settings(live: LiveServer, models: dict[str, str]) -> None:
     model, client = models["guarded"], admin(live)
     guard = {"dry_multiplier": 0.8, "dry_allowed_length": 3, "repeat_penalty": 1.1, "max_tokens": 3}

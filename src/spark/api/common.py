@@ -259,24 +259,39 @@ _MISSING_FIELD = "Object missing required field `"
 _UNKNOWN_FIELD = "Object contains unknown field `"
 
 
-def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
-    """Decode a request body, raising `InvalidRequest` that names the offending param."""
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, *, plain: bool = False) -> T:
+    """Decode a request body, raising `InvalidRequest` that names the offending param; with `plain`, a
+    value of the wrong type is told in words, with the value given (see `invalid_from_validation`)."""
     check_body(body)
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
-        raise invalid_from_validation(e) from None
+        raise invalid_from_validation(e, body if plain else None) from None
     except msgspec.DecodeError as e:
         raise InvalidRequest(f"body is not valid JSON: {e}") from None
     except RecursionError:  # msgspec's own guard against stack exhaustion
         raise InvalidRequest("body is nested too deeply.") from None
 
 
-def invalid_from_validation(error: msgspec.ValidationError) -> InvalidRequest:
+_WRONG_TYPE = re.compile(r"Expected `(?P<wanted>[^`]+)`, got `[^`]+`")
+# msgspec's JSON types, as a person filling a form reads them
+_TYPE_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "text",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "an object",
+}
+
+
+def invalid_from_validation(error: msgspec.ValidationError, body: bytes | None = None) -> InvalidRequest:
     """Translate msgspec's location (`$.messages[0].content`) into a param name.
 
-    The one place that reads msgspec's text; it only converts the path msgspec
-    reports into the request's own field names.
+    The one place that reads msgspec's text; it converts the path msgspec
+    reports into the request's own field names. Given the request's `body`, a
+    value of the wrong type is said plainly with the value ("context_length must
+    be a whole number, not 'abc'"), for the admin API whose forms people fill in.
     """
     what, _, where = str(error).partition(" - at `")
     where = where.removesuffix("`")
@@ -293,7 +308,25 @@ def invalid_from_validation(error: msgspec.ValidationError) -> InvalidRequest:
         return InvalidRequest(f"Unknown parameter: '{param}'.", param=param)
     if not path:
         return InvalidRequest(f"Invalid request body: {what}.")
+    if body is not None and (wrong := _WRONG_TYPE.fullmatch(what)):
+        wanted = [_TYPE_WORDS.get(t, t) for t in wrong["wanted"].split(" | ") if t != "null"]
+        value = _value_at(msgspec.json.decode(body), path)
+        shown = f"'{value}'" if isinstance(value, str) else msgspec.json.encode(value).decode()
+        shown = shown if len(shown) <= 40 else shown[:39] + "…"
+        return InvalidRequest(f"{path} must be {' or '.join(wanted)}, not {shown}", param=path)
     return InvalidRequest(f"Invalid '{path}': {what}.", param=path)
+
+
+def _value_at(document: Any, path: str) -> Any:
+    """The value at `path` (`sampling.stop[0]`) of a decoded JSON document (None where there is none)."""
+    for part in re.findall(r"[^.\[\]]+", path):
+        if isinstance(document, dict):
+            document = document.get(part)
+        elif isinstance(document, list) and part.isdigit() and int(part) < len(document):
+            document = document[int(part)]
+        else:
+            return None
+    return document
 
 
 # --- content ------------------------------------------------------------------

@@ -212,7 +212,7 @@ async def detach_projector(request: Request[Any, Any, Any], model_id: FromPath[s
 @patch("/models/{model_id:str}/settings")
 async def change_settings(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
     state = state_of(request)
-    change = decode_body(_patch_decoder, await request.body())
+    change = decode_body(_patch_decoder, await request.body(), plain=True)
     entry = await asyncio.to_thread(state.library.get, model_id)
     updated = await asyncio.to_thread(state.library.update_settings, entry.id, _apply(entry.settings, change))
     changes = await asyncio.to_thread(_changes, state, entry, updated)
@@ -241,10 +241,11 @@ def _apply(current: ModelSettings, change: SettingsPatch) -> ModelSettings:
         fields["sampling"] = ModelSettings().sampling  # the default itself, so that it is left out when stored
     elif change.sampling is not msgspec.UNSET:
         values = {k: v for k, v in change.sampling.items() if v is not None}
+        given_json = msgspec.json.encode({"sampling": values})
         try:  # decoded as JSON, whose object keys are text: logit_bias's token ids come as "511"
-            given = msgspec.json.decode(msgspec.json.encode({"sampling": values}), type=_SamplingChange).sampling
+            given = msgspec.json.decode(given_json, type=_SamplingChange).sampling
         except msgspec.ValidationError as e:
-            raise invalid_from_validation(e) from None
+            raise invalid_from_validation(e, given_json) from None
         named = [k for k in change.sampling if k in SamplingParams.__struct_fields__]  # unknown ones are ignored
         fields["sampling"] = msgspec.structs.replace(current.sampling, **{k: getattr(given, k) for k in named})
     if change.keep_alive is not msgspec.UNSET:
