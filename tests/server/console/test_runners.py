@@ -24,6 +24,8 @@ def test_loading_and_unloading_a_model_from_the_page(page: Any, console: LiveSer
     page.get_by_text("Loaded tiny-chat.").wait_for()
     text = row.inner_text()
     assert "ready" in text and "cpu" in text
+    option = page.locator("#load-model-id option[value='tiny-chat']")
+    assert option.inner_text() == "tiny-chat (loaded)"  # the list follows the table, without a reload
     assert "/ 4" in text  # slots busy / all
     countdown = row.locator("[data-countdown]")
     first = countdown.inner_text()
@@ -36,6 +38,8 @@ def test_loading_and_unloading_a_model_from_the_page(page: Any, console: LiveSer
     page.get_by_role("button", name="Unload tiny-chat").click()
     page.get_by_text("Unloaded tiny-chat.").wait_for(timeout=30_000)
     assert page.locator("#runners-table tr[data-model='tiny-chat']").count() == 0
+    assert option.inner_text() == "tiny-chat"
+    assert page.get_by_label("Model", exact=True).input_value() == "tiny-chat"  # still the one chosen
     assert all(r.model != "tiny-chat" for r in console.runners())
 
 

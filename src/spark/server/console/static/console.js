@@ -1,6 +1,7 @@
 // Spark console: the little every page shares. Copy buttons (data-copy: the id of the element whose
 // text to copy), keep-alive countdowns (data-countdown: seconds left when the element was drawn), and
-// the request count (#count, data-total) kept in step with the rows the live list adds (#rows).
+// the request count (#count, data-total) kept in step with the rows the live list adds (#rows), and the
+// Runners page's list of models to load kept in step with its live table.
 // Copyright the Spark authors; part of Spark, same licence.
 "use strict";
 
@@ -60,6 +61,18 @@
       const empty = document.getElementById("empty");
       if (empty) empty.hidden = true;
     }).observe(rows, { childList: true });
+  }
+
+  // Runners: the Load form's list says "(loaded)" of the models the live table shows loaded (kept in
+  // step here, not drawn again by the server: that would lose the model chosen in it).
+  const runners = document.getElementById("runners-table"), choices = document.getElementById("load-model-id");
+  if (runners && choices) {
+    new MutationObserver(() => {
+      const loaded = new Set([...runners.querySelectorAll("tr[data-loaded]")].map((row) => row.dataset.model));
+      for (const option of choices.options) {
+        option.textContent = option.value + (loaded.has(option.value) ? " (loaded)" : "");
+      }
+    }).observe(runners, { childList: true, subtree: true });
   }
 
   setInterval(() => {
