@@ -123,7 +123,7 @@ def test_a_chat_streams_token_by_token_and_links_to_its_request(page: Any, conso
     facts = page.locator("dl.facts").inner_text()
     assert f"Key\n{CONSOLE_KEY_NAME}" in facts and SMOLLM2 in facts and "(streamed)" in facts
     steps = page.locator("table.timeline tbody tr td:first-child").all_inner_texts()
-    assert steps[0] == "received" and steps[-1] == "finished" and "first_token" in steps
+    assert steps[0] == "received" and steps[-1] == "finished" and "first token" in steps
     assert page.locator("table.timeline svg.bar rect").count() == len(steps)
     turns = page.locator(".content .turn").all_inner_texts()
     assert any("geography teacher" in t for t in turns) and any("And of Italy?" in t for t in turns)

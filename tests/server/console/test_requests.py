@@ -143,7 +143,20 @@ def test_a_request_page_draws_the_timeline_and_shows_content_as_text(page: Any, 
     sign_in(page, console, "/requests/made00902")
     assert page.locator("table.timeline svg.bar rect").count() == 7
     labels = page.locator("table.timeline tbody td:first-child").all_inner_texts()
-    assert labels == ["received", "authenticated", "queued", "slot", "prompt", "first_token", "finished"]
+    # in words, as the TUI says them
+    assert labels == [
+        "received",
+        "authenticated",
+        "queued",
+        "slot assigned",
+        "prompt evaluated",
+        "first token",
+        "finished",
+    ]
+    details = page.locator("table.timeline tbody td:last-child").all_inner_texts()
+    assert details[2] == "position 2 in the queue (1 slots on tiny-chat)"
+    assert details[3] == "slot 0: 2 of 0 prompt tokens reused from the slot's cache"
+    assert details[4] == "30 tokens in 0.0 ms" and not any("=" in d for d in details)
     assert page.locator("#output").inner_text() == f"sure: {HOSTILE}"
     assert f"say {HOSTILE}" in page.locator(".content").inner_text()
     assert page.evaluate("typeof window.pwned") == "undefined"

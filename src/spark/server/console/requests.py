@@ -27,6 +27,7 @@ from spark.server.console.signin import require_session
 from spark.server.generation import SSE_HEADERS
 from spark.server.state import ServerState, state_of
 from spark.store.requests import RequestFilter, check_filter, parse_since
+from spark.trace import describe_step
 
 PAGE_SIZE = 50
 SINCE_CHOICES = [
@@ -197,6 +198,7 @@ async def request_page(request: Request[Any, Any, Any], request_id: FromPath[str
         session=session,
         active="requests",
         r=record,
+        steps=[describe_step(step) for step in record.timeline],  # in words, as the TUI and `spark log` say them
         bars=waterfall(record.timeline),
         messages=_messages(content.request if content else None),
         parameters=_parameters(content.request if content else None),
