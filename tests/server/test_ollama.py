@@ -242,6 +242,13 @@ def test_model_names_are_listed_with_a_tag_and_echoed_as_sent(live: LiveServer, 
         names = [m["model"] for m in listed]
         for asked in (models.chat, models.chat + ":latest"):
             assert any(asked == name or name.startswith(asked + ":") for name in names)
+    # each model its own digest, the same in both lists (llm-ollama takes models with one digest for one)
+    tags, ps = (
+        {m["name"]: m["digest"] for m in http.get(path).json()["models"]}
+        for path in ("/ollama/api/tags", "/ollama/api/ps")
+    )
+    assert len(set(tags.values())) == len(tags) >= 2 and all(len(d) == 64 and int(d, 16) >= 0 for d in tags.values())
+    assert ps[models.chat + ":latest"] == tags[models.chat + ":latest"]
     messages = [{"role": "user", "content": "Hi"}]
     for asked in (models.chat, models.chat + ":latest"):
         assert c.chat(model=asked, messages=messages, options={"num_predict": 1}).model == asked

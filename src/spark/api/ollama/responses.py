@@ -7,6 +7,7 @@ that last object alone, holding the whole answer. Errors are `{"error": "..."}`.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -335,13 +336,20 @@ def listed_name(model_id: str) -> str:
     return model_id if ":" in model_id else f"{model_id}:latest"
 
 
+def _digest(entry: ModelEntry) -> str:
+    """A stable sha256 hex per model, new when its files change: clients tell models apart by it and
+    cache what they learn of one under it (llm-ollama took models with the same digest for one)."""
+    what = [entry.id, entry.created, *(entry.info.get(k) for k in ("source", "size_bytes", "quantization"))]
+    return hashlib.sha256(msgspec.json.encode(what)).hexdigest()
+
+
 def tags_body(entries: list[ModelEntry]) -> bytes:
     """`GET /api/tags`: the models clients can name (this server's, and its fleet nodes')."""
     models = []
     for e in entries:
         name = listed_name(e.id)
         models.append(
-            _Listed(name, name, created_at(e.created), int(e.info.get("size_bytes") or 0), "", _details(e.info))
+            _Listed(name, name, created_at(e.created), int(e.info.get("size_bytes") or 0), _digest(e), _details(e.info))
         )
     return _encoder.encode({"models": models})
 
@@ -365,7 +373,8 @@ def ps_body(loaded: list[LoadedModel]) -> bytes:
     for m in loaded:
         name = listed_name(m.entry.id)
         expires = never if m.expires is None else created_at(m.expires)
-        models.append(_Loaded(name, name, m.size, "", _details(m.entry.info), expires, m.size_vram, m.context_length))
+        details = _details(m.entry.info)
+        models.append(_Loaded(name, name, m.size, _digest(m.entry), details, expires, m.size_vram, m.context_length))
     return _encoder.encode({"models": models})
 
 
