@@ -74,7 +74,7 @@ def test_raw_generate_with_a_format(live: LiveServer, models: Models) -> None:
     anything = c.generate(model=models.chat, prompt="x", raw=True, format="json", options={"num_predict": 20})
     assert anything.response.startswith("{")  # a JSON object (the tiny model may not close it in 20 tokens)
     with pytest.raises(ollama.ResponseError) as refused:
-        c.generate(model=models.chat, prompt="x", raw=True, format={"not": {}})
+        c.generate(model=models.chat, prompt="x", raw=True, format={"type": "text"})
     assert (
         refused.value.status_code == 400
         and "format" in refused.value.error
@@ -279,8 +279,14 @@ def test_a_chat_longer_than_the_context_loses_its_oldest_turns(live: LiveServer,
     asked = {"model": models.chat, "messages": _long_chat(12), "options": {"num_predict": 3}, "stream": stream}
     refused = http.post("/ollama/api/chat", json={**asked, "truncate": False})
     assert refused.status_code == 400 and "context" in refused.json()["error"]
-    answered = http.post("/ollama/api/chat", json=asked)
-    assert answered.status_code == 200, answered.text
+    # a client that sized num_ctx for the whole conversation (aider) is told, not answered without its turns
+    sized = http.post("/ollama/api/chat", json={**asked, "options": {"num_predict": 3, "num_ctx": 9000}})
+    assert sized.status_code == 400 and "options.num_ctx is 9000" in sized.json()["error"]
+    assert "serves 512 tokens per request" in sized.json()["error"]
+    for num_ctx in (None, 512, 256):  # no more than is served: truncated as before
+        options = {"num_predict": 3} if num_ctx is None else {"num_predict": 3, "num_ctx": num_ctx}
+        answered = http.post("/ollama/api/chat", json={**asked, "options": options})
+        assert answered.status_code == 200, answered.text
     last = json.loads(answered.text.splitlines()[-1])
     assert last["done"] and last["eval_count"] == 3 and last["prompt_eval_count"] <= 512 - 3
     record = logged_request(live, answered)

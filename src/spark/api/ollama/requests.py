@@ -3,7 +3,8 @@
 Ollama streams unless a body says `"stream": false`, puts sampling in `options` (with its own
 names: `num_predict` for the answer's length), carries tool-call arguments as JSON objects and
 images as bare base64. Load-time options (`num_ctx`, `num_gpu`, `num_thread`, ...) are read
-and not applied: a model's load settings are the server's, the same for every client.
+and not applied: a model's load settings are the server's, the same for every client (a
+conversation `num_ctx` would hold that the served context cannot is refused, not truncated).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Options(LlamaSampling, frozen=True, kw_only=True):
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    num_ctx: int | None = None  # not applied; a conversation it would hold is not truncated to less
 
 
 class _Function(msgspec.Struct, frozen=True):
@@ -167,7 +169,8 @@ class OllamaCall(msgspec.Struct, frozen=True, kw_only=True):
     `model` is the Spark id, `name` the model as the client wrote it, which the answer echoes
     (as Ollama's does). `request` is None when the body asks for nothing to generate (no
     messages, or an empty prompt): Ollama then loads the model, or with `keep_alive` 0 unloads
-    it. `truncate`: a conversation longer than the context may lose its oldest turns.
+    it. `truncate`: a conversation longer than the context may lose its oldest turns; `num_ctx`:
+    the context the client asked for (not applied).
     """
 
     model: str
@@ -176,6 +179,7 @@ class OllamaCall(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool
     keep_alive: float | None
     truncate: bool
+    num_ctx: int | None = None
 
 
 def model_name(model: str) -> str:
@@ -271,6 +275,7 @@ def _call(wire: _GenerationBody) -> OllamaCall:
         stream=wire.stream is not False,
         keep_alive=keep_alive_seconds(wire.keep_alive),
         truncate=wire.truncate is not False,  # Ollama truncates unless told not to
+        num_ctx=wire.options.num_ctx if wire.options is not None else None,
     )
 
 

@@ -82,6 +82,15 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
     except ContextLengthExceeded as e:
         if not (call.truncate and isinstance(generation, ChatRequest)):
             raise
+        if call.num_ctx is not None and call.num_ctx > e.n_ctx:
+            # the client sized its context to hold the whole conversation (aider's files, a long
+            # chat): cutting turns behind its back would answer without them
+            raise InvalidRequest(
+                f"options.num_ctx is {call.num_ctx} but {call.name} serves {e.n_ctx} tokens per request on this "
+                f"server (num_ctx is not applied per request), and this conversation has {e.n_prompt}: raise the "
+                "model's context_length (its page in the console, or PATCH /api/models/MODEL/settings) or send less",
+                param="options.num_ctx",
+            ) from None
         # as Ollama, the oldest turns go (the system messages that open it stay) until it fits
         fitting = await fitted(state, generation, e, recorder_of(request.scope))
         return await _answer(request, fitting, writer)
