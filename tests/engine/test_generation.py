@@ -381,6 +381,24 @@ def test_model_without_template_uses_chatml(tmp_path: Path) -> None:
         assert isinstance(c.final, Done) and c.final.usage.completion_tokens == 5 and c.text
 
 
+@pytest.mark.parametrize("ends_turn", [True, False])
+def test_chatml_fallback_stops_at_its_turn_end_where_that_is_only_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ends_turn: bool
+) -> None:
+    """A base model with no template (Gemma 3 270M): `<|im_end|>` is text in its vocabulary, not an end
+    token, so the fallback's answers stop at that text instead of writing the next turns."""
+    import tiny_gguf
+
+    path = tiny_gguf.write_tiny_llama(tmp_path / "no-template.gguf", template=None)
+    if not ends_turn:  # as in a vocabulary whose end tokens are others
+        monkeypatch.setattr(Model, "is_eog", lambda self, token: False)
+    with Engine(LoadOptions(model_id="bare", path=str(path), n_threads=1)) as e:
+        job = e._prep.prepare("r", chat(stop=["END"]), lambda event: None)
+        assert job.params.stop == (["END"] if ends_turn else ["END", "<|im_end|>"])  # type: ignore[union-attr]
+        completion = e._prep.prepare("c", CompletionRequest(model="bare", prompt="a"), lambda event: None)
+        assert not completion.params.stop  # type: ignore[union-attr]  # a raw prompt has no turns
+
+
 def test_template_error_fails_the_request(tmp_path: Path) -> None:
     import tiny_gguf
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from spark.engine import embeddings, harmony
 from spark.engine.adapters import request_scales
 from spark.engine.native import Model
@@ -17,7 +19,7 @@ from spark.engine.output import OutputPlan, completion_plan, plan_output, tools_
 from spark.engine.reasoning import think_syntax
 from spark.engine.sampling import resolve
 from spark.engine.slots import Scales
-from spark.engine.template import ChatTemplate
+from spark.engine.template import FALLBACK_TURN_END, ChatTemplate
 from spark.engine.toolcalls import calls_as_text, describe_tools, tool_syntax
 from spark.engine.vision import IMAGE_TOKEN, Projector, PromptMedia
 from spark.errors import ContextLengthExceeded, InvalidRequest
@@ -101,6 +103,11 @@ class Preparer:
         self.tools = tool_syntax(source, lambda: self.template.call_shape)
         self.harmony = self.tools.family == "harmony"
         self.think = harmony.THINK if self.harmony else think_syntax(source)
+        # ChatML's end in a vocabulary whose end token it is not (a base model with no template of its
+        # own) is text: without a stop string the answer would write the next turns until max_tokens
+        ends_turn = model.tokenize(FALLBACK_TURN_END, add_special=False, parse_special=True)
+        fallback_stops = self.template.is_fallback and not (len(ends_turn) == 1 and model.is_eog(ends_turn[0]))
+        self._turn_stops = [FALLBACK_TURN_END] if fallback_stops else []
 
     def marker_pieces(self) -> dict[int, bytes]:
         """The text of each marker the output parsers look for that is a control token here: llama.cpp
@@ -310,6 +317,8 @@ class Preparer:
             # log probabilities; llama-server's `n_predict: 0` and Anthropic's `max_tokens: 0` cache
             # the prompt for the next request (each API's own bounds say which may)
             params = resolve(request.sampling, self._options.sampling, self._model.n_vocab, self._n_ctx)
+            if self._turn_stops and isinstance(request, ChatRequest):
+                params = msgspec.structs.replace(params, stop=[*(params.stop or ()), *self._turn_stops])
             plan = (
                 plan_output(request, text, self.think, self.tools)
                 if isinstance(request, ChatRequest)

@@ -33,6 +33,7 @@ from spark.types import Message, TextPart, Tool
 log = logging.getLogger(__name__)
 
 # ChatML, as used by Qwen, SmolLM, Hermes and many others.
+FALLBACK_TURN_END = "<|im_end|>"
 FALLBACK_TEMPLATE = (
     "{%- for message in messages -%}"
     "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
