@@ -31,6 +31,10 @@ def busy_hour(console: LiveServer) -> None:
     records += [made_up(4000 + n, at=now - 6 * 3600 - 600 * n, model="yesterday-model") for n in range(10)]
     # a model without a time to first token: absent from that chart, drawn as in the others all the same
     records += [made_up(5000 + n, at=now - 120 * n - 50, model="a-model", ttft_ms=None) for n in range(3)]
+    # no model's: file uploads, and a client's mistyped model (refused, not installed)
+    records += [made_up(6000 + n, at=now - 300 * n - 40, model=None, route="/v1/files") for n in range(2)]
+    mistyped = {"model": "tiny-chta", "status": 404, "error_type": "model_not_found", "completion_tokens": 0}
+    records += [made_up(6100 + n, at=now - 300 * n - 70, **mistyped) for n in range(3)]
     write(console.settings.db_path, records)
     answer = console.openai().chat.completions.create(
         model="tiny-chat", messages=[{"role": "user", "content": "hello"}], max_tokens=4
@@ -56,6 +60,14 @@ def test_the_charts_show_the_last_hour_and_day_per_model(page: Any, console: Liv
     assert len(looks) >= 3 and all(len(seen) == 1 for seen in looks.values()), looks
     row = page.locator("table.totals tbody tr", has_text="second-model")
     assert row.locator("td[data-label=Requests]").inner_text() == "20"
+    # uploads and a mistyped model are no model's series: one "(other)", last, and said what it is
+    names = page.locator("table.totals tbody td:first-child").all_inner_texts()
+    assert names[-1] == "(other)" and "tiny-chta" not in names and "(no model)" not in names
+    other = page.locator("table.totals tbody tr", has_text="(other)")
+    assert other.locator("td[data-label=Requests]").inner_text() == "5"
+    assert other.locator("td[data-label=Errors]").inner_text() == "3"
+    assert "a model that is not installed" in page.locator("p.note").first.inner_text()
+    assert "tiny-chta" not in first.locator(".legend").inner_text()
     assert "yesterday-model" not in page.locator("table.totals").inner_text()  # not in the last hour
     page.get_by_role("link", name="Last day").click()
     page.wait_for_url("**/activity?window=24h")

@@ -11,6 +11,7 @@ import pytest
 from server.console.helpers import screenshot, sign_in, signed_in_client
 from server.console.records import made_up, write
 from server.helpers import LiveServer
+from spark.server.console.render import render_fragment
 from spark.store.requests import RequestContent
 from spark.trace import Step
 
@@ -202,3 +203,10 @@ def test_screenshots_of_the_log(browser: Any, console: LiveServer) -> None:
     ):
         for shot in screenshot(browser, console, path, name):
             assert shot.stat().st_size > 5_000
+
+
+def test_a_request_that_names_no_model_shows_its_route() -> None:
+    upload = render_fragment("request_row.html", r=made_up(7000, model=None, route="/v1/files"))
+    assert "<code>/v1/files</code>" in upload  # a file upload, a batch's creation: not a bare "–"
+    chat = render_fragment("request_row.html", r=made_up(7001))
+    assert "tiny-chat" in chat and "/v1/chat/completions" not in chat

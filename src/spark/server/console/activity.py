@@ -14,17 +14,19 @@ import msgspec
 from litestar import MediaType, Request, Response, get
 from markupsafe import Markup
 
+from spark.library import Library
 from spark.server.console.charts import Point, legend, line_chart
 from spark.server.console.render import render
 from spark.server.console.signin import require_session
 from spark.server.memory_history import MemoryHistory, memory_sampler_of
 from spark.server.state import state_of
-from spark.store.requests import Activity, ActivityBucket
+from spark.store.requests import ActivityBucket
 
 # window name -> (seconds, bucket seconds)
 WINDOWS = {"1h": (3600, 60), "24h": (86400, 900)}
 MAX_MEMORY_POINTS = 360  # a day of 10 s samples is thinned to this many per line
 SERVER_LINE = "spark server"
+OTHER = "(other)"  # the series of requests that are no model's: see _folded
 
 
 class Chart(msgspec.Struct, frozen=True):
@@ -45,8 +47,47 @@ class ModelTotals(msgspec.Struct, frozen=True):
 
 
 def _label(model: str | None) -> str:
-    # uploads, batch and file calls name no model; nor does a body that could not be read
-    return model or "(no model)"
+    return model or OTHER
+
+
+def _mean(pairs: list[tuple[float | None, int]]) -> float | None:
+    """The mean of values each weighted by its count (those without a value left out)."""
+    timed = [(value, n) for value, n in pairs if value is not None]
+    weight = sum(n for _, n in timed)
+    return sum(value * n for value, n in timed) / weight if weight else None
+
+
+def _folded(buckets: list[ActivityBucket], own: set[str]) -> list[ActivityBucket]:
+    """`buckets` with those of models not in `own` made one `OTHER` bucket per time: requests naming no
+    model (uploads, batch and file calls, a body that could not be read) and a client's mistyped model
+    are no model's own series."""
+    kept = [b for b in buckets if b.model in own]
+    others: dict[float, list[ActivityBucket]] = defaultdict(list)
+    for b in buckets:
+        if b.model not in own:
+            others[b.start].append(b)
+    for start, group in others.items():
+        kept.append(
+            ActivityBucket(
+                start,
+                None,
+                sum(b.requests for b in group),
+                sum(b.errors for b in group),
+                sum(b.prompt_tokens for b in group),
+                sum(b.completion_tokens for b in group),
+                _mean([(b.ttft_ms, b.requests) for b in group]),
+                _mean([(b.tokens_per_second, b.requests) for b in group]),
+                max(b.max_queue for b in group),
+            )
+        )
+    return sorted(kept, key=lambda b: (b.start, b.model or ""))
+
+
+def _own_series(buckets: list[ActivityBucket], library: Library) -> set[str]:
+    """The models that get a series: installed, or (installed once, or by another name) answered."""
+    answered = {b.model for b in buckets if b.model and b.requests > b.errors}
+    named = {b.model for b in buckets if b.model} - answered
+    return answered | {model for model in named if library.exists(model)}
 
 
 def _series(buckets: list[ActivityBucket], value: Any) -> dict[str, list[Point]]:
@@ -56,7 +97,12 @@ def _series(buckets: list[ActivityBucket], value: Any) -> dict[str, list[Point]]
         v = value(b)
         if v is not None:
             lines[_label(b.model)].append((b.start, float(v)))
-    return dict(sorted(lines.items()))
+    return dict(sorted(lines.items(), key=_last_other))
+
+
+def _last_other(item: tuple[str, Any]) -> tuple[bool, str]:
+    """Sorts by name, `OTHER` last."""
+    return item[0] == OTHER, item[0]
 
 
 def _zero_filled(series: dict[str, list[Point]], start: float, end: float, step: int) -> dict[str, list[Point]]:
@@ -79,23 +125,21 @@ def _charts(specs: list[tuple[str, str, dict[str, list[Point]], float]], start: 
     ]
 
 
-def _totals(activity: Activity) -> list[ModelTotals]:
+def _totals(buckets: list[ActivityBucket]) -> list[ModelTotals]:
     by_model: dict[str, list[ActivityBucket]] = defaultdict(list)
-    for b in activity.buckets:
+    for b in buckets:
         by_model[_label(b.model)].append(b)
     totals = []
-    for model, buckets in sorted(by_model.items()):
-        timed = [(b.ttft_ms, b.requests) for b in buckets if b.ttft_ms is not None]
-        weight = sum(n for _, n in timed)
+    for model, own in sorted(by_model.items(), key=_last_other):
         totals.append(
             ModelTotals(
                 model,
-                sum(b.requests for b in buckets),
-                sum(b.errors for b in buckets),
-                sum(b.prompt_tokens for b in buckets),
-                sum(b.completion_tokens for b in buckets),
-                sum(t * n for t, n in timed) / weight if weight else None,
-                max(b.max_queue for b in buckets),
+                sum(b.requests for b in own),
+                sum(b.errors for b in own),
+                sum(b.prompt_tokens for b in own),
+                sum(b.completion_tokens for b in own),
+                _mean([(b.ttft_ms, b.requests) for b in own]),
+                max(b.max_queue for b in own),
             )
         )
     return totals
@@ -133,7 +177,7 @@ async def activity_page(request: Request[Any, Any, Any]) -> Response[Any]:
     await state.flush_log()
     activity = await asyncio.to_thread(state.requests.activity, start, step)
     memory = memory_sampler_of(request.app).since(start)
-    buckets = activity.buckets
+    buckets = _folded(activity.buckets, await asyncio.to_thread(_own_series, activity.buckets, state.library))
     per_minute = step / 60
     gap = step * 1.5
     charts = _charts(
@@ -170,7 +214,8 @@ async def activity_page(request: Request[Any, Any, Any]) -> Response[Any]:
         window=window,
         windows=list(WINDOWS),
         charts=charts,
-        totals=_totals(activity),
+        totals=_totals(buckets),
+        other=OTHER,
         memory_since=memory.samples[0].at if memory.samples else None,
     )
 
