@@ -33,6 +33,9 @@ def test_special_tokens_are_read_as_such_unless_told_not_to(live: LiveServer, mo
     assert isinstance(special, list) and len(special) == 1 and special[0]["piece"] == "<|im_end|>"
     plain = post(live, "/tokenize", {**body, "parse_special": False})["tokens"]
     assert isinstance(plain, list) and len(plain) > 1
+    # and back as their text, as llama-server's /detokenize writes them
+    around = post(live, "/tokenize", {"model": models.chat, "content": "Hi<|im_end|>there"})["tokens"]
+    assert post(live, "/detokenize", {"model": models.chat, "tokens": around}) == {"content": "Hi<|im_end|>there"}
 
 
 def test_apply_template_answers_the_prompt_a_chat_renders_to(live: LiveServer, models: Models) -> None:

@@ -278,16 +278,20 @@ class Preparer:
             ids = model.tokenize(
                 question.content, add_special=question.add_special, parse_special=question.parse_special
             )
-            return Answer(tokens=ids, pieces=[model.piece(t) or model.token_text(t).encode() for t in ids])
+            return Answer(tokens=ids, pieces=[self._shown(t) for t in ids])
         if isinstance(question, Detokenize):
             ids = self.checked_tokens(question.tokens, "tokens") if question.tokens else []
-            return Answer(text=b"".join(map(model.piece, ids)).decode("utf-8", "replace"))
+            return Answer(text=b"".join(map(self._shown, ids)).decode("utf-8", "replace"))
         if isinstance(question, EmbeddingRequest):
             raise InvalidRequest("Token counts are for chat and completion requests, not embeddings.")
         tokens, media, text = self.prompt(question.chat if isinstance(question, RenderPrompt) else question)
         if media is not None:
             media.close()
         return Answer(text=text) if isinstance(question, RenderPrompt) else Answer(n_tokens=len(tokens))
+
+    def _shown(self, token: int) -> bytes:
+        """A token as llama-server's /tokenize and /detokenize show it: control tokens as their text."""
+        return self._model.piece(token) or self._model.token_text(token).encode()
 
     def _prediction(self, request: GenerationRequest) -> list[int] | None:
         """The tokens of a chat's predicted answer (None without one)."""
