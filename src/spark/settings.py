@@ -138,7 +138,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         TOKENS,
         _doc(
             "Context tokens per request slot, unless a model's own settings say otherwise. "
-            "0 uses the model's training context."
+            "0 uses the model's training context, which also caps any larger value (a model's own "
+            "`context_length` above it is refused)."
         ),
     ] = 4096
     parallel: Annotated[int, SLOTS, _doc("Requests one loaded model generates at once (slots in its context).")] = 4
@@ -147,8 +148,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         KVType,
         _doc(
             "KV cache type: f16, q8_0 or q4_0. A quantized cache takes half (q8_0) or a quarter (q4_0) of "
-            "the memory, and llama.cpp attends every token the same way, so an answer never depends on what "
-            "shared its batches (drafts, other requests), at any thread count; long prompts are evaluated "
+            "the memory, and llama.cpp attends every token the same way, so an answer does not depend on what "
+            "shared its batches (drafts, other requests), at any thread count, for weights with no batched "
+            "kernel (Q4_1; with Q4_0, Q4_K, Q8_0 or F16 weights a batch is multiplied in another order than a "
+            "lone token, so a near tie can still go either way); long prompts are evaluated "
             "more slowly (no tiled kernel). With f16 and more than one thread, llama.cpp attends a lone "
             "token to a long cache in another order than a batch, so a near tie can go either way."
         ),
