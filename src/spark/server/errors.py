@@ -31,6 +31,7 @@ from spark.errors import (
     RouteNotFound,
     SparkError,
 )
+from spark.server.console.signin import page_not_found
 from spark.server.family import OLLAMA_PREFIX, api_family
 from spark.server.recorder import keeps_content, recorder_of
 from spark.server.request_ids import request_ids
@@ -84,9 +85,11 @@ def _spark_error(request: AnyRequest, exc: SparkError) -> Response[bytes]:
     return error_response(request.scope, exc)
 
 
-def _http_error(request: AnyRequest, exc: HTTPException) -> Response[bytes]:
+def _http_error(request: AnyRequest, exc: HTTPException) -> Response[Any]:
     method, path = request.method, request.scope["path"]
     error: SparkError
+    if exc.status_code == HTTP_404_NOT_FOUND and (page := page_not_found(request)) is not None:
+        return page  # a browser at a mistyped console address: a page, not an API's JSON
     if exc.status_code == HTTP_404_NOT_FOUND:
         if path.startswith(("/v1/v1/", OLLAMA_PREFIX + "/v1/v1/")):  # an SDK that adds /v1 to a base URL with it
             where = "the base URL has /v1 once too often: Anthropic's SDKs add /v1 themselves, so give them no /v1"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.console.helpers import HOSTILE_NAME, SCREENSHOTS, screenshot, sign_in
+import httpx
+import pytest
+
+from server.console.helpers import HOSTILE_NAME, PASSWORD, SCREENSHOTS, screenshot, sign_in
 from server.console.records import made_up, write
 from server.helpers import LiveServer
 from spark.server.console.render import NAV
 
 # a batch's request: its id is long and has no place to break
 BATCH_REQUEST_ID = "batch_0f3c9d2e8b7a4c1f9e6d5b3a2c1d0e9f:15"
+HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"  # what a browser asks for
 
 
 def test_signing_in_in_the_browser_leads_to_the_page_asked_for(page: Any, console: LiveServer) -> None:
@@ -112,3 +116,34 @@ def test_no_page_scrolls_sideways_on_a_phone(browser: Any, console: LiveServer) 
             page.screenshot(path=str(SCREENSHOTS / f"phone-too-wide-{path.strip('/').replace('/', '_')}.png"))
     context.close()
     assert wide == {}  # each page fits the phone's 390 px
+
+
+def test_a_mistyped_console_address_is_a_page_that_leads_to_the_console(page: Any, console: LiveServer) -> None:
+    answer = page.goto(f"{console.url}/admin")
+    assert answer.status == 404 and "text/html" in answer.headers["content-type"]
+    assert page.get_by_role("heading", level=1).inner_text() == "Not found"
+    assert "There is no page /admin on this server." in page.locator("main").inner_text()
+    page.get_by_role("link", name="Sign in to the console").click()
+    page.get_by_label("Admin password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{console.url}/models")
+    answer = page.goto(f"{console.url}/request")  # signed in: the page has the console's navigation
+    assert answer.status == 404 and page.get_by_role("link", name="Requests").count() == 1
+    assert page.get_by_role("link", name="Sign in to the console").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "accept"),
+    [
+        ("/request", "application/json"),
+        ("/request", "*/*"),
+        ("/v1/nope", HTML),
+        ("/api/nope", HTML),
+        ("/ollama/api/nope", HTML),
+        ("/v1", HTML),
+    ],
+)
+def test_api_clients_keep_their_json_404(console: LiveServer, path: str, accept: str) -> None:
+    answer = httpx.get(f"{console.url}{path}", headers={"Accept": accept})
+    assert answer.status_code == 404 and answer.headers["content-type"].startswith("application/json"), path
+    assert answer.json()["error"]

@@ -13,6 +13,7 @@ from litestar.response import Redirect
 from spark.server.console.auth import ConsoleAuth, client_address, is_https, login_url, safe_next
 from spark.server.console.render import SECURITY_HEADERS, render
 from spark.server.console.sessions import COOKIE, SESSION_SECONDS, Session, csrf_matches
+from spark.server.family import OLLAMA_PREFIX
 
 log = logging.getLogger("spark.console")
 
@@ -50,6 +51,21 @@ async def require_change(request: Request[Any, Any, Any]) -> tuple[Session, dict
     fields = {key: str(value) for key, value in form.items()}
     require_csrf(request, session, fields.pop("csrf", None))
     return session, fields
+
+
+# where API clients and scripts call: an unknown address there is answered in the API's JSON
+_API_PATHS = ("/v1/", "/api/", OLLAMA_PREFIX + "/", "/static/", "/health/", "/metrics/")
+
+
+def page_not_found(request: Request[Any, Any, Any]) -> Response[Any] | None:
+    """A browser's page asked for at an address that is none (a mistyped console address, /admin): a
+    small page that leads to the console. None for what API clients call (they get their API's error)."""
+    path = request.scope["path"]
+    wants_page = request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "")
+    if not wants_page or (path + "/").startswith(_API_PATHS):
+        return None
+    session = console_auth(request).session_of(request)
+    return render(request, "missing.html", session=session, active="", status_code=404, what=f"page {path}")
 
 
 def sign_in_needed(request: Request[Any, Any, Any], exc: SignInNeeded) -> Response[Any]:
