@@ -77,6 +77,16 @@ def test_the_log_filters_by_model_key_status_and_time(page: Any, console: LiveSe
     page.goto(f"{console.url}/requests?model=other-model&since=1h")
     assert _ids(page) == ["made00900"] and page.get_by_label("Time").input_value() == "1h"
     page.goto(f"{console.url}/requests?model=nobody")
+    assert page.locator("#empty").inner_text() == "No request for model 'nobody'."
+    page.goto(f"{console.url}/requests?key=laptop&model=Chat")  # part of a name: the installed ones it fits
+    empty = page.locator("#empty").inner_text()
+    assert empty.startswith("No request for model 'Chat' (the filter takes a model's whole name): requests for ")
+    page.locator("#empty").get_by_role("link", name="tiny-chat").click()
+    page.wait_for_url("**/requests?model=tiny-chat&key=laptop")
+    assert len(_ids(page)) == 50
+    page.goto(f"{console.url}/requests?key=ci")
+    assert _ids(page) == ["made00900"]
+    page.goto(f"{console.url}/requests?key=nobody")
     assert page.locator("#empty").inner_text() == "No request matches."
 
 

@@ -101,6 +101,9 @@ async def requests_page(request: Request[Any, Any, Any]) -> Response[Any]:
     await state.flush_log()
     page = await asyncio.to_thread(state.requests.page, query)
     link = urlencode(filters)
+    typed = filters.get("model", "").lower()
+    # the filter takes a whole name: an empty log for part of one links to the installed models it fits
+    near = [(m, urlencode({**filters, "model": m})) for m in models if typed and typed in m.lower() and m != typed]
     return render(
         request,
         "requests.html",
@@ -111,6 +114,7 @@ async def requests_page(request: Request[Any, Any, Any]) -> Response[Any]:
         offset=offset,
         page_size=PAGE_SIZE,
         query=link,
+        near_models=near if not page.total else [],
         live_url=f"/requests/live?{urlencode({**filters, 'after': page.last_seq})}" if offset == 0 else None,
         **context,
     )
