@@ -158,6 +158,9 @@ class Tool(msgspec.Struct, frozen=True):
     name: str
     description: str = ""
     parameters: dict[str, Any] = {}
+    # True (OpenAI's function `strict`): a keyword of `parameters` the grammar cannot enforce is refused
+    # (400); otherwise it is left out and the arguments held to the looser schema.
+    strict: bool = False
 
 
 class ToolChoice(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -176,6 +179,10 @@ class ResponseFormat(msgspec.Struct, frozen=True, omit_defaults=True):
     type: Literal["text", "json_object", "json_schema"] = "text"
     schema: dict[str, Any] | None = None
     param: str = "response_format"  # the request field it came from, named by errors about it
+    # True (OpenAI's `strict`, Anthropic's structured outputs): a keyword of `schema` the grammar cannot
+    # enforce is refused (400); otherwise it is left out and the answer held to the looser schema, as
+    # llama.cpp's json-schema-to-grammar does for llama-server and Ollama.
+    strict: bool = False
 
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high", "xhigh", "max"]
@@ -220,8 +227,12 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     # Text the answer is expected to repeat mostly (OpenAI's Predicted Outputs, e.g. the code being
     # edited): speculative decoding drafts from it, and usage counts how much of it the answer kept.
     prediction: str | None = None
-    # The client's own GBNF grammar (llama-server's `grammar`, root rule "root") holds the whole answer.
+    # The client's own GBNF grammar (llama-server's `grammar`, root rule "root"), or a regular expression
+    # (vLLM's and SGLang's `regex`), holds the whole answer; `grammar_param` is the request field it came
+    # from, named by errors about it.
     grammar: str | None = None
+    regex: str | None = None
+    grammar_param: str = "grammar"
     # llama-server's per-request `lora`: the scale of each of the model's adapters by its index
     # (those not named apply at 0). None: at the scales they were attached with.
     lora: dict[int, float] | None = None
@@ -256,9 +267,12 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     # seconds have passed since its first token.
     min_indent: int = 0
     time_limit: float | None = None
-    # The answer is constrained to a GBNF `grammar` (root rule "root"), or to JSON matching `json_schema`
-    # (llama-server's fields of the same names).
+    # The answer is constrained to a GBNF `grammar` (root rule "root") or a `regex` (`grammar_param`: the
+    # field either came from, as ChatRequest's), or to JSON matching `json_schema` (llama-server's, vLLM's,
+    # SGLang's and Ollama's, none of them strict: a keyword the grammar cannot enforce is left out).
     grammar: str | None = None
+    regex: str | None = None
+    grammar_param: str = "grammar"
     json_schema: dict[str, Any] | None = None
     json_schema_param: str = "json_schema"  # the request field `json_schema` came from, named by errors about it
     lora: dict[int, float] | None = None  # as ChatRequest's

@@ -176,7 +176,9 @@ def test_system_turns_in_the_conversation_and_claude_codes_billing_header() -> N
 
 def test_output_format_is_output_config_formats_older_name() -> None:
     request = parse(output_format=SCHEMA)
-    assert request.response_format == ResponseFormat("json_schema", {"type": "object"}, param="output_format")
+    assert request.response_format == ResponseFormat(
+        "json_schema", {"type": "object"}, param="output_format", strict=True
+    )
 
 
 def test_a_server_tool_is_refused_saying_only_custom_tools_run() -> None:
@@ -348,7 +350,7 @@ def test_disable_parallel_tool_use(choice: dict, parallel: bool) -> None:
 def test_structured_output() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     assert parse(output_config={"format": {"type": "json_schema", "schema": schema}}).response_format == ResponseFormat(
-        "json_schema", schema, param="output_config.format"
+        "json_schema", schema, param="output_config.format", strict=True
     )
 
 

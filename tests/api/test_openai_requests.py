@@ -608,3 +608,95 @@ def test_bad_embedding_requests(fields: dict, param: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         api.parse_embeddings(body(**fields))
     assert info.value.param == param
+
+
+def test_strict_is_read_from_response_format_and_tools() -> None:
+    schema = {"type": "object"}
+    sent = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    assert chat(response_format=sent).request.response_format == ResponseFormat("json_schema", schema, strict=True)
+    tools = [
+        {"type": "function", "function": {"name": "a", "parameters": schema, "strict": True}},
+        {"type": "function", "function": {"name": "b", "parameters": schema}},
+    ]
+    assert [t.strict for t in chat(tools=tools).request.tools or ()] == [True, False]
+
+
+SCHEMA_X = {"type": "object", "properties": {"x": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "fields"),
+    [
+        # vLLM 0.10 on
+        (
+            {"structured_outputs": {"json": SCHEMA_X}},
+            {"response_format": ResponseFormat("json_schema", SCHEMA_X, "structured_outputs.json")},
+        ),
+        (
+            {"structured_outputs": {"json": json.dumps(SCHEMA_X)}},
+            {"response_format": ResponseFormat("json_schema", SCHEMA_X, "structured_outputs.json")},
+        ),
+        (
+            {"structured_outputs": {"regex": "[a-z]+", "disable_fallback": True}},
+            {"regex": "[a-z]+", "grammar_param": "structured_outputs.regex"},
+        ),
+        (
+            {"structured_outputs": {"choice": ["yes", "no."]}},
+            {"regex": "yes|no\\.", "grammar_param": "structured_outputs.choice"},
+        ),
+        (
+            {"structured_outputs": {"grammar": 'root ::= "a"'}},
+            {"grammar": 'root ::= "a"', "grammar_param": "structured_outputs.grammar"},
+        ),
+        (
+            {"structured_outputs": {"json_object": True}},
+            {"response_format": ResponseFormat("json_object", param="structured_outputs.json_object")},
+        ),
+        # older vLLM
+        ({"guided_json": SCHEMA_X}, {"response_format": ResponseFormat("json_schema", SCHEMA_X, "guided_json")}),
+        ({"guided_regex": "\\d+"}, {"regex": "\\d+", "grammar_param": "guided_regex"}),
+        ({"guided_choice": ["a b"]}, {"regex": "a\\ b", "grammar_param": "guided_choice"}),
+        ({"guided_grammar": 'root ::= "a"'}, {"grammar": 'root ::= "a"', "grammar_param": "guided_grammar"}),
+        # SGLang (its json_schema is the schema's JSON text)
+        (
+            {"json_schema": json.dumps(SCHEMA_X)},
+            {"response_format": ResponseFormat("json_schema", SCHEMA_X, "json_schema")},
+        ),
+        ({"regex": "a+"}, {"regex": "a+", "grammar_param": "regex"}),
+        ({"ebnf": 'root ::= "a"'}, {"grammar": 'root ::= "a"', "grammar_param": "ebnf"}),
+    ],
+)
+def test_vllm_and_sglang_constraints_are_read(extra: dict[str, Any], fields: dict[str, Any]) -> None:
+    request = chat(**extra).request
+    for name, value in fields.items():
+        assert getattr(request, name) == value, name
+    assert request.response_format is None or not request.response_format.strict  # as those servers: never strict
+    done = api.parse_completion(body(prompt="x", **extra)).request
+    held = fields.get("response_format")
+    if held is not None:
+        assert (done.json_schema, done.json_schema_param) == (held.schema or {}, held.param)
+    else:
+        assert (done.grammar, done.regex, done.grammar_param) == (
+            fields.get("grammar"),
+            fields.get("regex"),
+            fields["grammar_param"],
+        )
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"response_format": {"type": "json_object"}, "guided_json": SCHEMA_X}, "guided_json"),
+        ({"json_schema": SCHEMA_X, "response_format": {"type": "json_object"}}, "json_schema"),
+        ({"grammar": 'root ::= "a"', "structured_outputs": {"regex": "a"}}, "structured_outputs.regex"),
+        ({"structured_outputs": {"json": SCHEMA_X, "choice": ["a"]}}, "structured_outputs.choice"),
+        ({"guided_choice": ["a"], "regex": "a"}, "regex"),
+        ({"guided_regex": "a", "ebnf": 'root ::= "a"'}, "ebnf"),
+        ({"guided_choice": []}, "guided_choice"),
+        ({"guided_json": "{not json"}, "guided_json"),
+        ({"json_schema": "[1]"}, "json_schema"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag"),
+    ],
+)
+def test_a_second_constraint_or_a_bad_one_is_refused_naming_it(extra: dict[str, Any], param: str) -> None:
+    assert chat_error(**extra).param == param

@@ -121,6 +121,9 @@ def test_images_tools_formats_and_reasoning() -> None:
     assert request.tool_choice is not None and request.tool_choice.name == "look"
     assert request.parallel_tool_calls is False
     assert request.response_format is not None and request.response_format.type == "json_schema"
+    assert request.tools[0].strict and not request.response_format.strict  # strict only when it says so
+    strict = parse(input="x", text={"format": {"type": "json_schema", "name": "x", "schema": {}, "strict": True}})
+    assert strict.request.response_format.strict
     assert request.reasoning is not None and request.reasoning.effort == "low"
     assert parse(input="x", reasoning={"effort": "none"}).request.reasoning.enabled is False
     assert call.echo.tool_choice == {"type": "function", "name": "look"}

@@ -192,7 +192,7 @@ def test_a_completion_takes_the_clients_grammar_or_schema() -> None:
             plan(grammar=bad)
         assert info.value.param == "grammar"
     with pytest.raises(InvalidRequest) as refused:
-        plan(json_schema={"not": {}})
+        plan(json_schema={"type": "text"})
     assert refused.value.param == "json_schema"
 
 
@@ -217,3 +217,43 @@ def test_forced_tokens_are_checked_against_the_grammar(tiny_llama: Path) -> None
         assert SamplerChain(params, model).allows(x)  # no grammar: anything goes
     finally:
         model.close()
+
+
+def test_a_tools_schema_is_strict_only_when_the_tool_says_so() -> None:
+    tags = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    schema = {"type": "object", "properties": {"tags": tags}, "required": ["tags"]}
+    for forced in (None, ToolChoice("required")):
+        loose = plan_output(chat(tools=[Tool("tag", "", schema)], tool_choice=forced), "p", None, HERMES)
+        # the keyword left out, the rest held: the arguments are an object with a list of strings
+        assert loose.grammar is not None and '"\\"tags\\""' in loose.grammar.text
+        with pytest.raises(InvalidRequest, match="'uniqueItems'") as refused:
+            plan_output(chat(tools=[Tool("tag", "", schema, strict=True)], tool_choice=forced), "p", None, HERMES)
+        assert refused.value.param == "tools"
+
+
+def test_a_response_format_is_strict_only_when_it_says_so() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 3}}, "required": ["n"]}
+    loose = plan_output(chat(response_format=ResponseFormat("json_schema", schema)), "p", None, HERMES)
+    assert loose.grammar is not None and '"\\"n\\""' in loose.grammar.text
+    with pytest.raises(InvalidRequest, match="'multipleOf'") as refused:
+        plan_output(chat(response_format=ResponseFormat("json_schema", schema, strict=True)), "p", None, HERMES)
+    assert refused.value.param == "response_format"
+
+
+def test_a_regex_or_grammar_holds_the_answer_and_errors_name_its_field() -> None:
+    held = plan_output(chat(regex="(yes|no)!", grammar_param="guided_regex"), "p", None, HERMES).grammar
+    assert held is not None and held.param == "guided_regex"
+    done = completion_plan(CompletionRequest(model="m", prompt="p", regex="[0-9]+", grammar_param="regex"))
+    assert done.grammar is not None and done.grammar.param == "regex"
+    bad: list[dict[str, object]] = [
+        {"regex": "(?=a)b", "grammar_param": "structured_outputs.regex"},
+        {"grammar": "?start: 'a'", "grammar_param": "ebnf"},  # Lark, not GBNF
+        {"regex": "a", "grammar_param": "guided_regex", "tools": [ADD]},
+    ]
+    for fields in bad:
+        with pytest.raises(InvalidRequest) as info:
+            plan_output(chat(**fields), "p", None, HERMES)
+        assert info.value.param == fields["grammar_param"]
+    with pytest.raises(InvalidRequest) as info:
+        completion_plan(CompletionRequest(model="m", prompt="p", regex="a", grammar_param="regex", json_schema={}))
+    assert info.value.param == "regex"

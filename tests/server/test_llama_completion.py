@@ -241,7 +241,7 @@ def test_the_default_model_answers_when_none_is_named(live: LiveServer, models: 
         ({"prompt": "x", "grammar": "root ::= other"}, "grammar"),
         ({"prompt": "x", "grammar": 'start ::= "a"'}, "grammar"),
         ({"prompt": "x", "grammar": 'root ::= "a"', "json_schema": {}}, "grammar"),
-        ({"prompt": "x", "json_schema": {"not": {"type": "string"}}}, "json_schema"),
+        ({"prompt": "x", "json_schema": {"type": "text"}}, "json_schema"),
         ({"prompt": "x", "json_schema": "object"}, "json_schema"),
         ({"prompt": ""}, "prompt"),
         ({"prompt": []}, "prompt"),

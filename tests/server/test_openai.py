@@ -105,7 +105,7 @@ def test_completions_take_llama_servers_grammar_and_json_schema(live: LiveServer
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     as_json = client.completions.create(**asked, extra_body={"json_schema": schema})
     assert isinstance(json.loads(as_json.choices[0].text)["ok"], bool)
-    for extra, param in (({"grammar": "root ::= ("}, "grammar"), ({"json_schema": {"not": {}}}, "json_schema")):
+    for extra, param in (({"grammar": "root ::= ("}, "grammar"), ({"json_schema": {"type": "text"}}, "json_schema")):
         with pytest.raises(openai.BadRequestError) as info:
             client.completions.create(**asked, extra_body=extra)
         assert info.value.body["param"] == param  # type: ignore[index]
@@ -127,9 +127,14 @@ def test_chat_takes_llama_servers_grammar_and_json_schema(live: LiveServer, mode
     for extra, param in (
         ({"grammar": "root ::= ("}, "grammar"),
         ({"grammar": 'root ::= "a"', "tools": tools}, "grammar"),
-        ({"json_schema": {"not": {}}}, "json_schema"),  # named as the client sent it
+        ({"json_schema": {"type": "text"}}, "json_schema"),  # named as the client sent it
         (
-            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"not": {}}, "strict": True},
+                }
+            },
             "response_format",
         ),
     ):

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
+import anthropic
 import jsonschema
+import ollama
 import openai
 import pytest
 from pydantic import BaseModel, Field
@@ -38,8 +41,8 @@ MESSAGES: Any = [{"role": "user", "content": "Book a room for two in Paris next 
 JSON_TOKENS = 300
 
 
-def booking_format(schema: dict[str, Any]) -> Any:
-    return {"type": "json_schema", "json_schema": {"name": "booking", "schema": schema}}
+def booking_format(schema: dict[str, Any], *, strict: bool = True) -> Any:
+    return {"type": "json_schema", "json_schema": {"name": "booking", "schema": schema, "strict": strict}}
 
 
 def test_formats_are_checked() -> None:
@@ -200,3 +203,86 @@ def test_a_grammar_wider_than_the_sampler_can_check_is_refused_by_name(live: Liv
         )
         assert answer.status_code == 200, answer.text
         assert json.loads(answer.json()["choices"][0]["message"]["content"]) in countries
+
+
+# A pydantic set: "uniqueItems", which no grammar can enforce.
+TAGS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3, "uniqueItems": True}},
+    "required": ["tags"],
+}
+LOOSER_TAGS = jsonschema.Draft202012Validator(
+    {**TAGS, "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}}
+)
+
+
+def test_a_keyword_that_cannot_be_enforced_is_left_out_unless_strict(live: LiveServer, models: Models) -> None:
+    # OpenAI's default (strict false), llama-server's and Ollama's fields: answered, as llama.cpp does
+    client = live.openai()
+    asked: Any = {"model": models.chat, "messages": MESSAGES, "max_tokens": 60}
+    loose = client.chat.completions.create(**asked, response_format=booking_format(TAGS, strict=False))
+    LOOSER_TAGS.validate(json.loads(loose.choices[0].message.content or ""))
+    answers = [
+        client.chat.completions.create(**asked, extra_body={"json_schema": TAGS}).choices[0].message.content,
+        client.responses.create(
+            model=models.chat,
+            input="tags?",
+            max_output_tokens=60,
+            text={"format": {"type": "json_schema", "name": "t", "schema": TAGS}},
+        ).output_text,
+        live.http().post("/completion", json={"prompt": "x", "json_schema": TAGS, "n_predict": 60}).json()["content"],
+        ollama.Client(host=live.url + "/ollama", headers={"authorization": f"Bearer {live.key}"})
+        .generate(model=models.chat, prompt="x", format=TAGS, options={"num_predict": 60})
+        .response,
+    ]
+    for answer in answers:
+        LOOSER_TAGS.validate(json.loads(answer or ""))
+    # strict true, a strict function, Anthropic's structured outputs: refused naming the keyword
+    tool = {"type": "function", "function": {"name": "tag", "parameters": TAGS, "strict": True}}
+    for sent, param in [
+        ({"response_format": booking_format(TAGS)}, "response_format"),
+        ({"tools": [tool], "tool_choice": "required"}, "tools"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**asked, **sent)
+        assert refused.value.param == param and "'uniqueItems'" in refused.value.message
+    with pytest.raises(anthropic.BadRequestError) as strict:
+        live.anthropic().messages.create(
+            model=models.chat,
+            max_tokens=60,
+            messages=MESSAGES,
+            output_config={"format": {"type": "json_schema", "schema": TAGS}},
+        )
+    assert "'uniqueItems'" in strict.value.message
+
+
+@pytest.mark.slow
+def test_vllm_and_sglang_constraints_through_the_sdk(live: LiveServer, smollm2: Path) -> None:
+    # As outlines' vLLM and SGLang clients send them, in extra_body: the answer holds to each.
+    client = live.openai()
+    asked: Any = {
+        "model": BUNDLED_ID,
+        "temperature": 0,
+        "max_tokens": 40,
+        "messages": [{"role": "user", "content": "Is Paris the capital of France? Then give its postcode."}],
+    }
+
+    def answer(extra: dict[str, Any]) -> str:
+        return client.chat.completions.create(**asked, extra_body=extra).choices[0].message.content or ""
+
+    for extra in ({"structured_outputs": {"choice": ["yes", "no"]}}, {"guided_choice": ["yes", "no"]}):
+        assert answer(extra) in ("yes", "no")
+    for extra in ({"structured_outputs": {"regex": "[0-9]{5}"}}, {"guided_regex": "[0-9]{5}"}, {"regex": "[0-9]{5}"}):
+        assert re.fullmatch("[0-9]{5}", answer(extra))
+    city = {"type": "object", "properties": {"postcode": {"type": "integer"}}, "required": ["postcode"]}
+    for extra in ({"structured_outputs": {"json": city}}, {"guided_json": city}, {"json_schema": json.dumps(city)}):
+        jsonschema.validate(json.loads(answer(extra)), city)
+    for extra in ({"structured_outputs": {"grammar": 'root ::= "oui" | "non"'}}, {"ebnf": 'root ::= "oui" | "non"'}):
+        assert answer(extra) in ("oui", "non")
+    text = client.completions.create(
+        model=BUNDLED_ID, prompt="Paris:", max_tokens=10, extra_body={"guided_regex": "[A-Z][a-z]+"}
+    )
+    assert re.fullmatch("[A-Z][a-z]+", text.choices[0].text)
+    with pytest.raises(openai.BadRequestError) as lark:  # outlines' CFG is Lark, not llama.cpp's GBNF
+        answer({"structured_outputs": {"grammar": '?start: "a"'}})
+    assert lark.value.param == "structured_outputs.grammar"

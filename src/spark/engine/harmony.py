@@ -185,12 +185,13 @@ def harmony_grammar(
     json_out: bool = False,
     think: bool = True,
     format_param: str = "response_format",
+    strict: bool = False,
 ) -> Grammar | None:
     """The grammar for a harmony answer: a forced call (`only` names its tool), a JSON answer
     (`schema`, or any object), either of them, or with tools offered and nothing forced a lazy
     grammar that constrains a call once its header names a function. Analysis may come first, unless
     `think` is off (thinking turned off: the answer comes at once). `format_param` names the JSON
-    format's request field in errors."""
+    format's request field in errors; `strict` refuses a schema keyword the grammar cannot enforce."""
     if not (forced or json_out or tools):
         return None
     rules = Rules()
@@ -211,7 +212,7 @@ def harmony_grammar(
     if forced and calls is not None:
         answer = f'{literal(CHANNEL)} "commentary" {calls}'
     else:
-        body = SchemaConverter(rules, schema, format_param).rule(schema, "json") if schema else None
+        body = SchemaConverter(rules, schema, format_param, strict=strict).rule(schema, "json") if schema else None
         header = f'{literal(CHANNEL)} "final" ( " " {literal(CONSTRAIN)}? "json" )? {literal(MESSAGE)}'
         answer = f"{header} {body or rules.primitive('object')}"
     return finish(rules, f"{think_prefix(rules, THINK, opened=False)} {answer}" if think else answer, param)

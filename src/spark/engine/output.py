@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from spark.engine.grammar import (
     Grammar,
     GrammarError,
+    RegexConverter,
     Rules,
     SchemaConverter,
     check_gbnf,
@@ -148,26 +149,37 @@ def tools_enabled(request: ChatRequest) -> bool:
     return bool(request.tools) and (request.tool_choice is None or request.tool_choice.mode != "none")
 
 
-def client_grammar(text: str) -> Grammar:
-    """A client's GBNF grammar (its `grammar` field), checked: `InvalidRequest` naming `grammar` for
-    one llama.cpp would refuse."""
+def client_grammar(request: ChatRequest | CompletionRequest) -> Grammar | None:
+    """The client's own GBNF grammar or regular expression, which holds the whole answer, checked:
+    `InvalidRequest` naming its field for one llama.cpp would refuse or a regex beyond the converter."""
+    param = request.grammar_param
+    if request.regex is not None:
+        return finish(Rules(), RegexConverter(param, "regex", raw=True).convert(request.regex), param)
+    if request.grammar is None:
+        return None
     try:
-        check_gbnf(text)
+        check_gbnf(request.grammar)
     except GrammarError as e:
-        raise InvalidRequest(f"invalid grammar: {e}", param="grammar") from None
-    return Grammar(text, "grammar")
+        raise InvalidRequest(f"invalid grammar (llama.cpp's GBNF, root rule 'root'): {e}", param=param) from None
+    return Grammar(request.grammar, param)
 
 
 def completion_plan(request: CompletionRequest) -> OutputPlan:
-    """The plan for a raw completion: free text, or the client's GBNF grammar or JSON schema.
-    Raises `InvalidRequest` naming the field for a grammar llama.cpp would refuse or a schema the
-    grammar cannot enforce."""
-    if request.grammar is not None and request.json_schema is not None:
-        raise InvalidRequest("'grammar' and 'json_schema' both constrain the answer: send one of them", param="grammar")
-    if request.grammar is not None:
-        return OutputPlan(grammar=client_grammar(request.grammar))
+    """The plan for a raw completion: free text, or the client's GBNF grammar, regex or JSON schema
+    (not strict). Raises `InvalidRequest` naming the field for a grammar llama.cpp would refuse or a
+    schema no grammar can hold."""
+    held = request.grammar is not None or request.regex is not None
+    if held and request.json_schema is not None:
+        raise InvalidRequest(
+            f"'{request.grammar_param}' and '{request.json_schema_param}' both constrain the answer: send one of them",
+            param=request.grammar_param,
+        )
+    if held:
+        return OutputPlan(grammar=client_grammar(request))
     if request.json_schema is not None:
-        return OutputPlan(grammar=schema_grammar(request.json_schema or None, param=request.json_schema_param))
+        return OutputPlan(
+            grammar=schema_grammar(request.json_schema or None, param=request.json_schema_param, strict=False)
+        )
     return PLAIN
 
 
@@ -188,13 +200,13 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
     harmony = tools.family == "harmony"
     thinking = request.reasoning is None or request.reasoning.enabled
     grammar: Grammar | None = None
-    if request.grammar is not None:
+    if request.grammar is not None or request.regex is not None:
         if offered or json_out:
             raise InvalidRequest(
-                "'grammar' holds the whole answer: it cannot go with tools or a JSON response_format",
-                param="grammar",
+                f"'{request.grammar_param}' holds the whole answer: it cannot go with tools or a JSON response_format",
+                param=request.grammar_param,
             )
-        grammar = client_grammar(request.grammar)
+        grammar = client_grammar(request)
     elif harmony:
         opened = opened_final(prompt)
         if not opened:
@@ -206,6 +218,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
                 json_out=json_out,
                 think=thinking,
                 format_param=fmt.param if fmt is not None else "response_format",
+                strict=fmt is not None and fmt.strict,
             )
     elif forced or json_out:
         rules = Rules()
@@ -220,7 +233,7 @@ def plan_output(request: ChatRequest, prompt: str, think: ThinkSyntax | None, to
             assert fmt is not None
             schema = fmt.schema if fmt.type == "json_schema" else None
             alts.append(
-                SchemaConverter(rules, schema, fmt.param).rule(schema, "json")
+                SchemaConverter(rules, schema, fmt.param, strict=fmt.strict).rule(schema, "json")
                 if schema is not None
                 else rules.primitive("object")
             )

@@ -129,7 +129,9 @@ def test_json_mode_output_is_an_object(engine: Engine) -> None:
 
 def test_a_refused_schema_fails_at_once_and_the_engine_keeps_serving(engine: Engine) -> None:
     c = Collector()
-    engine.submit("bad", chat(ResponseFormat("json_schema", {"type": "string", "pattern": "(?<=x)y"}), 1), c)
+    engine.submit(
+        "bad", chat(ResponseFormat("json_schema", {"type": "string", "pattern": "(?<=x)y"}, strict=True), 1), c
+    )
     # refused on the caller's thread, before the request was queued
     assert c.finished.is_set()
     assert isinstance(c.final, Failed) and c.final.error.param == "response_format"

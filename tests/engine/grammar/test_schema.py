@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+import jsonschema
 import pytest
 
 from engine.grammar.driver import FORMATS, Driver, generated
@@ -206,4 +207,52 @@ def test_malformed_schemas_are_invalid_requests_naming_where(schema: dict[str, o
     # each of these once reached the conversion and failed there with a TypeError (a 500)
     with pytest.raises(InvalidRequest, match="invalid JSON schema in json_schema: '") as e:
         schema_grammar(schema, param="json_schema")
+    assert e.value.param == "json_schema"
+
+
+@pytest.mark.parametrize(
+    ("schema", "looser"),
+    [
+        (
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            {"type": "array", "items": {"type": "string"}},
+        ),
+        ({"type": "number", "multipleOf": 0.5}, {"type": "number"}),
+        ({"type": "string", "not": {"const": "a"}}, {"type": "string"}),
+        ({"type": "integer", "if": {"minimum": 2}, "then": {"maximum": 3}}, {"type": "integer"}),
+        ({"type": "object", "patternProperties": {"^x": {}}, "maxProperties": 0}, {"type": "object"}),
+        ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, {"type": "string"}),
+        ({"type": "string", "pattern": "^(?=a)b$"}, {"type": "string"}),
+        ({"type": "string", "pattern": "^[a-c]{2}$", "format": "date"}, {"type": "string", "pattern": "^[a-c]{2}$"}),
+        ({"type": "string", "pattern": "^[a-c]+$", "maxLength": 9}, {"type": "string", "pattern": "^[a-c]+$"}),
+        ({"type": "string", "format": "date", "maxLength": 5}, {"type": "string", "format": "date"}),
+        ({"type": "number", "minimum": 0.2, "maximum": 0.4}, {"type": "number"}),
+        ({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2}, {"type": "object"}),
+        ({"type": "object", "properties": {"a": {"type": "null"}}, "minProperties": 1}, {"type": "object"}),
+    ],
+)
+def test_not_strict_a_keyword_that_cannot_be_enforced_is_left_out(
+    driver: Driver, schema: dict[str, Any], looser: dict[str, Any]
+) -> None:
+    # As llama.cpp's json-schema-to-grammar: the answer holds to the schema without the keyword.
+    with pytest.raises(SchemaError, match="cannot|oneOf|unsupported pattern|combines|too narrow"):
+        schema_grammar(schema)
+    grammar = schema_grammar(schema, strict=False)
+    for seed in range(6):
+        jsonschema.validate(json.loads(driver.walk(grammar, seed)), looser, format_checker=FORMATS)
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        ({"$ref": "#/$defs/missing"}, "points at nothing"),
+        ({"type": "frobnicate"}, "names no JSON Schema type"),
+        ({"type": "string", "pattern": "(a"}, "invalid regular expression"),
+        ({"type": "integer", "minimum": 5, "maximum": 4}, "allows no"),
+        (False, "allows no value"),
+    ],
+)
+def test_not_strict_an_invalid_or_unsatisfiable_schema_is_still_refused(schema: Any, why: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(why)) as e:
+        schema_grammar(schema, param="json_schema", strict=False)
     assert e.value.param == "json_schema"

@@ -148,6 +148,7 @@ class ToolDef(msgspec.Struct, frozen=True):
     input_schema: dict[str, Any] | None = None  # required of custom tools; server tools have none
     description: str = ""
     type: str | None = None  # "custom"; server tools (web_search_20250305, bash_..., ...) are refused
+    strict: bool | None = None  # strict tool use: arguments always match input_schema
 
 
 class _Choice(msgspec.Struct, tag_field="type"):
@@ -311,15 +312,20 @@ def _system_text(system: str | list[TextBlock]) -> str:
 
 
 def _response_format(wire: MessagesBody) -> ResponseFormat | None:
-    """`output_config.format`, or its older name `output_format` (not both, as the SDK refuses both)."""
+    """`output_config.format`, or its older name `output_format` (not both, as the SDK refuses both); strict,
+    as Anthropic's structured outputs refuse a schema they cannot guarantee."""
     given = wire.output_config.format if wire.output_config else None
     if given is not None and wire.output_format is not None:
         raise InvalidRequest(
             "'output_format' is the older name of 'output_config.format': send one of them.", param="output_format"
         )
     if wire.output_format is not None:
-        return ResponseFormat("json_schema", wire.output_format.schema, param="output_format")
-    return None if given is None else ResponseFormat("json_schema", given.schema, param="output_config.format")
+        return ResponseFormat("json_schema", wire.output_format.schema, param="output_format", strict=True)
+    return (
+        None
+        if given is None
+        else ResponseFormat("json_schema", given.schema, param="output_config.format", strict=True)
+    )
 
 
 def _tool(wire: ToolDef, index: int) -> Tool:
@@ -333,7 +339,7 @@ def _tool(wire: ToolDef, index: int) -> Tool:
         raise InvalidRequest(
             f"Missing required parameter: 'tools[{index}].input_schema'.", param=f"tools[{index}].input_schema"
         )
-    return Tool(wire.name, wire.description, wire.input_schema)
+    return Tool(wire.name, wire.description, wire.input_schema, strict=bool(wire.strict))
 
 
 def _image(block: ImageBlock, param: str, fetch: Fetch) -> ImagePart:

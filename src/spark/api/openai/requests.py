@@ -11,7 +11,6 @@ from spark.api.common import (
     NO_FETCH,
     OPENAI_TOOL_NAME,
     Fetch,
-    LlamaSampling,
     LoraScale,
     Metadata,
     NonEmptyStr,
@@ -36,6 +35,7 @@ from spark.api.common import (
     refuse,
 )
 from spark.api.documents import file_parts
+from spark.api.openai.structured import Constraint, ConstraintFields, constraint
 from spark.errors import InvalidRequest
 from spark.types import (
     MAX_LOGPROBS,
@@ -141,6 +141,7 @@ class FunctionDef(msgspec.Struct, frozen=True):
     name: NonEmptyStr
     description: str = ""
     parameters: dict[str, Any] = {}
+    strict: bool | None = None
 
 
 class FunctionTool(msgspec.Struct, tag_field="type", tag="function", frozen=True):
@@ -186,6 +187,7 @@ class JSONObjectFormat(_Format, tag="json_object"):
 class JSONSchemaSpec(msgspec.Struct, frozen=True):
     name: str = ""
     schema: dict[str, Any] | None = None
+    strict: bool | None = None  # None: false, as OpenAI's default
 
 
 class JSONSchemaFormat(_Format, tag="json_schema"):
@@ -199,8 +201,8 @@ class StreamOptions(msgspec.Struct, frozen=True):
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
 
 
-class _SamplingBody(LlamaSampling, frozen=True, kw_only=True):
-    """Fields that chat and text completions share (llama-server's extensions included)."""
+class _SamplingBody(ConstraintFields, frozen=True, kw_only=True):
+    """Fields that chat and text completions share (llama-server's, vLLM's and SGLang's extensions included)."""
 
     model: NonEmptyStr | None = None  # left out (llama-server's clients): the server's default model
     temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
@@ -253,11 +255,7 @@ class ChatBody(_SamplingBody, frozen=True, kw_only=True):
     prediction: Prediction | None = None
     store: bool | None = None
     metadata: Metadata | None = None
-    # llama-server's extensions: the answer held to a GBNF grammar, or to JSON matching a schema;
-    # the model's LoRA adapters at other scales
-    grammar: str | None = None
-    json_schema: dict[str, Any] | None = None
-    lora: list[LoraScale] | None = None
+    lora: list[LoraScale] | None = None  # llama-server's: the model's LoRA adapters at other scales
 
 
 TopLogprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
@@ -270,11 +268,7 @@ class CompletionBody(_SamplingBody, frozen=True, kw_only=True):
     suffix: str | None = None
     best_of: int | None = None
     logprobs: TopLogprobs | None = None  # the legacy form: how many alternatives per token
-    # llama-server's extensions: the answer constrained to GBNF, or to JSON matching a schema;
-    # the model's LoRA adapters at other scales
-    grammar: str | None = None
-    json_schema: dict[str, Any] | None = None
-    lora: list[LoraScale] | None = None
+    lora: list[LoraScale] | None = None  # llama-server's: the model's LoRA adapters at other scales
 
 
 class EmbeddingBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -349,7 +343,10 @@ def parse_chat(
     max_param = "max_completion_tokens" if wire.max_completion_tokens is not None else "max_tokens"
     check_max_tokens(max_tokens, max_param, max_tokens_limit)
 
-    tools = [Tool(t.function.name, t.function.description, t.function.parameters) for t in wire.tools or ()]
+    tools = [
+        Tool(t.function.name, t.function.description, t.function.parameters, strict=bool(t.function.strict))
+        for t in wire.tools or ()
+    ]
     check_tools(tools, "tools[{}].function.name", "tools[{}].function.parameters", names=OPENAI_TOOL_NAME)
     tool_choice: ToolChoice | None
     if isinstance(wire.tool_choice, AllowedToolsChoice):
@@ -359,6 +356,8 @@ def parse_chat(
     else:
         tool_choice = _tool_choice(wire.tool_choice)
     check_tool_choice(tool_choice, tools)
+    fmt = wire.response_format
+    held = constraint(wire, response_format=isinstance(fmt, (JSONObjectFormat, JSONSchemaFormat)))
 
     request = ChatRequest(
         model=_model(wire, default_model),
@@ -369,11 +368,11 @@ def parse_chat(
         keep_alive=keep_alive_seconds(wire.keep_alive),
         tool_choice=tool_choice,
         parallel_tool_calls=wire.parallel_tool_calls is not False,
-        response_format=_response_format(wire),
+        response_format=_response_format(fmt, held),
         reasoning=_reasoning(wire),
         logprobs=(wire.top_logprobs or 0) if wire.logprobs else None,
         prediction=_prediction(wire.prediction),
-        grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
+        **_held_answer(held),
         lora=lora_scales(wire.lora),
     )
     return ChatCall(request, _include_usage(wire), n, bool(wire.store), wire.metadata or {})
@@ -400,6 +399,7 @@ def parse_completion(
         "'max_tokens' must be at least 1 (0 only with echo, to score the prompt without an answer).",
     )
     check_max_tokens(max_tokens, "max_tokens", max_tokens_limit)
+    held = constraint(wire)
     prompts = prompt_list(wire.prompt, "prompt")
     refuse(not prompts, "prompt", "'prompt' must not be an empty list.")
     refuse(
@@ -416,8 +416,9 @@ def parse_completion(
         logprobs=wire.logprobs,
         suffix=wire.suffix or None,  # an empty suffix asks for a plain completion, as OpenAI's
         echo=bool(wire.echo),
-        grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
-        json_schema=wire.json_schema,
+        **_held_answer(held),
+        json_schema=None if held is None or held.kind != "json" else held.schema or {},  # {}: any JSON object
+        json_schema_param=held.param if held is not None else "json_schema",
         lora=lora_scales(wire.lora),
     )
     return CompletionCall(request, _include_usage(wire), n, prompts if len(prompts) > 1 else [])
@@ -542,18 +543,24 @@ def _tool_choice(wire: str | NamedToolChoice | None) -> ToolChoice | None:
     return ToolChoice(wire)  # type: ignore[arg-type]  # the Literal checked by msgspec
 
 
-def _response_format(wire: ChatBody) -> ResponseFormat | None:
-    """`response_format`, or llama-server's `json_schema` (`{}`: any JSON object)."""
-    fmt = wire.response_format
-    if wire.json_schema is not None:
-        refuse(fmt is not None, "json_schema", "'json_schema' and 'response_format' cannot both be sent.")
-        schema = wire.json_schema or None
-        return ResponseFormat("json_schema" if schema else "json_object", schema, param="json_schema")
+def _response_format(
+    fmt: TextFormat | JSONObjectFormat | JSONSchemaFormat | None, held: Constraint | None
+) -> ResponseFormat | None:
+    """`response_format` (strict only when it says so), or another server's JSON field (never strict)."""
+    if held is not None and held.kind == "json":
+        return ResponseFormat("json_schema" if held.schema else "json_object", held.schema, param=held.param)
     if isinstance(fmt, JSONSchemaFormat) and fmt.json_schema.schema is not None:
-        return ResponseFormat("json_schema", fmt.json_schema.schema)
+        return ResponseFormat("json_schema", fmt.json_schema.schema, strict=bool(fmt.json_schema.strict))
     if isinstance(fmt, (JSONObjectFormat, JSONSchemaFormat)):
         return ResponseFormat("json_object")
     return None  # text: no constraint
+
+
+def _held_answer(held: Constraint | None) -> dict[str, Any]:
+    """The ChatRequest/CompletionRequest fields of a grammar or regex that holds the whole answer."""
+    if held is None or held.kind == "json":
+        return {}
+    return {held.kind: held.text, "grammar_param": held.param}
 
 
 def _reasoning(wire: ChatBody) -> Reasoning | None:

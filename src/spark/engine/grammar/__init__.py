@@ -10,12 +10,14 @@ slot's sampler chain applies before sampling, so the output always parses.
 from spark.engine.grammar.check import check_gbnf
 from spark.engine.grammar.errors import GrammarError, SchemaError
 from spark.engine.grammar.gbnf import Grammar, Rules, char_class, finish, literal
+from spark.engine.grammar.regex import RegexConverter
 from spark.engine.grammar.sampler import create_sampler
 from spark.engine.grammar.schema import SchemaConverter, schema_grammar
 
 __all__ = [
     "Grammar",
     "GrammarError",
+    "RegexConverter",
     "Rules",
     "SchemaConverter",
     "SchemaError",

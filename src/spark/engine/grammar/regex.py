@@ -1,4 +1,5 @@
-"""A JSON-schema `pattern` (the common subset of Python and ECMAScript regexes) to GBNF."""
+"""A regular expression (the common subset of Python and ECMAScript regexes) to GBNF: a JSON-schema
+`pattern`, written as the JSON text of a string, or a whole answer's regex (vLLM's and SGLang's `regex`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from spark.engine.grammar.gbnf import char_class, literal, repeat
 
 # What a JSON string may hold raw; everything else needs an escape.
 _UNSAFE = [("\x00", "\x1f"), ('"', '"'), ("\\", "\\"), ("\x7f", "\x7f")]
+_ANY = [("\x00", "\U0010ffff")]
 _PRINTABLE = [(" ", "~")]
 
 
@@ -49,16 +51,21 @@ class RegexConverter:
     pattern; an unanchored pattern is matched as a whole too, which is a
     subset of what a search allows. Characters a JSON string cannot hold raw
     are written as escapes or, inside classes and `.`, left out.
+    With `raw`, the GBNF matches the text itself instead (`.` is any character but a newline).
     """
 
-    def __init__(self, param: str, hint: str) -> None:
+    def __init__(self, param: str, hint: str, *, raw: bool = False) -> None:
         self.param = param
         self.hint = hint
+        self.raw = raw
         self.src = ""
         self.pos = 0
 
     def error(self, why: str) -> SchemaError:
-        return SchemaError(f"unsupported pattern at '{self.hint}': {why}", param=self.param)
+        where = "" if self.raw else f" at '{self.hint}'"
+        return SchemaError(
+            f"unsupported {'regular expression' if self.raw else 'pattern'}{where}: {why}", param=self.param
+        )
 
     def convert(self, pattern: Any) -> str:
         if not isinstance(pattern, str):
@@ -124,7 +131,9 @@ class RegexConverter:
         if c == "[":
             return self.char_set()
         if c == ".":
-            return char_class(_minus([("\x00", "\U0010ffff")], [*_UNSAFE, ("\u2028", "\u2029")]))
+            if self.raw:
+                return char_class(_minus(_ANY, [("\n", "\n")]))
+            return char_class(_minus(_ANY, [*_UNSAFE, ("\u2028", "\u2029")]))
         if c in ("^", "$"):
             raise self.error("anchors inside the pattern are not supported")
         if c == "\\":
@@ -193,10 +202,12 @@ class RegexConverter:
             else:
                 ranges.append((c, c))
         if negated:
-            ranges = _minus([("\x00", "\U0010ffff")], ranges)
+            ranges = _minus(_ANY, ranges)
         return self.ranges_gbnf(ranges)
 
     def ranges_gbnf(self, ranges: list[tuple[str, str]]) -> str:
+        if self.raw:
+            return char_class(ranges)
         safe = _minus(ranges, _UNSAFE)
         alts = [char_class(safe)] if safe else []
         # The few unsafe characters a class names explicitly are written as JSON escapes.
@@ -208,5 +219,5 @@ class RegexConverter:
         return alts[0] if len(alts) == 1 else f"( {' | '.join(alts)} )"
 
     def char_gbnf(self, ch: str) -> str:
-        """One character of the string's value, as its JSON text."""
-        return literal(json.dumps(ch, ensure_ascii=False)[1:-1])
+        """One character of the string's value, as its JSON text (itself when raw)."""
+        return literal(ch if self.raw else json.dumps(ch, ensure_ascii=False)[1:-1])

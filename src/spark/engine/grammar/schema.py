@@ -1,9 +1,12 @@
 """JSON schema to GBNF.
 
 The converter enforces what it accepts (numeric bounds, string formats,
-lengths, patterns) and refuses what it cannot guarantee with `SchemaError`
-(an `InvalidRequest`), because a grammar that silently ignores a keyword
-produces output that fails the client's validation.
+lengths, patterns). What it cannot guarantee depends on the request: a strict
+one (OpenAI's `strict: true`, Anthropic's structured outputs) is refused with
+`SchemaError` (an `InvalidRequest`), because its client relies on every
+keyword holding; any other has the keyword left out, the grammar enforcing the
+looser schema, as llama.cpp's json-schema-to-grammar does for llama-server and
+Ollama. An invalid schema, or one no value can match, is refused either way.
 """
 
 from __future__ import annotations
@@ -111,15 +114,21 @@ for _alias, _same in (
     _FORMATS[_alias] = _FORMATS[_same]
 
 
-def schema_grammar(schema: dict[str, Any] | None, *, param: str = "response_format", prefix: str = "") -> Grammar:
+def schema_grammar(
+    schema: dict[str, Any] | None, *, param: str = "response_format", prefix: str = "", strict: bool = True
+) -> Grammar:
     """The grammar of JSON output matching `schema` (None: any JSON object).
 
     `prefix` is GBNF put before the JSON (e.g. an optional reasoning block).
-    Raises `InvalidRequest(param)` for an invalid schema or one with keywords
-    the grammar cannot enforce.
+    Raises `InvalidRequest(param)` for an invalid schema, or, when `strict`,
+    one with keywords the grammar cannot enforce (otherwise they are left out).
     """
     rules = Rules()
-    value = rules.primitive("object") if schema is None else SchemaConverter(rules, schema, param).rule(schema, "json")
+    value = (
+        rules.primitive("object")
+        if schema is None
+        else SchemaConverter(rules, schema, param, strict=strict).rule(schema, "json")
+    )
     return finish(rules, f"{prefix} {value}".strip(), param)
 
 
@@ -130,6 +139,8 @@ class SchemaConverter:
     rules: Rules
     document: dict[str, Any] | bool
     param: str
+    # False: a keyword that cannot be enforced is left out instead of refused (see the module's doc)
+    strict: bool = field(default=True, kw_only=True)
     _refs: dict[str, str] = field(default_factory=dict)
     _depth: int = 0
 
@@ -140,6 +151,11 @@ class SchemaConverter:
 
     def error(self, why: str) -> SchemaError:
         return SchemaError(f"unsupported JSON schema in {self.param}: {why}", param=self.param)
+
+    def loosen(self, why: str) -> None:
+        """A keyword cannot be enforced: refused when strict, else the caller leaves it out."""
+        if self.strict:
+            raise self.error(why)
 
     def rule(self, schema: Any, hint: str) -> str:
         """The name of a rule matching exactly values valid under `schema` (or a subset of them)."""
@@ -158,9 +174,10 @@ class SchemaConverter:
             raise self.error(f"'{hint}' allows no value at all (schema false)")
         if not isinstance(schema, dict):
             raise self.error(f"'{hint}' is not a schema (expected an object, got {type(schema).__name__})")
-        for key in schema:
-            if key in _UNSUPPORTED:
-                raise self.error(f"the keyword {_UNSUPPORTED[key]} (at '{hint}') cannot be enforced")
+        unsupported = [key for key in schema if key in _UNSUPPORTED]
+        if unsupported:
+            self.loosen(f"the keyword {_UNSUPPORTED[unsupported[0]]} (at '{hint}') cannot be enforced")
+            return self.rule({k: v for k, v in schema.items() if k not in _UNSUPPORTED}, hint)
         if "$ref" in schema:
             return self._ref(schema, hint)
         if "allOf" in schema:
@@ -282,16 +299,14 @@ class SchemaConverter:
                     out[key] = [v for v in out[key] if any(_same_json(v, w) for w in value)]
                 elif key == "items":
                     out[key] = {"allOf": [out[key], value]}
-                elif not _same_json(out[key], value):
-                    raise self.error(f"'{hint}' combines two different '{key}' values in allOf")
+                elif not _same_json(out[key], value):  # the first value stays when not strict
+                    self.loosen(f"'{hint}' combines two different '{key}' values in allOf")
         closed = [p for p in resolved if p.get("additionalProperties") is False]
         for p in closed:
             allowed = set(p.get("properties", {}))
-            for other in resolved:
-                if set(other.get("properties", {})) - allowed:
-                    raise self.error(
-                        f"'{hint}' combines additionalProperties false with properties of another allOf member"
-                    )
+            if any(set(other.get("properties", {})) - allowed for other in resolved):
+                self.loosen(f"'{hint}' combines additionalProperties false with properties of another allOf member")
+                break
         return out
 
     def _any_of(self, schema: dict[str, Any], key: str, hint: str) -> str:
@@ -301,7 +316,7 @@ class SchemaConverter:
         rest = {k: v for k, v in schema.items() if k != key and k not in _ANNOTATIONS}
         if rest:  # keywords beside anyOf apply to every branch
             branches = [self._merge([rest, b], hint) for b in branches]
-        if key == "oneOf":
+        if key == "oneOf" and self.strict:  # not strict: read as anyOf
             resolved = [self._deref(b, hint) for b in branches]
             for i, a in enumerate(resolved):
                 for b in resolved[i + 1 :]:
@@ -347,16 +362,17 @@ class SchemaConverter:
             return self.rules.primitive("number")
         alts = number_range(lo, lo_x, hi, hi_x)
         if not alts:
-            raise self.error(
+            self.loosen(
                 f"'{hint}' has the range {lo}..{hi}, too narrow for this server to generate (it writes "
                 "integers and decimals whose integer part stays inside the range)"
             )
+            return self.rules.primitive("number")
         return self.rules.add(hint, " | ".join(alts))
 
     def _no_multiple_of(self, schema: dict[str, Any], hint: str, *, integer: bool) -> None:
         m = schema.get("multipleOf")
         if m is not None and not (integer and m == 1):
-            raise self.error(f"'multipleOf' (at '{hint}') cannot be enforced")
+            self.loosen(f"'multipleOf' (at '{hint}') cannot be enforced")
 
     def _bounds(self, schema: dict[str, Any], hint: str) -> tuple[Fraction | None, bool, Fraction | None, bool]:
         """(low, low exclusive, high, high exclusive) as exact fractions, the tighter bound winning."""
@@ -390,18 +406,24 @@ class SchemaConverter:
             raise self.error(f"'{hint}' has maxLength below minLength")
         quote = literal('"')
         fmt = schema.get("format")
+        # Not strict, as llama.cpp: a pattern wins over a format, either over length limits.
+        if "pattern" in schema:
+            if fmt in _FORMATS:
+                self.loosen(f"'{hint}' combines 'format' and 'pattern'")
+            if "minLength" in schema or hi is not None:
+                self.loosen(f"'{hint}' combines 'pattern' with length limits")
+            try:
+                body = RegexConverter(self.param, hint).convert(schema["pattern"])
+            except SchemaError:
+                if self.strict or not _compiles(schema["pattern"]):  # an invalid regex is refused either way
+                    raise
+                return self.rules.primitive("string")
+            return self.rules.add(hint, f"{quote} {body} {quote}")
         if fmt in _FORMATS:
-            if "pattern" in schema:
-                raise self.error(f"'{hint}' combines 'format' and 'pattern'")
             body, flo, fhi = _FORMATS[fmt]
             if flo < lo or (hi is not None and (fhi is None or fhi > hi)):
-                raise self.error(f"'{hint}' combines format '{fmt}' with length limits it cannot guarantee")
+                self.loosen(f"'{hint}' combines format '{fmt}' with length limits it cannot guarantee")
             return self.rules.add(f"{hint}-{fmt}", f"{quote} {body} {quote}")
-        if "pattern" in schema:
-            if "minLength" in schema or hi is not None:
-                raise self.error(f"'{hint}' combines 'pattern' with length limits")
-            body = RegexConverter(self.param, hint).convert(schema["pattern"])
-            return self.rules.add(hint, f"{quote} {body} {quote}")
         if lo == 0 and hi is None:
             return self.rules.primitive("string")
         char = self.rules.primitive("char")
@@ -409,7 +431,7 @@ class SchemaConverter:
 
     def _array(self, schema: dict[str, Any], hint: str) -> str:
         if schema.get("uniqueItems") is True and schema.get("maxItems", 2) > 1:
-            raise self.error(f"'uniqueItems' (at '{hint}') cannot be enforced")
+            self.loosen(f"'uniqueItems' (at '{hint}') cannot be enforced")
         self.rules.primitive("ws")
         lo = schema.get("minItems", 0)
         hi = schema.get("maxItems")
@@ -469,7 +491,8 @@ class SchemaConverter:
             # A free-form map: any keys, values matching additionalProperties. Keys may repeat
             # (the last one wins when parsed), so only an upper bound on their number holds.
             if n_min > 1 or (n_max is not None and n_max < n_min):
-                raise self.error(f"'minProperties' (at '{hint}') cannot be enforced for free-form keys")
+                self.loosen(f"'minProperties' (at '{hint}') cannot be enforced for free-form keys")
+                n_min = 0
             value = self.rule(extra, f"{hint}-value")
             pair = self.rules.add(f"{hint}-kv", f'{self.rules.primitive("string")} ws ":" ws {value}')
             if n_max == 0:
@@ -480,7 +503,7 @@ class SchemaConverter:
         req = list(dict.fromkeys(required))
         opt = [n for n in names if n not in req]
         if n_min > len(req) or (n_max is not None and n_max < len(req) + len(opt)):
-            raise self.error(f"'minProperties'/'maxProperties' (at '{hint}') cannot be enforced here")
+            self.loosen(f"'minProperties'/'maxProperties' (at '{hint}') cannot be enforced here")
 
         def kv(name: str) -> str:
             sub = props.get(name, extra if extra is not True else {})
@@ -518,6 +541,14 @@ def _implied_type(schema: dict[str, Any]) -> str | None:
     if keys & {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}:
         return "number"
     return None
+
+
+def _compiles(pattern: Any) -> bool:
+    try:
+        re.compile(pattern)
+    except (re.error, TypeError):
+        return False
+    return True
 
 
 def _is_number(value: Any) -> bool:

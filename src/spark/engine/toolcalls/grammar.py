@@ -39,15 +39,30 @@ log = logging.getLogger("spark.engine.toolcalls")
 _COUNTED_TEXT = MAX_REPEAT // 4
 
 
+def _unconstrained(tool: Tool, e: SchemaError, what: str) -> None:
+    """A schema the grammar cannot hold: refused for a strict tool, else `what` is left free (logged)."""
+    if tool.strict:
+        raise e
+    log.info("tool %s: %s not constrained by its schema: %s", tool.name, what, e.message)
+
+
+def _converter(rules: Rules, tool: Tool, schema: dict[str, Any] | None = None) -> SchemaConverter:
+    """A converter for `tool`'s parameters: strict for a strict tool, else leaving out what it cannot enforce."""
+    return SchemaConverter(
+        rules, dict(tool.parameters or {}) if schema is None else schema, "tools", strict=tool.strict
+    )
+
+
 def args_rule(rules: Rules, tool: Tool, hint: str) -> str:
-    """The arguments of `tool`, from its JSON schema; any object when we cannot enforce it."""
+    """The arguments of `tool`, from its JSON schema; any object when we cannot hold it (a strict tool's:
+    `InvalidRequest`)."""
     schema: dict[str, Any] = dict(tool.parameters or {})
     if "type" not in schema and not ({"$ref", "anyOf", "oneOf", "allOf", "enum", "const"} & schema.keys()):
         schema["type"] = "object"
     try:
-        return SchemaConverter(rules, schema, "tools").rule(schema, hint)
+        return _converter(rules, tool, schema).rule(schema, hint)
     except SchemaError as e:
-        log.info("tool %s: arguments not constrained by its schema: %s", tool.name, e.message)
+        _unconstrained(tool, e, "arguments")
         return rules.primitive("object")
 
 
@@ -70,7 +85,7 @@ def _parameters_rule(rules: Rules, tool: Tool, tags: ParameterTags, hint: str) -
         any_key = f"{literal(tags.key_open)} [A-Za-z0-9_.-]{{1,64}}"
         return rules.add(f"{hint}-any", f"( {tag(any_key, text)} )*")
     required = set(schema.get("required") or ())
-    converter = SchemaConverter(rules, schema, "tools")
+    converter = _converter(rules, tool)
     parts = []
     for i, (key, prop) in enumerate(properties.items()):
         kind = prop.get("type") if isinstance(prop, dict) else None
@@ -86,7 +101,7 @@ def _parameters_rule(rules: Rules, tool: Tool, tags: ParameterTags, hint: str) -
             try:
                 value = converter.rule(prop, f"{hint}-{i}")
             except SchemaError as e:
-                log.info("tool %s: parameter %s not constrained by its schema: %s", tool.name, key, e.message)
+                _unconstrained(tool, e, f"parameter {key}")
                 value = text
         part = tag(literal(tags.key_open + key), value)
         parts.append(part if key in required else f"( {part} )?")
@@ -124,13 +139,13 @@ def _members_rule(
 
 def _json_value(rules: Rules, tool: Tool, hint: str) -> Callable[[str, dict[str, Any]], str]:
     """A property's value as JSON matching its schema (any JSON value where the schema cannot be held)."""
-    converter = SchemaConverter(rules, dict(tool.parameters or {}), "tools")
+    converter = _converter(rules, tool)
 
     def value(name: str, prop: dict[str, Any]) -> str:
         try:
             return converter.rule(prop, f"{hint}-{name}-value")
         except SchemaError as e:
-            log.info("tool %s: parameter %s not constrained by its schema: %s", tool.name, name, e.message)
+            _unconstrained(tool, e, f"parameter {name}")
             return rules.primitive("value")
 
     return value

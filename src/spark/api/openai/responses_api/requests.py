@@ -454,7 +454,7 @@ def _tool(wire: FunctionToolDef, i: int) -> Tool:
         f"Tool type '{wire.type}' is not supported by this server: only 'function' tools are.",
     )
     refuse(not wire.name, f"tools[{i}].name", f"Missing required parameter: 'tools[{i}].name'.")
-    return Tool(wire.name or "", wire.description or "", wire.parameters or {})
+    return Tool(wire.name or "", wire.description or "", wire.parameters or {}, strict=bool(wire.strict))
 
 
 def _tool_choice(wire: str | NamedFunctionChoice | None) -> ToolChoice | None:
@@ -468,7 +468,7 @@ def _tool_choice(wire: str | NamedFunctionChoice | None) -> ToolChoice | None:
 def _response_format(wire: TextOptions | None) -> ResponseFormat | None:
     form = wire.format if wire is not None else None
     if isinstance(form, JSONSchemaFormat):
-        return ResponseFormat("json_schema", form.schema, param="text.format")
+        return ResponseFormat("json_schema", form.schema, param="text.format", strict=bool(form.strict))
     if isinstance(form, JSONObjectFormat):
         return ResponseFormat("json_object", param="text.format")
     return None
