@@ -68,6 +68,14 @@ def slow_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_swa(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny Gemma 3 whose layers attend over the last `tiny_gguf.TINY_WINDOW` tokens only:
+    llama.cpp saves only that window of a conversation in a KV snapshot."""
+    folder = tmp_path_factory.mktemp("swa")
+    return tiny_gguf.write_tiny_llama(folder / "tiny-swa.gguf", sliding_window=tiny_gguf.TINY_WINDOW)
+
+
+@pytest.fixture(scope="session")
 def tiny_llama_tools(gguf_dir: Path) -> Path:
     return gguf_dir / "tiny-llama-tools.gguf"
 

@@ -1,9 +1,10 @@
 """Tiny, deterministic, random-weight GGUF models for tests (numpy + `gguf` only).
 
 - `write_tiny_llama`: LLaMA with a byte-level BPE ("gpt2") vocab and a ChatML or
-  Hermes-style tools template. Its output head is biased so that it only ever
-  samples printable ASCII (or newline) tokens and never a control token: every
-  generation runs to max_tokens unless a test biases EOS up on purpose.
+  Hermes-style tools template (a Gemma 3 when given a sliding window). Its
+  output head is biased so that it only ever samples printable ASCII (or
+  newline) tokens and never a control token: every generation runs to
+  max_tokens unless a test biases EOS up on purpose.
 - `write_tiny_bert`: BERT (non-causal, mean pooling) for embeddings.
 - `write_tiny_mmproj`: CLIP vision tower + LLaVA "mlp" projector whose
   projection_dim equals the tiny LLaMA's n_embd.
@@ -221,6 +222,7 @@ def _llama_writer(
     fim_repo: bool = False,
     add_bos: bool = False,
     harmony: bool = False,
+    sliding_window: int = 0,
 ) -> gguf.GGUFWriter:
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
@@ -229,7 +231,13 @@ def _llama_writer(
     tokens, types, merges, special = _bpe_vocab(vocab_size, specials)
     n_vocab = len(tokens)
 
-    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
+    # A sliding window makes it a Gemma 3: LLaMA's blocks with normed q/k and normed sublayer outputs.
+    gemma = sliding_window > 0
+    w = gguf.GGUFWriter(str(path), "gemma3" if gemma else "llama", split_max_tensors=split_max_tensors)
+    if gemma:
+        w.add_sliding_window(sliding_window)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_name(name)
     w.add_description("Random-weight test model. Output is meaningless.")
     w.add_file_type(_FILE_TYPES[weight_type][0])
@@ -273,6 +281,15 @@ def _llama_writer(
         _add_weight(w, p + "attn_v.weight", rand(n_head_kv * head_dim, n_embd, std=0.1), weight_type)
         _add_weight(w, p + "attn_output.weight", rand(n_embd, n_head * head_dim, std=0.1), weight_type)
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        if gemma:
+            norms = {
+                "attn_q_norm": head_dim,
+                "attn_k_norm": head_dim,
+                "post_attention_norm": n_embd,
+                "post_ffw_norm": n_embd,
+            }
+            for norm, width in norms.items():
+                w.add_tensor(f"{p}{norm}.weight", np.ones(width, dtype=np.float32))
         _add_weight(w, p + "ffn_gate.weight", rand(n_ff, n_embd, std=0.1), weight_type)
         _add_weight(w, p + "ffn_up.weight", rand(n_ff, n_embd, std=0.1), weight_type)
         _add_weight(w, p + "ffn_down.weight", rand(n_embd, n_ff, std=0.1), weight_type)
@@ -306,9 +323,12 @@ def write_tiny_llama(
     fim_repo: bool = False,
     add_bos: bool = False,
     harmony: bool = False,
+    sliding_window: int = 0,
 ) -> Path:
-    """Write a tiny LLaMA. `template`: "chatml", "tools", a Jinja text, or None for none; `fim`:
-    with fill-in-the-middle tokens (`FIM_TOKENS`), `fim_repo` with the repository ones too
+    """Write a tiny LLaMA, or with a `sliding_window` (in tokens) a tiny Gemma 3 whose layers all
+    attend over that window only (llama.cpp's sliding-window KV cache). `template`: "chatml",
+    "tools", a Jinja text, or None for none; `fim`: with fill-in-the-middle tokens
+    (`FIM_TOKENS`), `fim_repo` with the repository ones too
     (`FIM_REPO_TOKENS`); `add_bos`: llama.cpp puts BOS before a prompt;
     `harmony`: with gpt-oss's special tokens (`HARMONY_TOKENS`).
 
@@ -333,12 +353,14 @@ def write_tiny_llama(
         fim_repo=fim_repo,
         add_bos=add_bos,
         harmony=harmony,
+        sliding_window=sliding_window,
     )
     _finish(w)
     return path
 
 
 SLOW_CONTEXT = 16384
+TINY_WINDOW = 16  # the sliding window of the tests' tiny Gemma 3 (`tiny_swa`), in tokens
 
 
 def write_slow_llama(path: str | Path) -> Path:

@@ -104,6 +104,17 @@ def test_a_reloaded_model_restores_from_disk(tiny_llama: Path, folder: Path, col
     assert slot_info(again).cache == "slot" and again.text == cold_c
 
 
+def test_a_sliding_window_models_conversation_restores_from_disk(tiny_swa: Path, folder: Path) -> None:
+    # Only the last window of it is on disk: a prompt that extends it whole can use it.
+    n_a = leave_a_on_disk(tiny_swa, folder)
+    with Engine(options(tiny_swa, folder)) as e:
+        c = run(e, complete(P_C, 12), "c")
+    with Engine(options(tiny_swa, folder, snapshot_disk_bytes=0)) as e:
+        cold = run(e, complete(P_C, 12), "cold")
+    assert slot_info(c).cache == "disk" and slot_info(c).cached_tokens == n_a
+    assert slot_info(cold).cached_tokens == 0 and c.text == cold.text
+
+
 @pytest.mark.parametrize(
     "change",
     ["kv_type", "n_ctx", "flash_attention", "lora", "model file"],

@@ -35,6 +35,7 @@ from spark.types import (
     ReasoningDelta,
     ResponseFormat,
     SamplingParams,
+    SlotInfo,
     TextDelta,
     Tool,
     ToolCallDelta,
@@ -369,7 +370,7 @@ def test_a_cache_that_cannot_drop_a_draft_fails_only_that_request(
 ) -> None:
     with Engine(options(tiny_llama, speculative=True)) as e:
         request = completions(temperature=0)[0]
-        monkeypatch.setattr(Context, "trim", lambda self, seq, n: False)
+        monkeypatch.setattr(Context, "keep", lambda self, seq, n: False)
         failed = run_all(e, [request])[0].final
         assert isinstance(failed, Failed) and "draft" in failed.error.message
         assert e._slots[0].cached == [] and e._ctx.last_position(0) == -1  # nothing stale is reused
@@ -537,3 +538,28 @@ def test_with_a_q8_0_cache_an_answer_never_depends_on_the_batch_at_any_thread_co
     assert with_drafts.final.usage.accepted_tokens > 0  # type: ignore[union-attr]
     same = beside == alone and stream_of(with_drafts) == alone
     assert same is (kv_type == "q8_0")
+
+
+@drafting_everywhere
+def test_drafts_are_verified_and_dropped_in_a_sliding_window_conversation_put_back(tiny_swa: Path) -> None:
+    # Put back from a snapshot, the slot holds only the last window before its end: rejected
+    # draft tokens, always past that end, still leave the cache, and the answer is the model's own.
+    def chat(messages: list[Message], max_tokens: int = 40, prediction: str | None = None) -> ChatRequest:
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=0)
+        return ChatRequest(model="m", messages=messages, sampling=sampling, prediction=prediction)
+
+    turn1 = [Message("user", COPY)]
+    turn2 = [*turn1, Message("assistant", "one two"), Message("user", "count on: one two three")]
+    with Engine(options(tiny_swa, speculative=False)) as e:
+        expected = run_all(e, [chat(turn2)])[0]
+    answer = expected.text
+    wrong = answer[: len(answer) // 2] + " zebra quartz " + answer[len(answer) // 2 :]
+    with Engine(options(tiny_swa, speculative=True)) as e:
+        run_all(e, [chat(turn1, max_tokens=1)])  # the slot holds exactly its prompt, which turn 2 extends
+        run_all(e, completions(temperature=0)[3:])  # the first conversation leaves the only slot for RAM
+        got = run_all(e, [chat(turn2, prediction=wrong)])[0]
+    info = got.events[0]
+    assert isinstance(info, SlotInfo) and info.cache == "ram" and info.cached_tokens > tiny_gguf.TINY_WINDOW
+    assert outcome(got) == outcome(expected)
+    usage = got.final.usage  # type: ignore[union-attr]
+    assert 0 < usage.accepted_tokens < usage.drafted_tokens  # drafts kept, and drafts dropped

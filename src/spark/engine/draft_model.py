@@ -130,7 +130,7 @@ class DraftModel:
         if cached[:n] != history[:n]:
             common = next(i for i, (a, b) in enumerate(zip(cached, history, strict=False)) if a != b)
         if common < len(cached):
-            if not self._ctx.trim(slot, common):
+            if not self._ctx.keep(slot, common):
                 self._ctx.forget(slot)
                 common = 0
             del cached[common:]

@@ -33,7 +33,7 @@ from spark.engine.output import StopAtStrings, merged, parser_for
 from spark.engine.prepare import EmbeddingJob, Emit, GenerationJob, Job, Preparer
 from spark.engine.reasoning import ThinkBudget
 from spark.engine.sampling import SamplerChain
-from spark.engine.slots import Generation, Slot, pick_slot
+from spark.engine.slots import Generation, Slot
 from spark.engine.snapshot_cache import PERSIST_IDLE_SECONDS, SnapshotCache
 from spark.engine.snapshot_disk import disk_store
 from spark.engine.snapshots import SnapshotStore
@@ -363,21 +363,12 @@ class Engine:
         prompt = job.prompt
         logprobs = Logprobs.of(self._model, job.request)
         echo = None if job.echo is None else PromptEcho(*job.echo, prompt=prompt, logprobs=logprobs)
-        slot, n_keep = pick_slot(free, prompt, job.lora)
         # An echo's log probabilities need logits at every prompt position, which no cache holds:
         # nothing is reused (limit 0), but what the slot loses is saved as for any prompt.
+        # Cached image positions may hold another image: only the text before the first is reused.
         whole = echo is not None and echo.needs_logits
         limit = 0 if whole else job.media.first_image if job.media is not None else len(prompt)
-        reuse = self._snapshots.use(self._ctx, slot, free, prompt, limit, job.lora)
-        n_keep = 0 if whole else reuse.n_tokens if reuse is not None else n_keep
-        # Re-evaluate at least the last prompt token: its logits start the generation.
-        n_keep = min(n_keep, len(prompt) - 1)
-        if job.media is not None:  # cached image positions may hold another image
-            n_keep = min(n_keep, job.media.first_image)
-        if not self._ctx.keep(slot.id, n_keep):  # then the prompt is evaluated from scratch
-            self._ctx.forget(slot.id)
-            n_keep = 0
-        del slot.cached[n_keep:]
+        slot, n_keep, reuse = self._snapshots.place(self._ctx, free, prompt, limit, job.lora)
         slot.lora = job.lora
         # The cache now holds this request's tokens only: private (never on disk) exactly when it is.
         slot.private = job.request.zero_retention
@@ -537,7 +528,7 @@ class Engine:
 
     def _drop_rejected(self, slot: Slot, gen: Generation) -> None:
         """Remove the KV of draft tokens past `slot.cached` (rejected, or past the output's end)."""
-        if self._ctx.trim(slot.id, len(slot.cached)):
+        if self._ctx.keep(slot.id, len(slot.cached)):
             return
         self._ctx.forget(slot.id)
         slot.cached.clear()

@@ -147,6 +147,7 @@ class Model:
         self.n_params = lc.llama_model_n_params(ptr)
         self.size_bytes = lc.llama_model_size(ptr)
         self.n_ctx_train = lc.llama_model_n_ctx_train(ptr)
+        self.n_swa = lc.llama_model_n_swa(ptr)  # its sliding window of attention (0: none)
         self.bos = lc.llama_vocab_bos(self.vocab)
         self.eos = lc.llama_vocab_eos(self.vocab)
         self.sep = lc.llama_vocab_sep(self.vocab)
@@ -335,6 +336,15 @@ def _check_gguf(path: str) -> None:
         raise ModelFileError(f"{path} is not a GGUF model file", param="path")
 
 
+def holds_window(oldest: int, n: int, n_swa: int) -> bool:
+    """Whether a sequence cut to its first `n` positions, the oldest it still holds being `oldest`
+    (-1: none), holds what the token at position `n` attends to (`n_swa`: the model's sliding
+    window, 0 for none). llama-server's rule, which errs safe by a position."""
+    if n <= 0:
+        return True
+    return 0 <= oldest <= max(0, n - max(1, n_swa))
+
+
 class Context:
     """A llama.cpp context: `n_seq_max` sequences in one KV memory, decoded in batches of `n_batch`.
 
@@ -385,6 +395,8 @@ class Context:
         self.ptr = ctypes.c_void_p(ptr)
         self._memory = lc.llama_get_memory(ptr)
         self.n_batch: int = lc.llama_n_batch(ptr)
+        self._n_swa = model.n_swa
+        self._whole_state = not model.can_trim
         if lora:
             try:
                 self.set_adapters(model, lora)
@@ -401,18 +413,29 @@ class Context:
             raise RunnerFailed("llama.cpp could not apply the LoRA adapters")
 
     def keep(self, seq: int, n: int) -> bool:
-        """Cut sequence `seq` to its first `n` positions.
+        """Cut sequence `seq` to its first `n` positions (a new prompt's shared start, or the
+        tokens before rejected draft tokens).
 
         False when the memory cannot do it: recurrent models cannot cut a
-        sequence, and sliding-window caches may have dropped its start. The
-        sequence must then be evaluated again from nothing (see `forget`).
+        sequence, and a sliding-window cache put back from a snapshot lacks the
+        positions before its last window (see `restored_floor`). The sequence
+        must then be evaluated again from nothing (see `forget`).
         """
         mem = self._memory
-        return bool(lc.llama_memory_seq_rm(mem, seq, n, -1)) and lc.llama_memory_seq_pos_min(mem, seq) <= 0
+        return bool(lc.llama_memory_seq_rm(mem, seq, n, -1)) and holds_window(
+            lc.llama_memory_seq_pos_min(mem, seq), n, self._n_swa
+        )
 
-    def trim(self, seq: int, n: int) -> bool:
-        """Drop the positions of sequence `seq` from `n` on (rejected draft tokens); False when refused."""
-        return bool(lc.llama_memory_seq_rm(self._memory, seq, n, -1))
+    def restored_floor(self, n_tokens: int) -> int:
+        """The shortest cut (`keep`) that a sequence put back from a snapshot of `n_tokens`
+        positions allows: 0 for any, `n_tokens` for none short of the whole.
+
+        llama.cpp saves only the last window of a sliding-window cache (positions
+        from `n_tokens - n_swa` on, however much the live cache held), and a
+        recurrent state is whole or nothing: such a snapshot serves only a prompt
+        that reuses all of it.
+        """
+        return n_tokens if self._whole_state or 0 < self._n_swa < n_tokens else 0
 
     def forget(self, seq: int) -> None:
         """Empty sequence `seq`."""

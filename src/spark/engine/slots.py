@@ -102,6 +102,9 @@ class Slot:
     written to disk). `persisted`: the tokens of its cache last written to
     disk (or restored from there); the cache needs writing while they differ.
     `lora`: the LoRA scales its cache was computed under (None: as attached).
+    `floor`: the shortest start of its cache a prompt can reuse; above 0 when it
+    was put back from a snapshot that holds only its last sliding window
+    (`Context.restored_floor`).
     """
 
     id: int
@@ -111,6 +114,7 @@ class Slot:
     private: bool = False
     persisted: list[int] = field(default_factory=list)
     lora: Scales | None = None
+    floor: int = 0
 
 
 _PREFIX_CHUNK = 256  # tokens compared at once by common_prefix
@@ -130,8 +134,10 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def shared(slot: Slot, prompt: Sequence[int], lora: Scales | None = None) -> int:
-    """How many of `prompt`'s first tokens the slot's cache holds for a request under `lora`."""
-    return common_prefix(slot.cached, prompt) if slot.lora == lora else 0
+    """How many of `prompt`'s first tokens the slot's cache holds for a request under `lora`
+    (0 when they stop short of its `floor`: then it serves none)."""
+    n = common_prefix(slot.cached, prompt) if slot.lora == lora else 0
+    return n if n >= slot.floor else 0
 
 
 def pick_slot(free: list[Slot], prompt: Sequence[int], lora: Scales | None = None) -> tuple[Slot, int]:

@@ -1,4 +1,4 @@
-"""Which KV snapshot serves a prompt, and where each snapshot lives: a slot, RAM, disk.
+"""Which slot or KV snapshot serves a prompt, and where each snapshot lives: a slot, RAM, disk.
 
 `SnapshotCache` is the engine's policy over the RAM store (`snapshots`) and
 the disk store (`snapshot_disk`), called from the decode loop:
@@ -6,7 +6,8 @@ the disk store (`snapshot_disk`), called from the decode loop:
 - a slot about to lose its conversation to another prompt is saved to RAM;
   what the RAM budget pushes out goes to disk;
 - a prompt that a snapshot in RAM or on disk extends further than any free
-  slot's cache is served from that snapshot;
+  slot's cache is served from that snapshot, if it can serve that much (a
+  sliding-window model's snapshot holds only its last window);
 - once the engine has been idle for `PERSIST_IDLE_SECONDS`, slot caches that
   changed and RAM snapshots not yet on disk are handed to the disk writer, so
   a runner that crashes later still leaves them behind; at close, the rest.
@@ -17,19 +18,22 @@ own LoRA scales (`Slot.lora`) are never saved: every snapshot holds the attached
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spark.engine import snapshots
 from spark.engine.native import Context
-from spark.engine.slots import Scales, Slot, shared
+from spark.engine.slots import Scales, Slot, pick_slot, shared
 from spark.engine.snapshot_disk import DiskEntry, DiskSnapshots
 from spark.engine.snapshots import Snapshot, SnapshotStore
 from spark.types import CacheSource
 
 PERSIST_IDLE_SECONDS = 1.0  # idle this long, the engine writes what a crash would lose
 CLOSE_FLUSH_SECONDS = 4.0  # writing at close, within the supervisor's grace before it kills
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,21 +56,55 @@ class SnapshotCache:
     def enabled(self) -> bool:
         return self.ram.budget > 0 or self.disk is not None
 
+    def place(
+        self, ctx: Context, free: list[Slot], prompt: Sequence[int], limit: int, lora: Scales | None = None
+    ) -> tuple[Slot, int, Reuse | None]:
+        """The free slot for `prompt` (under LoRA scales `lora`) and how many of its first tokens
+        that slot's KV cache now holds, cut to those: its own, or a snapshot's put back (the
+        `Reuse`). The rest of the prompt is evaluated, its last token always (for its logits).
+
+        `limit`: how much of the prompt a cache may serve (up to its first image; 0 for none).
+        """
+        slot, n_keep = pick_slot(free, prompt, lora)
+        reuse = self.use(ctx, slot, free, prompt, limit, lora)
+        n_keep = min(n_keep if reuse is None else reuse.n_tokens, limit, len(prompt) - 1)
+        if not ctx.keep(slot.id, n_keep):  # then the prompt is evaluated from scratch
+            if reuse is not None:
+                log.warning(
+                    "the KV snapshot put back into slot %d cannot serve %d tokens (llama.cpp kept less "
+                    "of it than expected); evaluating the prompt instead",
+                    slot.id,
+                    n_keep,
+                )
+            ctx.forget(slot.id)
+            n_keep = 0
+        if n_keep == 0:
+            slot.floor = 0
+        del slot.cached[n_keep:]
+        return slot, n_keep, reuse
+
     def use(
         self, ctx: Context, slot: Slot, free: list[Slot], prompt: Sequence[int], limit: int, lora: Scales | None = None
     ) -> Reuse | None:
         """Save what `slot` would lose to `prompt`, and restore a snapshot that serves it better.
 
         `limit`: how much of the prompt a snapshot may serve (up to its first
-        image); none serves a prompt under LoRA scales `lora`. Returns None when
-        nothing was restored (the slot is then as it was). A failed save, load
-        or restore only costs the reuse.
+        image); none serves a prompt under LoRA scales `lora`. Only a snapshot
+        that can serve what the prompt shares with it is chosen: one of a
+        sliding-window model, longer than its window, serves only a prompt that
+        reuses it whole (`Context.restored_floor`). Returns None when nothing was
+        restored (the slot is then as it was). A failed save, load or restore
+        only costs the reuse.
         """
         if not self.enabled:
             return None
+
+        def serves(tokens: Sequence[int], n: int) -> bool:
+            return min(n, len(prompt) - 1) >= ctx.restored_floor(len(tokens))  # the last token is evaluated
+
         prefix = prompt[:limit] if lora is None else []
-        in_ram, n_ram = self.ram.best(prefix)
-        on_disk, n_disk = self.disk.best(prefix) if self.disk is not None else (None, 0)
+        in_ram, n_ram = self.ram.best(prefix, serves)
+        on_disk, n_disk = self.disk.best(prefix, serves) if self.disk is not None else (None, 0)
         n_free = max(shared(s, prompt) for s in free)
         chosen: Snapshot | DiskEntry | None = None
         n_snap = 0
@@ -105,6 +143,7 @@ class SnapshotCache:
         if not snapshots.restore(ctx, snapshot, slot.id):
             return Reuse(0, source, time.perf_counter() - started)
         slot.cached.extend(snapshot.tokens)
+        slot.floor = ctx.restored_floor(len(snapshot.tokens))
         slot.private = snapshot.private
         if snapshot.on_disk:
             slot.persisted = list(snapshot.tokens)

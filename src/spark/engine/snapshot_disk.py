@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 from spark.engine.native import runtime_version
 from spark.engine.slots import common_prefix
-from spark.engine.snapshots import Snapshot, extends
+from spark.engine.snapshots import Serves, Snapshot, extends
 from spark.types import LoadOptions, LoraAdapter
 
 log = logging.getLogger(__name__)
@@ -241,14 +241,15 @@ class DiskSnapshots:
 
     # --- the decode loop's side -------------------------------------------------
 
-    def best(self, prompt: Sequence[int]) -> tuple[DiskEntry | None, int]:
-        """The file sharing the longest prefix with `prompt`, and that length (None, 0 if none)."""
+    def best(self, prompt: Sequence[int], serves: Serves | None = None) -> tuple[DiskEntry | None, int]:
+        """The file sharing the longest prefix with `prompt`, and that length (None, 0 if none);
+        only among those `serves` accepts with that length, when given."""
         best: DiskEntry | None = None
         best_len = 0
         with self._lock:
             for entry in self._entries.values():
                 n = common_prefix(entry.tokens, prompt)
-                if n > best_len:
+                if n > best_len and (serves is None or serves(entry.tokens, n)):
                     best, best_len = entry, n
         return best, best_len
 

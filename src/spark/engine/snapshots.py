@@ -13,13 +13,16 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spark.engine.native import Context
 from spark.engine.slots import common_prefix
 
 log = logging.getLogger(__name__)
+
+# Whether a snapshot holding these tokens can serve a prompt that shares this many of them.
+Serves = Callable[[Sequence[int], int], bool]
 
 
 @dataclass(slots=True, eq=False)
@@ -82,13 +85,14 @@ class SnapshotStore:
         """Every snapshot kept, oldest first."""
         return list(self._items.values())
 
-    def best(self, prompt: Sequence[int]) -> tuple[Snapshot | None, int]:
-        """The snapshot sharing the longest prefix with `prompt`, and that length (None, 0 if none)."""
+    def best(self, prompt: Sequence[int], serves: Serves | None = None) -> tuple[Snapshot | None, int]:
+        """The snapshot sharing the longest prefix with `prompt`, and that length (None, 0 if none);
+        only among those `serves` accepts with that length, when given."""
         best: Snapshot | None = None
         best_len = 0
         for snapshot in self._items.values():
             n = common_prefix(snapshot.tokens, prompt)
-            if n > best_len:
+            if n > best_len and (serves is None or serves(snapshot.tokens, n)):
                 best, best_len = snapshot, n
         return best, best_len
 
