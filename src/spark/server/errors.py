@@ -31,7 +31,6 @@ from spark.errors import (
     RouteNotFound,
     SparkError,
 )
-from spark.server.console.signin import page_not_found
 from spark.server.family import OLLAMA_PREFIX, api_family
 from spark.server.recorder import keeps_content, recorder_of
 from spark.server.request_ids import request_ids
@@ -88,6 +87,9 @@ def _spark_error(request: AnyRequest, exc: SparkError) -> Response[bytes]:
 def _http_error(request: AnyRequest, exc: HTTPException) -> Response[Any]:
     method, path = request.method, request.scope["path"]
     error: SparkError
+    # imported here: the console's own modules import the server's, which import this one
+    from spark.server.console.signin import page_not_found
+
     if exc.status_code == HTTP_404_NOT_FOUND and (page := page_not_found(request)) is not None:
         return page  # a browser at a mistyped console address: a page, not an API's JSON
     if exc.status_code == HTTP_404_NOT_FOUND:
