@@ -49,7 +49,7 @@ complete -c spark -n '__fish_seen_subcommand_from keys ; and __fish_seen_subcomm
 complete -c spark -n '__fish_seen_subcommand_from keys' -l help -d 'Show help and exit'
 complete -c spark -n '__fish_seen_subcommand_from log' -l model -r -d 'Only requests for this model.'
 complete -c spark -n '__fish_seen_subcommand_from log' -l key -r -d 'Only requests made with this key (name or prefix).'
-complete -c spark -n '__fish_seen_subcommand_from log' -l status -r -d 'ok, error, or an HTTP status code (e.g. 400).'
+complete -c spark -n '__fish_seen_subcommand_from log' -l status -r -d 'ok, error, failed (an error, not a cancellation), or an HTTP status code (e.g. 400).'
 complete -c spark -n '__fish_seen_subcommand_from log' -l since -r -d 'Only requests since then: 30m, 2h, 1d, or a date.'
 complete -c spark -n '__fish_seen_subcommand_from log' -l limit -r -d 'How many requests to list.'
 complete -c spark -n '__fish_seen_subcommand_from log' -s n -r -d 'How many requests to list.'

@@ -120,7 +120,7 @@ def test_list_and_filters(table: RequestTable) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--status", "bad"], "status: 'bad' is not ok, error or an HTTP status code"),
+        (["--status", "bad"], "status: 'bad' is not ok, error, failed or an HTTP status code"),
         (["--since", "someday"], "since: 'someday' is neither a duration"),
         (["--limit", "0"], "limit must be between 1 and 1000"),
         (["nope"], "No logged request has the id 'nope'"),
@@ -142,7 +142,7 @@ def test_bad_input_is_one_line_from_the_command() -> None:
         check=False,
     )
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == "Error: status: 'bad' is not ok, error or an HTTP status code\n"
+    assert result.stderr == "Error: status: 'bad' is not ok, error, failed or an HTTP status code\n"
 
 
 def test_one_request_as_a_waterfall(table: RequestTable) -> None:

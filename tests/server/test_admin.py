@@ -134,6 +134,8 @@ def test_requests_list_detail_and_paging(live: LiveServer, model: str) -> None:
     errors = admin.get("/api/requests", params={"status": "error"}).json()["requests"]
     assert [r["request_id"] for r in errors if r["request_id"] in ids] == [ids[3]]
     assert errors[0]["error_type"] == "model_not_found"
+    failures = admin.get("/api/requests", params={"status": "failed"}).json()["requests"]
+    assert [r["request_id"] for r in failures if r["request_id"] in ids] == [ids[3]]
     by_model = admin.get("/api/requests", params={"model": model, "since": "1h", "key": "tests"}).json()
     assert {r["request_id"] for r in by_model["requests"]} >= set(ids[:3])
     future = admin.get("/api/requests", params={"since": str(time.time() + 60)}).json()

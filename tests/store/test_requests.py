@@ -122,6 +122,7 @@ def test_filters_and_paging(table: RequestTable) -> None:
     assert ids(model="other") == ["id2"]
     assert ids(key="ci") == ids(key="sk-spark-Zz99") == ["id4"]
     assert ids(status="error") == ["id6", "id3"]
+    assert ids(status="failed") == ["id3"]  # an error, but not the cancelled one
     assert ids(status="ok") == ["id5", "id4", "id2", "id1"]
     assert ids(status="499") == ["id6"]
     assert ids(since=NOW + 4) == ["id6", "id5", "id4"]

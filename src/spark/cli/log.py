@@ -190,7 +190,9 @@ def log_command(
     request_id: str | None = typer.Argument(None, help="Show this request (its x-request-id) with its timeline."),
     model: str | None = typer.Option(None, "--model", help="Only requests for this model."),
     key: str | None = typer.Option(None, "--key", help="Only requests made with this key (name or prefix)."),
-    status: str | None = typer.Option(None, "--status", help="ok, error, or an HTTP status code (e.g. 400)."),
+    status: str | None = typer.Option(
+        None, "--status", help="ok, error, failed (an error, not a cancellation), or an HTTP status code (e.g. 400)."
+    ),
     since: str | None = typer.Option(None, "--since", help="Only requests since then: 30m, 2h, 1d, or a date."),
     limit: int = typer.Option(20, "--limit", "-n", help="How many requests to list."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new requests as they finish."),

@@ -83,7 +83,7 @@ class RequestFilter(msgspec.Struct, frozen=True, kw_only=True):
 
     model: str | None = None
     key: str | None = None  # key name or prefix
-    status: str | None = None  # "ok", "error", or an HTTP status code
+    status: str | None = None  # "ok", "error", "failed" (an error, not a cancellation) or an HTTP status code
     since: float | None = None  # Unix time
     limit: int = 50
     offset: int = 0
@@ -160,10 +160,10 @@ def check_filter(f: RequestFilter) -> RequestFilter:
     """`f` when its values make sense, else `InvalidRequest` naming the bad one."""
     if (
         f.status is not None
-        and f.status not in ("ok", "error")
+        and f.status not in ("ok", "error", "failed")
         and not (f.status.isdigit() and 100 <= int(f.status) <= 599)
     ):
-        raise InvalidRequest(f"status: '{f.status}' is not ok, error or an HTTP status code", param="status")
+        raise InvalidRequest(f"status: '{f.status}' is not ok, error, failed or an HTTP status code", param="status")
     if not 1 <= f.limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}, not {f.limit}", param="limit")
     if f.offset < 0:
@@ -360,8 +360,10 @@ def _where(f: RequestFilter) -> tuple[list[str], list[object]]:
         params += [f.key, f.key]
     if f.status == "ok":
         where.append("status < 400 AND error_type IS NULL")
-    elif f.status == "error":
+    elif f.status in ("error", "failed"):
         where.append("(status >= 400 OR error_type IS NOT NULL)")
+        if f.status == "failed":  # a request its client (or its batch's owner) cancelled did not fail
+            where.append("coalesce(error_type, '') != 'cancelled'")
     elif f.status is not None:
         where.append("status = ?")
         params.append(int(f.status))
