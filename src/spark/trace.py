@@ -74,6 +74,11 @@ NO_TRACE: Final[Trace] = _NoTrace()
 # --- in words, for the faces (`spark log ID`, the TUI) ------------------------------------
 
 
+def tokens(n: int) -> str:
+    """`1 token`, `12 tokens`."""
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 def ms(value: float | None) -> str:
     """`850 ms`, `12.3 ms`, `2.41 s`: a duration for tables."""
     if value is None:
@@ -124,7 +129,7 @@ def describe_step(step: Step) -> tuple[str, str]:
             return "slot assigned", ", ".join([reused, *(f"{k.replace('_', ' ')} {v}" for k, v in d.items())])
         case "prompt":
             rate = f", {d['tokens_per_second']:.0f} tokens/s" if d.get("tokens_per_second") else ""
-            return "prompt evaluated", f"{d.get('tokens', 0)} tokens in {ms(d.get('seconds', 0) * 1000)}{rate}"
+            return "prompt evaluated", f"{tokens(d.get('tokens', 0))} in {ms(d.get('seconds', 0) * 1000)}{rate}"
         case "first_token":
             return "first token", ""
         case "finished":

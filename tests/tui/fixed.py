@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -160,6 +161,19 @@ REQUESTS[6] = _request(
     duration_ms=1.1,
 )
 REQUESTS[8] = _request(9, status=200, finish_reason="cancelled", completion_tokens=31)
+REQUESTS[10] = _request(  # a file upload: no model, told apart by its route
+    11,
+    model=None,
+    route="/v1/files",
+    finish_reason=None,
+    stream=False,
+    prompt_tokens=0,
+    completion_tokens=0,
+    cached_tokens=0,
+    ttft_ms=None,
+    tokens_per_second=None,
+    duration_ms=6.2,
+)
 TOTAL_REQUESTS = 10_000
 
 DETAIL = {
@@ -422,6 +436,16 @@ FILES = [  # newest first, as the server lists them
         "key": "ci",
         "key_prefix": "sk-spark-x9Qe",
     },
+    {  # a long media type and a long key name: at 80 columns every column gives way, not only the id's
+        "id": "file-0d4c2b9e8a7f6e5d4c3b2a19",
+        "filename": "q3-report.docx",
+        "purpose": "user_data",
+        "media_type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "size": 48_113,
+        "created_at": NOW - 86400 * 3,
+        "key": "nightly-ci-runner",
+        "key_prefix": "sk-spark-Gh7n",
+    },
 ]
 
 IN_FLIGHT = [
@@ -458,10 +482,12 @@ def _events() -> httpx.Response:
     return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
 
 
-def handler(*, standalone: bool = False) -> httpx.MockTransport:
-    """The fixed admin API; `standalone`: a server without nodes."""
+def handler(*, standalone: bool = False, away: threading.Event | None = None) -> httpx.MockTransport:
+    """The fixed admin API; `standalone`: a server without nodes; once `away` is set, it does not answer."""
 
     def answer(request: httpx.Request) -> httpx.Response:
+        if away is not None and away.is_set():
+            raise httpx.ConnectError("All connection attempts failed")
         path = request.url.path
         routes: dict[str, Any] = {
             "/api/runners": RUNNERS,
@@ -490,7 +516,7 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
                 return httpx.Response(200, json={"id": file_id, "deleted": True})
         if path == "/api/requests":
             rows = REQUESTS
-            if request.url.params.get("status") == "error":
+            if request.url.params.get("status") in ("error", "failed"):  # the same here: none was cancelled
                 rows = [r for r in rows if r["error_type"]]
             limit = int(request.url.params.get("limit", 50))
             return httpx.Response(200, json={"requests": rows[:limit], "total": TOTAL_REQUESTS, "last_seq": 9000})
@@ -503,7 +529,7 @@ def handler(*, standalone: bool = False) -> httpx.MockTransport:
     return httpx.MockTransport(answer)
 
 
-def fixed_app(*, standalone: bool = False) -> SparkApp:
+def fixed_app(*, standalone: bool = False, away: threading.Event | None = None) -> SparkApp:
     endpoint = Endpoint("http://gpu-box:8080", "secret", "http://gpu-box:8080")
-    api = AdminAPI(lambda: endpoint, transport=handler(standalone=standalone))
+    api = AdminAPI(lambda: endpoint, transport=handler(standalone=standalone, away=away))
     return SparkApp(api, clock=lambda: NOW, poll_seconds=3600)

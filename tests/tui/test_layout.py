@@ -20,6 +20,7 @@ from spark.tui import text
 from spark.tui.app import SparkApp
 from spark.tui.screens.dialogs import RowDialog
 from spark.tui.screens.request import RequestView
+from spark.tui.widgets import Table
 from tui.fixed import FILES, IN_FLIGHT, PULLS, REQUESTS, fixed_app
 from tui.helpers import cells, keys, shown, table, until
 
@@ -68,6 +69,16 @@ async def test_columns_are_measured_again_after_a_resize(key: str, table_id: str
         # as on a fresh start at 80x24: no column keeps the width it had at 120 columns
         assert widths(app, table_id) == fresh
         assert [cells(app, table_id, k) for k in keys(app, table_id)] == fresh_cells
+
+
+@pytest.mark.parametrize("key", "1234567")
+async def test_every_table_fits_80_columns(key: str) -> None:
+    app = fixed_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(key)
+        await settle(pilot, app)
+        for t in app.screen.query(Table):
+            assert t.row_count and sum(widths(app, str(t.id))) <= t.size.width == 80, t.id
 
 
 async def test_a_screen_not_shown_during_a_resize_fits_the_new_size_when_shown() -> None:
@@ -225,3 +236,38 @@ async def test_the_request_page_at_80_columns_cuts_no_detail() -> None:
         assert "slot 2: 384 of 413 prompt tokens reused from the slot's cache" in page
         prompt = next(line for line in page.splitlines() if line.startswith("prompt evaluated"))
         assert "84.0 ms" in prompt and "82.8 ms" in prompt  # at 84 ms, after 82.8 ms of prompt
+
+
+async def test_the_keyboard_moves_between_a_screens_tables() -> None:
+    app = fixed_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        runners, errors = table(app, "runners"), table(app, "errors")
+        assert app.focused is runners
+        await pilot.press(*["down"] * runners.row_count)  # past the last runner: the last errors
+        assert app.focused is errors and errors.cursor_row == 0
+        first = keys(app, "errors")[0]
+        await pilot.press("enter")
+        await until(pilot, lambda: getattr(app.screen, "request_id", None) == first, "the error's request")
+        await pilot.press("escape")
+        await pilot.press("up")  # and back, onto the last runner
+        assert app.focused is runners and runners.cursor_row == runners.row_count - 1
+
+        await pilot.press("3")
+        await settle(pilot, app)
+        models, pulls = table(app, "models"), table(app, "pulls")
+        assert app.focused is models
+        await pilot.press("G")  # the last model
+        assert models.cursor_row == models.row_count - 1
+        await pilot.press("down", "end")  # the pulls, then the last of them: the failed one
+        assert app.focused is pulls and pulls.cursor_row == pulls.row_count - 1
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RowDialog), "the pull in full")
+        failed = next(p for p in PULLS if p["state"] == "failed")
+        assert failed["error"] in " ".join(shown(app, "#row-detail").split())
+        await pilot.press("escape", "home")
+        assert app.focused is pulls and pulls.cursor_row == 0
+        await pilot.press("up", "g")
+        assert app.focused is models and models.cursor_row == 0
+        await pilot.press("up")  # nothing before the first table: the cursor stays
+        assert app.focused is models and models.cursor_row == 0

@@ -12,10 +12,12 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from textual.widgets import Input
 
+from spark.tui.app import SparkApp
 from spark.tui.screens import files
 from spark.tui.screens.batches import NONE_YET
-from spark.tui.screens.dialogs import ConfirmDialog, SecretDialog
+from spark.tui.screens.dialogs import AskDialog, ConfirmDialog, SecretDialog
 from spark.tui.screens.nodes import STANDALONE
 from spark.tui.screens.request import RequestView
 from spark.tui.screens.requests import LIVE
@@ -23,6 +25,13 @@ from spark.tui.widgets import StatusLine
 from tui.helpers import Served, app_for, cells, connected, keys, shown, table, until
 
 pytestmark = pytest.mark.anyio
+
+
+def refused(app: SparkApp) -> str:
+    """Why the dialog on screen refused what was typed ("" before it has)."""
+    if not isinstance(app.screen, AskDialog):
+        return ""
+    return shown(app, "#problem").strip()
 
 
 async def test_every_screen_shows_the_server(served: Served) -> None:
@@ -135,10 +144,11 @@ async def test_pull_from_the_hub_load_unload_and_remove(served: Served) -> None:
         await until(pilot, lambda: "loaded" not in " ".join(cells(app, "models", "tinyllama-q8_0")), "the unload")
         assert not any(r.model == "tinyllama-q8_0" for r in served.live.runners())
 
-        await pilot.press("y", *served.chat, "enter")  # an id taken
-        await until(pilot, lambda: any(n.severity == "error" for n in app._notifications), "the error")
-        assert any("id" in n.message and served.chat in n.message for n in app._notifications)
-        await pilot.press("y", *"tiny-copy", "enter")
+        await pilot.press("y", *served.chat, "enter")  # an id taken: said in the dialog, which stays
+        await until(pilot, lambda: refused(app), "the error")
+        assert "id" in refused(app) and served.chat in refused(app)
+        await pilot.press(*["backspace"] * len(served.chat), *"tiny-copy", "enter")  # put right
+        await until(pilot, lambda: not isinstance(app.screen, AskDialog), "the copy to be made")
         await until(pilot, lambda: "tiny-copy" in keys(app, "models"), "the copy")
         assert served.live.state.library.get("tiny-copy").path == served.live.state.library.get("tinyllama-q8_0").path
         models.move_cursor(row=keys(app, "models").index("tinyllama-q8_0"))
@@ -161,8 +171,10 @@ async def test_a_lora_adapter_from_the_hub_is_attached_and_taken_off(served: Ser
         await until(pilot, lambda: served.chat in keys(app, "models"), "the library")
         table(app, "models").move_cursor(row=keys(app, "models").index(served.chat))
         await pilot.press("a", *"tiny/TinyLlama-SQL-LoRA-GGUF lots", "enter")
-        await until(pilot, lambda: any("must be a number" in n.message for n in app._notifications), "the refusal")
-        await pilot.press("a", *"tiny/TinyLlama-SQL-LoRA-GGUF 0.5", "enter")
+        await until(pilot, lambda: "must be a number" in refused(app), "the refusal")
+        await pilot.press(*["backspace"] * 4, *"0.5", "enter")
+
+        await until(pilot, lambda: not isinstance(app.screen, AskDialog), "the pull to start")
         await until(pilot, lambda: "llama+lora" in cells(app, "models", served.chat), "the adapter", 30)
         (adapter,) = library.get(served.chat).lora
         assert adapter.scale == 0.5 and adapter.path.endswith("TinyLlama-SQL-LoRA-F32.gguf")
@@ -295,8 +307,17 @@ async def test_a_refused_action_says_why(served: Served) -> None:
         await pilot.press("3")
         await until(pilot, lambda: served.chat in keys(app, "models"), "the library")
         await pilot.press("p", *"bad..org/x", "enter")
-        await until(pilot, lambda: any(n.severity == "error" for n in app._notifications), "the error")
-        assert any("spec" in n.message or "repo" in n.message for n in app._notifications)
+        await until(pilot, lambda: bool(refused(app)), "the error")
+        assert "spec" in refused(app) or "repo" in refused(app)
+        await pilot.press("escape")
+        table(app, "models").move_cursor(row=keys(app, "models").index(served.chat))
+        await pilot.press("y", *"Bad Id!", "enter")
+        # said in the dialog, which stays open with what was typed, to put it right
+        await until(pilot, lambda: bool(refused(app)), "the refusal")
+        assert "not a valid model id" in refused(app) and app.screen.query_one("#answer", Input).value == "Bad Id!"
+        assert isinstance(app.screen, AskDialog) and not app._notifications
+        await pilot.press("escape")
+        assert not isinstance(app.screen, AskDialog)
 
 
 async def test_a_wrong_password_is_said_in_the_status_line(served: Served) -> None:

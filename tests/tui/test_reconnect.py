@@ -33,13 +33,16 @@ async def test_server_down_and_back(tmp_path: Path) -> None:
         await until(pilot, lambda: app.problem is not None, "the TUI to notice")
         status = app.screen.query_one("#status", StatusLine)
         assert status.has_class("-down") and "does not answer" in shown(app, "#status")
-        assert "tests" in keys(app, "keys")  # what it showed stays on screen
+        assert "tests" in keys(app, "keys")  # what it showed stays on screen, dimmed: it may be out of date
+        assert app.screen.has_class("-stale")
         await pilot.press("1")  # still answers keys while the server is away
         assert app.current_mode == "overview"
+        await until(pilot, lambda: app.screen.has_class("-stale"), "the overview dimmed too")
 
         with live_server(settings, key_name="second", port=port):
             await until(pilot, lambda: connected(app), "the TUI to reconnect")
             assert not app.screen.query_one("#status", StatusLine).has_class("-down")
+            assert not app.screen.has_class("-stale")
             await pilot.press("4")
             await until(pilot, lambda: "second" in keys(app, "keys"), "the new server's keys")
 

@@ -4,6 +4,7 @@ then look at them)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -82,3 +83,19 @@ def test_row_in_full_dialog(snap_compare: Callable[..., bool]) -> None:
     app = fixed_app()
     # Enter on the batch's output file, whose id and name the 80-column table cuts: the row in full
     assert snap_compare(app, run_before=settled(app, "7", "down", "down", "enter"))
+
+
+def test_server_away(snap_compare: Callable[..., bool]) -> None:
+    away = threading.Event()
+    app = fixed_app(away=away)
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settled(app)(pilot)
+        away.set()  # what the overview shows is now from before: dimmed, under the red status line
+        view = app.view()
+        assert view is not None
+        await app.reload(view)
+        await pilot.pause(0.3)
+        await measured(pilot, app)
+
+    assert snap_compare(app, run_before=run_before)

@@ -144,6 +144,9 @@ class SparkApp(App[None]):
         self.show_status(view)
 
     def show_status(self, view: View) -> None:
+        """Say in `view`'s status line whether the server answers; while it does not, what the view shows is
+        dimmed: its runners, countdowns and queues are as they were when the server last answered."""
+        view.set_class(self.problem is not None, "-stale")
         with suppress(Exception):  # a view being torn down has no status line any more
             view.query_one("#status", StatusLine).show(self.api.label, self.problem)
 

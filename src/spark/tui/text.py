@@ -60,6 +60,12 @@ def route_name(route: str) -> str:
     return _ROUTE_NAMES.get(route, route)
 
 
+def model_or_route(model: str | None, route: str) -> str | Text:
+    """A request's model, or where it names none (a file upload, a batch created), its route, dim: such
+    requests are told apart by what they did."""
+    return model or Text(route_name(route), "dim")
+
+
 def bar(fraction: float, width: int, style: str = "cyan") -> Text:
     """`█████░░░`: `fraction` (0 to 1) of `width` cells."""
     fraction = min(1.0, max(0.0, fraction))
@@ -188,8 +194,8 @@ def totals(row: Counted) -> str:
     parts = [
         f"total {ms(row.duration_ms)}",
         f"time to first token {ms(row.ttft_ms)}",
-        f"prompt {row.prompt_tokens} tokens ({row.cached_tokens} cached)",
-        f"output {row.completion_tokens} tokens",
+        f"prompt {trace.tokens(row.prompt_tokens)} ({row.cached_tokens} cached)",
+        f"output {trace.tokens(row.completion_tokens)}",
     ]
     if row.tokens_per_second is not None:
         parts[-1] += f" at {row.tokens_per_second:.1f} tokens/s"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
@@ -63,7 +66,14 @@ class Table(DataTable[str | Text]):
     others leave, by weight (`{"ERROR": 2, "MODEL": 1}`: the error takes twice the model's room until the
     model is whole), and long values in them end with `…` (Enter shows the row in full); the widths are
     worked out again whenever the rows or the table's width change; the cursor stays on its row when
-    rows are replaced."""
+    rows are replaced. Down past the last row goes on to the screen's next table, Up past the first
+    back to the one before (Tab switches screens, so these are how the keyboard reaches a second table);
+    Home and End (g and G) go to the first and last row (DataTable scrolls sideways with them)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("home,g", "scroll_top", "First row", show=False),
+        Binding("end,G", "scroll_bottom", "Last row", show=False),
+    ]
 
     def __init__(
         self, *columns: str, flex: str | tuple[str, ...] | dict[str, int] | None = None, id: str | None = None
@@ -82,6 +92,26 @@ class Table(DataTable[str | Text]):
 
     def on_resize(self) -> None:
         self.replace_rows(self._rows, force=True)
+
+    def action_cursor_down(self) -> None:
+        if self.cursor_row < self.row_count - 1 or not self._focus_neighbour(1):
+            super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        if self.cursor_row > 0 or not self._focus_neighbour(-1):
+            super().action_cursor_up()
+
+    def _focus_neighbour(self, step: int) -> bool:
+        """Focus the screen's next (`step` 1) or previous (-1) table with rows, on its row nearest this
+        one; False where there is none."""
+        tables = [t for t in self.screen.query(Table) if t is self or t.row_count]
+        at = tables.index(self) + step
+        if not 0 <= at < len(tables):
+            return False
+        neighbour = tables[at]
+        neighbour.move_cursor(row=0 if step > 0 else neighbour.row_count - 1, animate=False)
+        neighbour.focus()
+        return True
 
     def selected_key(self) -> str | None:
         """The key of the row under the cursor, None in an empty table."""
@@ -108,31 +138,33 @@ class Table(DataTable[str | Text]):
         # rows alone, a column narrows again (after a resize to fewer columns, or when long values go)
         for column in self.columns.values():
             column.content_width = column.label.cell_len
-        rooms = self._flex_widths([cells for _, cells in rows])
+        rooms = self._widths([cells for _, cells in rows])
         for key, cells in rows:
-            fitted = list(cells)
-            for flex, room in rooms.items():
-                value = cells[flex]
-                cell = Text(value) if isinstance(value, str) else value.copy()
-                cell.truncate(room, overflow="ellipsis")
-                fitted[flex] = cell
+            fitted: list[str | Text] = []
+            for value, room in zip(cells, rooms, strict=True):
+                cell = Text(value) if isinstance(value, str) else value  # a str cell would be read as markup
+                if cell.cell_len > room:
+                    cell = cell.copy()
+                    cell.truncate(room, overflow="ellipsis")
+                fitted.append(cell)
             self.add_row(*fitted, key=key)
         keys = [key for key, _ in rows]
         if keep in keys:
             self.move_cursor(row=keys.index(keep), animate=False)
 
-    def _flex_widths(self, rows: list[list[str | Text]]) -> dict[int, int]:
-        """What each flex column may take (by index): the table's width less the other columns and their
-        padding, shared out by weight: each column gets a cell in turn, the one with the least room for its
-        weight first, until the room is used or each is whole (one that needs less leaves the rest to the
-        others). Each keeps at least a few cells, even where the columns then overflow a tiny terminal."""
+    def _widths(self, rows: list[list[str | Text]]) -> list[int]:
+        """What each column may take: the table's width less the padding, shared out. The flex
+        columns get what the others leave, by weight: each gets a cell in turn, the one with the least room
+        for its weight first, until the room is used or each is whole (one that needs less leaves the rest
+        to the others); each keeps at least a few cells. Where that is still too wide (a long media type,
+        a node's reason), the widest of the other columns gives way, a cell at a time, down to its header;
+        only a tiny terminal then has columns past its edge."""
         flex = {self._columns.index(name): weight for name, weight in self._flex.items()}
         natural = {i: max([len(name), *(_width(r[i]) for r in rows)]) for i, name in enumerate(self._columns)}
         padding = 2 * self.cell_padding * len(self._columns) + 1  # and the vertical scrollbar
-        room = self.size.width - padding - sum(w for i, w in natural.items() if i not in flex)
         least = 12 if len(flex) == 1 else 8
-        widths = {i: min(natural[i], max(len(self._columns[i]), least)) for i in flex}
-        room -= sum(widths.values())
+        widths = {i: min(w, max(len(self._columns[i]), least)) if i in flex else w for i, w in natural.items()}
+        room = self.size.width - padding - sum(widths.values())
         while room > 0:
             growing = [i for i in flex if widths[i] < natural[i]]
             if not growing:
@@ -140,7 +172,14 @@ class Table(DataTable[str | Text]):
             narrowest = min(growing, key=lambda i: widths[i] / flex[i])  # the first of equals: `flex`'s order
             widths[narrowest] += 1
             room -= 1
-        return widths
+        while room < 0:
+            shrinking = [i for i in widths if i not in flex and widths[i] > len(self._columns[i])]
+            if not shrinking:
+                break
+            widest = max(shrinking, key=lambda i: widths[i])
+            widths[widest] -= 1
+            room += 1
+        return [widths[i] for i in range(len(self._columns))]
 
 
 def _width(cell: str | Text) -> int:
@@ -187,7 +226,8 @@ class ActivityPanel(Vertical):
 
     def show(self, activity: wire.Activity, now: float, minutes: int = 30) -> None:
         size = activity.bucket_seconds
-        first = int((now - minutes * size) // size) * size
+        # the server's buckets start at whole multiples of `size`: the last of the `minutes` is the current one
+        first = (int(now // size) - (minutes - 1)) * size
         requests = [0.0] * minutes
         completion = [0.0] * minutes
         for bucket in activity.buckets:

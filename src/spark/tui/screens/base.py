@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -12,11 +12,20 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
 from spark.tui.client import AdminAPI, APIError
-from spark.tui.screens.dialogs import Answer, AskDialog, ConfirmDialog, RowDialog
+from spark.tui.screens.dialogs import AskDialog, ConfirmDialog, RowDialog
 from spark.tui.widgets import NavBar, StatusLine, Table
 
 if TYPE_CHECKING:
     from spark.tui.app import SparkApp
+
+T = TypeVar("T")
+
+
+# the tables' own keys, which `?` lists for every view with a table (the screens add what Enter does)
+MOVE_KEYS = (
+    ("↑↓ PgUp PgDn", "Move; past the first or last row, to the next table"),
+    ("Home End g G", "The first row, the last row"),
+)
 
 
 class LiveChanged(Message):
@@ -29,7 +38,7 @@ class View(Screen[None]):
     MODE: ClassVar[str] = ""
     FILTER_HINT: ClassVar[str] = ""  # what `/` filters by; empty: the view has no filter
     KEYS_HELP: ClassVar[tuple[tuple[str, str], ...]] = (  # keys `?` adds
-        ("↑↓ PgUp PgDn", "Move in the table"),
+        *MOVE_KEYS,
         ("Enter", "The row in full"),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -66,12 +75,14 @@ class View(Screen[None]):
     async def reload(self, api: AdminAPI) -> None:
         """Fetch what the view shows and draw it (`ServerDown` / `APIError` go to the app)."""
 
-    def ask(self, dialog: AskDialog, work: Callable[[Answer], Awaitable[None]], what: str) -> None:
-        """Show `dialog`; with an answer, run `work(answer)` in the app's action worker (`what` names it in errors)."""
+    def ask(self, dialog: AskDialog[T], done: Callable[[T], None] | None = None) -> None:
+        """Show `dialog`, which does its work itself (and says in it where that fails); once it has,
+        `done` gets what the work returned."""
 
-        def answered(answer: Answer | None) -> None:
-            if answer is not None:
-                self.spark.run_action_worker(lambda: work(answer), what)
+        def answered(result: T | None) -> None:
+            if result is not None and done is not None:
+                done(result)
+            self.spark.refresh_now()
 
         self.spark.push_screen(dialog, answered)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from rich.table import Table
@@ -11,6 +12,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from spark.tui.client import APIError, ServerDown
 
 T = TypeVar("T")
 
@@ -34,10 +37,11 @@ class HelpDialog(Dialog[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        table = Text()
+        table = Table.grid(padding=(0, 2))  # a long description wraps under itself, not under the keys
+        table.add_column(style="bold", justify="right", no_wrap=True)
+        table.add_column()
         for key, description in self.rows:
-            table.append(f"{key:>10}  ", "bold")
-            table.append(description + "\n")
+            table.add_row(key, description)
         with VerticalScroll(classes="dialog"):
             yield Label("[b]Keys[/b]")
             yield Static(table, id="keys-help")
@@ -78,28 +82,54 @@ class Answer(NamedTuple):
     option: bool  # the checkbox, when the dialog has one
 
 
-class AskDialog(Dialog[Answer]):
-    """One line to type (Enter: done, Escape: never mind); with `option`, a checkbox too."""
+class AskDialog(Dialog[T]):
+    """One line to type and `work` to do with it (Enter: do it, Escape: never mind); with `option`, a
+    checkbox too. It closes with what `work` returns; where the work fails (the server refused, it is
+    away, or `work` raised ValueError: what was typed makes no sense), the dialog stays open saying why,
+    with what was typed, to be put right."""
 
-    def __init__(self, question: str, placeholder: str = "", option: str | None = None) -> None:
+    def __init__(
+        self,
+        question: str,
+        work: Callable[[Answer], Awaitable[T]],
+        placeholder: str = "",
+        option: str | None = None,
+    ) -> None:
         super().__init__()
         self.question = question
+        self.work = work
         self.placeholder = placeholder
         self.option = option
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.question)
-            yield Input(placeholder=self.placeholder, id="answer")
+            # back from a refusal, the cursor is at the end of what was typed, to put it right (not all selected)
+            yield Input(placeholder=self.placeholder, id="answer", select_on_focus=False)
             if self.option is not None:
                 yield Checkbox(self.option, id="option")
+            yield Label(id="problem")
             yield Label("[dim]Enter to confirm · Escape to cancel[/]")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         value = event.value.strip()
         if value:
             checked = self.option is not None and self.query_one("#option", Checkbox).value
-            self.dismiss(Answer(value, checked))
+            event.input.disabled = True  # one at a time: Enter again while it works does nothing
+            self.run_worker(self._do(Answer(value, checked)), name="ask", exclusive=True)
+
+    async def _do(self, answer: Answer) -> None:
+        try:
+            result = await self.work(answer)
+        except (ServerDown, APIError, ValueError) as e:
+            problem = self.query_one("#problem", Label)
+            problem.update(Text(getattr(e, "message", None) or str(e), "red"))
+            problem.add_class("-shown")
+            line = self.query_one("#answer", Input)
+            line.disabled = False
+            line.focus()
+            return
+        self.dismiss(result)
 
 
 class SecretDialog(Dialog[None]):

@@ -32,10 +32,11 @@ class FilesView(View):
         self.files: dict[str, wire.File] = {}  # those listed, by id: what `d` acts on
 
     def body(self) -> ComposeResult:
-        # ids and names can be long: at 80 columns both give way (ending in `…`; Enter shows the row in full)
-        # so the rest fits; the id, what one acts on, takes twice the name's room until it is whole
+        # ids, names and media types (a .docx's is 71 characters) can be long: at 80 columns they give way
+        # (ending in `…`; Enter shows the row in full) so the rest fits; the id, what one acts on, takes
+        # twice the room of the others until it is whole
         columns = ("FILE", "NAME", "KEY", "PURPOSE", "TYPE", "SIZE", "UPLOADED")
-        files = Table(*columns, flex={"FILE": 2, "NAME": 1}, id="files")
+        files = Table(*columns, flex={"FILE": 2, "NAME": 1, "TYPE": 1}, id="files")
         files.border_title = "Files"
         yield files
         yield Static(id="empty", classes="hint")

@@ -48,11 +48,16 @@ class KeysView(View):
         self.filter = text_line
 
     def action_create(self) -> None:
-        dialog = AskDialog("New API key: its name", "e.g. laptop", option="zero retention (log no content)")
-        self.ask(dialog, self._create, "create key")
+        dialog = AskDialog(
+            "New API key: its name", self._create, "e.g. laptop", option="zero retention (log no content)"
+        )
+        self.ask(dialog, self._show_secret)
 
-    async def _create(self, answer: Answer) -> None:
-        created = await self.spark.api.create_key(answer.text, zero_retention=answer.option)
+    async def _create(self, answer: Answer) -> wire.NewKey:
+        return await self.spark.api.create_key(answer.text, zero_retention=answer.option)
+
+    def _show_secret(self, created: wire.NewKey) -> None:
+        """After the name's dialog has closed: the secret shows over the keys, not over that dialog."""
         self.spark.push_screen(SecretDialog(f"The key {created.record.name}:", created.key))
 
     def action_revoke(self) -> None:

@@ -73,9 +73,11 @@ class ModelsView(View):
 
     def action_pull(self) -> None:
         dialog = AskDialog(
-            "Pull a model from the Hugging Face Hub", "org/repo[:quant], e.g. unsloth/Qwen3-0.6B-GGUF:Q4_K_M"
+            "Pull a model from the Hugging Face Hub",
+            lambda answer: self._pull(answer.text),
+            "org/repo[:quant], e.g. unsloth/Qwen3-0.6B-GGUF:Q4_K_M",
         )
-        self.ask(dialog, lambda answer: self._pull(answer.text), "pull")
+        self.ask(dialog)
 
     async def _pull(self, spec: str) -> None:
         job = await self.spark.api.start_pull(spec)
@@ -100,8 +102,8 @@ class ModelsView(View):
 
     def action_copy(self) -> None:
         if (model := self._selected()) is not None:
-            dialog = AskDialog(f"Copy {model} as (the same files, its own settings)", "new model id")
-            self.ask(dialog, lambda answer: self._copy(model, answer.text), "copy")
+            question = f"Copy {model} as (the same files, its own settings)"
+            self.ask(AskDialog(question, lambda answer: self._copy(model, answer.text), "new model id"))
 
     async def _copy(self, model: str, new_id: str) -> None:
         copied = await self.spark.api.copy_model(model, new_id)
@@ -110,16 +112,15 @@ class ModelsView(View):
     def action_attach(self) -> None:
         if (model := self._selected()) is not None:
             question = f"Attach a LoRA adapter from the Hugging Face Hub to {model} (then a scale, if not 1)"
-            dialog = AskDialog(question, "org/repo or org/repo/file.gguf, e.g. me/sql-lora-GGUF 0.5")
-            self.ask(dialog, lambda answer: self._attach_adapter(model, answer.text), "attach")
+            example = "org/repo or org/repo/file.gguf, e.g. me/sql-lora-GGUF 0.5"
+            self.ask(AskDialog(question, lambda answer: self._attach_adapter(model, answer.text), example))
 
     async def _attach_adapter(self, model: str, text: str) -> None:
         spec, _, scale = text.partition(" ")
         try:
             value = float(scale) if scale.strip() else None
         except ValueError:
-            self.spark.notify(f"The scale must be a number, not {scale.strip()!r}.", severity="error")
-            return
+            raise ValueError(f"The scale must be a number, not {scale.strip()!r}.") from None
         job = await self.spark.api.start_pull(spec, attach_to=model, scale=value)
         self.spark.notify(f"Pulling {job.spec} for {model}…")
 

@@ -23,7 +23,9 @@ class NodesView(View):
         self.filter = ""
 
     def body(self) -> ComposeResult:
-        nodes = Table("NODE", "STATE", "MODELS", "SLOTS", "Q", "TOK/S", "REPORTED", "WHY", id="nodes")
+        # what a node serves and why it is not ready are the long values: they share the room
+        columns = ("NODE", "STATE", "MODELS", "SLOTS", "Q", "TOK/S", "REPORTED", "WHY")
+        nodes = Table(*columns, flex=("MODELS", "WHY"), id="nodes")
         nodes.border_title = "Nodes"
         yield nodes
         yield Static(id="empty", classes="hint")

@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
-from spark.tui.screens.base import View
+from spark.tui.screens.base import MOVE_KEYS, View
 from spark.tui.screens.request import RequestView
 from spark.tui.widgets import ActivityPanel, MemoryPanel, Table, set_text
 
@@ -20,7 +20,7 @@ LAST_ERRORS = 5
 
 class OverviewView(View):
     MODE = "overview"
-    KEYS_HELP = (View.KEYS_HELP[0], ("Enter", "The row in full; on an error, its request"))
+    KEYS_HELP = (*MOVE_KEYS, ("Enter", "The row in full; on an error, its request"))
 
     def body(self) -> ComposeResult:
         runners = Table("MODEL", "STATE", "DEV", "MEMORY", "SLOTS", "Q", "TOK/S", "UNLOADS", id="runners")
@@ -40,8 +40,9 @@ class OverviewView(View):
         yield Static(id="empty", classes="hint")
 
     async def reload(self, api: AdminAPI) -> None:
+        # "failed": errors but not the cancellations a user asked for (a cancelled batch's would push them out)
         runners, memory, activity, errors = await asyncio.gather(
-            api.runners(), api.memory(), api.activity(), api.requests(limit=LAST_ERRORS, status="error")
+            api.runners(), api.memory(), api.activity(), api.requests(limit=LAST_ERRORS, status="failed")
         )
         now = self.spark.clock()
         self.query_one("#runners", Table).replace_rows([(r.model, _runner_cells(r)) for r in runners])
@@ -76,4 +77,8 @@ def _runner_cells(r: wire.Runner) -> list[str | Text]:
 
 
 def _error_cells(r: wire.RequestRow, now: float) -> list[str | Text]:
-    return [text.clock(r.started_at, now), r.model or "-", text.status(r) + Text(f" {r.error_message or ''}")]
+    return [
+        text.clock(r.started_at, now),
+        text.model_or_route(r.model, r.route),
+        text.status(r) + Text(f" {r.error_message or ''}"),
+    ]

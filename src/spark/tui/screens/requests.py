@@ -13,7 +13,7 @@ from textual.widgets import Static
 from spark.trace import ms
 from spark.tui import text, wire
 from spark.tui.client import AdminAPI
-from spark.tui.screens.base import LiveChanged, View
+from spark.tui.screens.base import MOVE_KEYS, LiveChanged, View
 from spark.tui.screens.request import RequestView
 from spark.tui.widgets import Table, set_text
 
@@ -41,7 +41,7 @@ def parse_filter(line: str) -> dict[str, str]:
 class RequestsView(View):
     MODE = "requests"
     FILTER_HINT = "filter: model:NAME key:NAME status:ok|error|400 (Enter applies, empty clears)"
-    KEYS_HELP = (View.KEYS_HELP[0], ("Enter", "The request's timeline and content"))
+    KEYS_HELP = (*MOVE_KEYS, ("Enter", "The request's timeline and content"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -84,7 +84,7 @@ class RequestsView(View):
                 continue  # running requests have no status yet
             cells: list[str | Text] = [
                 Text(text.clock(r.started_at, now), "bold yellow"),
-                r.model or "-",
+                text.model_or_route(r.model, r.route),
                 r.key or "-",
                 Text("▶ live", "bold yellow"),
                 "",
@@ -142,7 +142,7 @@ class RequestsView(View):
 def _cells(r: wire.RequestRow, now: float) -> list[str | Text]:
     return [
         text.clock(r.started_at, now),
-        r.model or "-",
+        text.model_or_route(r.model, r.route),
         r.key_name or "-",
         text.short_status(r),
         text.tokens(r),
