@@ -472,6 +472,26 @@ Event = TextDelta | ReasoningDelta | ToolCallDelta | SlotInfo | PromptDone | Don
 # --- results of the Python API ----------------------------------------------
 
 
+class Timing(msgspec.Struct, frozen=True):
+    """How long one answer took, as the server saw its events come: until a slot took it (queueing,
+    loading the model), evaluating the prompt (the runner's measure), generating after that, in all."""
+
+    queued_seconds: float = 0.0
+    prompt_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @staticmethod
+    def of_choices(timings: Sequence[Timing]) -> Timing:
+        """The time of several choices (OpenAI's `n`), generated side by side: the longest one's."""
+        return Timing(
+            queued_seconds=max(t.queued_seconds for t in timings),
+            prompt_seconds=max(t.prompt_seconds for t in timings),
+            decode_seconds=max(t.decode_seconds for t in timings),
+            total_seconds=max(t.total_seconds for t in timings),
+        )
+
+
 class ChatResult(msgspec.Struct, frozen=True):
     text: str
     finish_reason: FinishReason
@@ -480,6 +500,7 @@ class ChatResult(msgspec.Struct, frozen=True):
     tool_calls: list[ToolCall] = []
     stop_sequence: str | None = None  # as in `Done`
     logprobs: list[TokenLogprob] | None = None  # the text's tokens, when asked for
+    timing: Timing | None = None  # how long it took, where the server read it (None in the Python API)
 
 
 class EmbeddingResult(msgspec.Struct, frozen=True):

@@ -63,7 +63,7 @@ def _events(stop_sequence: str | None = None, finish: str = "stop") -> list[Any]
 
 
 def _written(stream: bool, events: list[Any]) -> list[bytes]:
-    ticks = iter([0.0, 0.05, 0.25])  # made, prompt done, done
+    ticks = iter([0.0, 0.01, 0.05, 0.25])  # made, slot taken, prompt done, done
     writer = LlamaCompletionStream(_call(stream=stream), clock=lambda: next(ticks))
     return [frame for frame in (writer.feed(e) for e in events) if frame]
 

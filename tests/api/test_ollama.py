@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -24,11 +25,11 @@ from spark.types import (
 )
 
 
-def ticks() -> object:
-    now = [0]
+def ticks() -> Callable[[], float]:
+    now = [0.0]
 
-    def clock() -> int:
-        now[0] += 1_000
+    def clock() -> float:
+        now[0] += 1e-6
         return now[0]
 
     return clock
@@ -40,7 +41,7 @@ def lines(data: bytes) -> list[dict[str, object]]:
 
 
 def test_tool_calls_come_whole_with_object_arguments_in_the_last_line() -> None:
-    writer = ollama.OllamaStream("m", "chat", clock=ticks())  # type: ignore[arg-type]
+    writer = ollama.OllamaStream("m", "chat", clock=ticks())
     out = writer.feed(SlotInfo(0, 5, 0)) + writer.feed(PromptDone(5, 0.002))
     out += writer.feed(ReasoningDelta("hmm"))
     out += writer.feed(ToolCallDelta(0, "c1", "get_weather", '{"city": '))

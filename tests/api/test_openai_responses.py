@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import openai
@@ -39,6 +41,7 @@ from spark.types import (
     ReasoningDelta,
     SlotInfo,
     TextDelta,
+    Timing,
     TokenChoice,
     TokenLogprob,
     ToolCall,
@@ -424,6 +427,94 @@ def test_the_sdk_reads_bodies(openai_client) -> None:
         if fmt == "base64":
             vector = list(struct.unpack("<2f", base64.b64decode(vector)))
         assert vector == [0.5, -0.25]
+
+
+# --- llama-server's timings ----------------------------------------------------------------
+
+TIMINGS = [
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+]
+
+
+def test_a_timed_whole_answer_carries_llama_servers_timings() -> None:
+    """Open WebUI shows tokens per second from them; the SDK keeps them as an extra field."""
+    raw = api.chat_completion_body("r", "m", 1, ChatResult("Hi", "stop", USAGE, timing=Timing(0.1, 0.03, 0.25, 0.4)))
+    timings = json.loads(raw)["timings"]
+    assert list(timings) == TIMINGS  # no draft counts without speculative decoding
+    assert (timings["cache_n"], timings["prompt_n"], timings["predicted_n"]) == (8, 4, 5)
+    assert timings["prompt_ms"] == pytest.approx(30) and timings["predicted_ms"] == pytest.approx(250)
+    assert timings["predicted_per_second"] == pytest.approx(20)
+    assert ChatCompletion.model_validate_json(raw).model_extra == {"timings": timings}
+    untimed = api.chat_completion_body("r", "m", 1, ChatResult("Hi", "stop", USAGE))  # a streamed answer kept
+    assert "timings" not in json.loads(untimed)
+
+
+def test_the_timings_of_several_choices_count_as_the_usage_does() -> None:
+    """n = 2: the prompt once, every choice's tokens, in the time of the longest choice."""
+    second = Usage(prompt_tokens=12, completion_tokens=3, cached_tokens=8)
+    results = [
+        ChatResult("a", "stop", USAGE, timing=Timing(0, 0.03, 0.25, 0.3)),
+        ChatResult("b", "stop", second, timing=Timing(0, 0.02, 0.4, 0.45)),
+    ]
+    raw = api.completion_body("r", "m", 1, results, prompt_chars=[0, 0], per_prompt=2)
+    body = Completion.model_validate_json(raw).model_dump()
+    assert body["timings"]["predicted_n"] == body["usage"]["completion_tokens"] == 8
+    assert body["timings"]["prompt_n"] + body["timings"]["cache_n"] == body["usage"]["prompt_tokens"] == 12
+    assert body["timings"]["prompt_ms"] == pytest.approx(30) and body["timings"]["predicted_ms"] == pytest.approx(400)
+    assert body["timings"]["predicted_per_second"] == pytest.approx(20)
+
+
+def ticking() -> Callable[[], float]:
+    """A clock that reads 0, 1, 2, ... seconds."""
+    now = iter(range(100))
+    return lambda: float(next(now))
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_a_streams_last_chunk_carries_the_timings(kind: str) -> None:
+    """As llama-server: on the usage chunk with `include_usage`, else on the finish chunk."""
+    writer = api.ChatStream if kind == "chat" else api.CompletionStream
+    # made at 0, slot at 1, prompt done at 2 (10 ms of it evaluating), done at 3
+    plain = frames(run(writer("r", "m", 1, clock=ticking()), EVENTS))
+    finish = json.loads(plain[-2])
+    assert finish["choices"][0]["finish_reason"] == "stop" and list(finish["timings"]) == TIMINGS
+    assert (finish["timings"]["predicted_n"], finish["timings"]["predicted_ms"]) == (5, 1000)
+    assert (finish["timings"]["prompt_n"], finish["timings"]["prompt_ms"]) == (4, 10)
+    assert all("timings" not in json.loads(f) for f in plain[:-2])
+    with_usage = frames(run(writer("r", "m", 1, include_usage=True, clock=ticking()), EVENTS))
+    assert json.loads(with_usage[-2])["timings"] == finish["timings"] and with_usage[-1] == b"[DONE]"
+    assert all("timings" not in json.loads(f) for f in with_usage[:-2])
+    chunk_type = ChatCompletionChunk if kind == "chat" else Completion
+    assert chunk_type.model_validate_json(with_usage[-2]).model_extra == {"timings": finish["timings"]}
+
+
+def test_several_choices_streamed_carry_each_ones_timings_or_the_requests_at_the_end() -> None:
+    def streamed(include_usage: bool) -> list[dict[str, Any]]:
+        streams = [
+            api.ChatStream("r", "m", 1, include_usage=include_usage, index=i, part=True, clock=ticking())
+            for i in range(2)
+        ]
+        choices = api.ChoicesStream(streams)
+        events = [(0, PromptDone(4, 0.01)), (1, PromptDone(4, 0.02)), (0, TextDelta("A"))]
+        events += [(1, TextDelta("B")), (1, Done("stop", second)), (0, Done("stop", USAGE))]
+        return [json.loads(f) for f in frames(b"".join(choices.feed(e) for e in events))[:-1]]
+
+    second = Usage(prompt_tokens=12, completion_tokens=3, cached_tokens=8)
+    timed = [c for c in streamed(False) if "timings" in c]
+    assert [(c["choices"][0]["index"], c["timings"]["predicted_n"]) for c in timed] == [(1, 3), (0, 5)]
+    assert [c["timings"]["prompt_ms"] for c in timed] == [pytest.approx(20), pytest.approx(10)]
+    *chunks, last = streamed(True)
+    assert all("timings" not in c for c in chunks) and last["choices"] == []
+    assert last["timings"]["predicted_n"] == last["usage"]["completion_tokens"] == 8
+    assert last["timings"]["prompt_ms"] == pytest.approx(20) and last["timings"]["predicted_ms"] == 1000
 
 
 # --- errors -----------------------------------------------------------------------------

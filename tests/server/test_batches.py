@@ -71,6 +71,7 @@ def test_an_openai_batch_answers_each_request_as_alone(live: LiveServer, models:
     assert output[0]["response"]["status_code"] == 200
     assert output[0]["response"]["body"]["choices"][0]["message"]["content"] == alone
     assert output[1]["response"]["body"]["usage"]["completion_tokens"] == 2
+    assert output[1]["response"]["body"]["timings"]["predicted_n"] == 2  # as the same request alone
     # each request has its own log record, under the batch's key
     assert output[0]["response"]["request_id"] == f"{batch.id}:0"  # its place in the batch
     record = live.state.requests.get(f"{batch.id}:0")

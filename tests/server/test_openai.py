@@ -238,6 +238,29 @@ def test_completions(live: LiveServer, models: Models) -> None:
     assert "".join(c.choices[0].text for c in chunks if c.choices)
 
 
+def test_answers_carry_llama_servers_timings(live: LiveServer, models: Models) -> None:
+    """As llama-server's, which Open WebUI shows tokens per second from: a whole answer's, and a
+    stream's last chunk's (the finish chunk, or with include_usage the usage chunk)."""
+    ask = {"model": models.chat, "max_tokens": 5, "temperature": 0}
+    with live.http() as http:
+        whole = http.post("/v1/chat/completions", json={**ask, "messages": CHAT}).json()
+        timings, usage = whole["timings"], whole["usage"]
+        assert timings["predicted_n"] == usage["completion_tokens"] == 5
+        assert timings["cache_n"] == usage["prompt_tokens_details"]["cached_tokens"]
+        assert timings["prompt_n"] + timings["cache_n"] == usage["prompt_tokens"]
+        assert timings["predicted_ms"] > 0 and timings["predicted_per_second"] > 0 and timings["prompt_ms"] >= 0
+        for route, body in (("/v1/chat/completions", {"messages": CHAT}), ("/v1/completions", {"prompt": "Once"})):
+            for include_usage in (False, True):
+                asked = {**ask, **body, "stream": True, "stream_options": {"include_usage": include_usage}}
+                with http.stream("POST", route, json=asked) as response:
+                    lines = [line.removeprefix("data: ") for line in response.iter_lines() if line]
+                *chunks, last = [json.loads(line) for line in lines[:-1]]
+                assert lines[-1] == "[DONE]" and all("timings" not in c for c in chunks)
+                assert (last["choices"] == []) is include_usage and last["timings"]["predicted_n"] == 5
+    completion = live.openai().completions.create(model=models.chat, prompt="Once", max_tokens=3)
+    assert (completion.model_extra or {})["timings"]["predicted_n"] == 3  # the SDK keeps it
+
+
 def test_several_choices(live: LiveServer, models: Models) -> None:
     """n: the choices are generated side by side, each from its own seed (seed + i), so seeded
     choices differ and each is reproducible; usage counts the prompt once."""

@@ -33,6 +33,7 @@ from spark.api.common import (
     sse,
 )
 from spark.api.openai import error_body
+from spark.api.timings import LlamaTimings, Stopwatch, llama_timings
 from spark.errors import SparkError, from_info
 from spark.types import (
     MAX_LOGPROBS,
@@ -243,18 +244,6 @@ class _Drawn(msgspec.Struct, frozen=True):
     top_probs: list[_DrawnChoice]
 
 
-class _Timings(msgspec.Struct, frozen=True):
-    cache_n: int
-    prompt_n: int
-    prompt_ms: float
-    prompt_per_token_ms: float
-    prompt_per_second: float
-    predicted_n: int
-    predicted_ms: float
-    predicted_per_token_ms: float
-    predicted_per_second: float
-
-
 class _Piece(msgspec.Struct, frozen=True, omit_defaults=True):
     content: str
     index: int  # always sent: several prompts stream side by side
@@ -281,13 +270,8 @@ class _Final(msgspec.Struct, frozen=True, omit_defaults=True):
     stop_type: StopType
     stopping_word: str
     tokens_cached: int
-    timings: _Timings
+    timings: LlamaTimings
     completion_probabilities: Sequence[_Probability | _Drawn] | None = None
-
-
-def _rate(n: int, ms: float) -> tuple[float, float]:
-    """Milliseconds per token and tokens per second."""
-    return (ms / n if n else 0.0), (n * 1000 / ms if ms > 0 else 0.0)
 
 
 def _text(piece: bytes) -> str:
@@ -341,13 +325,10 @@ class LlamaCompletionStream:
         self._with_probabilities = call.n_probs > 0
         self._drawn = call.request.post_sampling_probs
         self._fields = call.response_fields
-        self._clock = clock
-        self._started = clock()
+        self._watch = Stopwatch(clock)
         self._slot = -1
         self._cached = 0
         self._evaluated = 0
-        self._prompt_ms = 0.0
-        self._prompt_at: float | None = None  # when the prompt was evaluated: decoding begins
         self._text: list[str] = []
         self._probabilities: list[_Probability | _Drawn] = []
         self._predicted = 0
@@ -357,11 +338,11 @@ class LlamaCompletionStream:
         """The bytes for one event (nothing until the end without `stream`)."""
         if self.finished:
             return b""
+        self._watch.see(event)
         if isinstance(event, SlotInfo):
             self._slot, self._cached = event.slot, event.cached_tokens
         elif isinstance(event, PromptDone):
-            self._evaluated, self._prompt_ms = event.evaluated_tokens, event.seconds * 1000
-            self._prompt_at = self._clock()
+            self._evaluated = event.evaluated_tokens
         elif isinstance(event, TextDelta) and event.text:
             probabilities = (
                 _probabilities(event.logprobs, self._drawn) if self._with_probabilities and event.logprobs else None
@@ -394,9 +375,6 @@ class LlamaCompletionStream:
         self.finished = True
         usage = event.usage
         text = "".join(self._text)
-        decoded_at = self._prompt_at if self._prompt_at is not None else self._started
-        predicted_ms = (self._clock() - decoded_at) * 1000
-        prompt_n = usage.prompt_tokens - usage.cached_tokens
         stop_type: StopType = (
             "limit" if event.finish_reason == "length" else "word" if event.stop_sequence is not None else "eos"
         )
@@ -415,15 +393,7 @@ class LlamaCompletionStream:
             stop_type=stop_type,
             stopping_word=event.stop_sequence or "",
             tokens_cached=usage.prompt_tokens + usage.completion_tokens,
-            timings=_Timings(
-                usage.cached_tokens,
-                prompt_n,
-                self._prompt_ms,
-                *_rate(prompt_n, self._prompt_ms),
-                usage.completion_tokens,
-                predicted_ms,
-                *_rate(usage.completion_tokens, predicted_ms),
-            ),
+            timings=llama_timings(usage, self._watch.done()),
             completion_probabilities=self._probabilities if self._with_probabilities and not self._stream else None,
         )
         body = _encoder.encode(_picked(final, self._fields) if self._fields else final)

@@ -20,6 +20,7 @@ from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
 from litestar.types import Receive, Scope
 
+from spark.api.timings import Stopwatch
 from spark.collect import ChatCollector, embedding_result, unfinished
 from spark.errors import Cancelled, RequestTimeout, SparkError, from_info
 from spark.server.errors import internal_error, log_unexpected
@@ -191,13 +192,17 @@ async def run_choices(
 
 
 async def _collect(generation: Generation) -> ChatResult:
+    """The answer, timed (`ChatResult.timing`) from when its events were read."""
     request = generation.request
     collector = ChatCollector(
         logprobs=isinstance(request, (ChatRequest, CompletionRequest)) and request.logprobs is not None
     )
-    while (result := collector.add(await generation.next())) is None:
-        pass
-    return result
+    watch = Stopwatch()
+    while True:
+        event = await generation.next()
+        watch.see(event)
+        if (result := collector.add(event)) is not None:
+            return msgspec.structs.replace(result, timing=watch.done())
 
 
 async def run_encoded(

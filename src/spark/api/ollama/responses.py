@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from spark.api.common import ModelEntry
+from spark.api.timings import Stopwatch
 from spark.errors import ModelNotFound, Overloaded, SparkError, from_info
 from spark.types import (
     Done,
@@ -22,9 +23,7 @@ from spark.types import (
     Event,
     Failed,
     FinishReason,
-    PromptDone,
     ReasoningDelta,
-    SlotInfo,
     TextDelta,
     TokenLogprob,
     ToolCallDelta,
@@ -128,18 +127,15 @@ class OllamaStream:
     of text or thinking is a line; tool calls go in one line once their arguments are whole
     (Ollama's are JSON objects, not text); `Done` writes the last line with the counts and
     durations. Whole (`stream` false), only `Done` writes: one line with everything.
-    `clock` (nanoseconds) times the answer from when the writer is made.
+    `clock` (seconds) times the answer from when the writer is made.
     """
 
     def __init__(
-        self, model: str, kind: Kind, *, stream: bool = True, clock: Callable[[], int] = time.monotonic_ns
+        self, model: str, kind: Kind, *, stream: bool = True, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.finished = False
-        self._model, self._kind, self._stream, self._clock = model, kind, stream, clock
-        self._started = clock()
-        self._slot_at: int | None = None
-        self._prompt_at: int | None = None
-        self._prompt_ns = 0
+        self._model, self._kind, self._stream = model, kind, stream
+        self._watch = Stopwatch(clock)
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._logprobs: list[TokenLogprob] = []
@@ -149,6 +145,7 @@ class OllamaStream:
         """The bytes for one event (empty for events with nothing to send)."""
         if self.finished:
             return b""
+        self._watch.see(event)
         if isinstance(event, TextDelta):
             if not self._stream:
                 self._text.append(event.text)
@@ -163,13 +160,9 @@ class OllamaStream:
         if isinstance(event, ToolCallDelta):
             self._calls.setdefault(event.index, (event.name or "", []))[1].append(event.arguments)
             return b""
-        if isinstance(event, SlotInfo):
-            self._slot_at = self._clock()
-        elif isinstance(event, PromptDone):
-            self._prompt_at, self._prompt_ns = self._clock(), int(event.seconds * 1e9)
-        elif isinstance(event, Done):
+        if isinstance(event, Done):
             return self._done(event)
-        elif isinstance(event, Failed):
+        if isinstance(event, Failed):
             return self.fail(from_info(event.error))
         return b""
 
@@ -206,22 +199,23 @@ class OllamaStream:
 
     def _done(self, event: Done) -> bytes:
         self.finished = True
-        now = self._clock()
-        slot_at = self._slot_at if self._slot_at is not None else self._started
-        prompt_at = self._prompt_at if self._prompt_at is not None else slot_at
-        usage = event.usage
+        timing, usage = self._watch.done(), event.usage
         end: dict[str, Any] = {
             "done_reason": _DONE_REASON[event.finish_reason],
-            "total_duration": now - self._started,
-            "load_duration": slot_at - self._started,  # queueing and loading, until a slot took it
+            "total_duration": _ns(timing.total_seconds),
+            "load_duration": _ns(timing.queued_seconds),  # queueing and loading, until a slot took it
             "prompt_eval_count": usage.prompt_tokens,
-            "prompt_eval_duration": self._prompt_ns,
+            "prompt_eval_duration": _ns(timing.prompt_seconds),
             "eval_count": usage.completion_tokens,
-            "eval_duration": now - prompt_at,
+            "eval_duration": _ns(timing.decode_seconds),
         }
         if self._stream:
             return self._piece(end=end)
         return self._piece("".join(self._text), "".join(self._thinking), self._logprobs or None, end)
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
 
 
 def state_change_body(model: str, kind: Kind, reason: Literal["load", "unload"]) -> bytes:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 import msgspec
@@ -14,6 +15,7 @@ from spark.api.common import (
     new_tool_call_id,
     sse,
 )
+from spark.api.timings import LlamaTimings, Stopwatch, llama_timings
 from spark.errors import Overloaded, SparkError, from_info
 from spark.types import (
     ChatResult,
@@ -24,6 +26,7 @@ from spark.types import (
     FinishReason,
     ReasoningDelta,
     TextDelta,
+    Timing,
     TokenChoice,
     TokenLogprob,
     ToolCallDelta,
@@ -172,6 +175,7 @@ class _ChatCompletion(msgspec.Struct, frozen=True):
     usage: _Usage
     object: Literal["chat.completion"] = "chat.completion"
     system_fingerprint: str | None = None
+    timings: LlamaTimings | msgspec.UnsetType = msgspec.UNSET  # llama-server's, where the answer was timed
 
 
 class _TextChoice(msgspec.Struct, frozen=True):
@@ -189,6 +193,7 @@ class _TextCompletion(msgspec.Struct, frozen=True):
     usage: _Usage
     object: Literal["text_completion"] = "text_completion"
     system_fingerprint: str | None = None
+    timings: LlamaTimings | msgspec.UnsetType = msgspec.UNSET
 
 
 class _UsageChunk(msgspec.Struct, frozen=True):
@@ -201,6 +206,7 @@ class _UsageChunk(msgspec.Struct, frozen=True):
     choices: tuple[()]
     usage: _Usage
     system_fingerprint: str | None = None
+    timings: LlamaTimings | msgspec.UnsetType = msgspec.UNSET
 
 
 class _Embedding(msgspec.Struct, frozen=True):
@@ -261,12 +267,17 @@ def completion_id(request_id: str) -> str:
     return "cmpl-" + request_id
 
 
-def _each(results: ChatResult | Sequence[ChatResult], per_prompt: int | None) -> tuple[Sequence[ChatResult], Usage]:
-    """The choices of a body (one result, or one per choice) and their usage (`per_prompt` choices of
-    each prompt in a row; None: all of one prompt)."""
-    if isinstance(results, ChatResult):
-        return [results], results.usage
-    return results, Usage.of_choices([r.usage for r in results], per_prompt or len(results))
+def _each(
+    results: ChatResult | Sequence[ChatResult], per_prompt: int | None
+) -> tuple[Sequence[ChatResult], _Usage, LlamaTimings | msgspec.UnsetType]:
+    """The choices of a body (one result, or one per choice), their usage (`per_prompt` choices of
+    each prompt in a row; None: all of one prompt) and their timings, where every choice was timed."""
+    each = [results] if isinstance(results, ChatResult) else results
+    usage = Usage.of_choices([r.usage for r in each], per_prompt or len(each))
+    timings = [r.timing for r in each if r.timing is not None]
+    if len(timings) < len(each):
+        return each, _usage(usage), msgspec.UNSET
+    return each, _usage(usage), llama_timings(usage, Timing.of_choices(timings))
 
 
 def chat_completion_body(
@@ -278,15 +289,16 @@ def chat_completion_body(
     system_fingerprint: str | None = None,
 ) -> bytes:
     """The `chat.completion` JSON body for a finished, non-streamed request (`results`: one per choice)."""
-    each, usage = _each(results, None)
+    each, usage, timings = _each(results, None)
     return _encode(
         _ChatCompletion(
             id=chat_completion_id(request_id),
             created=created,
             model=model,
             choices=[_chat_choice(i, result) for i, result in enumerate(each)],
-            usage=_usage(usage),
+            usage=usage,
             system_fingerprint=system_fingerprint,
+            timings=timings,
         )
     )
 
@@ -318,7 +330,7 @@ def completion_body(
     """The `text_completion` JSON body for a finished, non-streamed request (`results`: one per
     choice, `per_prompt` of each prompt in a row; `prompt_chars`: the prompt's length, where the
     text's offsets begin, or each choice's)."""
-    each, usage = _each(results, per_prompt)
+    each, usage, timings = _each(results, per_prompt)
     offsets = [prompt_chars] * len(each) if isinstance(prompt_chars, int) else prompt_chars
     choices = [
         _TextChoice(
@@ -335,8 +347,9 @@ def completion_body(
             created=created,
             model=model,
             choices=choices,
-            usage=_usage(usage),
+            usage=usage,
             system_fingerprint=system_fingerprint,
+            timings=timings,
         )
     )
 
@@ -428,6 +441,7 @@ class _Stream:
         system_fingerprint: str | None = None,
         index: int = 0,
         part: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.id = response_id
         self.model = model
@@ -436,6 +450,8 @@ class _Stream:
         self.system_fingerprint = system_fingerprint
         self.part = part  # one choice of several (`ChoicesStream` ends the stream)
         self.finished = False
+        self._watch = Stopwatch(clock)  # fed every event by `feed`
+        self.timing = Timing()  # the choice's, once finished
         fingerprint = b',"system_fingerprint":' + _encode(system_fingerprint) if system_fingerprint else b""
         # Everything around the per-token payload is encoded once.
         self._head = (
@@ -461,16 +477,19 @@ class _Stream:
         return self._head + payload + b',"logprobs":' + _encode(logprobs) + self._TAIL
 
     def _finish(self, done: Done, finish_reason: str) -> bytes:
-        self.finished = True
-        out = self._head + self._empty + b',"logprobs":null,"finish_reason":' + _encode(finish_reason) + b"}]}\n\n"
-        return out if self.part else out + self.end(done.usage)
+        self.finished, self.timing = True, self._watch.done()
+        # llama-server's timings go on the last chunk: the usage chunk, or without one this chunk
+        timings = b"" if self.include_usage else b',"timings":' + _encode(llama_timings(done.usage, self.timing))
+        out = self._head + self._empty + b',"logprobs":null,"finish_reason":' + _encode(finish_reason) + b"}]"
+        out += timings + b"}\n\n"
+        return out if self.part else out + self.end(done.usage, self.timing)
 
     def opening(self) -> bytes:
         """The choice's first chunk before any event (none by default; see `ChoicesStream`)."""
         return b""
 
-    def end(self, usage: Usage) -> bytes:
-        """The stream's end: the usage chunk (with `include_usage`) and `[DONE]`."""
+    def end(self, usage: Usage, timing: Timing) -> bytes:
+        """The stream's end: the usage chunk (with `include_usage`, and the timings) and `[DONE]`."""
         if not self.include_usage:
             return _DONE_FRAME
         chunk = _UsageChunk(
@@ -481,6 +500,7 @@ class _Stream:
             (),
             _usage(usage),
             system_fingerprint=self.system_fingerprint,
+            timings=llama_timings(usage, timing),
         )
         return sse(_encode(chunk)) + _DONE_FRAME
 
@@ -501,8 +521,9 @@ class ChatStream(_Stream):
 
     Call `feed` with every event; write what it returns (possibly b"").
     The first frame carries `delta.role`; `Done` brings the finish chunk, the
-    usage chunk (when `include_usage`) and `data: [DONE]`; `Failed` (or
-    `fail()` for an error raised outside the runner) an error frame and `[DONE]`.
+    usage chunk (when `include_usage`) and `data: [DONE]`, the last chunk with
+    llama-server's `timings`; `Failed` (or `fail()` for an error raised outside
+    the runner) an error frame and `[DONE]`. `clock` times the answer.
     """
 
     _object = "chat.completion.chunk"
@@ -522,6 +543,7 @@ class ChatStream(_Stream):
         system_fingerprint: str | None = None,
         index: int = 0,
         part: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
             chat_completion_id(request_id),
@@ -531,6 +553,7 @@ class ChatStream(_Stream):
             system_fingerprint=system_fingerprint,
             index=index,
             part=part,
+            clock=clock,
         )
         self._started = False
 
@@ -548,6 +571,7 @@ class ChatStream(_Stream):
         """The SSE bytes for one event (empty for events with nothing to send)."""
         if self.finished:
             return b""
+        self._watch.see(event)
         if isinstance(event, TextDelta):
             if not event.text:
                 return b""
@@ -593,6 +617,7 @@ class CompletionStream(_Stream):
         system_fingerprint: str | None = None,
         index: int = 0,
         part: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
             completion_id(request_id),
@@ -602,6 +627,7 @@ class CompletionStream(_Stream):
             system_fingerprint=system_fingerprint,
             index=index,
             part=part,
+            clock=clock,
         )
         self._offset = prompt_chars  # where the next token's text begins (see completion_body)
 
@@ -609,6 +635,7 @@ class CompletionStream(_Stream):
         """The SSE bytes for one event (empty for events with nothing to send)."""
         if self.finished:
             return b""
+        self._watch.see(event)
         if isinstance(event, TextDelta):
             if not event.text:
                 return b""
@@ -626,13 +653,14 @@ class CompletionStream(_Stream):
 
 class ChoicesStream:
     """The streams of several choices (OpenAI's `n`) as one SSE stream: each choice's chunks carry
-    its index; once every choice has finished, one usage chunk (the choices' together) and `[DONE]`.
+    its index; once every choice has finished, one usage chunk (the choices' together, and their
+    timings) and `[DONE]`.
     A choice that fails ends the whole stream with its error."""
 
     def __init__(self, streams: Sequence[ChatStream | CompletionStream], per_prompt: int | None = None) -> None:
         self._streams = streams  # made with index=i, part=True
         self._per_prompt = per_prompt or len(streams)  # choices of each prompt, in a row
-        self._usages: dict[int, Usage] = {}
+        self._ends: dict[int, tuple[Usage, Timing]] = {}
         self._opened = False
         self.finished = False
 
@@ -651,11 +679,11 @@ class ChoicesStream:
         stream = self._streams[index]
         out += stream.feed(event)
         if isinstance(event, Done):
-            self._usages[index] = event.usage
-            if len(self._usages) == len(self._streams):
+            self._ends[index] = event.usage, stream.timing
+            if len(self._ends) == len(self._streams):
                 self.finished = True
-                usages = [self._usages[i] for i in range(len(self._streams))]
-                out += stream.end(Usage.of_choices(usages, self._per_prompt))
+                usages, timings = zip(*(self._ends[i] for i in range(len(self._streams))), strict=True)
+                out += stream.end(Usage.of_choices(usages, self._per_prompt), Timing.of_choices(timings))
         return out
 
     def fail(self, error: SparkError) -> bytes:
