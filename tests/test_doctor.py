@@ -302,7 +302,9 @@ def test_a_spinning_process_is_seen() -> None:
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        assert spinner.pid in [pid for pid, _, _ in busy_processes(interval=0.5)]
+        # on a machine busy with other tests a half-second window may give the spinner too little of a core
+        seen = any(spinner.pid in [pid for pid, _, _ in busy_processes(interval=0.5)] for _ in range(6))
+        assert seen
     finally:
         spinner.kill()
         spinner.wait()
