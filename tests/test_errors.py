@@ -24,7 +24,7 @@ def test_every_error_is_rebuilt_from_its_info(cls: type[SparkError]) -> None:
     if cls is ModelNotFound:
         error: SparkError = ModelNotFound("m")
     elif cls is ContextLengthExceeded:
-        error = ContextLengthExceeded(5000, 4096, "prompt", trained=8192)
+        error = ContextLengthExceeded(5000, 4096, "prompt", trained=8192, tools=(28, 4000))
     else:
         error = cls("went wrong", param="p")
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(error.info()), type=ErrorInfo)
@@ -55,3 +55,10 @@ def test_a_context_overflow_says_whether_the_context_can_grow() -> None:
     at_most = ContextLengthExceeded(600, 512, "input", trained=512).message
     assert at_most.endswith("Shorten 'input': 512 tokens is as long as this model's context goes.")
     assert ContextLengthExceeded(600, 512).message.endswith("Shorten 'messages' or raise the model's context_length.")
+    # a client's built-in tools (Open WebUI sends 28 with every chat): where the length comes from
+    tools = ContextLengthExceeded(5399, 4096, trained=8192, tools=(28, 5100)).message
+    assert tools.endswith(
+        "Shorten 'messages' or send fewer tools (the definitions of its 28 tools take 5100 of them), "
+        "or raise the model's context_length (up to 8192, what the model was trained for)."
+    )
+    assert "tools" not in ContextLengthExceeded(5399, 4096, tools=(1, 200)).message  # a few: not the point

@@ -132,11 +132,15 @@ class ContextLengthExceeded(SparkError):
     status = 400
     code = "context_length_exceeded"
 
-    def __init__(self, n_prompt: int, n_ctx: int, param: str = "messages", *, trained: int = 0) -> None:
-        """`trained`: the model's training context (0 unknown), past which its context cannot be raised."""
+    def __init__(
+        self, n_prompt: int, n_ctx: int, param: str = "messages", *, trained: int = 0, tools: tuple[int, int] = (0, 0)
+    ) -> None:
+        """`trained`: the model's training context (0 unknown), past which its context cannot be raised;
+        `tools`: how many tools the request defines and how many of its prompt tokens their definitions take."""
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
         self.trained = trained
+        self.tools = tools
         # OpenAI's wording, which clients (LangChain, LiteLLM) recognise a context overflow by.
         super().__init__(
             f"This model's maximum context length is {n_ctx} tokens per request. However, your request "
@@ -145,24 +149,34 @@ class ContextLengthExceeded(SparkError):
         )
 
     def remedy(self, param: str) -> str:
-        """What the client can do: shorten `param`, or raise the model's context where it is below its training."""
+        """What the client can do: shorten `param` (or send fewer tools where their definitions take much of
+        the prompt), or raise the model's context where it is below its training."""
+        n_tools, tool_tokens = self.tools
+        shorten = f"Shorten '{param}'"
+        if lots := tool_tokens * 4 >= self.n_prompt:  # a quarter or more: a client's built-in tools (Open WebUI's)
+            shorten += f" or send fewer tools (the definitions of its {n_tools} tools take {tool_tokens} of them)"
         if self.trained and self.n_ctx >= self.trained:
-            return f"Shorten '{param}': {self.n_ctx} tokens is as long as this model's context goes."
+            return f"{shorten}: {self.n_ctx} tokens is as long as this model's context goes."
         most = f" (up to {self.trained}, what the model was trained for)" if self.trained else ""
-        return f"Shorten '{param}' or raise the model's context_length{most}."
+        return f"{shorten}{',' if lots else ''} or raise the model's context_length{most}."
 
     def data(self) -> dict[str, Any]:
-        return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx, "trained": self.trained}
+        return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx, "trained": self.trained, "tools": list(self.tools)}
 
     def named(self, param: str) -> ContextLengthExceeded:
         """The same error naming `param`: what an API calls the prompt (a Responses request's `input`)."""
-        return ContextLengthExceeded(self.n_prompt, self.n_ctx, param, trained=self.trained)
+        return ContextLengthExceeded(self.n_prompt, self.n_ctx, param, trained=self.trained, tools=self.tools)
 
     @classmethod
     def rebuild(cls, info: ErrorInfo) -> SparkError:
         data = info.data
+        n_tools, tool_tokens = data.get("tools", (0, 0))
         return cls(
-            int(data["n_prompt"]), int(data["n_ctx"]), info.param or "messages", trained=int(data.get("trained", 0))
+            int(data["n_prompt"]),
+            int(data["n_ctx"]),
+            info.param or "messages",
+            trained=int(data.get("trained", 0)),
+            tools=(int(n_tools), int(tool_tokens)),
         )
 
 

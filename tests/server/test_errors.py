@@ -180,6 +180,14 @@ def test_context_length_exceeded(live: LiveServer, models: Models) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=models.chat, prompt=long[0]["content"], max_tokens=1)
     assert (e.value.code, e.value.param) == ("context_length_exceeded", "prompt")  # type: ignore[attr-defined]
+    # a short chat with many tools says what takes the room
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 10, "parameters": {}}}
+        for i in range(12)
+    ]
+    with pytest.raises(openai.BadRequestError) as e:
+        live.openai().chat.completions.create(model=models.chat, messages=CHAT, tools=tools)  # type: ignore[arg-type]
+    assert "or send fewer tools (the definitions of its 12 tools take " in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
         client.embeddings.create(model=models.embed, input=["hi", "word " * 3000])
     assert (e.value.code, e.value.param) == ("context_length_exceeded", "input[1]")  # type: ignore[attr-defined]

@@ -119,8 +119,22 @@ class Preparer:
                 out[ids[0]] = marker.encode()
         return out
 
-    def _too_long(self, n_prompt: int, param: str) -> ContextLengthExceeded:
-        return ContextLengthExceeded(n_prompt, self._n_ctx, param, trained=self._model.n_ctx_train)
+    def _too_long(self, n_prompt: int, param: str, request: Request | None = None) -> ContextLengthExceeded:
+        return ContextLengthExceeded(
+            n_prompt, self._n_ctx, param, trained=self._model.n_ctx_train, tools=self._tool_cost(request)
+        )
+
+    def _tool_cost(self, request: Request | None) -> tuple[int, int]:
+        """How many tools a chat defines and how many prompt tokens their definitions take (rendered
+        once more without them: only for a prompt too long, to say where its length comes from)."""
+        if not (isinstance(request, ChatRequest) and request.tools and tools_enabled(request)):
+            return 0, 0
+
+        def count(chat: ChatRequest) -> int:
+            return len(self._model.tokenize(self._render(chat)[0], add_special=False, parse_special=True))
+
+        bare = msgspec.structs.replace(request, tools=None, tool_choice=None)
+        return len(request.tools), max(0, count(request) - count(bare))
 
     def prompt(self, request: ChatRequest | CompletionRequest) -> tuple[list[int], PromptMedia | None, str]:
         """The prompt's tokens, its images (if any) and its text."""
@@ -316,7 +330,8 @@ class Preparer:
             echoed = text, int(added_bos and not (self._bos_text and text.startswith(self._bos_text)))
         try:
             if len(tokens) > self._n_ctx:
-                raise self._too_long(len(tokens), "prompt" if isinstance(request, CompletionRequest) else "messages")
+                param = "prompt" if isinstance(request, CompletionRequest) else "messages"
+                raise self._too_long(len(tokens), param, request)
             # a request may ask for no answer at all (max_tokens 0): an echo's point is the prompt's
             # log probabilities; llama-server's `n_predict: 0` and Anthropic's `max_tokens: 0` cache
             # the prompt for the next request (each API's own bounds say which may)
