@@ -64,7 +64,7 @@ def body(**fields: Any) -> bytes:
 
 def parse(**fields: Any):
     fields.setdefault("max_tokens", 100)
-    return api.parse_messages(body(**fields))
+    return api.parse_messages(body(**fields)).request
 
 
 def error(**fields: Any) -> InvalidRequest:
@@ -126,7 +126,7 @@ def test_sdk_request_with_every_parameter(anthropic_client) -> None:
             # this SDK release has no keyword for the sampling parameters older ones sent
             extra_body={"keep_alive": "2m", "temperature": 0.3, "top_p": 0.9, "top_k": 40},
         )
-    request = api.parse_messages(seen[0])
+    request = api.parse_messages(seen[0]).request
     assert request.model == "smollm2" and request.stream is False
     assert request.messages == [
         Message("system", "Be brief.\nBe kind."),
@@ -414,7 +414,7 @@ def test_remote_image_needs_a_fetcher() -> None:
     assert error(messages=messages).param == "messages[0].content[0].source.url"
     got = api.parse_messages(
         body(messages=messages, max_tokens=5), fetch=Fetch(image=lambda url, param: ImagePart(PNG))
-    )
+    ).request
     assert got.messages[0].content == [ImagePart(PNG)]
 
 
@@ -723,7 +723,7 @@ def test_stream_event_order() -> None:
 
 def test_the_sdk_accumulates_the_stream(anthropic_client) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        parsed = api.parse_messages(request.content)
+        parsed = api.parse_messages(request.content).request
         stream = api.MessageStream("r", parsed.model)
         return httpx.Response(200, headers=SSE, content=stream.ping() + feed_all(stream, FULL))
 
@@ -835,7 +835,7 @@ def test_error_message_names_the_parameter() -> None:
 def test_sdk_sees_typed_errors(anthropic_client) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         try:
-            parsed = api.parse_messages(request.content)
+            parsed = api.parse_messages(request.content).request
         except InvalidRequest as e:
             status, raw = api.error_body(e)
             return httpx.Response(status, content=raw)

@@ -96,7 +96,8 @@ def test_a_thread_is_refused_so_that_the_sdk_sends_the_whole_conversation(live: 
 def test_max_tokens_0_caches_the_prompt_without_an_answer(live: LiveServer, models: Models) -> None:
     """As Anthropic's SDKs document it: the prompt is read into the cache, and no answer is written."""
     client = live.anthropic()
-    messages = [{"role": "user", "content": "A long question a client warms the cache for, ahead of time."}]
+    question = {"type": "text", "text": "A long question a client warms the cache for, ahead of time."}
+    messages = [{"role": "user", "content": [{**question, "cache_control": {"type": "ephemeral"}}]}]
     warmed = client.messages.create(model=models.chat, max_tokens=0, messages=messages)  # type: ignore[arg-type]
     assert warmed.content == [] and warmed.stop_reason == "max_tokens" and warmed.usage.output_tokens == 0
     assert warmed.usage.input_tokens > 0
@@ -104,6 +105,24 @@ def test_max_tokens_0_caches_the_prompt_without_an_answer(live: LiveServer, mode
     assert asked.usage.cache_read_input_tokens and asked.usage.cache_read_input_tokens >= warmed.usage.input_tokens - 1
     with client.messages.stream(model=models.chat, max_tokens=0, messages=messages) as stream:  # type: ignore[arg-type]
         assert stream.get_final_message().content == []
+
+
+def test_cache_reads_are_reported_to_requests_that_mark_cache_control(live: LiveServer, models: Models) -> None:
+    """As Anthropic: without `cache_control` a request's `input_tokens` is its whole prompt (AutoGen's
+    budgets read it alone); with it, the tokens reused from the cache are `cache_read_input_tokens`."""
+    client = live.anthropic()
+    text = "Tell me about the sea, in the manner of an old sailor who has seen every ocean. " * 3
+    plain = [{"role": "user", "content": text}]
+    marked = [{"role": "user", "content": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}]
+    first = client.messages.create(model=models.chat, max_tokens=1, messages=plain)  # type: ignore[arg-type]
+    again = client.messages.create(model=models.chat, max_tokens=1, messages=plain)  # type: ignore[arg-type]
+    assert again.usage.input_tokens == first.usage.input_tokens > 20 and not again.usage.cache_read_input_tokens
+    cached = client.messages.create(model=models.chat, max_tokens=1, messages=marked)  # type: ignore[arg-type]
+    assert cached.usage.cache_read_input_tokens and cached.usage.cache_read_input_tokens > 20
+    assert cached.usage.input_tokens + cached.usage.cache_read_input_tokens == first.usage.input_tokens
+    with client.messages.stream(model=models.chat, max_tokens=1, messages=plain) as stream:  # type: ignore[arg-type]
+        usage = stream.get_final_message().usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (first.usage.input_tokens, 0)
 
 
 def test_count_tokens_matches_the_prompt_really_used(live: LiveServer, models: Models) -> None:
@@ -165,7 +184,7 @@ def test_claude_codes_requests_are_answered_and_reuse_the_cache_across_sessions(
 ) -> None:
     """Claude Code sends a system turn among the messages and opens its system prompt with a billing
     block whose hash changes every session: answered, and a new session reuses the cached prompt."""
-    instructions = {"type": "text", "text": "You are a coding assistant. " * 20}
+    instructions = {"type": "text", "text": "You are a coding assistant. " * 20, "cache_control": {"type": "ephemeral"}}
     client = live.anthropic()
     usages = []
     for session in ("a1b", "c2d"):

@@ -48,8 +48,8 @@ from spark.types import (
 # --- request wire types -------------------------------------------------------
 
 
-class _Block(msgspec.Struct, tag_field="type"):
-    pass
+class _Block(msgspec.Struct, tag_field="type", kw_only=True):
+    cache_control: dict[str, Any] | None = None  # read only to count cache reads as Anthropic does
 
 
 class TextBlock(_Block, tag="text"):
@@ -148,6 +148,7 @@ class ToolDef(msgspec.Struct, frozen=True):
     input_schema: dict[str, Any] | None = None  # required of custom tools; server tools have none
     description: str = ""
     type: str | None = None  # "custom"; server tools (web_search_20250305, bash_..., ...) are refused
+    cache_control: dict[str, Any] | None = None
     strict: bool | None = None  # strict tool use: arguments always match input_schema
 
 
@@ -227,12 +228,21 @@ class MessagesBody(LlamaSampling, frozen=True, kw_only=True):
     stream: bool | None = None
     keep_alive: float | str | None = None  # Spark's extension, as on the OpenAI routes
     thread: dict[str, Any] | None = None  # refused: Spark keeps no conversation between requests
+    cache_control: dict[str, Any] | None = None  # automatic caching, as a block's
 
 
 _decoder = msgspec.json.Decoder(MessagesBody)
 
 
-def parse_messages(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch = NO_FETCH) -> ChatRequest:
+class MessagesCall(msgspec.Struct, frozen=True):
+    """A decoded `POST /v1/messages` body: the request, and whether it marks `cache_control` anywhere
+    (Anthropic reports cache reads only then; see `message_body`)."""
+
+    request: ChatRequest
+    caching: bool
+
+
+def parse_messages(body: bytes, *, max_tokens_limit: int | None = None, fetch: Fetch = NO_FETCH) -> MessagesCall:
     """Decode a `POST /v1/messages` body (`max_tokens` is required, as Anthropic requires it).
 
     `max_tokens_limit` is the most tokens the server lets one request ask for.
@@ -244,7 +254,18 @@ def parse_messages(body: bytes, *, max_tokens_limit: int | None = None, fetch: F
     check_max_tokens(wire.max_tokens, "max_tokens", max_tokens_limit)
     if isinstance(wire.thinking, ThinkingEnabled) and wire.thinking.budget_tokens >= wire.max_tokens:
         raise InvalidRequest("'thinking.budget_tokens' must be less than 'max_tokens'.", param="thinking.budget_tokens")
-    return _request(wire, fetch)
+    return MessagesCall(_request(wire, fetch), _asks_caching(wire))
+
+
+def _asks_caching(wire: MessagesBody) -> bool:
+    """Whether the body marks `cache_control` at its top, on a tool, or on any block."""
+    blocks: list[Any] = [*(wire.tools or ()), *(wire.system if isinstance(wire.system, list) else ())]
+    for turn in wire.messages:
+        for block in turn.content if isinstance(turn.content, list) else ():
+            blocks.append(block)
+            if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                blocks += block.content
+    return wire.cache_control is not None or any(b.cache_control is not None for b in blocks)
 
 
 def parse_count_tokens(body: bytes, *, fetch: Fetch = NO_FETCH) -> ChatRequest:

@@ -43,8 +43,12 @@ class _UsageOut(msgspec.Struct, frozen=True):
     cache_creation_input_tokens: int = 0
 
 
-def _usage(usage: Usage) -> _UsageOut:
-    return _UsageOut(usage.prompt_tokens - usage.cached_tokens, usage.completion_tokens, usage.cached_tokens)
+def _usage(usage: Usage, caching: bool) -> _UsageOut:
+    """Anthropic reads prompt tokens from its cache only for a request that marks `cache_control`:
+    then `input_tokens` are those evaluated and `cache_read_input_tokens` those reused; a request that
+    marks none counts its whole prompt as `input_tokens` (clients budget with it alone)."""
+    cached = usage.cached_tokens if caching else 0
+    return _UsageOut(usage.prompt_tokens - cached, usage.completion_tokens, cached)
 
 
 class _Out(msgspec.Struct, tag_field="type"):
@@ -197,8 +201,9 @@ def _tool_input(arguments: str) -> msgspec.Raw | dict[str, Any]:
     return msgspec.Raw(arguments.encode()) if isinstance(value, dict) else {}
 
 
-def message_body(request_id: str, model: str, result: ChatResult) -> bytes:
-    """The `message` JSON body for a finished, non-streamed request."""
+def message_body(request_id: str, model: str, result: ChatResult, *, caching: bool = True) -> bytes:
+    """The `message` JSON body for a finished, non-streamed request (`caching`: the request marks
+    `cache_control`, see `_usage`)."""
     content: list[_TextOut | _ThinkingOut | _ToolUseOut] = []
     if result.reasoning:
         content.append(_ThinkingOut(result.reasoning))
@@ -212,7 +217,7 @@ def message_body(request_id: str, model: str, result: ChatResult) -> bytes:
             content=content,
             stop_reason=_stop_reason(result.finish_reason, result.stop_sequence),
             stop_sequence=result.stop_sequence if result.finish_reason == "stop" else None,
-            usage=_usage(result.usage),
+            usage=_usage(result.usage, caching),
         )
     )
 
@@ -354,7 +359,7 @@ class MessageStream:
     which always carries the final usage.
     """
 
-    def __init__(self, request_id: str, model: str) -> None:
+    def __init__(self, request_id: str, model: str, *, caching: bool = True) -> None:
         self.id = message_id(request_id)
         self.model = model
         self.started = False
@@ -363,13 +368,14 @@ class MessageStream:
         self._open: str | None = None  # its kind: "text", "thinking", "tool_use"
         self._tool_index = -1  # the engine's index of the open tool call
         self._delta_head = b""
+        self._caching = caching  # the request marks cache_control (see `_usage`)
 
     def start(self, input_tokens: int = 0, cached_tokens: int = 0) -> bytes:
         """The `message_start` event, once; b"" after the first call."""
         if self.started:
             return b""
         self.started = True
-        usage = _UsageOut(input_tokens - cached_tokens, 0, cached_tokens)
+        usage = _usage(Usage(input_tokens, 0, cached_tokens), self._caching)
         return sse(_encode(_MessageStart(_StartMessage(self.id, self.model, usage))), "message_start")
 
     def ping(self) -> bytes:
@@ -446,6 +452,7 @@ class MessageStream:
         self.finished = True
         stop_sequence = done.stop_sequence if done.finish_reason == "stop" else None
         delta = _MessageDelta(
-            _StopDelta(_stop_reason(done.finish_reason, done.stop_sequence), stop_sequence), _usage(done.usage)
+            _StopDelta(_stop_reason(done.finish_reason, done.stop_sequence), stop_sequence),
+            _usage(done.usage, self._caching),
         )
         return out + sse(_encode(delta), "message_delta") + _MESSAGE_STOP

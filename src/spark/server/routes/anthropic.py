@@ -29,12 +29,13 @@ from spark.server.state import state_of
 @post("/messages", status_code=200)
 async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     state = state_of(request)
-    chat = await parse_with_images(
+    call = await parse_with_images(
         request, parse_messages, await request.body(), max_tokens_limit=state.max_tokens_limit
     )
+    chat = call.request
     request_id = request_ids(request.scope).id
     if chat.stream:
-        encoder = MessageStream(request_id, chat.model)
+        encoder = MessageStream(request_id, chat.model, caching=call.caching)
         if (routed := await routed_response(request, chat, stream=True, fail=encoder.fail)) is not None:
             return routed
         return await stream_response(
@@ -43,7 +44,7 @@ async def messages(request: Request[Any, Any, Any]) -> Response[Any]:
     if (routed := await routed_response(request, chat)) is not None:
         return routed
     result = await run_chat(state, chat, request.receive, recorder_of(request.scope))
-    return json_response(message_body(request_id, chat.model, result))
+    return json_response(message_body(request_id, chat.model, result, caching=call.caching))
 
 
 @post("/messages/count_tokens", status_code=200)
