@@ -88,6 +88,16 @@ def test_metrics_count_requests_tokens_and_latency(metered: tuple[LiveServer, st
     # an unknown model is counted without its name, so clients cannot grow the label set
     assert sample(after, "spark_requests_total", **chat, model="unknown", status="404") >= 1
     assert not any(("model", "ghost-model") in labels for _, labels in after)
+    # ids in paths, and names in refused bodies, are no labels: each would be a series for good
+    for i in range(3):
+        http.post(f"/v1/responses/resp_{i}/cancel")
+        http.post("/v1/chat/completions", json={"model": f"made-up-{i}", "messages": CHAT, "temperature": 5})
+        live.http(key=None).post(f"/v1/chat/completions/chatcmpl-{i}", json={"model": f"anon-{i}"})
+    grown = scraped()
+    routes = {dict(labels).get("route") for _, labels in grown}
+    assert "/v1/responses/{response_id}/cancel" in routes and not any("resp_" in str(r) for r in routes)
+    assert not any("chatcmpl-" in str(r) for r in routes) and not any("made-up-" in str(labels) for _, labels in grown)
+    assert not any("anon-" in str(labels) for _, labels in grown)
 
     def grew(name: str, **labels: str) -> float:
         return sample(after, name, **labels) - sample(before, name, **labels)
@@ -164,7 +174,8 @@ def test_label_values_are_escaped() -> None:
             model=odd,
             ttft_ms=7.0,
             prompt_tokens=3,
-        )
+        ),
+        route="/v1/completions",
     )
     text = metrics.exposition([])
     samples = parse(text)

@@ -57,17 +57,19 @@ class Metrics:
         self.ttft: defaultdict[Labels, Histogram] = defaultdict(Histogram)
         self.duration: defaultdict[Labels, Histogram] = defaultdict(Histogram)
 
-    def observe(self, record: RequestRecord) -> None:
-        """Count one finished request."""
-        model = UNKNOWN_MODEL if record.model is None or record.error_type == "model_not_found" else record.model
-        self.requests[(("route", record.route), ("model", model), ("status", str(record.status)))] += 1
+    def observe(self, record: RequestRecord, route: str) -> None:
+        """Count one finished request of `route` (its template: ids are not labels, each would be a series)."""
+        # a name no model answered to (not found, or in a body refused before it was read) is no label
+        unread = record.model is None or record.error_type in ("model_not_found", "invalid_request")
+        model = UNKNOWN_MODEL if unread else record.model
+        self.requests[(("route", route), ("model", model), ("status", str(record.status)))] += 1
         by_model = (("model", model),)
         self.prompt_tokens[by_model] += record.prompt_tokens
         self.completion_tokens[by_model] += record.completion_tokens
         self.cached_tokens[by_model] += record.cached_tokens
         if record.ttft_ms is not None:
             self.ttft[by_model].observe(record.ttft_ms / 1000.0)
-        self.duration[(("route", record.route), ("model", model))].observe(record.duration_ms / 1000.0)
+        self.duration[(("route", route), ("model", model))].observe(record.duration_ms / 1000.0)
 
     def exposition(self, runners: list[RunnerState], *, log_dropped: int = 0) -> str:
         """Every metric as Prometheus text, with the runners' current state."""

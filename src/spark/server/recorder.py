@@ -54,6 +54,7 @@ from spark.types import (
 MAX_BODY_KEPT = 64 * 1024  # of a body that could not be decoded, this much is logged
 WITHHELD = "details withheld: zero-retention key"
 _STATE_KEY = "spark.recorder"
+UNROUTED = "(no route)"  # the metrics' route for a path no route serves
 _OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
 
 
@@ -306,7 +307,9 @@ class RequestRecorder:
 
     def _named_model(self) -> str | None:
         """The model a body that failed its checks names (`temperature: 5` for a model is still that
-        model's request in the log); None when the body was not kept or names none."""
+        model's request in the log); None when the body was not kept, names none, or came without a key."""
+        if self.key is None:
+            return None
         try:
             return msgspec.json.decode(b"".join(self._body), type=_NamesModel).model
         except msgspec.DecodeError:
@@ -354,7 +357,7 @@ def detached(scope: Scope) -> Callable[[], None]:
         return lambda: None
     recorder.detached = True
     state: ServerState = scope["app"].state.spark
-    return lambda: _record(state, recorder.finish(200))
+    return lambda: _record(state, recorder.finish(200), scope)
 
 
 def log_requests(app: ASGIApp) -> ASGIApp:
@@ -385,13 +388,14 @@ def log_requests(app: ASGIApp) -> ASGIApp:
             await app(scope, receive_body, send_status)
         finally:
             if not recorder.detached:
-                _record(state, recorder.finish(status))
+                _record(state, recorder.finish(status), scope)
 
     return middleware
 
 
-def _record(state: ServerState, record: RequestRecord) -> None:
-    state.metrics.observe(record)
+def _record(state: ServerState, record: RequestRecord, scope: Scope) -> None:
+    # metrics count by the route's template (`/v1/responses/{response_id}/cancel`); the log keeps the path
+    state.metrics.observe(record, scope.get("path_template") or UNROUTED)
     state.events.publish(
         REQUEST_FINISHED,
         id=record.id,
