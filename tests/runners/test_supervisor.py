@@ -168,7 +168,8 @@ def test_kill_9_fails_streamed_requests_retries_the_rest_and_restarts(slow_llama
         assert text_of(streamed), "the client got output before the crash"
         assert isinstance(failed, Failed) and failed.error.code == "runner_failed"
         assert "was killed (signal 9, SIGKILL" in failed.error.message
-        assert "out-of-memory killer" in failed.error.message, "a SIGKILL nobody here sent is named as memory"
+        # a SIGKILL nobody here sent: most likely memory, unless an operator sent it
+        assert "unless someone sent it, the system's out-of-memory killer did" in failed.error.message
         assert "not retried, so that no output comes twice" in failed.error.message
 
         retried = final(await queued)

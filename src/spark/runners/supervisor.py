@@ -649,8 +649,8 @@ def _describe_exit(code: int, rss_bytes: int = 0) -> str:
         # nobody here sent it (a hang or a stop is reported as such): most often the kernel's OOM killer
         using = f", using {format_bytes(rss_bytes)} when last measured" if rss_bytes else ""
         return (
-            f"was killed (signal 9, SIGKILL{using}); the system's out-of-memory killer does this when "
-            "memory runs out: load fewer models, a shorter context_length or fewer parallel slots"
+            f"was killed (signal 9, SIGKILL{using}); unless someone sent it, the system's out-of-memory killer "
+            "did, as it does when memory runs out: load fewer models, a shorter context_length or fewer parallel slots"
         )
     if code < 0:
         try:
