@@ -114,8 +114,12 @@ def test_no_page_scrolls_sideways_on_a_phone(browser: Any, console: LiveServer) 
         if scroll > inner:
             wide[path] = scroll
             page.screenshot(path=str(SCREENSHOTS / f"phone-too-wide-{path.strip('/').replace('/', '_')}.png"))
+    page.goto(f"{console.url}/playground")
+    box = page.locator("#pg-prompt").bounding_box()
+    page.screenshot(path=str(SCREENSHOTS / "phone-playground.png"))
     context.close()
     assert wide == {}  # each page fits the phone's 390 px
+    assert box is not None and box["y"] + box["height"] <= 844  # the message box, without scrolling past settings
 
 
 def test_a_mistyped_console_address_is_a_page_that_leads_to_the_console(page: Any, console: LiveServer) -> None:
