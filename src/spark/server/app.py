@@ -182,7 +182,7 @@ def create_app(settings: Settings) -> Litestar:
             {
                 "spark": state,
                 "admin": admin,
-                "console": ConsoleAuth(settings),
+                "console": ConsoleAuth(settings, state.db),
                 "memory": MemorySampler(state.scheduler),
             }
         ),

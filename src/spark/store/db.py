@@ -212,6 +212,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # LoRA adapters attached to a model, a JSON list of {"path", "scale"} (spark.library)
         "ALTER TABLE models ADD COLUMN lora TEXT NOT NULL DEFAULT '[]'",
     ),
+    (
+        # Web console sessions (spark.store.sessions), kept across restarts: the token only as its
+        # hash, and `bound` ties it to the admin password it was signed in with
+        """CREATE TABLE console_sessions (
+            token_hash TEXT PRIMARY KEY,
+            bound TEXT NOT NULL,
+            csrf TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        )""",
+    ),
 ]
 
 BUSY_TIMEOUT_MS = 10_000

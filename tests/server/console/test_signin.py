@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -11,6 +13,7 @@ from spark.server.console.auth import ConsoleAuth, safe_next
 from spark.server.console.render import CSP
 from spark.server.console.sessions import COOKIE, FREE_FAILURES, LoginThrottle
 from spark.settings import load_settings
+from spark.store.db import Database
 
 PAGES = [
     "/",
@@ -128,6 +131,21 @@ def test_signing_out_needs_the_csrf_token_and_ends_the_session(console: LiveServ
         assert client.get("/models").status_code == 303
 
 
+def test_a_restart_keeps_the_sessions_a_new_password_ends_them(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Sessions live in the database: the Settings page's restarts sign nobody out; another password does."""
+    home = tmp_path_factory.mktemp("restarts")
+    settings = server_settings(home, SPARK_ADMIN_PASSWORD=PASSWORD)
+    with live_server(settings, key_name=None) as live, signed_in_client(live) as client:
+        cookie = client.cookies[COOKIE]
+    stored = b"".join(p.read_bytes() for p in settings.db_path.parent.glob(settings.db_path.name + "*"))
+    assert cookie.encode() not in stored and len(stored) > 0  # only its hash
+    for password, status in ((PASSWORD, 200), ("another one", 303)):  # a new password: sign in again
+        restarted = server_settings(home, SPARK_ADMIN_PASSWORD=password)
+        with live_server(restarted, key_name=None) as again, httpx.Client(base_url=again.url, timeout=30) as client:
+            client.cookies.set(COOKIE, cookie)
+            assert client.get("/models").status_code == status
+
+
 def test_failed_sign_ins_are_slowed_per_address_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     throttle = LoginThrottle()
     for _ in range(FREE_FAILURES):
@@ -166,8 +184,8 @@ def test_without_a_password_the_page_says_how_and_a_one_time_link_works_once(
             assert other.get(f"/login?code={code}").status_code == 401  # used up
 
 
-def test_a_one_time_code_works_from_loopback_only() -> None:
-    auth = ConsoleAuth(load_settings())
+def test_a_one_time_code_works_from_loopback_only(tmp_path: Path) -> None:
+    auth = ConsoleAuth(load_settings(), Database(tmp_path / "spark.db"))
     code = auth.new_one_time_code()
     assert not auth.use_one_time_code(code, "192.168.1.20")
     assert auth.use_one_time_code(code, "127.0.0.1")

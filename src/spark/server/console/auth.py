@@ -19,6 +19,7 @@ from litestar.connection import ASGIConnection
 
 from spark.server.console.sessions import COOKIE, LoginThrottle, Session, SessionStore
 from spark.settings import Settings
+from spark.store.db import Database
 
 log = logging.getLogger("spark.console")
 
@@ -57,9 +58,9 @@ def login_url(next_path: str) -> str:
 class ConsoleAuth:
     """The console's sessions, its sign-in throttle and the one-time sign-in code."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, db: Database) -> None:
         self.password = settings.admin_password
-        self.sessions = SessionStore()
+        self.sessions = SessionStore(db, settings.admin_password)
         self.throttle = LoginThrottle()
         self._one_time: str | None = None
         self._lock = threading.Lock()

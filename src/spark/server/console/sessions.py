@@ -1,9 +1,9 @@
 """Browser sessions of the web console, and the brake on guessing the admin password.
 
-A session is a random token in an HttpOnly, SameSite=Strict cookie; the server
-keeps what it maps to (in memory: a restart signs everyone out). Each session
-has its own CSRF token, which every state-changing request from the console
-must echo in the `X-CSRF-Token` header. Failed sign-ins are counted per client
+A session is a random token in an HttpOnly, SameSite=Strict cookie; the database keeps
+what it maps to (`spark.store.sessions`: a restart signs nobody out, a new admin password
+everybody). Each session has its own CSRF token, which every state-changing request from
+the console must echo in the `X-CSRF-Token` header. Failed sign-ins are counted per client
 address; past a few, that address must wait, longer after each failure.
 """
 
@@ -14,7 +14,8 @@ import secrets
 import threading
 import time
 
-import msgspec
+from spark.store.db import Database
+from spark.store.sessions import SessionTable, StoredSession
 
 COOKIE = "spark_session"
 CSRF_HEADER = "x-csrf-token"
@@ -24,46 +25,28 @@ FIRST_WAIT_SECONDS = 2.0
 MAX_WAIT_SECONDS = 300.0
 FORGET_FAILURES_SECONDS = 3600.0
 
-
-class Session(msgspec.Struct, frozen=True):
-    token: str
-    csrf: str
-    expires_at: float  # Unix time
+Session = StoredSession
 
 
 class SessionStore:
-    """The signed-in browsers; thread-safe."""
+    """The signed-in browsers, kept in `db` for the admin `password` they signed in with."""
 
-    def __init__(self, lifetime: float = SESSION_SECONDS) -> None:
+    def __init__(self, db: Database, password: str | None, lifetime: float = SESSION_SECONDS) -> None:
+        self._table = SessionTable(db, password)
         self._lifetime = lifetime
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
 
     def create(self) -> Session:
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(24), time.time() + self._lifetime)
-        with self._lock:
-            self._drop_expired()
-            self._sessions[session.token] = session
+        self._table.add(session)
         return session
 
     def get(self, token: str | None) -> Session | None:
         """The live session for a cookie's token, or None."""
-        if not token:
-            return None
-        with self._lock:
-            # compare in constant time against each: a dict lookup by secret would leak timing
-            found = next((s for t, s in self._sessions.items() if hmac.compare_digest(t, token)), None)
-        return found if found is not None and found.expires_at > time.time() else None
+        return self._table.get(token) if token else None
 
     def end(self, token: str | None) -> None:
         if token:
-            with self._lock:
-                self._sessions.pop(token, None)
-
-    def _drop_expired(self) -> None:
-        now = time.time()
-        for token in [t for t, s in self._sessions.items() if s.expires_at <= now]:
-            del self._sessions[token]
+            self._table.remove(token)
 
 
 def csrf_matches(session: Session, presented: str | None) -> bool:
