@@ -4,6 +4,7 @@ cancelled in the runner, and every refusal named."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import time
@@ -11,15 +12,33 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
+import openai
 import pytest
 
-from server.helpers import LiveServer, Models, anthropic_error, live_server, openai_error, server_settings, wait_for
+from server.helpers import (
+    LiveServer,
+    Models,
+    add_slow_model,
+    anthropic_error,
+    live_server,
+    openai_error,
+    server_settings,
+    wait_for,
+)
+from spark.errors import ShuttingDown
 from spark.library import Library
 from spark.server.admin_auth import read_admin_token
+from spark.server.batches import BatchRunner
+from spark.server.draining import Drain
+from spark.settings import load_settings
 from spark.store.batches import Batch, BatchTable
 from spark.store.db import Database
+from spark.store.files import FileTable
 from spark.store.keys import KeyTable
+from spark.store.requests import RequestTable
 from spark.store.responses import owner_of
+from traffic import spark_serve
 
 LONG = 12_000  # tokens: many seconds on the slow model
 
@@ -245,6 +264,98 @@ def test_a_batch_left_unfinished_goes_on_when_the_server_starts(
         assert results["left"].result.type == "succeeded"
         stopped = _ended(client.messages.batches.retrieve, cancelling.id)  # its cancel was asked: none is sent
         assert (stopped.request_counts.canceled, stopped.request_counts.succeeded) == (1, 0)
+
+
+def test_a_stopping_server_sends_no_more_of_a_batch_and_goes_on_with_it_at_the_next_start(
+    slow_llama: Path, spark_home: Path
+) -> None:
+    """SIGTERM while an OpenAI and an Anthropic batch run: the requests running are cut short when
+    the grace period ends, the others are not sent; neither is kept as an answer and the batches do not end.
+    The next start answers every request."""
+    settings = load_settings()
+    with Library(settings) as library:
+        model = add_slow_model(library, slow_llama)  # one slot: the two batches take turns
+    key = KeyTable(Database(settings.db_path)).create("tests")[1]
+    short: Any = {"model": model, "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    bodies = [{**short, "max_tokens": 1000}, short, short]  # the first runs for about a second
+    # one request of each batch at a time; those running at the stop are cut short at once
+    env = {"SPARK_PARALLEL": "1", "SPARK_SHUTDOWN_GRACE": "0s"}
+    with spark_serve(spark_home, **env) as served:
+        client = openai.OpenAI(base_url=served.url + "/v1", api_key=key, max_retries=0)
+        lines = [
+            {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": b}
+            for i, b in enumerate(bodies)
+        ]
+        upload = client.files.create(file=("in.jsonl", io.BytesIO(_jsonl(lines))), purpose="batch")
+        openai_batch = client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ).id
+        messages = anthropic.Anthropic(base_url=served.url, api_key=key, max_retries=0).messages
+        requests: Any = [{"custom_id": f"r{i}", "params": b} for i, b in enumerate(bodies)]
+        anthropic_batch = messages.batches.create(requests=requests).id
+        admin = httpx.Client(base_url=served.url, headers={"authorization": f"Bearer {read_admin_token(settings)}"})
+        busy = lambda: any(r["slots_busy"] for r in admin.get("/api/runners").json())  # noqa: E731
+        wait_for(busy, 60, "the runner to answer the first request")
+        served.proc.terminate()
+        served.proc.wait(30)
+    db = Database(settings.db_path)
+    cut = [r for r in RequestTable(db).list() if r.error_type == "shutting_down"]
+    assert cut and all(r.request_id.startswith((openai_batch, anthropic_batch)) for r in cut)
+    table = BatchTable(db)
+    for batch_id in (openai_batch, anthropic_batch):
+        stopped = table.get(batch_id, None)
+        assert stopped is not None and stopped.status == "in_progress" and stopped.ended_at is None
+        assert [i.status for i in table.items(batch_id)] == [None] * len(bodies), "the stop's errors were kept"
+    with spark_serve(spark_home, **env) as served:
+        client = openai.OpenAI(base_url=served.url + "/v1", api_key=key, max_retries=0)
+        done = _ended(client.batches.retrieve, openai_batch)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (len(bodies), 0)
+        messages = anthropic.Anthropic(base_url=served.url, api_key=key, max_retries=0).messages
+        ended = _ended(messages.batches.retrieve, anthropic_batch)
+        assert (ended.request_counts.succeeded, ended.request_counts.errored) == (len(bodies), 0)
+
+
+def test_closing_after_a_stop_lets_the_request_it_ended_answer_and_keeps_the_batch(tmp_path: Path) -> None:
+    """The drain ended the running request, whose route takes a moment to answer with the error:
+    closing waits for that answer (so the log says why it ended) instead of cutting it short; the
+    answer is not kept, the next request is not sent, and the batch is left to the next start."""
+    db = Database(tmp_path / "spark.db")
+    table = BatchTable(db)
+    batch = Batch(
+        id="batch_stopped", owner="o", api="openai", endpoint="/v1/chat/completions", status="in_progress",
+        created_at=time.time(),
+    )  # fmt: skip
+    table.create(batch, [("running", b"{}"), ("waiting", b"{}")])
+    answered: list[str] = []
+
+    async def scenario() -> None:
+        drain, running, aborted = Drain(), asyncio.Event(), asyncio.Event()
+
+        class Generation:
+            def abort(self, error: ShuttingDown) -> None:
+                aborted.set()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            drain.add(Generation())
+            running.set()
+            await aborted.wait()
+            await asyncio.sleep(0.2)  # the route's way from the abort to its error response
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+            answered.append(dict(scope["headers"])[b"x-request-id"].decode())
+
+        runner = BatchRunner(table, FileTable(db), lambda: 1, lambda: drain.stopping)
+        runner.attach(app)
+        await running.wait()
+        await drain.drain(0)
+        await runner.close()
+
+    asyncio.run(scenario())
+    assert answered == [f"{batch.id}:0"], "the request the drain ended was cut short, or the next one was sent"
+    stopped = table.get(batch.id, None)
+    assert stopped is not None and stopped.status == "in_progress"
+    assert [i.status for i in table.items(batch.id)] == [None, None]
 
 
 def test_the_requests_of_a_batch_whose_key_is_revoked_are_refused(live: LiveServer, models: Models) -> None:

@@ -5,8 +5,10 @@ endpoint, in process (an ASGI call, no socket), as the key that sent the batch:
 so it is checked, served, routed on a fleet and logged exactly as the same
 request sent by that client would be. A few run at once (the server's
 `parallel`); each answer is written as it comes, so a server that stops goes
-on with the requests left when it starts again. Cancelling stops the requests
-running (as a client hanging up would) and sends no more.
+on with the requests left when it starts again. Once the server is stopping
+no more are sent, and a request the stop refused or cut short is not kept as
+an answer: it is sent again, from the start, at the next start. Cancelling
+stops the requests running (as a client hanging up would) and sends no more.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from litestar.types import ASGIApp
 
 from spark.api.openai.batches import result_line
 from spark.server import in_process
+from spark.server.draining import END_SECONDS
 from spark.server.request_ids import BATCH_STATE, REQUEST_ID_HEADER
 from spark.store.batches import CANCELLED_STATUS, UNFINISHED, Batch, BatchItem, BatchTable
 from spark.store.files import FileTable, StoredFile
@@ -33,8 +36,10 @@ WATCH_SECONDS = 1.0  # how often a running batch checks that it still exists
 class BatchRunner:
     """The batches being answered, each by a task of its own."""
 
-    def __init__(self, table: BatchTable, files: FileTable, concurrency: Callable[[], int]) -> None:
-        self.table, self.files, self._concurrency = table, files, concurrency
+    def __init__(
+        self, table: BatchTable, files: FileTable, concurrency: Callable[[], int], stopping: Callable[[], bool]
+    ) -> None:
+        self.table, self.files, self._concurrency, self._stopping = table, files, concurrency, stopping
         self._app: ASGIApp | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, asyncio.Event] = {}
@@ -64,8 +69,12 @@ class BatchRunner:
         return batch
 
     async def close(self) -> None:
-        """Stop every batch (the server is stopping); their unanswered requests wait for the next start."""
+        """Stop every batch (the server is stopping); their unanswered requests wait for the next start.
+        After a graceful stop's drain, the requests it ended get a moment to answer with its error,
+        so that the log says why they ended."""
         tasks = [t for t in self._tasks.values() if not t.done()]
+        if tasks and self._stopping():
+            await asyncio.wait(tasks, timeout=END_SECONDS)
         for task in tasks:
             task.cancel()
         if tasks:
@@ -77,20 +86,27 @@ class BatchRunner:
         pending = await asyncio.to_thread(self.table.items, batch.id, pending=True)
         slots = asyncio.Semaphore(max(1, self._concurrency()))
 
-        async def answer(item: BatchItem) -> None:
+        async def answer(item: BatchItem) -> bool:
+            """Whether `item` was answered (False: it waits for the next start)."""
             async with slots:
                 if stop.is_set():
-                    return
+                    return True  # the cancel ends it
+                if self._stopping():
+                    return False
                 status, request_id, body = await self._call(batch, item, stop)
                 kept: bytes | None = body
                 if stop.is_set() and not 200 <= status < 300:  # cut short by the cancel: cancelled, having run
                     status, kept = CANCELLED_STATUS, None
+                elif self._stopping() and not 200 <= status < 300:
+                    return False  # refused or cut short by the stop: not the request's own failure
                 await asyncio.to_thread(self.table.answered, batch.id, item.seq, status, request_id, kept)
+                return True
 
         watch = asyncio.create_task(self._watch(batch.id, stop))
         try:
-            await asyncio.gather(*(answer(item) for item in pending))
-            await asyncio.to_thread(self._finish, batch.id, stop.is_set())
+            answered = await asyncio.gather(*(answer(item) for item in pending))
+            if all(answered):  # else the server is stopping: the batch goes on at the next start
+                await asyncio.to_thread(self._finish, batch.id, stop.is_set())
         finally:
             watch.cancel()
             self._stops.pop(batch.id, None)

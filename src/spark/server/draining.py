@@ -17,6 +17,7 @@ from typing import Protocol
 from spark.errors import ShuttingDown
 
 POLL_SECONDS = 0.05  # how often the drain looks whether the open generations have ended
+END_SECONDS = 5.0  # after the grace period, for the aborted requests to send their error and close
 
 
 class Abortable(Protocol):

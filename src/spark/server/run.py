@@ -29,6 +29,7 @@ from spark.fleet.member import advertised_url
 from spark.server.app import create_app
 from spark.server.console import ConsoleAuth
 from spark.server.discovery import ServerInfo, remove_server_info, write_server_info
+from spark.server.draining import END_SECONDS
 from spark.server.log_output import LogOutput
 from spark.server.protocol import BoundedHttpToolsProtocol
 from spark.server.state import ServerState
@@ -38,7 +39,6 @@ from spark.settings import Settings
 log = logging.getLogger("spark.server")
 
 LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "spark")  # the loggers log_config gives handlers
-STREAM_END_SECONDS = 5.0  # after the grace period, for aborted streams to send their error and close
 
 
 LISTEN_BACKLOG = 2048  # uvicorn's own
@@ -88,7 +88,7 @@ class SparkServer(uvicorn.Server):
         # uvicorn stops accepting at once, then waits for the open connections; the drain ends
         # their requests by the grace period, so uvicorn never has to cut a connection.
         grace = self._state.settings.shutdown_grace_seconds
-        self.config.timeout_graceful_shutdown = math.ceil(grace + STREAM_END_SECONDS)
+        self.config.timeout_graceful_shutdown = math.ceil(grace + END_SECONDS)
         if self._state.drain.open:
             log.info("waiting up to %g s for %d open requests to finish", grace, self._state.drain.open)
         drain = asyncio.create_task(self._drain(grace), name="drain open requests")

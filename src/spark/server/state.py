@@ -70,7 +70,9 @@ class ServerState:
         self.conversations = ConversationTable(self.db)  # Conversations API
         self.files = FileTable(self.db)  # Files API uploads
         self.batches = BatchTable(self.db)  # Batch APIs
-        self.batch_runner = BatchRunner(self.batches, self.files, lambda: self.settings.parallel)
+        self.batch_runner = BatchRunner(
+            self.batches, self.files, lambda: self.settings.parallel, lambda: self.drain.stopping
+        )
         self.background = BackgroundRuns()  # background Responses API answers, running or just ended
         self.answering = Answering()  # streamed Responses API answers, until they are stored
         self.responses.end_unfinished(STOPPED_MESSAGE)  # those a previous run of the server left running
