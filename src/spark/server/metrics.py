@@ -60,8 +60,9 @@ class Metrics:
     def observe(self, record: RequestRecord, route: str) -> None:
         """Count one finished request of `route` (its template: ids are not labels, each would be a series)."""
         # a name no model answered to (not found, or in a body refused before it was read) is no label
-        unread = record.model is None or record.error_type in ("model_not_found", "invalid_request")
-        model = UNKNOWN_MODEL if unread else record.model
+        model = record.model
+        if model is None or record.error_type in ("model_not_found", "invalid_request"):
+            model = UNKNOWN_MODEL
         self.requests[(("route", route), ("model", model), ("status", str(record.status)))] += 1
         by_model = (("model", model),)
         self.prompt_tokens[by_model] += record.prompt_tokens
