@@ -50,15 +50,20 @@ def test_a_context_overflow_says_whether_the_context_can_grow() -> None:
     """Raising the context is advice only below the model's training context, past which it is capped."""
     below = ContextLengthExceeded(5000, 4096, trained=32768).message
     assert below.endswith(
-        "Shorten 'messages' or raise the model's context_length (up to 32768, what the model was trained for)."
+        "Shorten 'messages' or raise the model's context_length (up to 32768, what the model was trained for) "
+        "on its page in Spark's console or with PATCH /api/models/MODEL/settings."
     )
     at_most = ContextLengthExceeded(600, 512, "input", trained=512).message
     assert at_most.endswith("Shorten 'input': 512 tokens is as long as this model's context goes.")
-    assert ContextLengthExceeded(600, 512).message.endswith("Shorten 'messages' or raise the model's context_length.")
+    assert ContextLengthExceeded(600, 512).message.endswith(
+        "Shorten 'messages' or raise the model's context_length on its page in Spark's console or with "
+        "PATCH /api/models/MODEL/settings."
+    )
     # a client's built-in tools (Open WebUI sends 28 with every chat): where the length comes from
     tools = ContextLengthExceeded(5399, 4096, trained=8192, tools=(28, 5100)).message
     assert tools.endswith(
         "Shorten 'messages' or send fewer tools (the definitions of its 28 tools take 5100 of them), "
-        "or raise the model's context_length (up to 8192, what the model was trained for)."
+        "or raise the model's context_length (up to 8192, what the model was trained for) on its page in Spark's "
+        "console or with PATCH /api/models/MODEL/settings."
     )
     assert "tools" not in ContextLengthExceeded(5399, 4096, tools=(1, 200)).message  # a few: not the point

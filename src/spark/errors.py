@@ -158,7 +158,8 @@ class ContextLengthExceeded(SparkError):
         if self.trained and self.n_ctx >= self.trained:
             return f"{shorten}: {self.n_ctx} tokens is as long as this model's context goes."
         most = f" (up to {self.trained}, what the model was trained for)" if self.trained else ""
-        return f"{shorten}{',' if lots else ''} or raise the model's context_length{most}."
+        how = " on its page in Spark's console or with PATCH /api/models/MODEL/settings"
+        return f"{shorten}{',' if lots else ''} or raise the model's context_length{most}{how}."
 
     def data(self) -> dict[str, Any]:
         return {"n_prompt": self.n_prompt, "n_ctx": self.n_ctx, "trained": self.trained, "tools": list(self.tools)}
