@@ -140,6 +140,81 @@ def test_allowed_tools_offer_only_those_tools() -> None:
     assert unknown.value.param == "tool_choice.tools[0]"
 
 
+NAMESPACE: Any = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "Other agents",
+    "tools": [
+        {"type": "function", "name": "spawn", "parameters": {"type": "object"}},
+        {"type": "custom", "name": "script"},
+    ],
+}
+HOSTED: Any = [{"type": "web_search", "external_web_access": False}, {"type": "custom", "name": "apply_patch"}]
+
+
+def test_namespace_tools_are_seen_by_their_own_names_and_calls_name_the_namespace() -> None:
+    """Codex sends a namespace of functions and tools only OpenAI runs: the model sees the
+    functions (a namespace's too), the response repeats the tools as sent, and a call to a
+    namespace's function names it again, as Codex needs to run it."""
+    tools = [{"type": "function", "name": "shell"}, NAMESPACE, *HOSTED]
+    call = parse(input="x", tools=tools, tool_choice={"type": "function", "name": "spawn"})
+    assert [t.name for t in call.request.tools] == ["shell", "spawn"]
+    assert call.request.tool_choice == ToolChoice("required", "spawn")
+    assert call.echo.tools[1]["tools"][1] == NAMESPACE["tools"][1] and call.echo.tools[2:] == HOSTED
+    assert call.echo.tools[0] == {
+        "type": "function",
+        "name": "shell",
+        "description": None,
+        "parameters": None,
+        "strict": None,
+    }
+
+    calls = [ToolCall("call_1", "spawn", "{}"), ToolCall("call_2", "shell", "{}")]
+    body = json.loads(response_body("abc", "m", 1, ChatResult("", "tool_calls", USAGE, tool_calls=calls), call.echo))
+    spawned, shell = Response.model_validate(body).output
+    assert spawned.type == "function_call" and spawned.namespace == "agents"
+    assert "namespace" not in body["output"][1] and shell.type == "function_call" and shell.namespace is None
+
+    stream = ResponseStream("abc", "m", 1, call.echo)
+    frames = stream.feed(ToolCallDelta(0, id="call_1", name="spawn", arguments="{}")) + stream.feed(
+        Done("tool_calls", USAGE)
+    )
+    items = [e["item"] for e in events(frames) if e["type"].startswith("response.output_item.")]
+    assert [item["namespace"] for item in items] == ["agents", "agents"]
+    assert events(frames)[-1]["response"]["output"][0]["namespace"] == "agents"
+
+    # a call sent back with its namespace (Codex replays the history) reads as any call
+    history = [{"role": "user", "content": "x"}, body["output"][0]]
+    assert parse(input=history, tools=tools).request.messages[1].tool_calls == [calls[0]]
+
+
+@pytest.mark.parametrize(
+    ("tools", "param"),
+    [
+        ([NAMESPACE, {"type": "function", "name": "spawn"}], "tools[1].name"),  # a namespace's name clash
+        ([NAMESPACE, {**NAMESPACE, "name": "more"}], "tools[1].tools[0].name"),
+        ([{**NAMESPACE, "name": None}], "tools[0].name"),
+        ([{**NAMESPACE, "tools": [{"type": "web_search"}]}], "tools[0].tools[0].type"),
+        ([{**NAMESPACE, "tools": [{"type": "function", "name": "a/b"}]}], "tools[0].tools[0].name"),
+        ([{"type": "websearch"}], "tools[0].type"),  # not one of OpenAI's types
+    ],
+)
+def test_bad_tools_are_named_where_they_are(tools: list[Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse(input="x", tools=tools)
+    assert e.value.param == param
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [{"type": "function", "name": "apply_patch"}, {"type": "web_search_preview"}, {"type": "custom", "name": "x"}],
+)
+def test_a_tool_choice_naming_a_tool_left_out_is_refused(choice: Any) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse(input="x", tools=HOSTED, tool_choice=choice)
+    assert e.value.param.startswith("tool_choice")
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -216,7 +216,8 @@ def test_real_model_answers_paris(live: LiveServer, smollm2: Path) -> None:
         ),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content[0].image_url"),
         ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "websearch"}]}, "tools[0].type"),
+        ({"tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice"),  # left out: no tools
         ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
         ({"max_output_tokens": 0}, "max_output_tokens"),

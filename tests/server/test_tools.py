@@ -251,6 +251,82 @@ def test_responses_tool_round_trip(live: LiveServer, families: dict[str, Family]
     check_arguments(pieces)
 
 
+# What Codex (0.171) sends as tools, trimmed: functions, a namespace of functions (multi_agent is on
+# by default) and OpenAI's web search, which no local model can run.
+AGENT_SCHEMA: Any = {
+    "type": "object",
+    "properties": {"target": {"type": "string", "maxLength": 12}},
+    "required": ["target"],
+    "additionalProperties": False,
+}
+CODEX_TOOLS: list[Any] = [
+    {"type": "function", "name": "exec_command", "description": "Run a command", "strict": False, "parameters": {}},
+    {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "Tools for spawning and managing sub-agents.",
+        "tools": [
+            {"type": "function", "name": name, "description": "An agent", "strict": False, "parameters": AGENT_SCHEMA}
+            for name in ("close_agent", "spawn_agent", "wait_agent")
+        ],
+    },
+    {"type": "web_search", "external_web_access": False},
+]
+
+
+def test_a_namespaced_call_names_its_namespace(live: LiveServer, families: dict[str, Family]) -> None:
+    """A call to a namespace's function comes back naming the namespace (Codex runs it only then),
+    streamed or not, and the SDK reads it; sent back with the conversation, it reads as any call."""
+    client, family = live.openai(), families["hermes"]
+    asked: Any = {
+        "model": family.model,
+        "input": [QUESTION],
+        "tools": CODEX_TOOLS,
+        "tool_choice": {"type": "function", "name": "close_agent"},
+        "max_output_tokens": CALL_TOKENS,
+    }
+    first = client.responses.create(**asked, parallel_tool_calls=False, extra_body={"seed": 3})
+    [call] = first.output
+    assert call.type == "function_call" and call.name == "close_agent" and call.namespace == "multi_agent_v1"
+    assert first.tools[1].type == "namespace" and first.tools[2].type == "web_search"  # as sent
+
+    with client.responses.stream(**asked, extra_body={"seed": 5, **family.end}) as stream:
+        items = [e.item for e in stream if e.type in ("response.output_item.added", "response.output_item.done")]
+        streamed = stream.get_final_response()
+    assert [i.type for i in items] == ["function_call", "function_call"]
+    assert [getattr(i, "namespace", None) for i in [*items, *streamed.output]] == ["multi_agent_v1"] * 3
+
+    history = [QUESTION, call, {"type": "function_call_output", "call_id": call.call_id, "output": "closed"}]
+    final = client.responses.create(
+        model=family.model, input=history, tools=CODEX_TOOLS, tool_choice="none", max_output_tokens=4
+    )
+    assert final.output[0].type == "message"
+
+
+def test_codexs_first_request_is_answered(live: LiveServer, families: dict[str, Family]) -> None:
+    """Codex's first request (its shape as captured, trimmed), whose tools include a namespace and
+    web search, used to be a 400 that ended Codex's run."""
+    body = {
+        "model": families["generic"].model,
+        "instructions": "You are a coding agent.",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        "tools": CODEX_TOOLS,
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"},
+        "store": False,
+        "stream": True,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "01a251f4-d1a2-7541-918c-c08c8c7bb7fc",
+        "client_metadata": {"x-codex-window-id": "01a251f4-d1a2-7541-918c-c08c8c7bb7fc:0"},
+        "max_output_tokens": 4,
+    }
+    with live.http().stream("POST", "/v1/responses", json=body) as answer:
+        assert answer.status_code == 200
+        text = answer.read().decode()
+    assert "event: response.incomplete" in text or "event: response.completed" in text
+
+
 @pytest.mark.parametrize("family", ["hermes", "generic"])
 def test_openai_streamed_tool_call(live: LiveServer, families: dict[str, Family], family: str) -> None:
     chunks = list(

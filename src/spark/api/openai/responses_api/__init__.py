@@ -3,13 +3,13 @@
 The Responses API is OpenAI's newer shape of a chat turn: `input` is a string
 or a list of items (messages, earlier function calls and their outputs,
 earlier reasoning), `instructions` is the system message, tools are flat
-function definitions, and the answer is a list of output items (reasoning,
+function definitions (or namespaces of them), and the answer is a list of output items (reasoning,
 message, function calls). A request may continue a stored response
 (`previous_response_id`): the server puts the stored conversation before its
 input, and the request is then read like any other.
 
 `requests` reads bodies into `spark.types.ChatRequest` (and what the answer
-echoes); `objects` writes the response object and the stream's events;
+echoes), `tools` their tools; `objects` writes the response object and the stream's events;
 `POST /v1/responses/compact` sums a conversation up into one `compaction` item
 (`parse_compact`, `compacted_body`), which a later request's input reads back;
 `stored` continues a stored conversation and writes the stored-response routes' bodies.

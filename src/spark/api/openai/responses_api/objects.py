@@ -14,6 +14,7 @@ from spark.api.common import (
 )
 from spark.api.openai.responses import OVERLOADED_STATUS, ContentLogprob, content_logprobs, error_body
 from spark.api.openai.responses_api.requests import Echo, compaction_item
+from spark.api.openai.responses_api.tools import namespace_of
 from spark.errors import SparkError, from_info
 from spark.types import (
     ChatResult,
@@ -61,12 +62,13 @@ class _ReasoningItem(_Out, tag="reasoning"):
     summary: list[_SummaryText] = []  # the whole thinking again, when the request asks for a summary
 
 
-class _FunctionCallItem(_Out, tag="function_call"):
+class _FunctionCallItem(_Out, tag="function_call", omit_defaults=True):
     id: str
     status: str
     call_id: str
     name: str
     arguments: str
+    namespace: str | None = None  # the namespace tool the function is one of (Codex dispatches by it)
 
 
 class _CompactionItem(_Out, tag="compaction"):
@@ -232,6 +234,7 @@ def response_body(
                 call.id,
                 call.name,
                 call.arguments,
+                namespace_of(echo.tools, call.name),
             )
         )
     response = _Response(
@@ -297,7 +300,14 @@ class ResponseStream:
                 self._tool_index = event.index
                 call_id = event.id or new_tool_call_id("call_")
                 out = self._start() + self._open_item(
-                    _FunctionCallItem(self._next_id("fc"), "in_progress", call_id, event.name, "")
+                    _FunctionCallItem(
+                        self._next_id("fc"),
+                        "in_progress",
+                        call_id,
+                        event.name,
+                        "",
+                        namespace_of(self.echo.tools, event.name),
+                    )
                 )
             if event.arguments and isinstance(self._open, _FunctionCallItem) and event.index == self._tool_index:
                 self._pieces.append(event.arguments)

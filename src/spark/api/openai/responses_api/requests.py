@@ -12,7 +12,6 @@ import msgspec
 from spark.api.common import (
     MAX_MESSAGES,
     NO_FETCH,
-    OPENAI_TOOL_NAME,
     Fetch,
     LlamaSampling,
     NonEmptyStr,
@@ -23,7 +22,6 @@ from spark.api.common import (
     call_arguments,
     check_max_tokens,
     check_tool_choice,
-    check_tools,
     collapsed,
     decode_body,
     image_from_file,
@@ -34,6 +32,7 @@ from spark.api.common import (
 )
 from spark.api.documents import file_parts
 from spark.api.openai.requests import Effort
+from spark.api.openai.responses_api.tools import ToolDef, echoed_tools, read_tools
 from spark.errors import InvalidRequest
 from spark.types import (
     MAX_LOGPROBS,
@@ -44,7 +43,6 @@ from spark.types import (
     ResponseFormat,
     SamplingParams,
     TextPart,
-    Tool,
     ToolCall,
     ToolChoice,
 )
@@ -106,17 +104,10 @@ class InputItem(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str | None = None  # function_call, function_call_output
     name: str | None = None  # function_call
     arguments: str | None = None  # function_call
+    namespace: str | None = None  # function_call: the model knows its function by its name alone
     output: str | list[ContentIn] | None = None  # function_call_output
     summary: list[SummaryText] | None = None  # reasoning
     encrypted_content: str | None = None  # compaction (a reasoning item's is not read)
-
-
-class FunctionToolDef(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    name: str | None = None
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
 
 
 class NamedFunctionChoice(msgspec.Struct, tag_field="type", tag="function", frozen=True):
@@ -184,7 +175,7 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None  # llama-server's extensions, as on chat
     seed: int | None = None
     stop: NonEmptyStr | StopList | None = None
-    tools: list[FunctionToolDef] | None = None
+    tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | AllowedToolsChoice | None = None
     parallel_tool_calls: bool | None = None
     text: TextOptions | None = None
@@ -292,8 +283,7 @@ def parse_responses(
     refuse(bool(wire.background) and wire.store is False, "background", "Background mode requires 'store' to be true.")
     check_max_tokens(wire.max_output_tokens, "max_output_tokens", max_tokens_limit)
 
-    tools = [_tool(t, i) for i, t in enumerate(wire.tools or ())]
-    check_tools(tools, "tools[{}].name", "tools[{}].parameters", names=OPENAI_TOOL_NAME)
+    tools = read_tools(wire.tools or [])
     tool_choice: ToolChoice | None
     if isinstance(wire.tool_choice, AllowedToolsChoice):
         names = [t.name for t in wire.tool_choice.tools]
@@ -329,7 +319,8 @@ def parse_responses(
     )
     compaction = next((c for c in wire.context_management or () if c.type == "compaction"), None)
     threshold = compaction.compact_threshold if compaction is not None else None
-    return ResponsesCall(request, _echo(wire, store), compaction is not None, threshold)
+    sent_tools = msgspec.json.decode(body)["tools"] if wire.tools else []
+    return ResponsesCall(request, _echo(wire, store, sent_tools), compaction is not None, threshold)
 
 
 class CompactBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -445,16 +436,6 @@ def _as_message(item: dict[str, Any]) -> dict[str, Any]:
 def conversation_id(wire: str | ConversationRef) -> str:
     """The id a request's `conversation` names (a string, or an object with `id`)."""
     return wire if isinstance(wire, str) else wire.id
-
-
-def _tool(wire: FunctionToolDef, i: int) -> Tool:
-    refuse(
-        wire.type != "function",
-        f"tools[{i}].type",
-        f"Tool type '{wire.type}' is not supported by this server: only 'function' tools are.",
-    )
-    refuse(not wire.name, f"tools[{i}].name", f"Missing required parameter: 'tools[{i}].name'.")
-    return Tool(wire.name or "", wire.description or "", wire.parameters or {}, strict=bool(wire.strict))
 
 
 def _tool_choice(wire: str | NamedFunctionChoice | None) -> ToolChoice | None:
@@ -607,18 +588,8 @@ def _user_content(content: str | list[ContentIn], param: str, fetch: Fetch) -> s
     return collapsed(parts)
 
 
-def _echo(wire: ResponsesBody, store: bool) -> Echo:
+def _echo(wire: ResponsesBody, store: bool, sent_tools: list[Any]) -> Echo:
     choice = wire.tool_choice
-    tools = [
-        {
-            "type": "function",
-            "name": t.name,
-            "description": t.description,
-            "parameters": t.parameters,
-            "strict": t.strict,
-        }
-        for t in wire.tools or ()
-    ]
     form = wire.text.format if wire.text is not None and wire.text.format is not None else PlainFormat()
     return Echo(
         instructions=wire.instructions,
@@ -629,7 +600,7 @@ def _echo(wire: ResponsesBody, store: bool) -> Echo:
         tool_choice=msgspec.to_builtins(choice)
         if isinstance(choice, (NamedFunctionChoice, AllowedToolsChoice))
         else choice or "auto",
-        tools=tools,
+        tools=echoed_tools(sent_tools),
         text={"format": msgspec.to_builtins(form)},
         reasoning={
             "effort": wire.reasoning.effort if wire.reasoning else None,
