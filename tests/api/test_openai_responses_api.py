@@ -28,7 +28,7 @@ from spark.api.openai.responses_api.stored import (
     with_history,
     with_references,
 )
-from spark.errors import InvalidRequest, RunnerFailed
+from spark.errors import ContextLengthExceeded, InvalidRequest, RunnerFailed
 from spark.store.responses import StoredResponse
 from spark.types import (
     ChatResult,
@@ -443,6 +443,19 @@ def test_a_failure_ends_the_stream_with_response_failed() -> None:
     assert "crashed" in failed.error.message
     assert failed.output[0].status == "incomplete" and failed.output_text == "Hel"  # type: ignore[union-attr]
     assert stream.fail(RunnerFailed("again")) == b""
+    # a prompt found too long once the stream had begun (pings while a model loaded): the code clients
+    # compact on (Codex), and the prompt named as this API names it
+    pinged = ResponseStream("abc", "m", 1, parse(input="x").echo)
+    frames = pinged.ping() + pinged.ping() + pinged.feed(Failed(ContextLengthExceeded(900, 512).info()))
+    got = events(frames)
+    assert [e["type"] for e in got] == [
+        "response.created",
+        "response.in_progress",
+        "response.in_progress",
+        "response.failed",
+    ]
+    error = got[-1]["response"]["error"]
+    assert error["code"] == "context_length_exceeded" and "Shorten 'input'" in error["message"]
 
 
 def test_an_empty_answer_is_one_empty_message() -> None:

@@ -111,7 +111,8 @@ def test_a_background_answer_that_fails_keeps_its_error(live: LiveServer, models
     assert queued.status == "queued"
     failed = _ended(client, queued.id)
     assert failed.status == "failed" and failed.error is not None
-    assert failed.error.code == "invalid_prompt" and "'input'" in failed.error.message
+    # the code clients compact on (Codex: "ran out of room"), the prompt named as this API names it
+    assert failed.error.code == "context_length_exceeded" and "'input'" in failed.error.message
     # with truncation "auto" a conversation too long loses its oldest turns instead
     turns: Any = [{"role": "user", "content": "word " * 300}, {"role": "user", "content": "Say OK."}] * 2
     fitted = client.responses.create(

@@ -389,3 +389,22 @@ def test_server_side_compaction_past_the_threshold(live: LiveServer, models: Mod
         model=models.chat, input=single, max_output_tokens=2, extra_body={"context_management": compacting}
     )
     assert [i.type for i in lone.output] == ["message"]  # one turn: nothing before it to compact
+
+
+def test_a_stream_shows_life_while_it_waits_for_its_first_token(
+    live: LiveServer, models: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Codex drops a stream after a while without an event: a model loading or a long prompt read before
+    the first token sends `response.in_progress` again at the ping's pace (here made short; the server
+    runs in this process), and the SDK's stream takes it in its stride."""
+    from spark.server import generation
+
+    monkeypatch.setattr(generation, "PING_SECONDS", 0.01)
+    live.unload(models.chat)  # its load, a fraction of a second, is then long enough to be pinged through
+    long = "Read this slowly and remember every word of it. " * 8  # within the tiny model's 512 tokens
+    with live.openai().responses.stream(model=models.chat, input=long, max_output_tokens=3) as stream:
+        kinds = [event.type for event in stream]
+    first_output = kinds.index("response.output_item.added")
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[2:first_output].count("response.in_progress") >= 1  # while the model loaded
+    assert kinds[-1] == "response.incomplete"  # cut at max_output_tokens: the tiny model never stops

@@ -122,7 +122,13 @@ async def _respond(request: Request[Any, Any, Any]) -> Response[Any]:
                     await keep(msgspec.json.decode(encoder.final))
 
             return await stream_response(
-                state, request.scope, asked, encoder, recorder=recorder_of(request.scope), before_end=before_end
+                state,
+                request.scope,
+                asked,
+                encoder,
+                ping=encoder.ping,
+                recorder=recorder_of(request.scope),
+                before_end=before_end,
             )
         result = await run_chat(state, asked, request.receive, recorder_of(request.scope))
         answered = response_body(request_id, asked.model, created, result, echo, summary)

@@ -15,7 +15,7 @@ from spark.api.common import (
 from spark.api.openai.responses import OVERLOADED_STATUS, ContentLogprob, content_logprobs, error_body
 from spark.api.openai.responses_api.requests import Echo, compaction_item
 from spark.api.openai.responses_api.tools import namespace_of
-from spark.errors import SparkError, from_info
+from spark.errors import ContextLengthExceeded, SparkError, from_info
 from spark.types import (
     ChatResult,
     Done,
@@ -143,6 +143,8 @@ def _failure_code(error: SparkError) -> str:
     status, _ = error_body(error)
     if status == OVERLOADED_STATUS:
         return "rate_limit_exceeded"
+    if isinstance(error, ContextLengthExceeded):  # clients compact on it (Codex: "ran out of room")
+        return error.code
     return "invalid_prompt" if status < 500 else "server_error"
 
 
@@ -329,9 +331,21 @@ class ResponseStream:
         out = self._start() + self._close_item("incomplete")
         self.finished = True
         response = self._response("failed", None)
+        if isinstance(error, ContextLengthExceeded):
+            error = error.named("input")  # what the Responses API calls the prompt
         response.error = _Error(_failure_code(error), error.message)
         self.final = _encode_response(response)
         return out + self._event("response.failed", {"response": msgspec.Raw(self.final)})
+
+    def ping(self) -> bytes:
+        """A sign of life during a long wait (a model loading, a long prompt read before the first token):
+        `response.in_progress` again, with the items done so far. Clients with an idle timeout (Codex
+        gives up on a stream after 300 s without an event) read it; the SDKs take it as a snapshot."""
+        if self.finished:
+            return b""
+        if not self._started:
+            return self._start()
+        return self._event("response.in_progress", {"response": self._response("in_progress", None)})
 
     def cancel(self) -> bytes:
         """The answer was cancelled (a background response's `cancel`): the open item ends
