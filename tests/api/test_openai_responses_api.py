@@ -267,6 +267,8 @@ def test_response_body_is_the_sdks_response() -> None:
     assert [item.type for item in response.output] == ["reasoning", "function_call"]
     assert response.status == "completed" and response.max_output_tokens == 9
     assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 4
+    # no write is billed: the AI SDK takes input - cached - written as the uncached input
+    assert response.usage.input_tokens_details.cache_write_tokens == 0 and response.usage.input_tokens == 12
     assert usage_in(body) == USAGE and finish_reason_in({"response": body}) == "stop"
     thought = ChatResult("", "stop", Usage(12, 5, reasoning_tokens=3), reasoning="Think.")
     thinking = Response.model_validate(json.loads(response_body("abc", "m", 1, thought, echo)))

@@ -82,7 +82,9 @@ _Output = _Item | _CompactionItem
 
 class _InputDetails(msgspec.Struct, frozen=True):
     cached_tokens: int  # read from the KV cache
-    cache_write_tokens: int  # evaluated now, and kept in the slot's cache for the next turn
+    # tokens written to a cache that bills writes: none here (the AI SDK counts the uncached input as
+    # input_tokens - cached - written, so the evaluated tokens reported here read as no input at all)
+    cache_write_tokens: int = 0
 
 
 class _OutputDetails(msgspec.Struct, frozen=True):
@@ -122,7 +124,7 @@ class _Response(msgspec.Struct, kw_only=True):
 def _usage(usage: Usage) -> _Usage:
     return _Usage(
         usage.prompt_tokens,
-        _InputDetails(usage.cached_tokens, usage.prompt_tokens - usage.cached_tokens),
+        _InputDetails(usage.cached_tokens),
         usage.completion_tokens,
         _OutputDetails(usage.reasoning_tokens),
         usage.total_tokens,
