@@ -76,7 +76,12 @@ NO_TRACE: Final[Trace] = _NoTrace()
 
 def tokens(n: int) -> str:
     """`1 token`, `12 tokens`."""
-    return f"{n} token" if n == 1 else f"{n} tokens"
+    return _counted(n, "token")
+
+
+def _counted(n: object, noun: str) -> str:
+    """`1 slot`, `4 slots` (`? slots` when the number is not known)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def ms(value: float | None) -> str:
@@ -105,7 +110,7 @@ def describe_step(step: Step) -> tuple[str, str]:
         case "queued":
             position = d.get("position", 0)
             where = "a slot is free" if not position else f"position {position} in the queue"
-            return "queued", f"{where} ({d.get('slots', '?')} slots on {d.get('model', '?')})"
+            return "queued", f"{where} ({_counted(d.get('slots', '?'), 'slot')} on {d.get('model', '?')})"
         case "memory_wait":
             return "waiting for memory", str(d.get("reason", ""))
         case "placement":
