@@ -451,7 +451,7 @@ class Scheduler:
             for eviction in plan.evictions:
                 self._stop(runners[eviction.model_id], f"evicted to make room for {entry.id}: {eviction.reason}")
             await self._settle_stops()
-            process = RunnerProcess(plan.load_options(options), self._settings, self._publish_status, self._spare)
+            process = RunnerProcess(plan.load_options(options), self._settings, self._status_changed, self._spare)
             runner = _Runner(process, options, estimate, plan, reason, self._settings.keep_alive_seconds)
             self._runners[entry.id] = runner
             self._failed.pop(entry.id, None)
@@ -616,7 +616,7 @@ class Scheduler:
             log.warning("loaded models are counted at their estimates: %s", e.message)
 
     # --- reporting ------------------------------------------------------------
-    def _publish_status(self, process: RunnerProcess, reason: str) -> None:
+    def _status_changed(self, process: RunnerProcess, reason: str) -> None:
         runner = self._runners.get(process.model_id)
         if process.status == "ready" and reason and runner is not None and runner.process is process:
             runner.reason = reason  # a restart's reason replaces the first load's
