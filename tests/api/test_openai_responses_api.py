@@ -149,7 +149,7 @@ NAMESPACE: Any = {
         {"type": "custom", "name": "script"},
     ],
 }
-HOSTED: Any = [{"type": "web_search", "external_web_access": False}, {"type": "custom", "name": "apply_patch"}]
+HOSTED: Any = [{"type": "web_search", "external_web_access": False}, {"type": "apply_patch"}]
 
 
 def test_namespace_tools_are_seen_by_their_own_names_and_calls_name_the_namespace() -> None:
@@ -158,7 +158,7 @@ def test_namespace_tools_are_seen_by_their_own_names_and_calls_name_the_namespac
     namespace's function names it again, as Codex needs to run it."""
     tools = [{"type": "function", "name": "shell"}, NAMESPACE, *HOSTED]
     call = parse(input="x", tools=tools, tool_choice={"type": "function", "name": "spawn"})
-    assert [t.name for t in call.request.tools] == ["shell", "spawn"]
+    assert [t.name for t in call.request.tools] == ["shell", "spawn", "script"]
     assert call.request.tool_choice == ToolChoice("required", "spawn")
     assert call.echo.tools[1]["tools"][1] == NAMESPACE["tools"][1] and call.echo.tools[2:] == HOSTED
     assert call.echo.tools[0] == {

@@ -11,6 +11,7 @@ result, answer) goes through.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -325,6 +326,60 @@ def test_codexs_first_request_is_answered(live: LiveServer, families: dict[str, 
         assert answer.status_code == 200
         text = answer.read().decode()
     assert "event: response.incomplete" in text or "event: response.completed" in text
+
+
+# A custom tool (Codex sends apply_patch as one) whose regex format the grammar holds the input to.
+PATCH_REGEX = "\\*\\*\\* [a-z]{1,8}\n[a-z]{1,8}"
+CUSTOM_TOOLS: list[Any] = [
+    {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Edit files",
+        "format": {"type": "grammar", "syntax": "regex", "definition": PATCH_REGEX},
+    },
+    RESPONSES_TOOLS[0],
+]
+
+
+@pytest.mark.parametrize("family", ["hermes", "generic"])
+def test_a_custom_tool_call_is_its_raw_input(live: LiveServer, families: dict[str, Family], family: str) -> None:
+    """A custom tool's call comes back as a `custom_tool_call` item whose input is the raw text (held
+    to its regex), streamed as `custom_tool_call_input` events, and goes back with its output."""
+    client, model = live.openai(), families[family].model
+    asked: Any = {
+        "model": model,
+        "input": [QUESTION],
+        "tools": CUSTOM_TOOLS,
+        "tool_choice": {"type": "custom", "name": "apply_patch"},
+        "max_output_tokens": CALL_TOKENS,
+    }
+    first = client.responses.create(**asked, parallel_tool_calls=False, extra_body={"seed": 3})
+    [call] = first.output
+    assert call.type == "custom_tool_call" and call.name == "apply_patch" and call.call_id.startswith("call_")
+    assert re.fullmatch(PATCH_REGEX, call.input), call.input
+    assert first.tool_choice.type == "custom"  # type: ignore[union-attr]
+
+    with client.responses.stream(**asked, extra_body={"seed": 5, **families[family].end}) as stream:
+        events = list(stream)
+        streamed = stream.get_final_response()
+    pieces = "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta")
+    [done] = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    assert done.input == pieces == streamed.output[0].input  # type: ignore[union-attr]
+    assert re.fullmatch(PATCH_REGEX, pieces) and not any("function_call" in e.type for e in events)
+
+    history: list[Any] = [
+        QUESTION,
+        call,
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done"},
+    ]
+    final = client.responses.create(
+        model=model, input=history, tools=CUSTOM_TOOLS, tool_choice="none", max_output_tokens=4
+    )
+    assert final.output[0].type == "message"
+    shorter = client.responses.create(
+        model=model, input=history[:1], tools=CUSTOM_TOOLS, tool_choice="none", max_output_tokens=1
+    )
+    assert final.usage and shorter.usage and final.usage.input_tokens > shorter.usage.input_tokens + 10
 
 
 @pytest.mark.parametrize("family", ["hermes", "generic"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -14,7 +15,7 @@ from spark.api.common import (
 )
 from spark.api.openai.responses import OVERLOADED_STATUS, ContentLogprob, content_logprobs, error_body
 from spark.api.openai.responses_api.requests import Echo, compaction_item
-from spark.api.openai.responses_api.tools import namespace_of
+from spark.api.openai.responses_api.tools import InputDecoder, custom_input, is_custom, namespace_of
 from spark.errors import ContextLengthExceeded, SparkError, from_info
 from spark.types import (
     ChatResult,
@@ -71,13 +72,39 @@ class _FunctionCallItem(_Out, tag="function_call", omit_defaults=True):
     namespace: str | None = None  # the namespace tool the function is one of (Codex dispatches by it)
 
 
+class _CustomToolCallItem(_Out, tag="custom_tool_call", omit_defaults=True):
+    id: str
+    status: str
+    call_id: str
+    name: str
+    input: str  # the raw text, from the `input` of the function the model saw (see `tools`)
+    namespace: str | None = None
+
+
 class _CompactionItem(_Out, tag="compaction"):
     id: str
     encrypted_content: str  # the summary of the conversation before it (`compaction_item`)
 
 
-_Item = _MessageItem | _ReasoningItem | _FunctionCallItem  # what the model writes
+_Call = _FunctionCallItem | _CustomToolCallItem
+_Item = _MessageItem | _ReasoningItem | _Call  # what the model writes
 _Output = _Item | _CompactionItem
+
+
+def _call_item(echo: Echo, new_id: Callable[[str], str], call_id: str, name: str) -> _Call:
+    """An item for a call to the tool `name`, nothing written yet: a custom tool's, or a function's
+    (its id `new_id` of the item type's prefix)."""
+    namespace = namespace_of(echo.tools, name)
+    if is_custom(echo.tools, name):
+        return _CustomToolCallItem(new_id("ctc"), "in_progress", call_id, name, "", namespace)
+    return _FunctionCallItem(new_id("fc"), "in_progress", call_id, name, "", namespace)
+
+
+def _called(item: _Call, arguments: str, status: str) -> _Call:
+    """The call `item` with the `arguments` the model wrote (a custom tool's raw input from them)."""
+    if isinstance(item, _CustomToolCallItem):
+        return msgspec.structs.replace(item, status=status, input=custom_input(arguments))
+    return msgspec.structs.replace(item, status=status, arguments=arguments)
 
 
 class _InputDetails(msgspec.Struct, frozen=True):
@@ -231,16 +258,8 @@ def response_body(
         text = _OutputText(result.text, logprobs=content_logprobs(result.logprobs or []))
         output.append(_MessageItem(_item_id("msg", request_id, len(output)), status, [text]))
     for call in result.tool_calls:
-        output.append(
-            _FunctionCallItem(
-                _item_id("fc", request_id, len(output)),
-                _call_status(call.arguments, status),
-                call.id,
-                call.name,
-                call.arguments,
-                namespace_of(echo.tools, call.name),
-            )
-        )
+        item = _call_item(echo, lambda prefix: _item_id(prefix, request_id, len(output)), call.id, call.name)
+        output.append(_called(item, call.arguments, _call_status(call.arguments, status)))
     response = _Response(
         id=response_id(request_id),
         created_at=created,
@@ -286,6 +305,7 @@ class ResponseStream:
         self._pieces: list[str] = []  # the open item's text or arguments so far
         self._logprobs: list[ContentLogprob] = []  # the open message's log probabilities so far
         self._tool_index = -1  # the engine's index of the open function call
+        self._input = InputDecoder()  # the open custom tool call's input, as its arguments stream
         self.final: bytes | None = None  # the whole response object, once it ended (whatever its status)
 
     def feed(self, event: Event) -> bytes:
@@ -303,22 +323,17 @@ class ResponseStream:
             if event.name is not None:  # the start of a call: its own item
                 self._tool_index = event.index
                 call_id = event.id or new_tool_call_id("call_")
-                out = self._start() + self._open_item(
-                    _FunctionCallItem(
-                        self._next_id("fc"),
-                        "in_progress",
-                        call_id,
-                        event.name,
-                        "",
-                        namespace_of(self.echo.tools, event.name),
-                    )
-                )
-            if event.arguments and isinstance(self._open, _FunctionCallItem) and event.index == self._tool_index:
+                item = _call_item(self.echo, self._next_id, call_id, event.name)
+                out = self._start() + self._open_item(item)
+                self._input = InputDecoder()
+            if event.arguments and isinstance(self._open, _Call) and event.index == self._tool_index:
                 self._pieces.append(event.arguments)
-                out += self._event(
-                    "response.function_call_arguments.delta",
-                    {"item_id": self._open.id, "output_index": len(self._items), "delta": event.arguments},
-                )
+                where = {"item_id": self._open.id, "output_index": len(self._items)}
+                if isinstance(self._open, _FunctionCallItem):
+                    delta = {**where, "delta": event.arguments}
+                    out += self._event("response.function_call_arguments.delta", delta)
+                elif text := self._input.feed(event.arguments):
+                    out += self._event("response.custom_tool_call_input.delta", {**where, "delta": text})
             return out
         if isinstance(event, Done):
             return self._done(event)
@@ -456,8 +471,8 @@ class ResponseStream:
     def _so_far(self, item: _Item, status: str) -> _Item:
         """The open `item` with its text (or arguments) so far."""
         whole = "".join(self._pieces)
-        if isinstance(item, _FunctionCallItem):
-            return msgspec.structs.replace(item, status=_call_status(whole, status), arguments=whole)
+        if isinstance(item, _Call):
+            return _called(item, whole, _call_status(whole, status))
         if isinstance(item, _MessageItem):
             return msgspec.structs.replace(item, status=status, content=[_OutputText(whole, logprobs=self._logprobs)])
         return _reasoning_item(item.id, status, whole, self.echo)
@@ -473,6 +488,13 @@ class ResponseStream:
             out += self._event(
                 "response.function_call_arguments.done", {**where, "name": item.name, "arguments": item.arguments}
             )
+        elif isinstance(item, _CustomToolCallItem):
+            streamed = self._input.decoded
+            if len(item.input) > len(streamed) and item.input.startswith(streamed):  # arguments of another shape
+                out += self._event(
+                    "response.custom_tool_call_input.delta", {**where, "delta": item.input[len(streamed) :]}
+                )
+            out += self._event("response.custom_tool_call_input.done", {**where, "input": item.input})
         else:
             part = item.content[0]
             if isinstance(item, _MessageItem):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import zlib
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -32,7 +33,7 @@ from spark.api.common import (
 )
 from spark.api.documents import file_parts
 from spark.api.openai.requests import Effort
-from spark.api.openai.responses_api.tools import ToolDef, echoed_tools, read_tools
+from spark.api.openai.responses_api.tools import CUSTOM_INPUT, ToolDef, echoed_tools, read_tools
 from spark.errors import InvalidRequest
 from spark.types import (
     MAX_LOGPROBS,
@@ -101,11 +102,12 @@ class InputItem(msgspec.Struct, frozen=True, kw_only=True):
     type: str = "message"
     role: Literal["user", "assistant", "system", "developer"] | None = None
     content: str | list[ContentIn] | None = None
-    call_id: str | None = None  # function_call, function_call_output
+    call_id: str | None = None  # function_call, function_call_output, custom_tool_call(_output)
     name: str | None = None  # function_call
     arguments: str | None = None  # function_call
     namespace: str | None = None  # function_call: the model knows its function by its name alone
-    output: str | list[ContentIn] | None = None  # function_call_output
+    input: str | None = None  # custom_tool_call: the raw text it was called with
+    output: str | list[ContentIn] | None = None  # function_call_output, custom_tool_call_output
     summary: list[SummaryText] | None = None  # reasoning
     encrypted_content: str | None = None  # compaction (a reasoning item's is not read)
 
@@ -114,9 +116,13 @@ class NamedFunctionChoice(msgspec.Struct, tag_field="type", tag="function", froz
     name: NonEmptyStr
 
 
+class NamedCustomChoice(msgspec.Struct, tag_field="type", tag="custom", frozen=True):
+    name: NonEmptyStr
+
+
 class AllowedFunction(msgspec.Struct, frozen=True):
     name: NonEmptyStr
-    type: Literal["function"] = "function"
+    type: Literal["function", "custom"] = "function"
 
 
 class AllowedToolsChoice(msgspec.Struct, tag_field="type", tag="allowed_tools", frozen=True):
@@ -176,7 +182,9 @@ class ResponsesBody(LlamaSampling, frozen=True, kw_only=True):
     seed: int | None = None
     stop: NonEmptyStr | StopList | None = None
     tools: list[ToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | AllowedToolsChoice | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"] | NamedFunctionChoice | NamedCustomChoice | AllowedToolsChoice | None
+    ) = None
     parallel_tool_calls: bool | None = None
     text: TextOptions | None = None
     reasoning: ReasoningOptions | None = None
@@ -438,10 +446,10 @@ def conversation_id(wire: str | ConversationRef) -> str:
     return wire if isinstance(wire, str) else wire.id
 
 
-def _tool_choice(wire: str | NamedFunctionChoice | None) -> ToolChoice | None:
+def _tool_choice(wire: str | NamedFunctionChoice | NamedCustomChoice | None) -> ToolChoice | None:
     if wire is None:
         return None
-    if isinstance(wire, NamedFunctionChoice):
+    if isinstance(wire, (NamedFunctionChoice, NamedCustomChoice)):
         return ToolChoice("required", wire.name)
     return ToolChoice(wire)  # type: ignore[arg-type]  # the Literal checked by msgspec
 
@@ -514,17 +522,24 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
                 messages.append(Message("user", _user_content(item.content, f"{where}.content", fetch)))
             else:
                 messages.append(Message(item.role, _text(item.content, f"{where}.content")))
-        elif item.type == "function_call":
-            for required in ("call_id", "name", "arguments"):
+        elif item.type in ("function_call", "custom_tool_call"):
+            custom = item.type == "custom_tool_call"
+            for required in ("call_id", "name", "input" if custom else "arguments"):
                 refuse(
                     getattr(item, required) is None,
                     f"{where}.{required}",
                     f"Missing required parameter: '{where}.{required}'.",
                 )
-            call = ToolCall(item.call_id or "", item.name or "", call_arguments(item.arguments or ""))
+            # the model saw a custom tool as a function of one string (see `tools`)
+            arguments = (
+                json.dumps({CUSTOM_INPUT: item.input}, ensure_ascii=False)
+                if custom
+                else call_arguments(item.arguments or "")
+            )
+            call = ToolCall(item.call_id or "", item.name or "", arguments)
             last = assistant()
             messages[-1] = msgspec.structs.replace(last, tool_calls=[*(last.tool_calls or ()), call])
-        elif item.type == "function_call_output":
+        elif item.type in ("function_call_output", "custom_tool_call_output"):
             refuse(item.call_id is None, f"{where}.call_id", f"Missing required parameter: '{where}.call_id'.")
             refuse(item.output is None, f"{where}.output", f"Missing required parameter: '{where}.output'.")
             assert item.output is not None
@@ -547,8 +562,8 @@ def _messages(items: list[tuple[str, InputItem]], fetch: Fetch) -> list[Message]
             )
         else:
             raise InvalidRequest(
-                f"Input item type '{item.type}' is not supported by this server: send messages, "
-                "function_call, function_call_output, reasoning and compaction items.",
+                f"Input item type '{item.type}' is not supported by this server: send messages, function_call, "
+                "function_call_output, custom_tool_call, custom_tool_call_output, reasoning and compaction items.",
                 param=f"{where}.type",
             )
     return messages
@@ -598,7 +613,7 @@ def _echo(wire: ResponsesBody, store: bool, sent_tools: list[Any]) -> Echo:
         top_p=wire.top_p,
         parallel_tool_calls=wire.parallel_tool_calls is not False,
         tool_choice=msgspec.to_builtins(choice)
-        if isinstance(choice, (NamedFunctionChoice, AllowedToolsChoice))
+        if isinstance(choice, (NamedFunctionChoice, NamedCustomChoice, AllowedToolsChoice))
         else choice or "auto",
         tools=echoed_tools(sent_tools),
         text={"format": msgspec.to_builtins(form)},

@@ -20,9 +20,16 @@ from spark.api.openai.responses_api.requests import ConversationRef, conversatio
 from spark.errors import InvalidRequest
 
 MAX_ITEMS_PAGE = 100
-_CUT_CALL = ("function_call", "incomplete")
+_CUT_CALLS = (("function_call", "incomplete"), ("custom_tool_call", "incomplete"))
 # the id prefix of a new item by its type, as OpenAI's
-_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+_ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+}
 
 
 class StoredLike(Protocol):
@@ -73,8 +80,8 @@ def own_items(body: bytes) -> list[Any]:
 
 def earlier_items(stored: list[Any]) -> list[Any]:
     """What of a conversation's `stored` items a request continuing it reads: all but a call an
-    answer's end cut short (its arguments never ended)."""
-    return [i for i in stored if not (isinstance(i, dict) and (i.get("type"), i.get("status")) == _CUT_CALL)]
+    answer's end cut short (its arguments, or a custom tool's input, never ended)."""
+    return [i for i in stored if not (isinstance(i, dict) and (i.get("type"), i.get("status")) in _CUT_CALLS)]
 
 
 def with_history(body: bytes, earlier: list[Any]) -> bytes:
