@@ -209,6 +209,35 @@ def test_raw_generate_refuses_a_system_as_ollama_does() -> None:
     assert ollama.parse_generate(b'{"model": "m", "prompt": "x", "raw": true, "system": ""}').request is not None
 
 
+def test_a_generate_with_context_goes_on_from_its_tokens() -> None:
+    """A templated generate's `context` (an earlier answer's tokens) is kept for the route, which puts it
+    before the prompt: the request is then a completion of those tokens, with the request's options."""
+    body = {"model": "m", "prompt": "x", "context": [5, 6], "format": "json", "options": {"num_predict": 3}}
+    call = ollama.parse_generate(json.dumps(body).encode())
+    assert isinstance(call.request, ChatRequest) and call.context == [5, 6]
+    request = ollama.continued(call, [5, 6, 7])
+    assert isinstance(request, CompletionRequest) and request.prompt == [5, 6, 7]
+    assert request.sampling.max_tokens == 3 and request.json_schema == {} and request.stream
+    # without one, the answer still carries its own
+    assert ollama.parse_generate(b'{"model": "m", "prompt": "x"}').context == []
+    assert ollama.parse_generate(b'{"model": "m", "prompt": "x", "raw": true}').context is None
+    with pytest.raises(InvalidRequest) as refused:
+        ollama.parse_generate(b'{"model": "m", "prompt": "x", "raw": true, "context": [1]}')
+    assert refused.value.param == "context"
+    assert refused.value.message == "raw mode does not support template, system, or context"
+
+
+def test_the_last_line_carries_the_context_where_ollama_writes_it() -> None:
+    writer = ollama.OllamaStream("m", "generate", clock=ticks())
+    lines = writer.feed(TextDelta("Hi")) + writer.feed(TextDelta(" there"))
+    assert not writer.ended
+    last = writer.feed(Done("stop", Usage(prompt_tokens=3, completion_tokens=2)))
+    assert writer.ended and writer.answer == "Hi there" and lines
+    fields = json.loads(ollama.with_context(last, [1, 2, 3]))
+    assert list(fields)[list(fields).index("done_reason") + 1] == "context" and fields["context"] == [1, 2, 3]
+    assert ollama.with_context(last, [1]).endswith(b"}\n")
+
+
 @pytest.mark.parametrize(
     ("given", "embedded"),
     [('""', []), ("[]", []), ('[""]', [""]), ('["a", ""]', ["a", ""]), ('"a"', ["a"])],

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 import spark
+import tiny_gguf
 from server.helpers import LiveServer, Models
 from server.test_log import logged_request
 from spark import trace as steps
@@ -55,6 +56,42 @@ def test_generate_templated_and_raw(live: LiveServer, models: Models) -> None:
     assert raw.prompt_eval_count < (templated.prompt_eval_count or 0)  # no chat template around it
     streamed = list(c.generate(model=models.chat, prompt="Hi", stream=True, options={"num_predict": 3}))
     assert streamed[-1].done and streamed[-1].done_reason == "length"
+
+
+@pytest.fixture(scope="module")
+def bos_model(served: tuple[LiveServer, Models], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A chat model whose prompts start with BOS, which llama.cpp adds."""
+    path = tiny_gguf.write_tiny_llama(tmp_path_factory.mktemp("bos") / "bos.gguf", template="chatml", add_bos=True)
+    return served[0].state.library.add_local(path, model_id="tiny-bos").id
+
+
+@pytest.mark.parametrize("bos", [False, True])
+def test_generate_context_carries_the_conversation_on(
+    live: LiveServer, models: Models, bos_model: str, bos: bool
+) -> None:
+    """A templated generate's answer carries `context`, the tokens of its prompt and answer (streamed,
+    in its last line); sent back, the next prompt goes on from there, as Ollama's older clients do."""
+    c, model, options = client(live), bos_model if bos else models.chat, {"num_predict": 4, "temperature": 0, "seed": 1}
+    first = c.generate(model=model, prompt="Hi", system="Be brief.", options=options)
+    assert first.context and len(first.context) > (first.prompt_eval_count or 0)
+    shown = live.http().post("/detokenize", json={"model": model, "tokens": first.context}).json()["content"]
+    assert "Be brief." in shown and shown.endswith(first.response)
+    streamed = list(c.generate(model=model, prompt="Hi", system="Be brief.", options=options, stream=True))
+    assert streamed[-1].context == first.context and not any(chunk.context for chunk in streamed[:-1])
+
+    second = c.generate(model=model, prompt="And then?", context=first.context, options=options)
+    assert second.prompt_eval_count is not None and second.prompt_eval_count > len(first.context) + 3
+    assert second.context and second.context[: len(first.context)] == first.context
+    # the new turn's tokens follow the context's, as the turn alone is templated, without a second BOS
+    alone = c.generate(model=model, prompt="And then?", options=options)
+    assert (
+        alone.context
+        and second.context[len(first.context) : second.prompt_eval_count]
+        == (alone.context[int(bos) : alone.prompt_eval_count])
+    )
+    assert second.context.count(first.context[0]) == 1 or not bos
+    # a raw generate has no context, as Ollama's
+    assert not c.generate(model=model, prompt="Hi", raw=True, options=options).context
 
 
 def test_json_schema_format_constrains_the_answer(live: LiveServer, models: Models) -> None:
@@ -181,7 +218,14 @@ def test_embed_truncates_a_long_input_unless_told_not_to(live: LiveServer, model
             "messages[0].images[0]",
         ),
         ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "template": "{{ .Prompt }}"}, 400, "template"),
-        ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "context": [1, 2]}, 400, "context"),
+        (
+            "/ollama/api/generate",
+            {"model": "{chat}", "prompt": "x", "raw": True, "context": [1, 2]},
+            400,
+            "raw mode does not support template, system, or context",
+        ),
+        ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "context": [10**9]}, 400, "10000000"),
+        ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "context": [1], "images": ["aGk="]}, 400, "images"),
         ("/ollama/api/generate", {"model": "{chat}", "prompt": "x", "raw": True, "images": ["aGk="]}, 400, "images"),
         # as Ollama: a model whose template does not think refuses `think` (false is fine)
         (

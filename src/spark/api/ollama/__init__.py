@@ -4,7 +4,8 @@ Served under `/ollama/api/` (Spark's own admin API holds `/api/`), so an Ollama 
 pointed at `http://host:8080/ollama` with a Spark API key:
 
 - `POST /api/chat`, `/api/generate`: `parse_chat`, `parse_generate`, then `OllamaStream`
-  (or `state_change_body` for a body that only loads or unloads the model)
+  (or `state_change_body` for a body that only loads or unloads the model); a templated generate's
+  `context` (`continued`, `with_context`)
 - `POST /api/embed`, `/api/embeddings`: `parse_embed`, `parse_embeddings`, then `embed_body`,
   `embedding_body`
 - `GET /api/tags`, `/api/ps`, `/api/version`, `POST /api/show`: `tags_body`, `ps_body`,
@@ -19,6 +20,7 @@ docs/compatibility.md lists which fields are read, ignored and refused.
 
 from spark.api.ollama.requests import (
     OllamaCall,
+    continued,
     model_name,
     parse_chat,
     parse_embed,
@@ -41,6 +43,7 @@ from spark.api.ollama.responses import (
     state_change_body,
     tags_body,
     version_body,
+    with_context,
 )
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "OllamaCall",
     "OllamaStream",
     "capabilities",
+    "continued",
     "embed_body",
     "embedding_body",
     "error_body",
@@ -65,4 +69,5 @@ __all__ = [
     "state_change_body",
     "tags_body",
     "version_body",
+    "with_context",
 ]

@@ -170,7 +170,9 @@ class OllamaCall(msgspec.Struct, frozen=True, kw_only=True):
     (as Ollama's does). `request` is None when the body asks for nothing to generate (no
     messages, or an empty prompt): Ollama then loads the model, or with `keep_alive` 0 unloads
     it. `truncate`: a conversation longer than the context may lose its oldest turns; `num_ctx`:
-    the context the client asked for (not applied).
+    the context the client asked for (not applied). `context`: a templated /api/generate's; its answer
+    carries its own (the tokens of its prompt and answer), and the tokens it sends (an earlier answer's
+    `context`) go before its prompt (`continued`).
     """
 
     model: str
@@ -180,6 +182,7 @@ class OllamaCall(msgspec.Struct, frozen=True, kw_only=True):
     keep_alive: float | None
     truncate: bool
     num_ctx: int | None = None
+    context: list[int] | None = None
 
 
 def model_name(model: str) -> str:
@@ -221,14 +224,13 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
         "'template' is not supported: Spark renders the model's own chat template; send 'raw': true with "
         "a prompt you formatted yourself instead.",
     )
+    for field, given in (("system", wire.system), ("context", wire.context)):  # Ollama's words
+        refuse(bool(wire.raw and given), field, "raw mode does not support template, system, or context")
     refuse(
-        bool(wire.context),
-        "context",
-        "'context' (the token history of an earlier answer) is not supported; use /api/chat with the messages.",
+        bool(wire.context and wire.images),
+        "images",
+        "'images' cannot go with 'context' (an earlier answer's tokens): send the conversation to /api/chat instead.",
     )
-    refuse(
-        bool(wire.raw and wire.system), "system", "raw mode does not support template, system, or context"
-    )  # Ollama's words
     if not wire.prompt and not wire.images:
         return call
     sampling = _sampling(wire.options, max_tokens_limit)
@@ -236,18 +238,7 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
     request: ChatRequest | CompletionRequest
     if wire.raw or wire.suffix:
         refuse(bool(wire.images), "images", "'images' need the chat template: send them without 'raw' or 'suffix'.")
-        response_format = _format(wire.format)
-        request = CompletionRequest(
-            model=call.model,
-            prompt=wire.prompt,
-            sampling=sampling,
-            stream=call.stream,
-            keep_alive=call.keep_alive,
-            logprobs=logprobs,
-            suffix=wire.suffix or None,
-            json_schema=None if response_format is None else response_format.schema or {},  # {}: any JSON object
-            json_schema_param="format",
-        )
+        request = _completion(call.model, wire.prompt, sampling, call, logprobs, _format(wire.format), wire.suffix)
     else:
         content: str | list[ContentPart] = wire.prompt
         if wire.images:
@@ -263,7 +254,38 @@ def parse_generate(body: bytes, *, max_tokens_limit: int | None = None) -> Ollam
             reasoning=_reasoning(wire.think),
             logprobs=logprobs,
         )
+        return msgspec.structs.replace(call, request=request, context=wire.context or [])
     return msgspec.structs.replace(call, request=request)
+
+
+def continued(call: OllamaCall, prompt: list[int]) -> CompletionRequest:
+    """A templated /api/generate that sent `context` as a raw completion of `prompt`: the tokens of
+    that context, then of its own templated prompt (as Ollama, no thinking is read from the answer)."""
+    chat = call.request
+    assert isinstance(chat, ChatRequest)
+    return _completion(call.model, prompt, chat.sampling, call, chat.logprobs, chat.response_format)
+
+
+def _completion(
+    model: str,
+    prompt: str | list[int],
+    sampling: SamplingParams,
+    call: OllamaCall,
+    logprobs: int | None,
+    response_format: ResponseFormat | None,
+    suffix: str | None = None,
+) -> CompletionRequest:
+    return CompletionRequest(
+        model=model,
+        prompt=prompt,
+        sampling=sampling,
+        stream=call.stream,
+        keep_alive=call.keep_alive,
+        logprobs=logprobs,
+        suffix=suffix or None,
+        json_schema=None if response_format is None else response_format.schema or {},  # {}: any JSON object
+        json_schema_param="format",
+    )
 
 
 def _call(wire: _GenerationBody) -> OllamaCall:

@@ -127,13 +127,16 @@ class OllamaStream:
     of text or thinking is a line; tool calls go in one line once their arguments are whole
     (Ollama's are JSON objects, not text); `Done` writes the last line with the counts and
     durations. Whole (`stream` false), only `Done` writes: one line with everything.
-    `clock` (seconds) times the answer from when the writer is made.
+    `clock` (seconds) times the answer from when the writer is made. Once it `ended` (its last line
+    written, not an error), `answer` is the whole text, which a templated /api/generate's `context`
+    ends with (`with_context`).
     """
 
     def __init__(
         self, model: str, kind: Kind, *, stream: bool = True, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.finished = False
+        self.ended = False
         self._model, self._kind, self._stream = model, kind, stream
         self._watch = Stopwatch(clock)
         self._text: list[str] = []
@@ -147,8 +150,8 @@ class OllamaStream:
             return b""
         self._watch.see(event)
         if isinstance(event, TextDelta):
+            self._text.append(event.text)
             if not self._stream:
-                self._text.append(event.text)
                 self._logprobs += event.logprobs or ()
                 return b""
             return self._piece(event.text, logprobs=event.logprobs) if event.text else b""
@@ -197,8 +200,13 @@ class OllamaStream:
             calls.append(_ToolCall(_Function(name, arguments if isinstance(arguments, dict) else {})))
         return calls or None
 
+    @property
+    def answer(self) -> str:
+        """The answer's text so far (its thinking and tool calls left out)."""
+        return "".join(self._text)
+
     def _done(self, event: Done) -> bytes:
-        self.finished = True
+        self.finished = self.ended = True
         timing, usage = self._watch.done(), event.usage
         end: dict[str, Any] = {
             "done_reason": _DONE_REASON[event.finish_reason],
@@ -212,6 +220,15 @@ class OllamaStream:
         if self._stream:
             return self._piece(end=end)
         return self._piece("".join(self._text), "".join(self._thinking), self._logprobs or None, end)
+
+
+def with_context(line: bytes, context: list[int]) -> bytes:
+    """An answer's last `line` with its `context` (the tokens of its prompt and answer, which a later
+    /api/generate may send back to go on from there), where Ollama writes it."""
+    fields: dict[str, Any] = msgspec.json.decode(line)
+    at = list(fields).index("done_reason") + 1
+    items = list(fields.items())
+    return _encoder.encode(dict([*items[:at], ("context", context), *items[at:]])) + line[len(line.rstrip(b"\n")) :]
 
 
 def _ns(seconds: float) -> int:

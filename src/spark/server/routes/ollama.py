@@ -10,6 +10,7 @@ reads to Ollama's clients as a missing model or blob).
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import msgspec
@@ -22,20 +23,23 @@ from spark.api.ollama.responses import Kind
 from spark.errors import ContextLengthExceeded, InvalidRequest, NotImplementedRoute
 from spark.runners.scheduler import RunnerState
 from spark.server.family import OLLAMA_PREFIX
-from spark.server.generation import run_embeddings, run_encoded, stream_response
+from spark.server.generation import ask, run_embeddings, run_encoded, stream_response
 from spark.server.images import check_image_sizes
 from spark.server.recorder import recorder_of
 from spark.server.responses import json_response
 from spark.server.routes.models import fleet_models, listed, loaded_ids
 from spark.server.routing import routed_response
-from spark.server.state import state_of
+from spark.server.state import ServerState, state_of
 from spark.server.truncation import fitted
 from spark.types import (
     ChatRequest,
     CompletionRequest,
+    Detokenize,
     EmbeddingRequest,
     EmbeddingResult,
+    RenderPrompt,
     SamplingParams,
+    Tokenize,
     template_thinks,
 )
 
@@ -77,8 +81,13 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
     if thinks and not template_thinks(state.library.get(generation.model).info.chat_template):
         # as Ollama answers a model without the thinking capability (/api/show lists none)
         raise InvalidRequest(f'"{call.name}" does not support thinking', param="think")
+    prompt = None
+    if kind == "generate" and isinstance(generation, ChatRequest):  # templated: its answer carries its context
+        prompt = await _context_prompt(state, generation, call.context)
+        if call.context:
+            generation = ollama.continued(call, prompt)
     try:
-        return await _answer(request, generation, writer)
+        return await _answer(request, generation, writer, prompt)
     except ContextLengthExceeded as e:
         if not (call.truncate and isinstance(generation, ChatRequest)):
             raise
@@ -93,20 +102,64 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
             ) from None
         # as Ollama, the oldest turns go (the system messages that open it stay) until it fits
         fitting = await fitted(state, generation, e, recorder_of(request.scope))
-        return await _answer(request, fitting, writer)
+        return await _answer(request, fitting, writer, prompt)
+
+
+async def _context_prompt(state: ServerState, chat: ChatRequest, context: list[int] | None) -> list[int]:
+    """The tokens of a templated generate's prompt, after the `context` it continues (an earlier
+    answer's, whose BOS is the only one): what its answer's context starts with."""
+    model = chat.model
+    if context:
+        try:
+            await ask(state, Detokenize(model, context))
+        except InvalidRequest as e:  # a token outside the vocabulary
+            raise InvalidRequest(e.message, param="context") from None
+    text = (await ask(state, RenderPrompt(chat))).text
+    tokens = (await ask(state, Tokenize(model, text))).tokens
+    bos = (await ask(state, Tokenize(model, "", add_special=True))).tokens[:1]
+    if context:
+        return context + (tokens[1:] if bos and tokens[:1] == bos else tokens)
+    return tokens if tokens[:1] == bos else bos + tokens  # the BOS the engine adds
 
 
 async def _answer(
-    request: AnyRequest, generation: ChatRequest | CompletionRequest, writer: ollama.OllamaStream
+    request: AnyRequest,
+    generation: ChatRequest | CompletionRequest,
+    writer: ollama.OllamaStream,
+    prompt: list[int] | None = None,
 ) -> Response[Any]:
-    """`generation`'s answer, streamed as NDJSON or whole."""
+    """`generation`'s answer, streamed as NDJSON or whole; with the tokens of its `prompt`, its last
+    line carries the context (those and the answer's)."""
     state, recorder = state_of(request), recorder_of(request.scope)
     if generation.stream:
-        return await stream_response(
+        stream = await stream_response(
             state, request.scope, generation, writer, recorder=recorder, media_type=ollama.NDJSON
         )
+        if prompt is not None:
+            assert isinstance(stream.iterator, AsyncIterable)  # stream_response's lines, as they come
+            stream.iterator = _with_context(stream.iterator, state, generation.model, writer, prompt)
+        return stream
     (body,) = await run_encoded(state, [generation], [writer], request.receive, recorder)
+    if prompt is not None and writer.ended:
+        body = ollama.with_context(body, await _context(state, generation.model, writer, prompt))
     return json_response(body.rstrip(b"\n"))
+
+
+async def _with_context(
+    lines: AsyncIterable[str | bytes], state: ServerState, model: str, writer: ollama.OllamaStream, prompt: list[int]
+) -> AsyncIterator[str | bytes]:
+    """A streamed answer's `lines`, the last one with the answer's context."""
+    async for line in lines:
+        if writer.ended and isinstance(line, bytes):  # the writer has just written its last line
+            yield ollama.with_context(line, await _context(state, model, writer, prompt))
+        else:
+            yield line
+
+
+async def _context(state: ServerState, model: str, writer: ollama.OllamaStream, prompt: list[int]) -> list[int]:
+    """An answer's context: the tokens of its `prompt`, then of the answer the `writer` wrote."""
+    answer = await ask(state, Tokenize(model, writer.answer, parse_special=False))
+    return prompt + answer.tokens
 
 
 @post("/embed", status_code=200)
