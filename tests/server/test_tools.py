@@ -647,3 +647,84 @@ def test_calls_in_a_models_own_syntax_stream_to_the_sdk_and_go_back_through_its_
     prompt = live.http().post("/apply-template", json={"model": model, "messages": history, "tools": OPENAI_TOOLS})
     text = prompt.json()["prompt"]
     assert OWN_SYNTAX[family] in text and "sky" in text  # the call in the model's own syntax, then its result
+
+
+# `not` cannot be enforced by a grammar: left out of a tool's schema (as of a response format's) unless strict.
+NOT_SCHEMA: Any = {
+    **WEATHER_SCHEMA,
+    "properties": {**WEATHER_SCHEMA["properties"], "city": {"type": "string", "maxLength": 12, "not": {"const": ""}}},
+    "not": {"type": "null"},
+}
+
+
+@pytest.mark.parametrize(
+    ("api", "mode"),
+    [(api, mode) for api in ("chat", "responses", "anthropic") for mode in ("forced", "auto", "strict")]
+    + [("ollama", "auto")],  # Ollama's API has no tool_choice nor strict tools
+)
+def test_a_tool_schema_with_not_is_answered(live: LiveServer, families: dict[str, Family], api: str, mode: str) -> None:
+    """A tool whose parameters use `not` gets an answer on every API (a forced call's arguments held to the
+    schema without it); a strict one is refused naming its tools, as a strict response format is."""
+    model, forced, strict = families["hermes"].model, mode == "forced", mode == "strict"
+    function = {"name": "get_weather", "description": "Weather", "parameters": NOT_SCHEMA, "strict": strict}
+    if api == "chat":
+        path, body = (
+            "/v1/chat/completions",
+            {
+                "messages": [QUESTION],
+                "tools": [{"type": "function", "function": function}],
+                "tool_choice": FORCE_WEATHER if forced else "auto",
+                "max_tokens": CALL_TOKENS,
+                "parallel_tool_calls": False,
+            },
+        )
+    elif api == "responses":
+        path, body = (
+            "/v1/responses",
+            {
+                "input": [QUESTION],
+                "tools": [{"type": "function", **function}],
+                "tool_choice": {"type": "function", "name": "get_weather"} if forced else "auto",
+                "max_output_tokens": CALL_TOKENS,
+                "parallel_tool_calls": False,
+            },
+        )
+    elif api == "anthropic":
+        tool = {"name": "get_weather", "description": "Weather", "input_schema": NOT_SCHEMA, "strict": strict}
+        path, body = (
+            "/v1/messages",
+            {
+                "messages": [QUESTION],
+                "tools": [tool],
+                "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}
+                if forced
+                else {"type": "auto"},
+                "max_tokens": CALL_TOKENS,
+            },
+        )
+    else:
+        path, body = (
+            "/ollama/api/chat",
+            {
+                "messages": [QUESTION],
+                "tools": [{"type": "function", "function": function}],
+                "stream": False,
+                "options": {"num_predict": 8},
+            },
+        )
+    answer = live.http().post(path, json={"model": model, **body, "seed": 3})
+    if strict:
+        assert answer.status_code == 400 and "'not'" in answer.text, answer.text
+        assert "tools" in json.dumps(answer.json()), answer.text
+        return
+    assert answer.status_code == 200, answer.text
+    if forced:
+        text = answer.text
+        arguments = {
+            "chat": lambda: json.loads(
+                answer.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+            ),
+            "responses": lambda: json.loads(answer.json()["output"][0]["arguments"]),
+            "anthropic": lambda: answer.json()["content"][0]["input"],
+        }[api]()
+        assert set(arguments) <= {"city", "unit", "days"} and {"city", "unit"} <= set(arguments), text
