@@ -76,6 +76,9 @@ def test_a_custom_tool_in_a_namespace_and_chosen_by_name() -> None:
     assert [t.name for t in call.request.tools] == ["apply_patch"]
     assert call.request.tool_choice == ToolChoice("required", "apply_patch")
     assert call.echo.tool_choice == {"type": "custom", "name": "apply_patch"}
+    result = ChatResult("", "tool_calls", USAGE, tool_calls=[ToolCall("call_1", "apply_patch", '{"input": "x"}')])
+    [item] = json.loads(response_body("abc", "m", 1, result, call.echo))["output"]
+    assert (item["type"], item["namespace"], item["input"]) == ("custom_tool_call", "edit", "x")
     allowed = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "custom", "name": "apply_patch"}]}
     assert parse(input="x", tools=[APPLY_PATCH], tool_choice=allowed).request.tool_choice == ToolChoice("required")
 

@@ -253,7 +253,7 @@ def test_responses_tool_round_trip(live: LiveServer, families: dict[str, Family]
 
 
 # What Codex (0.171) sends as tools, trimmed: functions, a namespace of functions (multi_agent is on
-# by default) and OpenAI's web search, which no local model can run.
+# by default), OpenAI's web search, which no local model can run, and apply_patch as a custom tool.
 AGENT_SCHEMA: Any = {
     "type": "object",
     "properties": {"target": {"type": "string", "maxLength": 12}},
@@ -272,6 +272,16 @@ CODEX_TOOLS: list[Any] = [
         ],
     },
     {"type": "web_search", "external_web_access": False},
+    {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Use the `apply_patch` tool to edit files.",
+        "format": {
+            "type": "grammar",
+            "syntax": "lark",
+            "definition": 'start: "*** Begin Patch" LF hunk+ "*** End Patch"',
+        },
+    },
 ]
 
 
