@@ -28,6 +28,9 @@ LOAD_FINISHED: Final = "load_finished"
 SLOT: Final = "slot"  # a slot took the request; `cached_tokens` of its prompt were reused
 PROMPT: Final = "prompt"  # the prompt was evaluated
 FIRST_TOKEN: Final = "first_token"
+# its runner crashed or hung and it runs again on the restarted one: `reason`, `attempt`, and the
+# `discarded_outputs` of the failed attempt (a whole answer's, which its client never saw)
+RETRIED: Final = "retried"
 FINISHED: Final = "finished"
 CANCELLED: Final = "cancelled"
 FAILED: Final = "failed"
@@ -159,6 +162,14 @@ def describe_step(step: Step) -> tuple[str, str]:
                 *([f"tries: {tries}"] if tries else []),
             ]
             return "routed", "; ".join(parts)
+        case "retried":
+            dropped = d.get("discarded_outputs", 0)
+            void = f"; dropped what it had made ({_counted(dropped, 'output piece')})" if dropped else ""
+            choice = f" (choice {d['choice']})" if "choice" in d else ""
+            return (
+                "runner failed; retried",
+                f"the runner {d.get('reason', '?')}; attempt {d.get('attempt', '?')}{void}{choice}",
+            )
         case "truncated":
             return "truncated", (
                 f"{d.get('prompt_tokens', '?')} prompt tokens for a context of {d.get('context', '?')}: "

@@ -21,6 +21,7 @@ import pytest
 import tiny_gguf
 from runners.helpers import (
     collect,
+    control_token_bias,
     final,
     is_gone,
     long_chat,
@@ -32,9 +33,10 @@ from runners.helpers import (
     wait_until,
 )
 from spark.errors import InvalidRequest, ModelFileError, RunnerFailed
+from spark.runners.retries import Retry
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import load_settings
-from spark.types import ChatRequest, Done, Event, Failed, LoadOptions, SlotInfo, TextDelta
+from spark.types import ChatRequest, Done, Event, Failed, LoadOptions, Message, SamplingParams, SlotInfo, TextDelta
 
 
 def tiny_options(path: Path, **overrides: object) -> LoadOptions:
@@ -182,6 +184,52 @@ def test_kill_9_fails_streamed_requests_retries_the_rest_and_restarts(slow_llama
         assert isinstance(after, Done) and after.usage.completion_tokens == 3
         await runner.stop()
         assert not runner_children()
+
+    run(scenario())
+
+
+def test_kill_9_retries_a_whole_answer_that_had_output(slow_llama: Path) -> None:
+    """A whole answer's consumer sends nothing before the end: killed after it made output, it runs
+    again, and the consumer hears of the retry between the two attempts' events."""
+
+    async def scenario() -> None:
+        runner = RunnerProcess(slow_options(slow_llama), load_settings())
+        await runner.start()
+        old_pid = runner.pid
+        assert old_pid is not None
+        request = ChatRequest(
+            model="slow",
+            messages=[Message(role="user", content="go on")],
+            sampling=SamplingParams(max_tokens=1000, temperature=0.0, logit_bias=control_token_bias(slow_llama)),
+        )
+        uninterrupted = await collect(runner.stream(request))
+
+        seen: list[Event | Retry] = []
+        got_text = asyncio.Event()
+
+        async def consume() -> None:
+            async for event in runner.stream(request, whole=True, on_retry=seen.append):
+                seen.append(event)
+                if isinstance(event, TextDelta):
+                    got_text.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(got_text.wait(), 20)
+        os.kill(old_pid, signal.SIGKILL)
+        await task
+
+        retries = [i for i, e in enumerate(seen) if isinstance(e, Retry)]
+        assert len(retries) == 1, "retried once"
+        retry = seen[retries[0]]
+        assert isinstance(retry, Retry) and retry.attempt == 2 and "was killed (signal 9, SIGKILL" in retry.reason
+        before = [e for e in seen[: retries[0]] if not isinstance(e, Retry)]
+        after = [e for e in seen[retries[0] + 1 :] if not isinstance(e, Retry)]
+        assert 0 < retry.discarded == sum(isinstance(e, TextDelta) for e in before) < 1000, "killed mid-answer"
+        done = final(after)
+        assert isinstance(done, Done) and done.usage.completion_tokens == 1000
+        assert text_of(after) == text_of(uninterrupted), "the greedy answer is the same as one never interrupted"
+        assert runner.status == "ready" and runner.restarts == 1 and runner.pid != old_pid
+        await runner.stop()
 
     run(scenario())
 
@@ -373,6 +421,7 @@ def test_long_run_dir_falls_back_to_a_short_socket_path_and_stale_sockets_go(
 
 SERVER_SCRIPT = """
 import asyncio, sys
+from spark.runners.retries import Retry
 from spark.runners.supervisor import RunnerProcess
 from spark.settings import load_settings
 from spark.types import LoadOptions

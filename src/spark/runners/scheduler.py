@@ -58,7 +58,9 @@ from spark.placement import (
     plan_placement,
 )
 from spark.placement.baseline import idle_runner_bytes
+from spark.runners.memory_failure import MemoryFailure
 from spark.runners.options import check_keep_alive, load_options, parallel_slots, settings_changes
+from spark.runners.retries import RetryListener
 from spark.runners.spare import SpareRunner
 from spark.runners.supervisor import RunnerProcess, RunnerStatus
 from spark.settings import Settings
@@ -162,29 +164,6 @@ class _Runner:
         return counted
 
 
-class _MemoryFailure(msgspec.Struct, frozen=True):
-    """A load that memory failed, although the plan let it through (the machine had less to give
-    than it said: a cgroup, an address-space limit, another program)."""
-
-    options: LoadOptions
-    free_bytes: dict[str, int]  # the plan's free memory per device then
-    message: str
-
-    def repeats(self, options: LoadOptions, plan: Plan) -> bool:
-        """Whether loading with `options` under `plan` would meet the same end: the same options, and
-        no device has a tenth more free than then."""
-        return options == self.options and all(
-            plan.free_bytes.get(d, 0) <= self.free_bytes.get(d, 0) * 1.1 for d in plan.devices
-        )
-
-    def explain(self, model_id: str, plan: Plan) -> str:
-        free = ", ".join(f"{d}: {format_bytes(plan.free_bytes.get(d, 0))} free" for d in plan.devices)
-        return (
-            f"{model_id} failed to load for lack of memory with the same settings and no more memory "
-            f"free than now ({free}); change its settings and it is tried again. It failed with: {self.message}"
-        )
-
-
 class Scheduler:
     """Routes requests to runner processes: places and loads models, queues, unloads idle ones."""
 
@@ -195,7 +174,7 @@ class Scheduler:
         self._failed: dict[str, _Runner] = {}  # loads that failed, shown until the model loads again
         # each model's host memory as its last runner measured it, with the options it ran with
         self._measured: dict[str, tuple[LoadOptions, int]] = {}
-        self._out_of_memory: dict[str, _MemoryFailure] = {}  # each model's last load, if memory failed it
+        self._out_of_memory: dict[str, MemoryFailure] = {}  # each model's last load, if memory failed it
         self._runners: dict[str, _Runner] = {}  # the current runner of each model
         self._retiring: list[_Runner] = []  # replaced runners finishing their requests
         self._loading: dict[str, asyncio.Task[_Runner]] = {}
@@ -213,7 +192,9 @@ class Scheduler:
         self._closed = False
 
     # --- public API ---------------------------------------------------------
-    async def stream(self, request: Request, trace: Trace = NO_TRACE) -> AsyncGenerator[Event, None]:
+    async def stream(
+        self, request: Request, trace: Trace = NO_TRACE, *, whole: bool = False, on_retry: RetryListener | None = None
+    ) -> AsyncGenerator[Event, None]:
         """The events of `request`, ending with `Done`, `Embeddings` or `Failed`.
 
         Raises `ModelNotFound` for an unknown model, `Overloaded` when its queue
@@ -221,10 +202,11 @@ class Scheduler:
         error (`RunnerFailed`, `ModelFileError`) when the model cannot be loaded.
         Closing the generator early cancels the request in its runner. `trace`
         gets the steps of its timeline the scheduler sees (queue, placement, load).
+        `whole` and `on_retry`: how a runner failure retries it (`RunnerProcess.stream`).
         """
         async with (
             self._use(request.model, request.keep_alive, trace) as runner,
-            aclosing(runner.process.stream(request)) as events,
+            aclosing(runner.process.stream(request, whole=whole, on_retry=on_retry)) as events,
         ):
             async for event in events:
                 yield event
@@ -465,7 +447,7 @@ class Scheduler:
                     if process.error is not None:
                         self._failed[entry.id] = runner
                 if isinstance(e, RunnerFailed) and e.out_of_memory:
-                    self._out_of_memory[entry.id] = _MemoryFailure(options, dict(plan.free_bytes), e.message)
+                    self._out_of_memory[entry.id] = MemoryFailure(options, dict(plan.free_bytes), e.message)
                 raise
             finally:
                 self._devices = None  # free memory has changed

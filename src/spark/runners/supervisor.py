@@ -4,7 +4,8 @@
 are multiplexed over the socket by id; each consumer reads its own event queue.
 When the runner crashes (socket EOF) or hangs (work in flight, no progress for
 `hang_timeout`), it is killed and reaped, requests that already streamed output
-end with a `Failed` event, the others are resubmitted to a fresh runner.
+end with a `Failed` event, the others (those that made no output, and whole answers whose
+output nobody has seen yet) are resubmitted to a fresh runner (see `spark.runners.retries`).
 
 Errors before a request reaches a runner are raised; once it is submitted, its
 stream always ends with exactly one of `Done`, `Embeddings` or `Failed`.
@@ -42,6 +43,7 @@ from spark.runners.protocol import (
     Submit,
     encode_frame,
 )
+from spark.runners.retries import Retry, RetryListener
 from spark.runners.spare import SpareRunner
 from spark.runners.spawn import RunnerExited, accept_runner, runner_socket, start_runner_process
 from spark.runners.stats import RecentRates
@@ -85,12 +87,13 @@ class _Lost(Exception):
 class _Request:
     """A generation or embedding request owned by one consumer of `stream`."""
 
-    __slots__ = ("attempts", "chunks", "done", "first_output_at", "id", "queue", "request", "sent")
+    __slots__ = ("attempts", "chunks", "done", "first_output_at", "id", "queue", "request", "sent", "whole")
 
-    def __init__(self, request_id: str, request: Request) -> None:
+    def __init__(self, request_id: str, request: Request, whole: bool) -> None:
         self.id = request_id
         self.request = request
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.whole = whole  # its consumer sends nothing before the end: output may be discarded
+        self.queue: asyncio.Queue[Event | Retry] = asyncio.Queue()
         self.chunks = 0  # output events received (text, reasoning, tool call pieces)
         self.first_output_at = 0.0  # time.monotonic() of the first of them
         self.attempts = 0  # times submitted to a runner process
@@ -274,15 +277,20 @@ class RunnerProcess:
         self._fail_all(RunnerFailed(f"The model {self.model_id} was unloaded while the request was running."))
 
     # --- requests ---------------------------------------------------------
-    async def stream(self, request: Request) -> AsyncGenerator[Event, None]:
+    async def stream(
+        self, request: Request, *, whole: bool = False, on_retry: RetryListener | None = None
+    ) -> AsyncGenerator[Event, None]:
         """Run `request`; yields its events up to and including the final one.
 
         Closing the generator early (or cancelling the task iterating it) cancels
         the request in the runner at once. A request retried after a runner
-        failure may repeat its `SlotInfo`/`PromptDone` events, never output.
+        failure may repeat its `SlotInfo`/`PromptDone` events; its output is
+        repeated only with `whole` (the consumer builds the whole answer before
+        sending any of it), which retries it even after it made output. `on_retry`
+        is called at each retry, between the failed attempt's events and the next's.
         """
         self._check_usable()
-        r = _Request(str(next(self._ids)), request)
+        r = _Request(str(next(self._ids)), request, whole)
         if self._status == "ready":
             self._submit(r)  # a request that cannot be sent raises here, before anything records it
         self._note_work_started()
@@ -290,6 +298,10 @@ class RunnerProcess:
         try:
             while True:
                 event = await r.queue.get()
+                if isinstance(event, Retry):
+                    if on_retry is not None:
+                        on_retry(event)
+                    continue
                 yield event
                 if isinstance(event, _FINAL_EVENTS):
                     return
@@ -468,7 +480,7 @@ class RunnerProcess:
         model = self.model_id
         for r in list(self._requests.values()):
             r.sent = False
-            if r.chunks:
+            if r.chunks and not r.whole:
                 self._finish(
                     r,
                     RunnerFailed(
@@ -507,6 +519,10 @@ class RunnerProcess:
                 self._submit(r)
             except SparkError as e:
                 self._finish(r, e)
+                continue
+            # queued before any event of the new attempt: those arrive on a later turn of the loop
+            r.queue.put_nowait(Retry(why, r.attempts, r.chunks))
+            r.chunks = 0
         for question_id, (question, future) in list(self._questions.items()):
             try:
                 if self._conn is not None:

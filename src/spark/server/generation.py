@@ -5,6 +5,11 @@ route can wait for the next event with a time limit (the request timeout,
 Anthropic's pings) without ever cancelling the read itself. Closing it
 cancels that task, which closes the scheduler's stream and so cancels the
 request in its runner: a client that goes away frees its slot at once.
+
+A whole (unstreamed) answer survives a runner crash: its client has seen
+nothing yet, so its output so far is dropped and it runs again on the
+restarted runner; its reader gets the output only once the answer is
+complete, and so only the final attempt's.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from litestar.types import Receive, Scope
 from spark.api.timings import Stopwatch
 from spark.collect import ChatCollector, embedding_result, unfinished
 from spark.errors import Cancelled, RequestTimeout, SparkError, from_info
+from spark.runners.retries import Retry
 from spark.server.errors import internal_error, log_unexpected
 from spark.server.recorder import RequestRecorder
 from spark.server.state import ServerState
@@ -34,11 +40,15 @@ from spark.types import (
     CompletionRequest,
     Done,
     EmbeddingResult,
+    Embeddings,
     Event,
     Failed,
     GenerationRequest,
     Question,
+    ReasoningDelta,
     Request,
+    TextDelta,
+    ToolCallDelta,
 )
 
 PING_SECONDS = 5.0  # Anthropic streams: a ping after this long without an event
@@ -61,6 +71,7 @@ class _End:
 
 
 _END = _End()
+_OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
 
 
 class Generation:
@@ -69,7 +80,10 @@ class Generation:
     With `receive` (the ASGI channel of a request whose body was read), a client
     that disconnects cancels the request. Streams leave that to the server, which
     listens on the same channel while it sends the stream. A `recorder` sees the
-    request and every event, for the request log.
+    request and every event, for the request log. A `whole` generation's reader
+    builds the whole answer before sending any of it: a runner crash retries it
+    even after it made output, and its output events are held back until its
+    final event, so that the reader never sees those of a failed attempt.
     """
 
     def __init__(
@@ -80,6 +94,7 @@ class Generation:
         receive: Receive | None = None,
         recorder: RequestRecorder | None = None,
         choice: int = 0,
+        whole: bool = False,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._recorder = recorder
@@ -97,7 +112,10 @@ class Generation:
         self._timeout = state.timeout
         self._deadline = None if state.timeout is None else loop.time() + state.timeout
         self._queue: asyncio.Queue[Event | Exception | _End] = asyncio.Queue()
-        self._task = asyncio.create_task(self._pump(state.scheduler.stream(request, _trace(recorder))))
+        self._whole = whole
+        self._held: list[Event] = []  # a whole answer's output so far, until its final event
+        events = state.scheduler.stream(request, _trace(recorder), whole=whole, on_retry=self._retried)
+        self._task = asyncio.create_task(self._pump(events))
         self._watch = asyncio.create_task(self._watch_client(receive)) if receive is not None else None
 
     async def _watch_client(self, receive: Receive) -> None:
@@ -111,11 +129,23 @@ class Generation:
             async for event in events:
                 if self._recorder is not None:
                     self._recorder.event(event, self._choice)
+                if self._whole and isinstance(event, _OUTPUT):
+                    self._held.append(event)
+                    continue
+                if isinstance(event, (Done, Embeddings, Failed)):
+                    for held in self._held:
+                        self._queue.put_nowait(held)
                 self._queue.put_nowait(event)
         except Exception as e:  # handed to the reader, who raises it in the route
             self._queue.put_nowait(e)
         finally:
             self._queue.put_nowait(_END)
+
+    def _retried(self, retry: Retry) -> None:
+        """The runner failed and the request runs again: a whole answer's output so far is void."""
+        self._held.clear()
+        if self._recorder is not None:
+            self._recorder.retried(retry, self._choice)
 
     async def next(self) -> Event:
         """The next event; raises the request's error, or `RequestTimeout` at the deadline."""
@@ -179,7 +209,7 @@ async def run_chat(
     state: ServerState, request: GenerationRequest, receive: Receive, recorder: RequestRecorder | None = None
 ) -> ChatResult:
     """The whole answer to a chat or completion request (`receive`: the client's ASGI channel)."""
-    async with Generation(state, request, receive=receive, recorder=recorder) as generation:
+    async with Generation(state, request, receive=receive, recorder=recorder, whole=True) as generation:
         return await _collect(generation)
 
 
@@ -240,7 +270,7 @@ async def _side_by_side(
     async with contextlib.AsyncExitStack() as stack:
         generations = [
             await stack.enter_async_context(
-                Generation(state, r, receive=receive if i == 0 else None, recorder=recorder, choice=i)
+                Generation(state, r, receive=receive if i == 0 else None, recorder=recorder, choice=i, whole=True)
             )
             for i, r in enumerate(requests)
         ]
@@ -250,7 +280,7 @@ async def _side_by_side(
 async def run_embeddings(
     state: ServerState, request: Request, receive: Receive, recorder: RequestRecorder | None = None
 ) -> EmbeddingResult:
-    async with Generation(state, request, receive=receive, recorder=recorder) as generation:
+    async with Generation(state, request, receive=receive, recorder=recorder, whole=True) as generation:
         while (result := embedding_result(await generation.next())) is None:
             pass
         return result

@@ -27,6 +27,7 @@ from spark import trace as steps
 from spark.collect import ChatCollector
 from spark.errors import Cancelled, ContextLengthExceeded, SparkError, from_info
 from spark.events import REQUEST_FINISHED, REQUEST_FIRST_TOKEN, REQUEST_RECEIVED, EventBus
+from spark.runners.retries import Retry
 from spark.server.request_ids import BATCH_STATE, request_ids
 from spark.server.state import ServerState
 from spark.store.keys import ApiKey
@@ -193,6 +194,22 @@ class RequestRecorder:
             self.trace.step(steps.FINISHED, vectors=len(event.vectors))
         elif isinstance(event, Failed):
             self.failed(from_info(event.error))
+
+    def retried(self, retry: Retry, choice: int = 0) -> None:
+        """The runner failed while the request ran, and it runs again on the restarted runner. The
+        output of the failed attempt (a whole answer's, which its client never saw) is void: the
+        log keeps the final attempt's."""
+        which = {"choice": choice} if choice else {}
+        self.trace.step(
+            steps.RETRIED, reason=retry.reason, attempt=retry.attempt, discarded_outputs=retry.discarded, **which
+        )
+        self._outputs -= retry.discarded
+        if not self._outputs:  # the first token kept is the next one
+            self._first_token_ms = None
+        if choice == 0:
+            self._slot = None
+            if self._output is not None:
+                self._output = ChatCollector()
 
     def routed(self, node: str | None, reason: str, attempts: list[dict[str, object]], **details: object) -> None:
         """The fleet's routing decision (`node` None: no place took it), with every try."""
