@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import msgspec
@@ -92,6 +93,21 @@ def test_generate_context_carries_the_conversation_on(
     assert second.context.count(first.context[0]) == 1 or not bos
     # a raw generate has no context, as Ollama's
     assert not c.generate(model=model, prompt="Hi", raw=True, options=options).context
+
+
+def test_generate_context_keeps_the_answers_keep_alive(live: LiveServer, bos_model: str) -> None:
+    """Asking the model for the context leaves the request's keep-alive as it set it; with keep_alive 0
+    the model unloads after the answer, which carries no context then (it is not loaded again to count it)."""
+    c = client(live)
+    kept = c.generate(model=bos_model, prompt="Hi", keep_alive=3600, options={"num_predict": 2})
+    [shown] = [m for m in c.ps().models if m.model and m.model.startswith("tiny-bos")]
+    assert kept.context and shown.expires_at and shown.expires_at.timestamp() > time.time() + 1800
+    gone = c.generate(model=bos_model, prompt="Hi", keep_alive=0, options={"num_predict": 2})
+    assert gone.done and not gone.context
+    deadline = time.monotonic() + 30
+    while any(m.model and m.model.startswith("tiny-bos") for m in c.ps().models):
+        assert time.monotonic() < deadline, "the model unloads"
+        time.sleep(0.2)
 
 
 def test_json_schema_format_constrains_the_answer(live: LiveServer, models: Models) -> None:

@@ -86,6 +86,8 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
         prompt = await _context_prompt(state, generation, call.context)
         if call.context:
             generation = ollama.continued(call, prompt)
+        if call.keep_alive == 0:  # the model unloads after the answer: it is not asked for the context then
+            prompt = None
     try:
         return await _answer(request, generation, writer, prompt)
     except ContextLengthExceeded as e:
@@ -107,14 +109,15 @@ async def _generate(request: AnyRequest, call: ollama.OllamaCall, kind: Kind = "
 
 async def _context_prompt(state: ServerState, chat: ChatRequest, context: list[int] | None) -> list[int]:
     """The tokens of a templated generate's prompt, after the `context` it continues (an earlier
-    answer's, whose BOS is the only one): what its answer's context starts with."""
+    answer's, whose BOS is the only one): what its answer's context starts with. Asked with no
+    keep-alive of their own (the answer's sets it: a keep_alive 0 would unload the model before it)."""
     model = chat.model
     if context:
         try:
             await ask(state, Detokenize(model, context))
         except InvalidRequest as e:  # a token outside the vocabulary
             raise InvalidRequest(e.message, param="context") from None
-    text = (await ask(state, RenderPrompt(chat))).text
+    text = (await ask(state, RenderPrompt(msgspec.structs.replace(chat, keep_alive=None)))).text
     tokens = (await ask(state, Tokenize(model, text))).tokens
     bos = (await ask(state, Tokenize(model, "", add_special=True))).tokens[:1]
     if context:
@@ -137,29 +140,36 @@ async def _answer(
         )
         if prompt is not None:
             assert isinstance(stream.iterator, AsyncIterable)  # stream_response's lines, as they come
-            stream.iterator = _with_context(stream.iterator, state, generation.model, writer, prompt)
+            stream.iterator = _with_context(stream.iterator, state, generation, writer, prompt)
         return stream
     (body,) = await run_encoded(state, [generation], [writer], request.receive, recorder)
     if prompt is not None and writer.ended:
-        body = ollama.with_context(body, await _context(state, generation.model, writer, prompt))
+        body = ollama.with_context(body, await _context(state, generation, writer, prompt))
     return json_response(body.rstrip(b"\n"))
 
 
 async def _with_context(
-    lines: AsyncIterable[str | bytes], state: ServerState, model: str, writer: ollama.OllamaStream, prompt: list[int]
+    lines: AsyncIterable[str | bytes],
+    state: ServerState,
+    generation: ChatRequest | CompletionRequest,
+    writer: ollama.OllamaStream,
+    prompt: list[int],
 ) -> AsyncIterator[str | bytes]:
     """A streamed answer's `lines`, the last one with the answer's context."""
     async for line in lines:
         if writer.ended and isinstance(line, bytes):  # the writer has just written its last line
-            yield ollama.with_context(line, await _context(state, model, writer, prompt))
+            yield ollama.with_context(line, await _context(state, generation, writer, prompt))
         else:
             yield line
 
 
-async def _context(state: ServerState, model: str, writer: ollama.OllamaStream, prompt: list[int]) -> list[int]:
-    """An answer's context: the tokens of its `prompt`, then of the answer the `writer` wrote."""
-    answer = await ask(state, Tokenize(model, writer.answer, parse_special=False))
-    return prompt + answer.tokens
+async def _context(
+    state: ServerState, generation: ChatRequest | CompletionRequest, writer: ollama.OllamaStream, prompt: list[int]
+) -> list[int]:
+    """An answer's context: the tokens of its `prompt`, then of the answer the `writer` wrote (asked
+    with the answer's keep-alive, which the model keeps)."""
+    question = Tokenize(generation.model, writer.answer, parse_special=False, keep_alive=generation.keep_alive)
+    return prompt + (await ask(state, question)).tokens
 
 
 @post("/embed", status_code=200)
