@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gguf
@@ -10,6 +14,7 @@ import pytest
 
 import spark
 import tiny_gguf
+from runners.helpers import control_token_bias
 from spark.errors import InvalidRequest, ModelNotFound
 
 
@@ -126,3 +131,25 @@ def test_rerank_scores_documents_against_a_query(sp: spark.Spark, tmp_path: Path
     with pytest.raises(InvalidRequest) as not_a_reranker:
         sp.rerank(sp.library.add_local(tiny_bert).id, "q", ["d"])
     assert not_a_reranker.value.param == "model"
+
+
+def test_a_whole_answer_survives_a_runner_crash(sp: spark.Spark, slow_llama: Path) -> None:
+    """`chat` uses the answer only once it is complete: a runner killed mid-answer runs it again, and
+    the caller gets the whole answer of an uninterrupted run, not an error or two answers spliced."""
+    model = sp.library.add_local(slow_llama).id
+    ask = {"max_tokens": 3000, "temperature": 0.0, "logit_bias": control_token_bias(slow_llama)}
+    started = time.monotonic()
+    uninterrupted = sp.chat(model, "go on", **ask)
+    seconds = time.monotonic() - started
+    (runner,) = sp.scheduler.runners()
+    assert runner.pid is not None
+
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(sp.chat, model, "go on", **ask)
+        time.sleep(seconds / 2)  # well into the answer: its output so far is void
+        os.kill(runner.pid, signal.SIGKILL)
+        result = answer.result(timeout=120)
+
+    assert result.text == uninterrupted.text and result.usage.completion_tokens == 3000
+    (restarted,) = sp.scheduler.runners()
+    assert restarted.restarts == 1 and restarted.pid != runner.pid

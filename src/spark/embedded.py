@@ -22,6 +22,7 @@ import msgspec
 from spark.collect import collect_chat, embedding_result, unfinished
 from spark.errors import Cancelled, InvalidRequest, ModelNotFound, from_info
 from spark.library import Library
+from spark.runners.retries import HoldBack
 from spark.runners.scheduler import Scheduler
 from spark.settings import Settings, load_settings
 from spark.types import (
@@ -136,15 +137,21 @@ class Spark:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     # --- generation -----------------------------------------------------------
-    def events(self, request: Request) -> Generator[Event, None, None]:
+    def events(self, request: Request, *, whole: bool = False) -> Generator[Event, None, None]:
         """Every event of one request, as it happens. Closing the iterator cancels the request; a
-        failure is raised as its `SparkError`, never yielded as a `Failed` event."""
+        failure is raised as its `SparkError`, never yielded as a `Failed` event.
+
+        `whole`: the caller uses the answer only once it is complete, so a runner crash retries
+        it even after it made output; its output then comes only at its end, the final attempt's."""
         out: queue.Queue[Event | BaseException | None] = queue.Queue()
+        hold = HoldBack() if whole else None
 
         async def pump() -> None:
             try:
-                async for event in self.scheduler.stream(request):
-                    out.put(event)
+                on_retry = hold.retried if hold is not None else None
+                async for event in self.scheduler.stream(request, whole=whole, on_retry=on_retry):
+                    for passed in hold.passed(event) if hold is not None else (event,):
+                        out.put(passed)
             except BaseException as e:  # delivered to the caller's thread, re-raised there
                 out.put(e)
             finally:
@@ -196,7 +203,7 @@ class Spark:
             logprobs=_checked_logprobs(logprobs),
             prediction=prediction or None,
         )
-        return collect_chat(self.events(request))
+        return collect_chat(self.events(request, whole=True))
 
     def complete(
         self,
@@ -221,7 +228,7 @@ class Spark:
             suffix=suffix,
             echo=echo,
         )
-        return collect_chat(self.events(request))
+        return collect_chat(self.events(request, whole=True))
 
     def embed(self, model: str, input: str | Sequence[str], *, dimensions: int | None = None) -> EmbeddingResult:
         """Embedding vectors of unit length, one per input string (from an embedding model, or a chat
@@ -236,7 +243,7 @@ class Spark:
         return [scores[0] for scores in result.vectors]
 
     def _embeddings(self, request: EmbeddingRequest) -> EmbeddingResult:
-        for event in self.events(request):
+        for event in self.events(request, whole=True):
             if (result := embedding_result(event)) is not None:
                 return result
         raise unfinished()

@@ -14,6 +14,10 @@ from collections.abc import Callable
 
 import msgspec
 
+from spark.types import Done, Embeddings, Event, Failed, ReasoningDelta, TextDelta, ToolCallDelta
+
+_OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
+
 
 class Retry(msgspec.Struct, frozen=True):
     """A request submitted again to a restarted runner."""
@@ -24,3 +28,25 @@ class Retry(msgspec.Struct, frozen=True):
 
 
 RetryListener = Callable[[Retry], None]
+
+
+class HoldBack:
+    """The events a consumer of a whole answer passes on: the output (text, reasoning, tool calls)
+    held back until the final event, so that only the final attempt's reaches it (`retried`)."""
+
+    def __init__(self) -> None:
+        self._held: list[Event] = []
+
+    def passed(self, event: Event) -> list[Event]:
+        """What to pass on now that `event` came: nothing, it alone, or the held output and it."""
+        if isinstance(event, _OUTPUT):
+            self._held.append(event)
+            return []
+        if isinstance(event, (Done, Embeddings, Failed)):
+            held, self._held = self._held, []
+            return [*held, event]
+        return [event]
+
+    def retried(self, _retry: Retry) -> None:
+        """The request runs again: its output so far is void."""
+        self._held.clear()

@@ -28,7 +28,7 @@ from litestar.types import Receive, Scope
 from spark.api.timings import Stopwatch
 from spark.collect import ChatCollector, embedding_result, unfinished
 from spark.errors import Cancelled, RequestTimeout, SparkError, from_info
-from spark.runners.retries import Retry
+from spark.runners.retries import HoldBack, Retry
 from spark.server.errors import internal_error, log_unexpected
 from spark.server.recorder import RequestRecorder
 from spark.server.state import ServerState
@@ -40,15 +40,11 @@ from spark.types import (
     CompletionRequest,
     Done,
     EmbeddingResult,
-    Embeddings,
     Event,
     Failed,
     GenerationRequest,
     Question,
-    ReasoningDelta,
     Request,
-    TextDelta,
-    ToolCallDelta,
 )
 
 PING_SECONDS = 5.0  # Anthropic streams: a ping after this long without an event
@@ -71,7 +67,6 @@ class _End:
 
 
 _END = _End()
-_OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
 
 
 class Generation:
@@ -112,8 +107,7 @@ class Generation:
         self._timeout = state.timeout
         self._deadline = None if state.timeout is None else loop.time() + state.timeout
         self._queue: asyncio.Queue[Event | Exception | _End] = asyncio.Queue()
-        self._whole = whole
-        self._held: list[Event] = []  # a whole answer's output so far, until its final event
+        self._hold = HoldBack() if whole else None
         events = state.scheduler.stream(request, _trace(recorder), whole=whole, on_retry=self._retried)
         self._task = asyncio.create_task(self._pump(events))
         self._watch = asyncio.create_task(self._watch_client(receive)) if receive is not None else None
@@ -129,13 +123,8 @@ class Generation:
             async for event in events:
                 if self._recorder is not None:
                     self._recorder.event(event, self._choice)
-                if self._whole and isinstance(event, _OUTPUT):
-                    self._held.append(event)
-                    continue
-                if isinstance(event, (Done, Embeddings, Failed)):
-                    for held in self._held:
-                        self._queue.put_nowait(held)
-                self._queue.put_nowait(event)
+                for passed in self._hold.passed(event) if self._hold is not None else (event,):
+                    self._queue.put_nowait(passed)
         except Exception as e:  # handed to the reader, who raises it in the route
             self._queue.put_nowait(e)
         finally:
@@ -143,7 +132,8 @@ class Generation:
 
     def _retried(self, retry: Retry) -> None:
         """The runner failed and the request runs again: a whole answer's output so far is void."""
-        self._held.clear()
+        if self._hold is not None:
+            self._hold.retried(retry)
         if self._recorder is not None:
             self._recorder.retried(retry, self._choice)
 
