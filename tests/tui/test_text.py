@@ -23,3 +23,10 @@ def test_one_token_is_singular() -> None:
     assert "prompt 1 token (" in text.totals(record) and "output 1 token at" in text.totals(record)
     prompt = trace.describe_step(trace.Step("prompt", 2.0, {"tokens": 1, "seconds": 0.001}))
     assert prompt == ("prompt evaluated", "1 token in 1.0 ms")
+
+
+def test_openai_routes_served_under_ollama_read_as_their_v1_names() -> None:
+    """Open WebUI's OpenAI connection to an Ollama asks /ollama/v1: the log names the route, and where."""
+    assert text.route_name("/ollama/v1/chat/completions") == "chat (/ollama)"
+    assert text.route_name("/ollama/v1/models") == "/v1/models (/ollama)"
+    assert text.route_name("/ollama/api/chat") == "ollama chat"

@@ -56,7 +56,10 @@ STATE_STYLES = {
 
 
 def route_name(route: str) -> str:
-    """A logged route's short name (`chat`, `ollama generate`), or the path itself."""
+    """A logged route's short name (`chat`, `ollama generate`), or the path itself; OpenAI's routes as
+    Ollama serves them again (for Open WebUI) by their name under /v1 and where they came from."""
+    if route.startswith("/ollama/v1/"):
+        return f"{route_name(route.removeprefix('/ollama'))} (/ollama)"
     return _ROUTE_NAMES.get(route, route)
 
 
