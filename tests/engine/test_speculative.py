@@ -563,3 +563,24 @@ def test_drafts_are_verified_and_dropped_in_a_sliding_window_conversation_put_ba
     assert outcome(got) == outcome(expected)
     usage = got.final.usage  # type: ignore[union-attr]
     assert 0 < usage.accepted_tokens < usage.drafted_tokens  # drafts kept, and drafts dropped
+
+
+@drafting_everywhere
+def test_drafts_with_a_small_sliding_window_cache_leave_the_answers_as_they_are(tiny_swa: Path) -> None:
+    # Micro-batches of 32: the sliding-window layers keep 256 cells per slot, not the 512 of the
+    # context. A rejected draft is sure to leave them only while its slot's tokens share no
+    # micro-batch with another slot's: drafts are made only while one request runs.
+    load = msgspec.structs.replace(options(tiny_swa, speculative=True, n_parallel=2), n_batch=32)
+    sampling = SamplingParams(max_tokens=300, temperature=0)
+    requests = [msgspec.structs.replace(r, sampling=sampling) for r in completions()[:2]]
+    with Engine(msgspec.structs.replace(load, speculative=False)) as plain:
+        expected = [outcome(c) for c in run_all(plain, requests)]
+    with Engine(load) as e:
+        alone = [run_all(e, [r])[0] for r in requests]
+        together = run_all(e, requests)
+    assert [outcome(c) for c in alone] == [outcome(c) for c in together] == expected
+    for c in alone:
+        usage = c.final.usage  # type: ignore[union-attr]
+        assert 0 < usage.accepted_tokens < usage.drafted_tokens
+    # the first to end ran beside the other all along
+    assert min(c.final.usage.drafted_tokens for c in together) == 0  # type: ignore[union-attr]

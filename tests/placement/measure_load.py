@@ -70,6 +70,7 @@ def main(
     if embedding:
         cparams.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN
     cparams.kv_unified = False
+    cparams.swa_full = False  # sliding-window layers keep their window and a micro-batch, as the engine
     # the logits rows a decode fills (one per slot), so that the reserved size is what RSS can see
     cparams.n_outputs_max = 0 if embedding else n_parallel
     cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED

@@ -12,6 +12,7 @@ from spark.library.metadata import GGUFInfo
 from spark.placement.estimate import (
     GIB,
     MIB,
+    SWA_CHECKPOINTS,
     MemoryEstimate,
     ModelShape,
     estimate_load,
@@ -95,13 +96,15 @@ def test_sliding_window_layers_hold_window_plus_ubatch() -> None:
         swa_layers=[True, False] * 3,
         context_length=32768,
     )
-    small = estimate_memory(gemma2, n_ctx=16384, n_batch=512, swa_full=False)
+    small = estimate_memory(gemma2, n_ctx=16384, n_batch=512, n_parallel=2)
     row = 4 * (128 + 64) * 2
     # SWA layers: pad(min(16384, 4096 + 512), 256) = 4608 cells; full layers: 16384
-    assert small.layer_kv == [4608 * row, 16384 * row] * 3
-    # llama.cpp's default keeps full-size SWA caches
-    full = estimate_memory(gemma2, n_ctx=16384, n_batch=512)
-    assert full.layer_kv == [16384 * row] * 6
+    assert small.layer_kv == [2 * 4608 * row, 2 * 16384 * row] * 3
+    # llama.cpp's default keeps full-size SWA caches (as a draft model's context does)
+    full = estimate_memory(gemma2, n_ctx=16384, n_batch=512, n_parallel=2, swa_full=True)
+    assert full.layer_kv == [2 * 16384 * row] * 6
+    # the small caches' checkpoints, in host memory: per slot, the window of the 3 SWA layers each
+    assert small.host_bytes - full.host_bytes == 2 * SWA_CHECKPOINTS * 3 * 4096 * row
     # a window larger than the context changes nothing
     short = estimate_memory(gemma2, n_ctx=2048, swa_full=False)
     assert short.layer_kv == [2048 * row] * 6

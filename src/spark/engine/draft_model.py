@@ -66,6 +66,9 @@ class DraftModel:
                 kv_type=kv_type,
                 flash_attention=flash_attention,
                 embedding=False,
+                # Drafting one token at a time, a small sliding-window cache could not drop the
+                # rejected ones: every miss would evaluate the conversation again.
+                swa_full=True,
             )
         except BaseException:
             model.close()

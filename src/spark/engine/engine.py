@@ -21,6 +21,7 @@ import psutil
 
 from spark.engine import embeddings
 from spark.engine.adapters import AdapterTurns
+from spark.engine.checkpoints import Checkpoints
 from spark.engine.draft_model import DraftModel
 from spark.engine.drafting import Drafting
 from spark.engine.echo import PromptEcho
@@ -175,6 +176,7 @@ class Engine:
         self._snapshots = SnapshotCache(
             SnapshotStore(0 if options.embedding else options.snapshot_ram_bytes),
             disk_store(options, per_slot),
+            Checkpoints(self._ctx, self._n_slots),
         )
         self._prep = Preparer(model, options, n_ctx=per_slot, projector=self._projector)
         self._marker_pieces = self._prep.marker_pieces()
@@ -428,6 +430,8 @@ class Engine:
         generating = [s for s in self._slots if s.work is not None and s.work.token >= 0 and s.lora == lora]
         chunks: list[tuple[Slot, int]] = []
         spare = min(batch.capacity - len(generating), MAX_BATCH_DRAFT)
+        if self._ctx.small_window and self._n_active > 1:  # see checkpoints: drafts verified alone only
+            spare = 0
         drafting = self._drafting
         proposals = drafting.propose(generating, spare) if drafting else {}
         drafted = 0
@@ -458,6 +462,8 @@ class Engine:
             echo = gen.echo if gen.echo is not None and gen.echo.needs_logits else None
             take = take if echo is None else min(take, MAX_BATCH_DRAFT)  # logits at all: as many as drafts have
             last = start + take == len(gen.prompt)
+            if last and gen.media is None:  # where a retry can go back to (see checkpoints)
+                self._snapshots.checkpoints.before_last_chunk(self._ctx, slot.id, gen.prompt, start)
             row = batch.add_run(
                 gen.prompt[start : start + take], start, slot.id, "all" if echo else "last" if last else "none"
             )

@@ -366,12 +366,16 @@ class Context:
         embedding: bool,
         mean_pooling: bool = False,
         lora: Sequence[LoraAdapter] = (),
+        swa_full: bool = False,
     ) -> None:
         """Create the context; raises `RunnerFailed` when it cannot be created (e.g. out of memory).
 
         `mean_pooling` pools embeddings by mean; otherwise as the model says. `flash_attention`
         is auto (llama.cpp decides), on or off. `lora` adapters apply to every decode, at their scales
-        (`ModelFileError` for one llama.cpp cannot load).
+        (`ModelFileError` for one llama.cpp cannot load). `swa_full` gives sliding-window layers a
+        cache as long as the context; without it (llama-server's and Ollama's choice) they keep
+        their window and a micro-batch only, a fraction of the memory, and a sequence can be cut
+        back only as far as that still holds (`keep`; further with a checkpoint, `save_window`).
         """
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -386,6 +390,7 @@ class Context:
         params.embeddings = embedding
         params.pooling_type = lc.LLAMA_POOLING_TYPE_MEAN if mean_pooling else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
         params.no_perf = True
+        params.swa_full = swa_full
         # One KV stream per slot (llama-server's default): slots never compete for cells.
         params.kv_unified = False
         _llama_log.clear_errors()
@@ -395,7 +400,9 @@ class Context:
         self.ptr = ctypes.c_void_p(ptr)
         self._memory = lc.llama_get_memory(ptr)
         self.n_batch: int = lc.llama_n_batch(ptr)
-        self._n_swa = model.n_swa
+        self.n_swa = model.n_swa  # the model's sliding window (0: none)
+        # Only the window of sliding-window layers is kept: cutting a sequence back may need a checkpoint.
+        self.small_window = model.n_swa > 0 and not swa_full and model.can_trim
         self._whole_state = not model.can_trim
         if lora:
             try:
@@ -417,13 +424,15 @@ class Context:
         tokens before rejected draft tokens).
 
         False when the memory cannot do it: recurrent models cannot cut a
-        sequence, and a sliding-window cache put back from a snapshot lacks the
-        positions before its last window (see `restored_floor`). The sequence
-        must then be evaluated again from nothing (see `forget`).
+        sequence, a sliding-window cache put back from a snapshot lacks the
+        positions before its last window (see `restored_floor`), and a small
+        sliding-window cache (`small_window`) holds only the last window and
+        micro-batch of positions. The sequence must then be put back from a
+        checkpoint (`restore_window`) or evaluated again from nothing (see `forget`).
         """
         mem = self._memory
         return bool(lc.llama_memory_seq_rm(mem, seq, n, -1)) and holds_window(
-            lc.llama_memory_seq_pos_min(mem, seq), n, self._n_swa
+            lc.llama_memory_seq_pos_min(mem, seq), n, self.n_swa
         )
 
     def restored_floor(self, n_tokens: int) -> int:
@@ -435,7 +444,7 @@ class Context:
         recurrent state is whole or nothing: such a snapshot serves only a prompt
         that reuses all of it.
         """
-        return n_tokens if self._whole_state or 0 < self._n_swa < n_tokens else 0
+        return n_tokens if self._whole_state or 0 < self.n_swa < n_tokens else 0
 
     def forget(self, seq: int) -> None:
         """Empty sequence `seq`."""
@@ -464,6 +473,27 @@ class Context:
     def restore(self, seq: int, data: ctypes.Array[ctypes.c_uint8]) -> bool:
         """Put a state from `save` into sequence `seq` (which should be empty); False when refused."""
         return bool(lc.llama_state_seq_set_data(self.ptr, data, len(data), seq) != 0)
+
+    def save_window(self, seq: int) -> ctypes.Array[ctypes.c_uint8] | None:
+        """The state of sequence `seq`'s sliding-window layers alone (their last window: a
+        checkpoint), or None when llama.cpp gives none."""
+        flags = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = int(lc.llama_state_seq_get_size_ext(self.ptr, seq, flags))
+        if size <= 0:
+            return None
+        data = (ctypes.c_uint8 * size)()
+        if lc.llama_state_seq_get_data_ext(self.ptr, data, size, seq, flags) != size:
+            return None
+        return data
+
+    def restore_window(self, seq: int, data: ctypes.Array[ctypes.c_uint8], n: int) -> bool:
+        """Put back a checkpoint (`save_window`) taken when sequence `seq` held its first `n`
+        positions, and cut the sequence to those; False when llama.cpp refuses (then `forget` it).
+        The other layers keep every position: they need only the cut."""
+        flags = lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if lc.llama_state_seq_set_data_ext(self.ptr, data, len(data), seq, flags) != len(data):
+            return False
+        return self.keep(seq, n)
 
     def logits(self, row: int, n_vocab: int) -> list[float]:
         """The logits of output row `row` of the last decode (a copy)."""

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spark.engine import snapshots
+from spark.engine.checkpoints import Checkpoints
 from spark.engine.native import Context
 from spark.engine.slots import Scales, Slot, pick_slot, shared
 from spark.engine.snapshot_disk import DiskEntry, DiskSnapshots
@@ -48,9 +49,10 @@ class Reuse:
 class SnapshotCache:
     """The RAM and disk snapshots of one engine (the disk store is None when there is none)."""
 
-    def __init__(self, ram: SnapshotStore, disk: DiskSnapshots | None) -> None:
+    def __init__(self, ram: SnapshotStore, disk: DiskSnapshots | None, checkpoints: Checkpoints) -> None:
         self.ram = ram
         self.disk = disk
+        self.checkpoints = checkpoints  # each slot's, to go back further than a small window holds
 
     @property
     def enabled(self) -> bool:
@@ -64,23 +66,30 @@ class SnapshotCache:
         `Reuse`). The rest of the prompt is evaluated, its last token always (for its logits).
 
         `limit`: how much of the prompt a cache may serve (up to its first image; 0 for none).
+        A slot's cache that a small sliding window no longer holds that far back goes back to
+        its newest checkpoint that serves, if any.
         """
         slot, n_keep = pick_slot(free, prompt, lora)
         reuse = self.use(ctx, slot, free, prompt, limit, lora)
         n_keep = min(n_keep if reuse is None else reuse.n_tokens, limit, len(prompt) - 1)
-        if not ctx.keep(slot.id, n_keep):  # then the prompt is evaluated from scratch
-            if reuse is not None:
-                log.warning(
-                    "the KV snapshot put back into slot %d cannot serve %d tokens (llama.cpp kept less "
-                    "of it than expected); evaluating the prompt instead",
-                    slot.id,
-                    n_keep,
-                )
-            ctx.forget(slot.id)
-            n_keep = 0
+        if reuse is not None:
+            self.checkpoints.cut(slot.id, 0)  # they were of the conversation the snapshot replaced
+        if not ctx.keep(slot.id, n_keep):
+            back = 0 if reuse is not None else self.checkpoints.rollback(ctx, slot.id, prompt, n_keep)
+            if back == 0:  # then the prompt is evaluated from scratch
+                if reuse is not None:
+                    log.warning(
+                        "the KV snapshot put back into slot %d cannot serve %d tokens (llama.cpp kept less "
+                        "of it than expected); evaluating the prompt instead",
+                        slot.id,
+                        n_keep,
+                    )
+                ctx.forget(slot.id)
+            n_keep = back
         if n_keep == 0:
             slot.floor = 0
         del slot.cached[n_keep:]
+        self.checkpoints.cut(slot.id, n_keep)
         return slot, n_keep, reuse
 
     def use(

@@ -12,8 +12,11 @@ context parameters `spark.engine` creates: one KV stream per slot
   nothing extra on the CPU (the mapping is shared) but is copied when offloaded.
 - KV cache, per layer: cells x n_head_kv x (k_len + v_len) x bytes per element,
   with cells = n_ctx rounded up to 256 for each slot. Sliding-window layers hold
-  min(n_ctx, window + n_ubatch) cells (rounded up to 256) unless the context
-  keeps full-size SWA caches, which is llama.cpp's default (`swa_full`).
+  min(n_ctx, window + n_ubatch) cells (rounded up to 256), as the engine creates
+  them (llama-server's default), unless the context keeps full-size SWA caches
+  (`swa_full`, llama.cpp's context default, which a draft model's context keeps).
+  The engine then keeps up to `SWA_CHECKPOINTS` checkpoints per slot in host
+  memory, each the window of every sliding-window layer (`spark.engine.checkpoints`).
 - Compute buffers: the larger of the layer phase (activations
   4 x (3 n_ff + 4 n_embd) bytes per micro-batch token, plus the f16 attention
   mask n_ubatch x cells) and the output phase (logits for n_parallel outputs:
@@ -69,6 +72,7 @@ PROJECTOR_MIN_COMPUTE = 16 * MIB  # and at least a quarter of the file
 
 KV_PAD = 256  # llama.cpp pads context sizes and SWA caches to this many cells
 UBATCH_MAX = 512  # the engine's micro-batch for generation
+SWA_CHECKPOINTS = 3  # per slot, as `spark.engine.checkpoints.PER_SLOT` keeps
 
 # Architectures whose context has no KV cache at all (llama_model::create_memory).
 NO_KV_ARCHITECTURES = frozenset(
@@ -224,7 +228,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     output_weights_gpu: int  # the head when offloaded (a copy of the embeddings when tied)
     compute_bytes: int  # compute buffer of each device that runs layers
     host_compute_bytes: int  # what stays on the host when every layer is offloaded
-    host_bytes: int  # output buffer, vocabulary, llama.cpp's fixed cost
+    host_bytes: int  # output buffer, vocabulary, llama.cpp's fixed cost, sliding-window checkpoints
     projector_bytes: int = 0  # vision projector weights and compute
     draft_bytes: int = 0  # the draft model: weights, its KV cache and buffers (beside the projector)
     adapter_bytes: int = 0  # LoRA adapters' weights (beside the projector)
@@ -367,14 +371,15 @@ def estimate_memory(
     n_batch: int = 512,
     embedding: bool = False,
     mmproj_bytes: int = 0,
-    swa_full: bool = True,
+    swa_full: bool = False,
 ) -> MemoryEstimate:
     """Memory for `shape` loaded as the engine loads it.
 
     `n_ctx` is tokens per slot (0: the training context; never past it), as in
     `LoadOptions`. The context reserves logits for `n_parallel` outputs per
     micro-batch (`n_outputs_max`), one per slot. `swa_full` is llama.cpp's
-    context flag (default true: SWA layers keep the whole context).
+    context flag: SWA layers keep the whole context (a draft model's context)
+    rather than their window, a micro-batch and the checkpoints of the window.
     """
     if kv_type not in KV_BLOCKS:
         raise InvalidRequest(f"kv_type must be one of {', '.join(KV_BLOCKS)}, not {kv_type!r}", param="kv_type")
@@ -399,14 +404,16 @@ def estimate_memory(
     swa_cells = cells if swa_full else min(cells, _pad(shape.sliding_window + n_ubatch))
 
     layer_kv = []
+    window_bytes = 0  # one checkpoint: the window of every sliding-window layer
     for il in range(shape.n_layers):
         heads = shape.kv_heads[il] if il < len(shape.kv_heads) else 0
         if not shape.has_kv_cache or heads == 0:
             layer_kv.append(0)
             continue
-        n = swa_cells if il < len(shape.swa_layers) and shape.swa_layers[il] else cells
+        swa = il < len(shape.swa_layers) and shape.swa_layers[il]
         row = _row_bytes(heads * shape.head_dim_k, kv_type) + _row_bytes(heads * shape.head_dim_v, kv_type)
-        layer_kv.append(n_parallel * n * row)
+        layer_kv.append(n_parallel * (swa_cells if swa else cells) * row)
+        window_bytes += min(shape.sliding_window, cells) * row if swa else 0
 
     any_swa = any(shape.swa_layers) and shape.has_kv_cache
     kv_span = cells if shape.has_kv_cache else n_ubatch  # attention sees the batch itself without a cache
@@ -420,6 +427,8 @@ def estimate_memory(
 
     outputs = (shape.n_vocab + shape.n_embd) * n_batch if embed else shape.n_vocab * n_parallel
     host = 4 * outputs + TOKENIZER_FIXED_BYTES + VOCAB_BYTES_PER_TOKEN * shape.n_vocab + LLAMA_FIXED_BYTES
+    if not swa_full and not embed:
+        host += n_parallel * SWA_CHECKPOINTS * window_bytes
 
     projector = 0
     if mmproj_bytes:
@@ -468,6 +477,7 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
         kv_type=options.kv_type,
         flash_attention=options.flash_attention,
         n_batch=options.n_batch,
+        swa_full=True,  # as the engine's draft context
     )
     return msgspec.structs.replace(estimate, draft_bytes=draft.total_bytes - draft.runtime_bytes)
 
