@@ -168,7 +168,7 @@ def test_a_stopped_answer_settles_the_stats_and_stays_in_the_conversation(
     page: Any, console: LiveServer, slow_model: str
 ) -> None:
     sent = _start_long(page, console, slow_model, "Tell me a long story.")
-    page.get_by_role("button", name="Stop").dispatch_event("click")  # it moves as the answer grows
+    page.get_by_role("button", name="Stop").click()
     page.wait_for_function("() => !document.querySelector('.turn.answer[aria-busy]')")
     assert page.locator("#pg-error").is_hidden()  # a stop is no error
     stopped = page.locator(".turn.answer.stopped")
@@ -222,7 +222,7 @@ def test_a_failed_turn_is_marked_and_left_out_of_the_conversation(page: Any, con
     page.get_by_label("Message").fill("Never answered")
     page.get_by_role("button", name="Send").click()
     page.wait_for_function("() => document.getElementById('pg-stop').disabled === false")
-    page.get_by_role("button", name="Stop").dispatch_event("click")  # it moves as the answer grows
+    page.get_by_role("button", name="Stop").click()
     page.wait_for_function("() => document.getElementById('pg-submit').disabled === false")
     assert page.locator("#pg-error").is_hidden()
     assert _stats(page) == ["–", "–", "–", "–"]
@@ -241,7 +241,7 @@ def test_new_chat_or_another_model_mid_answer_stops_it_and_starts_empty(
     page: Any, console: LiveServer, slow_model: str
 ) -> None:
     sent = _start_long(page, console, slow_model, "Write a poem about the sea.")
-    page.get_by_role("button", name="New chat").dispatch_event("click")  # it moves as the answer grows
+    page.get_by_role("button", name="New chat").click()
     assert page.locator(".turn").count() == 0 and page.locator("#pg-submit").is_enabled()
     assert page.locator("#pg-stop").is_disabled() and _stats(page) == ["–", "–", "–", "–"]
     page.wait_for_timeout(300)  # the old answer's end has come by now: it changes nothing in the new chat
@@ -356,3 +356,93 @@ def test_screenshot_of_a_chat(console: LiveServer, page: Any) -> None:
     _chat(page, "Write a haiku about the sea.")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "playground-chat-light.png"), full_page=True)
+
+
+# where the composer's parts and the conversation are, and whether anything scrolls that must not
+LAYOUT = """() => {
+  const box = (id) => { const r = document.getElementById(id).getBoundingClientRect();
+    return {x: r.x, y: r.y, width: r.width, height: r.height}; };
+  const log = document.getElementById("pg-log");
+  return {stop: box("pg-stop"), send: box("pg-submit"), clear: box("pg-clear"), prompt: box("pg-prompt"),
+    log: box("pg-log"), fromBottom: log.scrollHeight - log.scrollTop - log.clientHeight,
+    overflows: log.scrollHeight > log.clientHeight, text: document.querySelector(".turn.answer .text").textContent.length,
+    pageWidth: document.scrollingElement.scrollWidth, pageHeight: document.scrollingElement.scrollHeight};
+}"""
+
+
+@pytest.mark.parametrize(
+    ("device", "viewport"), [("desktop", {"width": 1400, "height": 900}), ("phone", {"width": 390, "height": 844})]
+)
+def test_the_composer_stays_put_while_an_answer_streams_and_stop_takes_a_real_click(
+    browser: Any, console: LiveServer, slow_model: str, device: str, viewport: dict[str, int]
+) -> None:
+    context = browser.new_context(viewport=viewport)
+    page = context.new_page()
+    # the tiny model writes faster than a person reads: the answer comes to the browser at 40 kB/s
+    # (about 200 tokens a second), so that it is still coming when the test clicks Stop
+    cdp = context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": 40_000, "uploadThroughput": -1},
+    )
+    sign_in(page, console, "/playground")
+    if device == "phone":  # the settings open over the conversation, from a button by Send
+        assert page.locator("#chat-form").is_hidden()
+        page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Model", exact=True).select_option(slow_model)
+    page.get_by_label("Max tokens").fill("16000")
+    if device == "phone":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "playground-settings-phone-light.png"))
+        page.get_by_role("button", name="Settings").click()
+        assert page.locator("#chat-form").is_hidden()
+    before = page.evaluate(LAYOUT.replace('document.querySelector(".turn.answer .text").textContent.length', "0"))
+    _start(page, "Tell me a very long story.")
+    page.wait_for_function(
+        "() => { const l = document.getElementById('pg-log'); return l.scrollHeight > l.clientHeight; }"
+    )
+    samples = []
+    for _ in range(6):
+        samples.append(page.evaluate(LAYOUT))
+        page.wait_for_timeout(250)
+    assert samples[-1]["text"] > samples[0]["text"]  # the answer grew all along
+    for sample in samples:
+        for part in ("stop", "send", "clear", "prompt"):
+            assert sample[part] == before[part], (part, before[part], sample[part])  # not a pixel moved
+        assert sample["log"] == before["log"]  # the conversation scrolls inside its own box
+        assert sample["fromBottom"] < 30, sample  # which follows the newest text
+        assert sample["pageWidth"] <= viewport["width"] and sample["pageHeight"] <= viewport["height"], sample
+    stop = samples[-1]["stop"]
+    assert stop["y"] + stop["height"] <= viewport["height"]  # on screen, at the bottom of the window
+    assert stop["y"] > viewport["height"] * 0.6
+
+    # scrolled up to read, the conversation stays where the reader is while the answer goes on
+    log = samples[-1]["log"]
+    page.mouse.move(log["x"] + log["width"] / 2, log["y"] + log["height"] / 2)
+    page.mouse.wheel(0, -200)
+    page.wait_for_function(
+        "() => { const l = document.getElementById('pg-log');"
+        " return l.scrollHeight - l.scrollTop - l.clientHeight > 150; }"
+    )
+    held = page.evaluate("() => document.getElementById('pg-log').scrollTop")
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => document.getElementById('pg-log').scrollTop") == held
+
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"playground-streaming-{device}-{scheme}.png"))
+
+    # a real click, where the button is on screen, stops the answer
+    page.mouse.click(stop["x"] + stop["width"] / 2, stop["y"] + stop["height"] / 2)
+    page.wait_for_function("() => !document.querySelector('.turn.answer[aria-busy]')", timeout=10_000)
+    ended = page.evaluate(
+        "() => [document.getElementById('pg-error').textContent, document.getElementById('pg-log').innerText.slice(-300), document.querySelector('.turn.answer').className]"
+    )
+    assert page.locator(".turn.answer.stopped").count() == 1, ended
+    note = page.locator(".turn.answer.stopped .note").inner_text()
+    assert note.startswith("Stopped after "), note
+    assert page.locator("#pg-stop").is_disabled() and page.locator("#pg-submit").is_enabled()
+    assert page.evaluate(LAYOUT)["stop"] == before["stop"]
+    context.close()

@@ -28,6 +28,26 @@
   $("pg-json").addEventListener("change", syncPanels);
   syncPanels();
 
+  // The conversation follows the newest text, unless the user scrolled up to read: then it stays
+  // where they are until they scroll back to the bottom (or send a message).
+  let follow = true;
+  log.addEventListener("scroll", () => {
+    follow = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+  });
+  function followNewest() {
+    if (follow) log.scrollTop = log.scrollHeight;
+  }
+
+  // On a phone the settings open over the conversation, above the composer, from the Settings button.
+  const panels = settings.parentElement, toggle = $("pg-settings"), composer = document.querySelector(".composer");
+  toggle.addEventListener("click", () => {
+    const open = panels.classList.toggle("settings-open");
+    toggle.setAttribute("aria-expanded", String(open));
+  });
+  new ResizeObserver(() => {
+    panels.style.setProperty("--composer-height", composer.offsetHeight + "px");
+  }).observe(composer);
+
   function turn(role, text) {
     const box = document.createElement("div");
     box.className = "turn " + (role === "assistant" ? "answer" : "question");
@@ -39,6 +59,7 @@
     body.textContent = text;
     box.append(who, body);
     log.append(box);
+    followNewest();
     return box;
   }
 
@@ -49,6 +70,7 @@
     submit.disabled = false;
     stop.disabled = true;
     history = [];
+    follow = true;
     $("pg-document").value = "";
     log.replaceChildren();
     showError("");
@@ -128,6 +150,7 @@
     line.className = "note";
     line.textContent = text;
     box.append(line);
+    followNewest();
   }
 
   function count(n, what) { return n + " " + what + (n === 1 ? "" : "s"); }
@@ -147,6 +170,7 @@
       return;
     }
     if (!current() || controller) return;
+    follow = true;  // a message sent shows its answer
     const questionBox = turn("user", call.attached ? text + "\n[" + call.attached + "]" : text);
     const answerBox = turn("assistant", "");
     const answer = answerBox.querySelector(".text");
@@ -210,10 +234,12 @@
                 answerBox.insertBefore(fold, answer);
               }
               reasoning.textContent += delta.reasoning_content;
+              followNewest();
             }
             if (delta.content) {
               output += delta.content;
               answer.textContent = output;
+              followNewest();
             }
             for (const call of delta.tool_calls || []) {
               const tool = document.createElement("div");
@@ -222,6 +248,7 @@
                 ? "tool call: " + call.function.name + "(" + (call.function.arguments || "") + ")"
                 : (call.function && call.function.arguments) || "";
               answerBox.append(tool);
+              followNewest();
             }
           }
         }
