@@ -236,6 +236,9 @@ class ChatRequest(msgspec.Struct, tag="chat", frozen=True, omit_defaults=True):
     # llama-server's per-request `lora`: the scale of each of the model's adapters by its index
     # (those not named apply at 0). None: at the scales they were attached with.
     lora: dict[int, float] | None = None
+    # False (llama-server's `cache_prompt`): the whole prompt is evaluated, none of it read from a
+    # cache, so that the answer does not depend on what was evaluated before.
+    cache_prompt: bool = True
 
 
 class FileChunk(msgspec.Struct, frozen=True):
@@ -279,6 +282,7 @@ class CompletionRequest(msgspec.Struct, tag="completion", frozen=True, omit_defa
     # With `logprobs`: each token's probabilities are those the sampler chain drew it from (after
     # temperature, top-k, a grammar, ...), llama-server's `post_sampling_probs`, not the model's own.
     post_sampling_probs: bool = False
+    cache_prompt: bool = True  # as ChatRequest's
 
 
 class EmbeddingRequest(msgspec.Struct, tag="embedding", frozen=True, omit_defaults=True):

@@ -71,6 +71,28 @@ def test_n_predict_0_caches_the_prompt_for_the_next_request(live: LiveServer, mo
     assert then["timings"]["cache_n"] >= warmed["tokens_evaluated"] - 1
 
 
+def test_cache_prompt_false_evaluates_the_whole_prompt(live: LiveServer, models: Models) -> None:
+    """llama-server's `cache_prompt: false` (on its OpenAI routes too): none of the prompt comes from
+    a cache, so the answer cannot depend on what was evaluated before."""
+    prompt = "A prompt evaluated again and again, for an answer that depends on nothing cached."
+    body = {"model": models.chat, "prompt": prompt, "n_predict": 4, **GREEDY}
+    cached = complete(live, body)
+    again = complete(live, body)
+    assert again["timings"]["cache_n"] > 0, "a prompt sent again is read from the cache by default"
+    fresh = complete(live, {**body, "cache_prompt": False})
+    assert fresh["timings"]["cache_n"] == 0 and fresh["timings"]["prompt_n"] == cached["tokens_evaluated"]
+    assert fresh["content"] == cached["content"]
+    chat = {"model": models.chat, "messages": [{"role": "user", "content": prompt}], "max_tokens": 2, **GREEDY}
+    response = live.http().post("/v1/chat/completions", json=chat)
+    assert response.status_code == 200, response.text
+    response = live.http().post("/v1/chat/completions", json={**chat, "cache_prompt": False})
+    assert response.status_code == 200, response.text
+    usage = response.json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0 and response.json()["timings"]["cache_n"] == 0
+    response = live.http().post("/completion", json={**body, "cache_prompt": "no"})
+    assert openai_error(response, 400)["param"] == "cache_prompt"
+
+
 def test_n_probs_and_logit_bias(live: LiveServer, models: Models) -> None:
     body = {"model": models.chat, "prompt": "Hello", "n_predict": 3, "n_probs": 2, **GREEDY}
     answer = complete(live, body)

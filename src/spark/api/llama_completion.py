@@ -81,6 +81,7 @@ class _Sampling(LlamaSampling, frozen=True, kw_only=True):
     response_fields: tuple[str, ...] = ()  # the answer's fields to send, by path ("timings/prompt_n")
     n_cmpl: PositiveInt | None = None  # answers per prompt (`n` is its alias)
     n: PositiveInt | None = None
+    cache_prompt: bool = True  # false: the whole prompt is evaluated, none of it read from a cache
 
 
 # One prompt as llama-server takes it: a text, token ids, or both mixed ([12, " text", 34]).
@@ -200,6 +201,7 @@ def _call(
         grammar=wire.grammar or None,  # "" (what front ends send unset): none, as llama-server
         json_schema=wire.json_schema,
         lora=lora_scales(wire.lora),
+        cache_prompt=wire.cache_prompt,
     )
     n = wire.n_cmpl or wire.n or 1
     refuse(

@@ -365,10 +365,11 @@ class Engine:
         prompt = job.prompt
         logprobs = Logprobs.of(self._model, job.request)
         echo = None if job.echo is None else PromptEcho(*job.echo, prompt=prompt, logprobs=logprobs)
-        # An echo's log probabilities need logits at every prompt position, which no cache holds:
-        # nothing is reused (limit 0), but what the slot loses is saved as for any prompt.
-        # Cached image positions may hold another image: only the text before the first is reused.
-        whole = echo is not None and echo.needs_logits
+        # An echo's log probabilities need logits at every prompt position, which no cache holds, and
+        # `cache_prompt` false asks for none: nothing is reused (limit 0), but what the slot loses is
+        # saved as for any prompt. Cached image positions may hold another image: only the text
+        # before the first is reused.
+        whole = (echo is not None and echo.needs_logits) or not job.request.cache_prompt
         limit = 0 if whole else job.media.first_image if job.media is not None else len(prompt)
         slot, n_keep, reuse = self._snapshots.place(self._ctx, free, prompt, limit, job.lora)
         slot.lora = job.lora

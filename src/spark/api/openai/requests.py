@@ -218,6 +218,7 @@ class _SamplingBody(ConstraintFields, frozen=True, kw_only=True):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     keep_alive: float | str | None = None
+    cache_prompt: bool = True  # llama-server's: false evaluates the whole prompt, none of it from a cache
 
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -374,6 +375,7 @@ def parse_chat(
         prediction=_prediction(wire.prediction),
         **_held_answer(held),
         lora=lora_scales(wire.lora),
+        cache_prompt=wire.cache_prompt,
     )
     return ChatCall(request, _include_usage(wire), n, bool(wire.store), wire.metadata or {})
 
@@ -420,6 +422,7 @@ def parse_completion(
         json_schema=None if held is None or held.kind != "json" else held.schema or {},  # {}: any JSON object
         json_schema_param=held.param if held is not None else "json_schema",
         lora=lora_scales(wire.lora),
+        cache_prompt=wire.cache_prompt,
     )
     return CompletionCall(request, _include_usage(wire), n, prompts if len(prompts) > 1 else [])
 
