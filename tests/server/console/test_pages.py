@@ -151,3 +151,76 @@ def test_api_clients_keep_their_json_404(console: LiveServer, path: str, accept:
     answer = httpx.get(f"{console.url}{path}", headers={"Accept": accept})
     assert answer.status_code == 404 and answer.headers["content-type"].startswith("application/json"), path
     assert answer.json()["error"]
+
+
+PHONE = {"width": 390, "height": 844}
+SIDEWAYS = "() => document.scrollingElement.scrollWidth <= window.innerWidth"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_on_a_phone_the_menu_is_one_row_that_opens_from_its_button(
+    browser: Any, console: LiveServer, scheme: str
+) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport=PHONE, color_scheme=scheme)
+    page = context.new_page()
+    sign_in(page, console, "/requests")
+    for path, name in (("/playground", "Playground"), ("/requests", "Requests")):
+        page.goto(f"{console.url}{path}")
+        header = page.locator("header.top").bounding_box()
+        assert header is not None and header["height"] <= 60, header  # was four rows, about 195 px
+        assert page.locator(".menu-here").inner_text() == name  # the page's name, in the row
+        assert page.get_by_role("link", name="Batches").count() == 0  # the links wait behind Menu
+        assert page.evaluate(SIDEWAYS)
+        page.screenshot(path=str(SCREENSHOTS / f"nav-{name.lower()}-{scheme}-closed.png"))
+        page.locator("summary", has_text="Menu").click()
+        menu = page.get_by_role("navigation", name="Console menu")
+        assert [menu.get_by_role("link", name=label).is_visible() for _, label, _ in NAV] == [True] * len(NAV)
+        assert page.get_by_role("button", name="Sign out").is_visible()
+        assert menu.get_by_role("link", name=name).get_attribute("aria-current") == "page"
+        assert page.evaluate(SIDEWAYS)
+        page.screenshot(path=str(SCREENSHOTS / f"nav-{name.lower()}-{scheme}-open.png"))
+    menu.get_by_role("link", name="Batches").click()
+    page.wait_for_url(f"{console.url}/batches")
+    assert page.locator(".menu-here").inner_text() == "Batches"
+    context.close()
+
+
+def test_on_a_phone_the_menu_opens_from_the_keyboard(browser: Any, console: LiveServer) -> None:
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    sign_in(page, console, "/models")
+    focused = []
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        focused.append(page.evaluate("document.activeElement.textContent"))
+    assert focused == ["Skip to content", "Spark", "Menu"]
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Models"
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")  # Discover
+    page.wait_for_url(f"{console.url}/discover")
+    context.close()
+
+
+def test_on_a_wide_screen_the_menu_is_one_row_of_links(browser: Any, console: LiveServer) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    sign_in(page, console, "/playground")
+    menu = page.get_by_role("navigation", name="Console", exact=True)
+    boxes = [menu.get_by_role("link", name=label, exact=True).bounding_box() for _, label, _ in NAV]
+    boxes.append(page.get_by_role("button", name="Sign out").bounding_box())
+    assert None not in boxes and len({round(b["y"] + b["height"] / 2) for b in boxes}) == 1, boxes
+    assert page.locator("summary", has_text="Menu").is_hidden() and page.locator(".menu-here").is_hidden()
+    context.close()
+
+
+def test_on_a_phone_the_menu_works_without_javascript(browser: Any, console: LiveServer) -> None:
+    context = browser.new_context(viewport=PHONE, java_script_enabled=False)
+    page = context.new_page()
+    sign_in(page, console, "/models")
+    page.locator("summary", has_text="Menu").click()
+    page.get_by_role("navigation", name="Console menu").get_by_role("link", name="Files").click()
+    page.wait_for_url(f"{console.url}/files")
+    context.close()
