@@ -3,8 +3,9 @@
 Run in a fresh process:
 `python measure_load.py MODEL N_CTX N_PARALLEL N_BATCH KV_TYPE EMBEDDING(0|1) FLASH(0|1) [--log] [--no-decode]`.
 The baseline RSS is taken after importing llama.cpp's bindings and msgspec (what a runner
-has before it loads anything), so `growth` is what the model, its context and
-one full micro-batch decode added. `compute_buffer` is the compute buffer llama.cpp
+has before it loads anything), so `growth` is what the model, its context,
+one full micro-batch decode and (unless embedding) a JSON-mode grammar sampler added
+(`grammar`: one token sampled inside a JSON string). `compute_buffer` is the compute buffer llama.cpp
 reserved, as its log says. `--log` sends llama.cpp's log (with its buffer sizes) to stderr;
 `--no-decode` stops once the context is made (the reserved sizes are known by then).
 """
@@ -15,11 +16,13 @@ import ctypes
 import json
 import re
 import sys
+from pathlib import Path
 
 import msgspec  # noqa: F401  (a runner imports it; it belongs in the baseline)
 import psutil
 
 from spark.engine.bindings import lc
+from spark.engine.grammar import schema_grammar
 
 KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
 SHOW_LOG = "--log" in sys.argv
@@ -35,6 +38,17 @@ def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         compute_buffer_mib.append(float(found[1]))
     if SHOW_LOG:
         sys.stderr.write(line)
+
+
+def reset_peak_rss() -> None:
+    """Start Linux's peak resident memory (VmHWM) over from the current resident memory."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss() -> int:
+    """VmHWM: the most resident memory since the start or the last `reset_peak_rss`."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
 
 
 def main(
@@ -89,11 +103,28 @@ def main(
     if n and lc.llama_decode(ctx, lc.llama_batch_get_one(tokens, n)) < 0:
         raise SystemExit("decode failed")
     after = proc.memory_info().rss
+    if n and not embedding:
+        # JSON mode's grammar samples a token inside a string, where nearly every token can follow:
+        # the most the grammar sampler's candidate lists take (and glibc then keeps)
+        grammar = schema_grammar(None)
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        lc.llama_sampler_chain_add(
+            chain, lc.llama_sampler_init_grammar(vocab, grammar.text.encode(), grammar.root.encode())
+        )
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+        for char in (b"{", b'"'):
+            lc.llama_tokenize(vocab, char, 1, piece, 256, False, False)
+            lc.llama_sampler_accept(chain, piece[0])
+        reset_peak_rss()  # its lists are freed by the end: the peak sees them whatever glibc keeps
+        lc.llama_sampler_sample(chain, ctx, -1)
+        lc.llama_sampler_free(chain)
+    grammar_rss = max(peak_rss(), after) if n and not embedding else after
     return {
-        "growth": after - before,
+        "growth": grammar_rss - before,
         "model": loaded - before,
         "context": created - loaded,
         "decode": after - created,
+        "grammar": grammar_rss - after,
         "tokens": n,
         "compute_buffer": round(compute_buffer_mib[-1] * 2**20) if compute_buffer_mib else 0,
     }

@@ -8,9 +8,10 @@ import msgspec
 import pytest
 
 from spark.errors import InvalidRequest
-from spark.library.metadata import GGUFInfo
+from spark.library.metadata import GGUFInfo, read_gguf_info
 from spark.placement.estimate import (
     GIB,
+    GRAMMAR_BYTES_PER_TOKEN,
     MIB,
     SWA_CHECKPOINTS,
     MemoryEstimate,
@@ -218,6 +219,36 @@ def test_describe_shows_the_parts() -> None:
     # under 1 GiB the parts are in MiB
     assert estimate_memory(shape(), n_ctx=512).describe().startswith("needs ")
     assert " MiB (weights 510.0 + " in estimate_memory(shape(), n_ctx=512).describe()
+
+
+def test_a_grammar_sampler_takes_host_memory_per_vocabulary_token() -> None:
+    """A grammar request walks every vocabulary token through the grammar: counted per token,
+    on the host, once whatever the slots; an embedding model never samples."""
+    small, big = shape(n_vocab=32000), shape(n_vocab=262144)
+    for n_parallel in (1, 4):
+        est = estimate_memory(small, n_ctx=1024, n_parallel=n_parallel)
+        assert est.grammar_bytes == GRAMMAR_BYTES_PER_TOKEN * 32000
+    est = estimate_memory(big, n_ctx=1024)
+    assert est.grammar_bytes == GRAMMAR_BYTES_PER_TOKEN * 262144  # Gemma 3's vocabulary: 212 MiB
+    assert est.buffers_bytes == est.compute_bytes + est.host_bytes + est.grammar_bytes + est.runtime_bytes
+    assert est.total_bytes == est.weights_bytes + est.kv_bytes + est.buffers_bytes
+    assert f"grammar sampler {est.grammar_bytes / MIB:.1f}" in est.describe()
+    # it stays on the host when every layer is offloaded
+    _, cpu = est.for_layers(-1)
+    assert cpu - msgspec.structs.replace(est, grammar_bytes=0).for_layers(-1)[1] == est.grammar_bytes
+    embed = estimate_memory(big, n_ctx=1024, embedding=True)
+    assert embed.grammar_bytes == 0 and "grammar" not in embed.describe()
+
+
+def test_a_draft_model_adds_no_grammar_sampler(tiny_llama: Path) -> None:
+    """Drafts are not held to the grammar: only the target model's vocabulary is checked."""
+    opts = LoadOptions(model_id="m", path="m.gguf", n_ctx=512, n_parallel=2)
+    plain = estimate_load(shape(), opts)
+    est = estimate_load(shape(), msgspec.structs.replace(opts, draft_path=str(tiny_llama)))
+    draft = estimate_memory(model_shape(read_gguf_info(tiny_llama)), n_ctx=512, n_parallel=2, swa_full=True)
+    assert draft.grammar_bytes > 0
+    assert est.draft_bytes == draft.total_bytes - draft.runtime_bytes - draft.grammar_bytes
+    assert est.grammar_bytes == plain.grammar_bytes
 
 
 def test_projector_is_its_file_plus_compute(tmp_path: Path) -> None:

@@ -30,6 +30,15 @@ context parameters `spark.engine` creates: one KV stream per slot
 - Host buffers: the logits (or, for embeddings, per-token embeddings and
   logits) output buffer, the vocabulary (about 320 bytes per token plus 2 MiB
   for the tokenizer) and llama.cpp's fixed cost (4 MiB: backend, thread pool).
+- Grammar sampler: a request held to a grammar (JSON mode, a JSON schema, a forced
+  tool call, a client's GBNF or regex) checks every vocabulary token against it for
+  each token it samples. llama.cpp's grammar_apply decodes every token's text to code
+  points and walks the grammar one code point at a time, with new candidate lists at
+  each step: inside a JSON string, where nearly every token can follow, that takes
+  about 850 bytes per vocabulary token at the peak, which glibc then keeps for the next
+  request (malloc_trim would hand it back, but the next grammar token needs it again:
+  the peak is what must fit). It does not grow with slots (the engine samples slots one
+  after another) or with requests.
 - LoRA adapters: their files' size (llama.cpp reads their tensors into memory).
 - The runner process itself and, when a vision projector is attached, its
   file plus its compute. The projector's compute depends on the image size its
@@ -64,6 +73,10 @@ RUNNER_BYTES = 64 * MIB
 LLAMA_FIXED_BYTES = 4 * MIB  # ggml contexts, thread pool, first decode (measured 1.5-3 MiB)
 TOKENIZER_FIXED_BYTES = 2 * MIB
 VOCAB_BYTES_PER_TOKEN = 320  # token texts, maps and BPE merges (measured 17 MiB for 49k tokens)
+# Peak RSS a runner gains on grammar requests, per vocabulary token: measured 620 (a two-word
+# GBNF) to 840 (a JSON schema) with SmolLM2-135M (49k tokens: +30 to +39 MiB), 650 to 690 with
+# Gemma 3 270M (262k tokens: +164 to +171 MiB), the same for 1 to 4 slots and after many requests.
+GRAMMAR_BYTES_PER_TOKEN = 850
 # What a CUDA context, cuBLAS and llama.cpp's kernels take on each GPU a runner
 # uses; typical of CUDA 12 with lazy module loading (not measurable here).
 GPU_CONTEXT_BYTES = 384 * MIB
@@ -229,6 +242,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
     compute_bytes: int  # compute buffer of each device that runs layers
     host_compute_bytes: int  # what stays on the host when every layer is offloaded
     host_bytes: int  # output buffer, vocabulary, llama.cpp's fixed cost, sliding-window checkpoints
+    grammar_bytes: int = 0  # a grammar sampler's working set over the vocabulary (host; none for embeddings)
     projector_bytes: int = 0  # vision projector weights and compute
     draft_bytes: int = 0  # the draft model: weights, its KV cache and buffers (beside the projector)
     adapter_bytes: int = 0  # LoRA adapters' weights (beside the projector)
@@ -250,7 +264,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def buffers_bytes(self) -> int:
-        return self.compute_bytes + self.host_bytes + self.runtime_bytes
+        return self.compute_bytes + self.host_bytes + self.grammar_bytes + self.runtime_bytes
 
     @property
     def total_bytes(self) -> int:
@@ -297,7 +311,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
         """
         where = self.layer_devices(n_gpu_layers, split)
         gpus = [0] * len(split)
-        cpu = self.embedding_weights + self.host_bytes + self.runtime_bytes
+        cpu = self.embedding_weights + self.host_bytes + self.grammar_bytes + self.runtime_bytes
         for il, device in enumerate(where[:-1]):
             part = self.layer_weights[il] + self.layer_kv[il]
             if device is None:
@@ -340,7 +354,9 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
         if self.kv_bytes:
             kv = "" if self.kv_type == "f16" else f" {self.kv_type}"
             parts.append(f"KV cache{kv} {fmt(self.kv_bytes)} for {self.n_ctx} tokens x {slots}")
-        parts.append(f"buffers {fmt(self.buffers_bytes - self.measured_extra_bytes)}")
+        parts.append(f"buffers {fmt(self.buffers_bytes - self.grammar_bytes - self.measured_extra_bytes)}")
+        if self.grammar_bytes:
+            parts.append(f"grammar sampler {fmt(self.grammar_bytes)}")
         if self.measured_extra_bytes:
             parts.append(f"{fmt(self.measured_extra_bytes)} more measured when it last ran")
         if self.projector_bytes:
@@ -446,6 +462,7 @@ def estimate_memory(
         compute_bytes=compute,
         host_compute_bytes=host_compute,
         host_bytes=host,
+        grammar_bytes=0 if embed else GRAMMAR_BYTES_PER_TOKEN * shape.n_vocab,
         projector_bytes=projector,
     )
 
@@ -479,7 +496,9 @@ def estimate_load(shape: ModelShape, options: LoadOptions) -> MemoryEstimate:
         n_batch=options.n_batch,
         swa_full=True,  # as the engine's draft context
     )
-    return msgspec.structs.replace(estimate, draft_bytes=draft.total_bytes - draft.runtime_bytes)
+    # its drafts are not held to the request's grammar: only the target's vocabulary is checked
+    own = draft.total_bytes - draft.runtime_bytes - draft.grammar_bytes
+    return msgspec.structs.replace(estimate, draft_bytes=own)
 
 
 def _file_size(path: str, what: str, param: str) -> int:
