@@ -230,8 +230,8 @@ def test_a_grammar_sampler_takes_host_memory_per_vocabulary_token() -> None:
         assert est.grammar_bytes == GRAMMAR_BYTES_PER_TOKEN * 32000
     est = estimate_memory(big, n_ctx=1024)
     assert est.grammar_bytes == GRAMMAR_BYTES_PER_TOKEN * 262144  # Gemma 3's vocabulary: 212 MiB
-    assert est.buffers_bytes == est.compute_bytes + est.host_bytes + est.grammar_bytes + est.runtime_bytes
-    assert est.total_bytes == est.weights_bytes + est.kv_bytes + est.buffers_bytes
+    assert est.buffers_bytes == est.compute_bytes + est.host_bytes + est.runtime_bytes
+    assert est.total_bytes == est.weights_bytes + est.kv_bytes + est.buffers_bytes + est.grammar_bytes
     assert f"grammar sampler {est.grammar_bytes / MIB:.1f}" in est.describe()
     # it stays on the host when every layer is offloaded
     _, cpu = est.for_layers(-1)

@@ -162,8 +162,13 @@ def test_show_has_files_settings_and_where_it_would_go(live: LiveServer, models:
     assert memory["verdict"] == "fits" and memory["devices"] == ["cpu"] and memory["unload"] == []
     assert memory["projector_bytes"] > 0
     assert memory["total_bytes"] == (
-        memory["weights_bytes"] + memory["kv_bytes"] + memory["buffers_bytes"] + memory["projector_bytes"]
+        memory["weights_bytes"]
+        + memory["kv_bytes"]
+        + memory["buffers_bytes"]
+        + memory["grammar_bytes"]
+        + memory["projector_bytes"]
     )
+    assert memory["grammar_bytes"] > 0 and "grammar sampler" in memory["arithmetic"]
     assert memory["arithmetic"].startswith("needs ") and "; cpu, " in memory["arithmetic"]
     assert body["memory_error"] is None
 

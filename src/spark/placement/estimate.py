@@ -264,12 +264,12 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def buffers_bytes(self) -> int:
-        return self.compute_bytes + self.host_bytes + self.grammar_bytes + self.runtime_bytes
+        return self.compute_bytes + self.host_bytes + self.runtime_bytes
 
     @property
     def total_bytes(self) -> int:
         """Everything, with the model on the CPU."""
-        return self.weights_bytes + self.kv_bytes + self.buffers_bytes + self._extras_bytes
+        return self.weights_bytes + self.kv_bytes + self.buffers_bytes + self.grammar_bytes + self._extras_bytes
 
     @property
     def _extras_bytes(self) -> int:
@@ -354,7 +354,7 @@ class MemoryEstimate(msgspec.Struct, frozen=True, kw_only=True):
         if self.kv_bytes:
             kv = "" if self.kv_type == "f16" else f" {self.kv_type}"
             parts.append(f"KV cache{kv} {fmt(self.kv_bytes)} for {self.n_ctx} tokens x {slots}")
-        parts.append(f"buffers {fmt(self.buffers_bytes - self.grammar_bytes - self.measured_extra_bytes)}")
+        parts.append(f"buffers {fmt(self.buffers_bytes - self.measured_extra_bytes)}")
         if self.grammar_bytes:
             parts.append(f"grammar sampler {fmt(self.grammar_bytes)}")
         if self.measured_extra_bytes:

@@ -32,6 +32,7 @@ class Fit(msgspec.Struct, frozen=True, kw_only=True):
     weights_bytes: int
     kv_bytes: int
     buffers_bytes: int
+    grammar_bytes: int = 0  # a grammar sampler's working set (JSON mode, schemas, forced tool calls)
     projector_bytes: int = 0
     draft_bytes: int = 0  # the draft model, its cache and buffers
     adapter_bytes: int = 0  # LoRA adapters
@@ -81,6 +82,7 @@ def _fit(
         weights_bytes=estimate.weights_bytes,
         kv_bytes=estimate.kv_bytes,
         buffers_bytes=estimate.buffers_bytes,
+        grammar_bytes=estimate.grammar_bytes,
         projector_bytes=estimate.projector_bytes,
         draft_bytes=estimate.draft_bytes,
         adapter_bytes=estimate.adapter_bytes,

@@ -19,7 +19,7 @@ def test_the_page_shows_the_memory_estimate_with_its_arithmetic(page: Any, conso
     sign_in(page, console, "/models/tiny-chat")
     memory = page.locator("section", has=page.get_by_role("heading", name="Memory on this machine"))
     text = memory.inner_text()
-    assert "fits" in text and "Weights" in text and "KV cache" in text
+    assert "fits" in text and "Weights" in text and "KV cache" in text and "Grammar sampler" in text
     assert "needs" in memory.locator(".arithmetic").inner_text()
 
 
