@@ -138,6 +138,7 @@ def test_a_whole_answer_survives_a_runner_crash(sp: spark.Spark, slow_llama: Pat
     the caller gets the whole answer of an uninterrupted run, not an error or two answers spliced."""
     model = sp.library.add_local(slow_llama).id
     ask = {"max_tokens": 3000, "temperature": 0.0, "logit_bias": control_token_bias(slow_llama)}
+    sp.chat(model, "go on", max_tokens=1)  # loaded, and the prompt cached: the runs below answer alike
     started = time.monotonic()
     uninterrupted = sp.chat(model, "go on", **ask)
     seconds = time.monotonic() - started
