@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,27 @@ import tiny_gguf
 
 # Files that run for minutes go first, so that the suite's workers (pytest-xdist) overlap them with the rest.
 LONG_FILES = ("tests/server/test_soak.py",)
+
+# pytest-timeout's signal cannot reach a test stuck inside C code, nor one whose failure an event loop's task
+# swallowed, nor a teardown that hangs after the signal fired; such a test would hold the whole run. A minute
+# past the timeout, every thread's stack goes to the run's own stderr and the worker ends (pytest-xdist reports
+# the test as crashed and goes on).
+HARD_TIMEOUT_S = 360
+_stderr_fd: int | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _stderr_fd
+    _stderr_fd = os.dup(2)  # the real stderr: during a test, fd 2 is pytest's capture file
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    faulthandler.dump_traceback_later(HARD_TIMEOUT_S, exit=True, file=_stderr_fd if _stderr_fd is not None else 2)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
