@@ -25,6 +25,7 @@ def test_tiny_llama(tiny_llama: Path) -> None:
     assert (info.head_dim_k, info.head_dim_v) == (16, 16)  # n_embd / n_heads
     assert info.context_length == 512
     assert info.vocab_size == 512
+    assert info.merges == 512 - 256 - len(tiny_gguf.SPECIAL_TOKENS)  # byte tokens, merges, specials
     assert info.chat_template is not None and "<|im_start|>" in info.chat_template
     assert not info.supports_tools
     assert not info.is_embedding and not info.is_projector
@@ -172,6 +173,7 @@ def test_real_smollm2(smollm2: Path) -> None:
     assert (info.n_layers, info.n_embd, info.n_heads, info.n_kv_heads) == (30, 576, 9, 3)
     assert info.context_length == 8192
     assert info.vocab_size == 49152
+    assert info.merges == 48900
     assert info.output_bytes < 10_000  # output tied to the token embeddings
     assert info.chat_template is not None and "<|im_start|>" in info.chat_template
 

@@ -14,6 +14,9 @@ from spark.placement.estimate import (
     GRAMMAR_BYTES_PER_TOKEN,
     MIB,
     SWA_CHECKPOINTS,
+    TOKENIZER_FIXED_BYTES,
+    VOCAB_BYTES_PER_MERGE,
+    VOCAB_BYTES_PER_TOKEN,
     MemoryEstimate,
     ModelShape,
     estimate_load,
@@ -238,6 +241,16 @@ def test_a_grammar_sampler_takes_host_memory_per_vocabulary_token() -> None:
     assert cpu - msgspec.structs.replace(est, grammar_bytes=0).for_layers(-1)[1] == est.grammar_bytes
     embed = estimate_memory(big, n_ctx=1024, embedding=True)
     assert embed.grammar_bytes == 0 and "grammar" not in embed.describe()
+
+
+def test_the_tokenizer_is_counted_per_token_and_per_bpe_merge() -> None:
+    """A BPE vocabulary keeps a map of its merge rules beside the tokens (Llama 3: 128k tokens,
+    280k merges); a SentencePiece one has none (Gemma 3's 262k tokens: 42 MiB measured)."""
+    spm = estimate_memory(shape(n_vocab=262144), n_ctx=1024)
+    bpe = estimate_memory(shape(n_vocab=262144, n_merges=280000), n_ctx=1024)
+    assert bpe.host_bytes - spm.host_bytes == VOCAB_BYTES_PER_MERGE * 280000
+    tokens = VOCAB_BYTES_PER_TOKEN * 262144 + TOKENIZER_FIXED_BYTES
+    assert 41.9 * MIB <= tokens <= 46 * MIB
 
 
 def test_a_draft_model_adds_no_grammar_sampler(tiny_llama: Path) -> None:

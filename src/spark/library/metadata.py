@@ -70,6 +70,7 @@ class GGUFInfo(msgspec.Struct, frozen=True, kw_only=True):
     sliding_window: int | None = None  # None when the file names no window (0 when it says 0)
     sliding_window_pattern: int | list[bool] | None = None  # as the file gives it: a period or per-layer flags
     vocab_size: int = 0
+    merges: int = 0  # BPE merge rules (the tokenizer keeps a map of them)
     chat_template: str | None = None
     supports_tools: bool = False
     is_embedding: bool = False
@@ -423,6 +424,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
     vocab = _uint(fields, f"{arch}.vocab_size") or (
         tokens.length if isinstance(tokens, _Skipped) else len(tokens) if isinstance(tokens, list) else 0
     )
+    merges = fields.get("tokenizer.ggml.merges")
     sliding_key = f"{arch}.attention.sliding_window"
     name = fields.get("general.name")
 
@@ -444,6 +446,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
         sliding_window=_uint(fields, sliding_key) if sliding_key in fields else None,
         sliding_window_pattern=_swa_pattern(fields.get(f"{arch}.attention.sliding_window_pattern")),
         vocab_size=vocab,
+        merges=merges.length if isinstance(merges, _Skipped) else len(merges) if isinstance(merges, list) else 0,
         chat_template=template,
         supports_tools=bool((template and _TOOLS_RE.search(template)) or isinstance(tool_template, str)),
         is_embedding=(
