@@ -216,6 +216,47 @@ def test_on_a_wide_screen_the_menu_is_one_row_of_links(browser: Any, console: Li
     context.close()
 
 
+def test_on_a_phone_the_menu_closes_on_escape_and_on_a_tap_outside(browser: Any, console: LiveServer) -> None:
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    sign_in(page, console, "/models")
+    menu = page.get_by_role("navigation", name="Console menu")
+    page.locator("summary", has_text="Menu").click()
+    assert menu.is_visible()
+    page.keyboard.press("Escape")
+    assert menu.is_hidden()
+    assert page.evaluate("document.activeElement.textContent") == "Menu"  # focus back on its button
+    page.keyboard.press("Enter")
+    assert menu.is_visible()
+    page.mouse.click(195, 800)  # below the open menu, on the page
+    assert menu.is_hidden()
+    page.locator("summary", has_text="Menu").click()
+    menu.get_by_role("link", name="Keys").click()  # a tap inside still follows its link
+    page.wait_for_url(f"{console.url}/keys")
+    context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1024])
+def test_on_a_narrower_desktop_the_links_wrap_beside_spark_and_sign_out(
+    browser: Any, console: LiveServer, width: int
+) -> None:
+    """Between a phone and a wide screen the links wrap in their own column: Sign out stays in the
+    first row (it took a third row of its own, the header 174 px high at 800 px)."""
+    context = browser.new_context(viewport={"width": width, "height": 700})
+    page = context.new_page()
+    sign_in(page, console, "/models")
+    header = page.locator(".top").bounding_box()
+    assert header is not None and header["height"] <= 90, header  # two rows of links at most
+    menu = page.get_by_role("navigation", name="Console", exact=True)
+    first = menu.get_by_role("link", name=NAV[0][1], exact=True).bounding_box()
+    last = menu.get_by_role("link", name=NAV[-1][1], exact=True).bounding_box()
+    sign_out = page.get_by_role("button", name="Sign out").bounding_box()
+    assert first is not None and last is not None and sign_out is not None
+    assert sign_out["x"] > max(first["x"] + first["width"], last["x"] + last["width"])  # right of every link
+    assert sign_out["y"] < last["y"] + last["height"]  # not below the links
+    context.close()
+
+
 def test_on_a_phone_the_menu_works_without_javascript(browser: Any, console: LiveServer) -> None:
     context = browser.new_context(viewport=PHONE, java_script_enabled=False)
     page = context.new_page()

@@ -1,7 +1,8 @@
 // Spark console: the little every page shares. Copy buttons (data-copy: the id of the element whose
 // text to copy), keep-alive countdowns (data-countdown: seconds left when the element was drawn), and
 // the request count (#count, data-total) kept in step with the rows the live list adds (#rows), and the
-// Runners page's list of models to load kept in step with its live table.
+// Runners page's list of models to load kept in step with its live table; the phone's Menu closes on
+// Escape and on a tap outside it, as menus do (it opens and closes from its button without JavaScript).
 // Copyright the Spark authors; part of Spark, same licence.
 "use strict";
 
@@ -35,6 +36,18 @@
     }
     setTimeout(() => { button.textContent = "Copy"; }, 2000);
   });
+
+  const menu = document.querySelector("details.menu-narrow");
+  if (menu) {
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || !menu.open) return;
+      menu.open = false;
+      menu.querySelector("summary").focus();
+    });
+    document.addEventListener("click", (event) => {
+      if (menu.open && !menu.contains(event.target)) menu.open = false;
+    });
+  }
 
   function clock(seconds) {
     const s = Math.max(0, Math.round(seconds));
