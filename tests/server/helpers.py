@@ -102,14 +102,19 @@ class Models:
     tools: str  # loaded by no test but the one that watches a load
 
 
-def add_slow_model(library: Library, path: Path) -> str:
+def add_slow_model(library: Library, path: Path, *, speculative: bool | None = None) -> str:
     """Add the slow model with one slot, its whole context, and no way to end by itself
-    (its control tokens are banned), so that a long generation really runs long."""
+    (its control tokens are banned), so that a long generation really runs long. `speculative` False:
+    no drafts, so that greedy answers are evaluated in the same batches each time (drafting follows
+    measured timings, and a batch of drafts rounds differently from one token)."""
     model = library.add_local(path).id
     library.update_settings(
         model,
         ModelSettings(
-            context_length=SLOW_CONTEXT, parallel=1, sampling=SamplingParams(logit_bias=control_token_bias(path))
+            context_length=SLOW_CONTEXT,
+            parallel=1,
+            sampling=SamplingParams(logit_bias=control_token_bias(path)),
+            speculative=speculative,
         ),
     )
     return model

@@ -28,9 +28,10 @@ N = 1000  # tokens: a second or so on the slow model, whose control tokens are b
 @pytest.fixture(scope="module")
 def crashing(tmp_path_factory: pytest.TempPathFactory, slow_llama: Path) -> Iterator[tuple[LiveServer, str]]:
     """A server of its own with the slow model: the tests kill its runner."""
-    settings = server_settings(tmp_path_factory.mktemp("crash-home"))
+    # no KV snapshots on disk for a restarted runner, no drafts: a retry evaluates what an answer did
+    settings = server_settings(tmp_path_factory.mktemp("crash-home"), SPARK_SNAPSHOT_DISK="0")
     with Library(settings) as library:
-        slow = add_slow_model(library, slow_llama)
+        slow = add_slow_model(library, slow_llama, speculative=False)
     with live_server(settings) as server:
         yield server, slow
 
