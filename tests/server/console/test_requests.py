@@ -166,8 +166,8 @@ def test_a_request_page_draws_the_timeline_and_shows_content_as_text(page: Any, 
     ]
     details = page.locator("table.timeline tbody td:last-child").all_inner_texts()
     assert details[2] == "position 2 in the queue (1 slot on tiny-chat)"
-    assert details[3] == "slot 0: 2 of 0 prompt tokens reused from the slot's cache"
-    assert details[4] == "30 tokens in 0.0 ms" and not any("=" in d for d in details)
+    assert details[3] == "slot 0: 2 of 32 prompt tokens reused from the slot's cache"
+    assert details[4] == "30 tokens in 28.0 ms" and not any("=" in d for d in details)
     assert page.locator("#output").inner_text() == f"sure: {HOSTILE}"
     assert f"say {HOSTILE}" in page.locator(".content").inner_text()
     assert page.evaluate("typeof window.pwned") == "undefined"
