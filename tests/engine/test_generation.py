@@ -395,6 +395,10 @@ def test_chatml_fallback_stops_at_its_turn_end_where_that_is_only_text(
     with Engine(LoadOptions(model_id="bare", path=str(path), n_threads=1)) as e:
         job = e._prep.prepare("r", chat(stop=["END"]), lambda event: None)
         assert job.params.stop == (["END"] if ends_turn else ["END", "<|im_end|>"])  # type: ignore[union-attr]
+        assert job.turn_ends == (() if ends_turn else ("<|im_end|>",))  # type: ignore[union-attr]
+        # the client's own stop string is its own: reported when it matches, and not added twice
+        job = e._prep.prepare("o", chat(stop=["<|im_end|>"]), lambda event: None)
+        assert job.params.stop == ["<|im_end|>"] and job.turn_ends == ()  # type: ignore[union-attr]
         completion = e._prep.prepare("c", CompletionRequest(model="bare", prompt="a"), lambda event: None)
         assert not completion.params.stop  # type: ignore[union-attr]  # a raw prompt has no turns
 

@@ -120,6 +120,16 @@ def test_a_stop_string_across_text_events_cuts_the_text() -> None:
     assert stops.stop_sequence == "END" and stops.flush() == []
 
 
+def test_the_templates_turn_end_stops_the_text_as_the_models_end_not_as_a_stop_sequence() -> None:
+    """ChatML's `<|im_end|>` matched as text (a base model's vocabulary has no such token): the answer
+    ends there, reported as the model's end (Anthropic's end_turn), not as a stop string the client sent."""
+    stops = StopAtStrings(["END", "<|im_end|>"], turn_ends=("<|im_end|>",))
+    assert stops.filter([TextDelta("Paris.<|im_"), TextDelta("end|>\n<|im_start|>user")]) == [TextDelta("Paris.")]
+    assert stops.stopped and stops.stop_sequence is None
+    stops = StopAtStrings(["END", "<|im_end|>"], turn_ends=("<|im_end|>",))
+    assert stops.filter([TextDelta("Paris. END")]) == [TextDelta("Paris. ")] and stops.stop_sequence == "END"
+
+
 def test_a_stop_string_in_the_reasoning_ends_it_and_does_not_span_into_the_text() -> None:
     stops = StopAtStrings(["END"])
     assert stops.filter([ReasoningDelta("thinking E")]) == [ReasoningDelta("thinking ")]

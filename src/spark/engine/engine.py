@@ -393,7 +393,7 @@ class Engine:
             max_tokens=params.max_tokens,
             stream=TextStream(),
             parser=parser_for(plan),
-            stops=StopAtStrings(params.stop),
+            stops=StopAtStrings(params.stop, turn_ends=job.turn_ends),
             started=time.perf_counter(),
             n_evaluated=n_keep,
             media=job.media,

@@ -87,15 +87,22 @@ class StopAtStrings:
     does not span text and reasoning, or text on both sides of a call.
     """
 
-    def __init__(self, stop: Sequence[str] | None) -> None:
+    def __init__(self, stop: Sequence[str] | None, *, turn_ends: Sequence[str] = ()) -> None:
         self._stop = [s for s in (stop or []) if s]
+        self._turn_ends = turn_ends
         self._run: StopStrings | None = None  # the text run being matched
         self._kind: type[TextDelta] | type[ReasoningDelta] = TextDelta
-        self.stop_sequence: str | None = None  # the stop string found, once found
+        self.found: str | None = None  # the stop string found, once found
 
     @property
     def stopped(self) -> bool:
-        return self.stop_sequence is not None
+        return self.found is not None
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The client's stop string that ended the output. None for one of `turn_ends`, the template's
+        turn end matched as text (a vocabulary without it as a token): the model's own end, not a stop."""
+        return None if self.found in self._turn_ends else self.found
 
     def filter(self, events: list[Event]) -> list[Event]:
         """The events up to a stop string, the text cut right before it; none once stopped."""
@@ -115,7 +122,7 @@ class StopAtStrings:
             text = self._run.push(event.text)
             if text:
                 out.append(self._kind(text))
-            self.stop_sequence = self._run.stop_sequence
+            self.found = self._run.stop_sequence
         return out
 
     def flush(self) -> list[Event]:

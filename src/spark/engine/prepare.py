@@ -59,6 +59,7 @@ class GenerationJob:
     echo: tuple[str, int] | None = None  # echo: the prompt's text, where its tokens start (after an added BOS)
     prediction: list[int] | None = None  # the tokens of a chat's predicted answer
     lora: Scales | None = None  # the request's own LoRA scales (None: as attached)
+    turn_ends: tuple[str, ...] = ()  # stop strings the template's turn end added (not the client's)
 
     def close(self) -> None:
         """Free the prompt's images, for a job that ends before it runs."""
@@ -336,8 +337,11 @@ class Preparer:
             # log probabilities; llama-server's `n_predict: 0` and Anthropic's `max_tokens: 0` cache
             # the prompt for the next request (each API's own bounds say which may)
             params = resolve(request.sampling, self._options.sampling, self._model.n_vocab, self._n_ctx)
-            if self._turn_stops and isinstance(request, ChatRequest):
-                params = msgspec.structs.replace(params, stop=[*(params.stop or ()), *self._turn_stops])
+            own = params.stop or ()
+            chat = isinstance(request, ChatRequest)
+            turn_ends = tuple(s for s in self._turn_stops if s not in own) if chat else ()
+            if turn_ends:
+                params = msgspec.structs.replace(params, stop=[*own, *turn_ends])
             plan = (
                 plan_output(request, text, self.think, self.tools)
                 if isinstance(request, ChatRequest)
@@ -349,7 +353,9 @@ class Preparer:
             if media is not None:
                 media.close()
             raise
-        return GenerationJob(request_id, request, emit, tokens, params, plan, media, echoed, prediction, lora)
+        return GenerationJob(
+            request_id, request, emit, tokens, params, plan, media, echoed, prediction, lora, turn_ends=turn_ends
+        )
 
     def _embedding_inputs(self, request: EmbeddingRequest) -> list[list[int]]:
         if not (self._embedding or request.generative):
