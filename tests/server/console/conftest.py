@@ -35,7 +35,14 @@ def browser() -> Iterator[Any]:
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+            # --disable-dev-shm-usage: a container's /dev/shm (64 MiB in Docker) is too small for a tall page's screenshot
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
         )
         yield browser
         browser.close()

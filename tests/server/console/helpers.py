@@ -39,9 +39,25 @@ def sign_in(page: Any, live: LiveServer, next_path: str = "/models") -> None:
     page.wait_for_url(f"{live.url}{next_path}")
 
 
+def capture(target: Any, name: str, *, full_page: bool = False) -> Path:
+    """Save a screenshot of a page or an element as `name` in SCREENSHOTS. Headless Chromium now and
+    then answers "Unable to capture screenshot" on a busy machine: tried once more."""
+    from playwright.sync_api import Error
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    out = SCREENSHOTS / name
+    options = {"full_page": True} if full_page else {}
+    try:
+        target.screenshot(path=str(out), **options)
+    except Error as e:
+        if "Unable to capture screenshot" not in str(e):
+            raise
+        target.screenshot(path=str(out), **options)
+    return out
+
+
 def screenshot(browser: Any, live: LiveServer, path: str, name: str) -> list[Path]:
     """Screenshots of `path`, signed in: desktop light and dark, and a phone; returns the files."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     shots = []
     for suffix, viewport, scheme in (
         ("light", {"width": 1280, "height": 800}, "light"),
@@ -51,8 +67,6 @@ def screenshot(browser: Any, live: LiveServer, path: str, name: str) -> list[Pat
         context = browser.new_context(viewport=viewport, color_scheme=scheme)
         page = context.new_page()
         sign_in(page, live, path)
-        out = SCREENSHOTS / f"{name}-{suffix}.png"
-        page.screenshot(path=str(out), full_page=True)
-        shots.append(out)
+        shots.append(capture(page, f"{name}-{suffix}.png", full_page=True))
         context.close()
     return shots

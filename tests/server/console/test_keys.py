@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
+from server.console.helpers import capture, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer
 
 
@@ -28,8 +28,7 @@ def test_a_new_key_is_shown_once_works_with_the_sdk_and_is_refused_once_revoked(
     assert f"{console.url}/v1" in page.locator("#snippet-python").inner_text()
     assert secret in page.locator("#snippet-curl").inner_text()
     assert page.get_by_role("button", name="Copy").count() == 3
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "keys-created-light.png"), full_page=True)
+    capture(page, "keys-created-light.png", full_page=True)
     # the list shows it (by prefix only) without a reload
     row = page.locator("#keys-table tbody tr", has_text="browser-key")
     row.wait_for()

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
+from server.console.helpers import capture, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer
 from spark.library import Library
 from spark.server.console.pages import _duration
@@ -213,15 +213,14 @@ def test_a_refused_save_is_shown_by_the_field_and_keeps_what_was_typed(
     assert page.get_by_label("System prompt").input_value() == "Be brief."
     assert page.get_by_label("Top-k").input_value() == "20"
     assert console.state.library.get("tiny-typed").settings.system_prompt is None
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "model-refused-light.png"))  # what the person sees: the window
+    capture(page, "model-refused-light.png")  # what the person sees: the window
 
     mirostat.fill("2")
     page.get_by_role("button", name="Save settings").click()
     saved = page.locator("form.model-settings [role=status]")
     saved.wait_for()
     assert saved.inner_text() == "Saved." and _in_view(page, saved)  # by the Save button
-    page.screenshot(path=str(SCREENSHOTS / "model-saved-light.png"))
+    capture(page, "model-saved-light.png")
     assert page.get_by_role("alert").count() == 0 and page.get_by_label("Mirostat (0, 1, 2)").input_value() == "2"
     settings = console.state.library.get("tiny-typed").settings
     assert settings.system_prompt == "Be brief." and (settings.sampling.top_k, settings.sampling.mirostat) == (20, 2)

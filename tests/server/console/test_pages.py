@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.console.helpers import HOSTILE_NAME, PASSWORD, SCREENSHOTS, screenshot, sign_in
+from server.console.helpers import HOSTILE_NAME, PASSWORD, capture, screenshot, sign_in
 from server.console.records import made_up, write
 from server.helpers import LiveServer
 from spark.server.console.render import NAV
@@ -70,7 +70,7 @@ def test_screenshots_light_dark_and_phone(browser: Any, console: LiveServer) -> 
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     login = context.new_page()
     login.goto(f"{console.url}/login")
-    login.screenshot(path=str(shot.parent / "login-light.png"))
+    capture(login, "login-light.png")
     context.close()
 
 
@@ -113,10 +113,10 @@ def test_no_page_scrolls_sideways_on_a_phone(browser: Any, console: LiveServer) 
         )
         if scroll > inner:
             wide[path] = scroll
-            page.screenshot(path=str(SCREENSHOTS / f"phone-too-wide-{path.strip('/').replace('/', '_')}.png"))
+            capture(page, f"phone-too-wide-{path.strip('/').replace('/', '_')}.png")
     page.goto(f"{console.url}/playground")
     box = page.locator("#pg-prompt").bounding_box()
-    page.screenshot(path=str(SCREENSHOTS / "phone-playground.png"))
+    capture(page, "phone-playground.png")
     context.close()
     assert wide == {}  # each page fits the phone's 390 px
     assert box is not None and box["y"] + box["height"] <= 844  # the message box, without scrolling past settings
@@ -161,7 +161,6 @@ SIDEWAYS = "() => document.scrollingElement.scrollWidth <= window.innerWidth"
 def test_on_a_phone_the_menu_is_one_row_that_opens_from_its_button(
     browser: Any, console: LiveServer, scheme: str
 ) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport=PHONE, color_scheme=scheme)
     page = context.new_page()
     sign_in(page, console, "/requests")
@@ -172,14 +171,14 @@ def test_on_a_phone_the_menu_is_one_row_that_opens_from_its_button(
         assert page.locator(".menu-here").inner_text() == name  # the page's name, in the row
         assert page.get_by_role("link", name="Batches").count() == 0  # the links wait behind Menu
         assert page.evaluate(SIDEWAYS)
-        page.screenshot(path=str(SCREENSHOTS / f"nav-{name.lower()}-{scheme}-closed.png"))
+        capture(page, f"nav-{name.lower()}-{scheme}-closed.png")
         page.locator("summary", has_text="Menu").click()
         menu = page.get_by_role("navigation", name="Console menu")
         assert [menu.get_by_role("link", name=label).is_visible() for _, label, _ in NAV] == [True] * len(NAV)
         assert page.get_by_role("button", name="Sign out").is_visible()
         assert menu.get_by_role("link", name=name).get_attribute("aria-current") == "page"
         assert page.evaluate(SIDEWAYS)
-        page.screenshot(path=str(SCREENSHOTS / f"nav-{name.lower()}-{scheme}-open.png"))
+        capture(page, f"nav-{name.lower()}-{scheme}-open.png")
     menu.get_by_role("link", name="Batches").click()
     page.wait_for_url(f"{console.url}/batches")
     assert page.locator(".menu-here").inner_text() == "Batches"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import tiny_gguf
-from server.console.helpers import SCREENSHOTS, screenshot, sign_in, signed_in_client
+from server.console.helpers import capture, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer, add_slow_model
 from spark.library import Library
 from spark.server.console.playground import CONSOLE_KEY_NAME, ConsoleKey
@@ -181,8 +181,7 @@ def test_a_stopped_answer_settles_the_stats_and_stays_in_the_conversation(
     assert tokens == f"{note.split()[2]} out"
     assert page.locator("#pg-request-link").count() == 1
     assert page.locator(".turn.left-out").count() == 0  # the stopped turn is part of the chat
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "playground-just-stopped-light.png"), full_page=True)
+    capture(page, "playground-just-stopped-light.png", full_page=True)
 
     # the next message carries the stopped turn as the page shows it; it is answered at once, as the
     # stopped answer was cancelled in the model's one slot
@@ -194,8 +193,7 @@ def test_a_stopped_answer_settles_the_stats_and_stays_in_the_conversation(
         {"role": "user", "content": "And then?"},
     ]
     assert _stats(page)[1] != "…" and _stats(page)[3].isdigit()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "playground-stopped-light.png"), full_page=True)
+    capture(page, "playground-stopped-light.png", full_page=True)
 
 
 def test_a_failed_turn_is_marked_and_left_out_of_the_conversation(page: Any, console: LiveServer) -> None:
@@ -233,8 +231,7 @@ def test_a_failed_turn_is_marked_and_left_out_of_the_conversation(page: Any, con
     _chat(page, "Hello?")
     assert sent[-1]["messages"] == [{"role": "user", "content": "Hello?"}]  # only what the chat holds
     assert page.locator(".turn.question").count() == 3 and page.locator(".turn.left-out").count() == 2
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "playground-left-out-light.png"), full_page=True)
+    capture(page, "playground-left-out-light.png", full_page=True)
 
 
 def test_new_chat_or_another_model_mid_answer_stops_it_and_starts_empty(
@@ -354,8 +351,7 @@ def test_screenshot_of_a_chat(console: LiveServer, page: Any) -> None:
     page.get_by_label("Temperature").fill("0")
     page.get_by_label("Max tokens").fill("40")
     _chat(page, "Write a haiku about the sea.")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "playground-chat-light.png"), full_page=True)
+    capture(page, "playground-chat-light.png", full_page=True)
 
 
 # where the composer's parts and the conversation are, and whether anything scrolls that must not
@@ -393,8 +389,7 @@ def test_the_composer_stays_put_while_an_answer_streams_and_stop_takes_a_real_cl
     page.get_by_label("Model", exact=True).select_option(slow_model)
     page.get_by_label("Max tokens").fill("16000")
     if device == "phone":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "playground-settings-phone-light.png"))
+        capture(page, "playground-settings-phone-light.png")
         page.get_by_role("button", name="Settings").click()
         assert page.locator("#chat-form").is_hidden()
     before = page.evaluate(LAYOUT.replace('document.querySelector(".turn.answer .text").textContent.length', "0"))
@@ -431,8 +426,7 @@ def test_the_composer_stays_put_while_an_answer_streams_and_stop_takes_a_real_cl
 
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"playground-streaming-{device}-{scheme}.png"))
+        capture(page, f"playground-streaming-{device}-{scheme}.png")
 
     # a real click, where the button is on screen, stops the answer
     page.mouse.click(stop["x"] + stop["width"] / 2, stop["y"] + stop["height"] / 2)

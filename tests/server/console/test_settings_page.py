@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from server.console.helpers import PASSWORD, SCREENSHOTS, screenshot, sign_in, signed_in_client
+from server.console.helpers import PASSWORD, capture, screenshot, sign_in, signed_in_client
 from server.helpers import LiveServer, live_server
 from spark.settings import fields, load_settings
 
@@ -53,8 +53,7 @@ def test_a_restart_setting_is_saved_for_the_next_start(page: Any, console: LiveS
     assert _config(console)["log_max_mb"] == 600
     form = page.locator("#setting-log_max_mb")
     assert "saved: 600, applies at restart" in form.inner_text()  # the value waiting, and when it applies
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    form.screenshot(path=str(SCREENSHOTS / "setting-pending-light.png"))
+    capture(form, "setting-pending-light.png")
     assert form.get_by_label("log_max_mb", exact=True).input_value() == "512"  # the one in effect
     # the running value still comes from the default (not from an argument, as the admin API guesses)
     assert form.locator(".setting-head .badge").first.inner_text() == "default"
@@ -79,8 +78,7 @@ def test_a_command_line_argument_is_said_to_win_over_a_saved_value(
         assert "saved: 8105, applies when the server starts without the argument" in form.inner_text()
         assert "the argument wins" in form.inner_text() and source.inner_text() == "argument"
         assert _config(live)["port"] == 8105
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        form.screenshot(path=str(SCREENSHOTS / "setting-argument-light.png"))
+        capture(form, "setting-argument-light.png")
         # the argument's own value saved: the argument still gives it
         _save(page, "port", "8103", "given as a command-line argument")
         form.locator(".setting-saved").wait_for(state="detached")  # the answer to this save: nothing waits now
