@@ -4,7 +4,7 @@ complete -c spark -f
 function __spark_models; spark ls --quiet 2>/dev/null; end
 complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a attach -d 'Attach a vision projector (the model reads images) or a LoRA adapter (applied...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a cp -d 'Copy a model under another id: the same files, with settings of its own.'
-complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a detach -d 'Take a models LoRA adapters off, or with --projector its vision projector...'
+complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a detach -d 'Take a models LoRA adapters off, or with --projector its vision projector.'
 complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a doctor -d 'Check this machine and Sparks setup: build, GPUs, memory, folders, server,...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a keys -d 'Manage API keys (clients send one as `Authorization: Bearer KEY` or...'
 complete -c spark -n 'not __fish_seen_subcommand_from attach cp detach doctor keys log ls nodes ps pull rm run search serve show stop tui' -a log -d 'List recent API requests, show one with its timeline, or follow new ones (-f).'

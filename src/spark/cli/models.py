@@ -399,8 +399,9 @@ def detach(
         typer.Option("--projector", help="Take the vision projector off instead: the model reads no images."),
     ] = False,
 ) -> None:
-    """Take a model's LoRA adapters off, or with --projector its vision projector (Spark's own copies of
-    the files are deleted; `spark attach` puts them back)."""
+    """Take a model's LoRA adapters off, or with --projector its vision projector.
+
+    Spark's own copies of the files are deleted; `spark attach` puts them back."""
     with Library(load_settings()) as lib:
         model_id = get_installed(lib, model).id
         if projector:
