@@ -67,12 +67,14 @@ def _start_long(page: Any, console: LiveServer, model: str, prompt: str) -> list
 
 
 def _start(page: Any, prompt: str) -> None:
-    """Send `prompt` and wait until some of its answer has arrived (it is still being written)."""
+    """Send `prompt` and wait until some of its answer has arrived, several tokens (it is still being
+    written): a stop after one token has no speed to show, and on a busy machine the click can come
+    before the second."""
     page.get_by_label("Message").fill(prompt)
     page.get_by_role("button", name="Send").click()
     page.wait_for_function(
         "() => { const a = document.querySelector('.turn.answer[aria-busy] .text');"
-        " return !!a && a.textContent.length > 3; }",
+        " return !!a && a.textContent.length > 40; }",
         timeout=60_000,
     )
 
