@@ -20,7 +20,7 @@ LONG_FILES = ("tests/server/test_soak.py",)
 # past the timeout, every thread's stack goes to the run's own stderr and the worker ends (pytest-xdist reports
 # the test as crashed and goes on).
 HARD_TIMEOUT_S = 360
-_stderr_fd: int | None = None
+_stderr_fd = 2
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    faulthandler.dump_traceback_later(HARD_TIMEOUT_S, exit=True, file=_stderr_fd if _stderr_fd is not None else 2)
+    faulthandler.dump_traceback_later(HARD_TIMEOUT_S, exit=True, file=_stderr_fd)
     try:
         yield
     finally:

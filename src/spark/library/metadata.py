@@ -127,6 +127,11 @@ class _Skipped:
         self.length = length
 
 
+def _array_length(value: object) -> int:
+    """The length of an array field, decoded or skipped (0: not an array, or absent)."""
+    return value.length if isinstance(value, _Skipped) else len(value) if isinstance(value, list) else 0
+
+
 class _HeaderCut(Exception):
     """The header goes on past the bytes read so far (reading a remote file's beginning); never
     raised for a whole file."""
@@ -420,11 +425,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
     template = template if isinstance(template, str) and template.strip() else None
     tool_template = fields.get("tokenizer.chat_template.tool_use")
     pooling = fields.get(f"{arch}.pooling_type")
-    tokens = fields.get("tokenizer.ggml.tokens")
-    vocab = _uint(fields, f"{arch}.vocab_size") or (
-        tokens.length if isinstance(tokens, _Skipped) else len(tokens) if isinstance(tokens, list) else 0
-    )
-    merges = fields.get("tokenizer.ggml.merges")
+    vocab = _uint(fields, f"{arch}.vocab_size") or _array_length(fields.get("tokenizer.ggml.tokens"))
     sliding_key = f"{arch}.attention.sliding_window"
     name = fields.get("general.name")
 
@@ -446,7 +447,7 @@ def _info(headers: list[_Header], path: str | Path, *, whole: bool = True) -> GG
         sliding_window=_uint(fields, sliding_key) if sliding_key in fields else None,
         sliding_window_pattern=_swa_pattern(fields.get(f"{arch}.attention.sliding_window_pattern")),
         vocab_size=vocab,
-        merges=merges.length if isinstance(merges, _Skipped) else len(merges) if isinstance(merges, list) else 0,
+        merges=_array_length(fields.get("tokenizer.ggml.merges")),
         chat_template=template,
         supports_tools=bool((template and _TOOLS_RE.search(template)) or isinstance(tool_template, str)),
         is_embedding=(
